@@ -1,0 +1,154 @@
+#include "core/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path, struct err *e)
+{
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, p + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return err_set(e, ERR_IO, "%s: read at byte %llu failed: %s", path,
+                           (unsigned long long)(off + got), strerror(errno));
+        if (r == 0)
+            return err_set(e, ERR_IO, "%s: unexpected end of file at byte %llu", path,
+                           (unsigned long long)(off + got));
+        got += (size_t)r;
+    }
+    return ERR_OK;
+}
+
+int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t r = write(fd, p, len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return err_set(e, ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        p += r;
+        len -= (size_t)r;
+    }
+    return ERR_OK;
+}
+
+char *fio_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = malloc(a + b + 2);
+    if (!s)
+        return NULL;
+    memcpy(s, dir, a);
+    s[a] = '/';
+    memcpy(s + a + 1, name, b + 1);
+    return s;
+}
+
+int fio_tmp_create(const char *path, char **final_path, char **tmp_path, int *fd, struct err *e)
+{
+    *final_path = strdup(path);
+    size_t n = strlen(path) + 32;
+    *tmp_path = malloc(n);
+    if (!*final_path || !*tmp_path) {
+        free(*final_path);
+        free(*tmp_path);
+        *final_path = *tmp_path = NULL;
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate a path", path);
+    }
+    snprintf(*tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    *fd = open(*tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        int rc = err_set(e, ERR_IO, "%s: cannot create: %s", *tmp_path, strerror(errno));
+        free(*final_path);
+        free(*tmp_path);
+        *final_path = *tmp_path = NULL;
+        return rc;
+    }
+    return ERR_OK;
+}
+
+static void fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+}
+
+int fio_commit(int fd, const char *tmp, const char *path, struct err *e)
+{
+    int rc = ERR_OK;
+    if (fsync(fd) != 0)
+        rc = err_set(e, ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == ERR_OK)
+        rc = err_set(e, ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (rc == ERR_OK && rename(tmp, path) != 0)
+        rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc != ERR_OK) {
+        unlink(tmp);
+        return rc;
+    }
+    fsync_parent(path);
+    return ERR_OK;
+}
+
+int fio_write_file(const char *path, const void *data, size_t len, struct err *e)
+{
+    char *fin, *tmp;
+    int fd;
+    int rc = fio_tmp_create(path, &fin, &tmp, &fd, e);
+    if (rc != ERR_OK)
+        return rc;
+    rc = fio_write_all(fd, data, len, tmp, e);
+    if (rc == ERR_OK) {
+        rc = fio_commit(fd, tmp, fin, e);
+    } else {
+        close(fd);
+        unlink(tmp);
+    }
+    free(fin);
+    free(tmp);
+    return rc;
+}
+
+int fio_mkdirs(const char *dir, struct err *e)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return err_set(e, ERR_RANGE, "%s: path too long", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return err_set(e, ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return err_set(e, ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(e, ERR_IO, "%s: exists and is not a directory", buf);
+    return ERR_OK;
+}

@@ -1,0 +1,100 @@
+#include "core/jsonx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int jsonx_parse(const char *buf, size_t len, struct json_object **out, struct err *e)
+{
+    *out = NULL;
+    if (len > (size_t)INT32_MAX)
+        return err_set(e, ERR_RANGE, "JSON text of %zu bytes exceeds the 2 GiB parser limit", len);
+    struct json_tokener *tok = json_tokener_new_ex(JSONX_MAX_DEPTH);
+    if (!tok)
+        return err_set(e, ERR_NOMEM, "cannot allocate a JSON tokener");
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    struct json_object *o = json_tokener_parse_ex(tok, buf, (int)len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    if (!o || jerr != json_tokener_success) {
+        if (o)
+            json_object_put(o);
+        if (jerr == json_tokener_continue)
+            return err_set(e, ERR_FORMAT, "JSON text ends before the value is complete (%zu bytes)", len);
+        return err_set(e, ERR_FORMAT, "invalid JSON at byte %zu: %s", end,
+                       json_tokener_error_desc(jerr));
+    }
+    for (size_t i = end; i < len; i++) {
+        char c = buf[i];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+            json_object_put(o);
+            return err_set(e, ERR_FORMAT, "unexpected byte 0x%02x at offset %zu after the JSON value",
+                           (unsigned)(unsigned char)c, i);
+        }
+    }
+    *out = o;
+    return ERR_OK;
+}
+
+bool jsonx_u64(struct json_object *o, uint64_t *out)
+{
+    if (!o || json_object_get_type(o) != json_type_int)
+        return false;
+    if (json_object_get_int64(o) < 0)
+        return false;
+    uint64_t u = json_object_get_uint64(o);
+    if (u >= (uint64_t)INT64_MAX)
+        return false;
+    *out = u;
+    return true;
+}
+
+const char *jsonx_type_name(struct json_object *o)
+{
+    return o ? json_type_to_name(json_object_get_type(o)) : "null";
+}
+
+int jsonx_read_file(const char *path, size_t max_bytes, char **out, size_t *len, struct err *e)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(e, ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return err_set(e, ERR_RANGE, "%s: %lld bytes, above the %zu-byte limit for this file",
+                       path, (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            free(buf);
+            close(fd);
+            return err_set(e, ERR_IO, "%s: read failed at byte %zu", path, got);
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return ERR_OK;
+}

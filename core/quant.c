@@ -1,0 +1,160 @@
+/* quant.c - MLX affine quantization: modes, the CPU quantizer, packing and
+ * dequantization (formats.md §2.1-2.4). All arithmetic is float32. */
+#include "core/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const qmode_names[] = {
+    [QM_AFFINE] = "affine", [QM_MXFP4] = "mxfp4", [QM_NVFP4] = "nvfp4", [QM_MXFP8] = "mxfp8",
+};
+
+#define N_QMODES (sizeof qmode_names / sizeof qmode_names[0])
+
+bool qmode_from_name(const char *s, enum qmode *out)
+{
+    for (size_t i = 0; i < N_QMODES; i++) {
+        if (strcmp(s, qmode_names[i]) == 0) {
+            *out = (enum qmode)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *qmode_name(enum qmode m)
+{
+    return (size_t)m < N_QMODES ? qmode_names[m] : "unknown";
+}
+
+void qmode_defaults(enum qmode m, int *group_size, int *bits)
+{
+    switch (m) {
+    case QM_MXFP4: *group_size = 32; *bits = 4; break;
+    case QM_NVFP4: *group_size = 16; *bits = 4; break;
+    case QM_MXFP8: *group_size = 32; *bits = 8; break;
+    case QM_AFFINE:
+    default: *group_size = 64; *bits = 4; break;
+    }
+}
+
+bool quant_params_valid(enum qmode m, int bits, int group_size)
+{
+    switch (m) {
+    case QM_AFFINE:
+        return (bits >= 2 && bits <= 8 && bits != 7) &&
+               (group_size == 32 || group_size == 64 || group_size == 128);
+    case QM_MXFP4: return bits == 4 && group_size == 32;
+    case QM_NVFP4: return bits == 4 && group_size == 16;
+    case QM_MXFP8: return bits == 8 && group_size == 32;
+    }
+    return false;
+}
+
+/* ---- packing: element i occupies bits [i*b, i*b+b) of an LSB-first stream */
+
+/* ORs `code` into the stream; the target words must be zeroed beforehand. */
+static void put_code(uint32_t *words, size_t i, int bits, uint32_t code)
+{
+    size_t p = i * (size_t)bits;
+    unsigned sh = (unsigned)(p % 32);
+    uint64_t v = (uint64_t)code << sh;
+    words[p / 32] |= (uint32_t)v;
+    if (sh + (unsigned)bits > 32) /* straddles into the next word */
+        words[p / 32 + 1] |= (uint32_t)(v >> 32);
+}
+
+void quant_pack_codes(const uint8_t *codes, size_t n, int bits, uint32_t *words)
+{
+    memset(words, 0, quant_row_words(n, bits) * sizeof *words);
+    for (size_t i = 0; i < n; i++)
+        put_code(words, i, bits, codes[i]);
+}
+
+uint32_t quant_code_at(const uint8_t *row_bytes, size_t i, int bits)
+{
+    size_t p = i * (size_t)bits;
+    const uint8_t *b = row_bytes + p / 8;
+    unsigned sh = (unsigned)(p % 8);
+    uint32_t v = b[0];
+    if (sh + (unsigned)bits > 8) /* bits <= 8, so at most two bytes */
+        v |= (uint32_t)b[1] << 8;
+    return (v >> sh) & ((1u << bits) - 1u);
+}
+
+/* ---- quantization (mlx/backend/cpu/quantized.cpp `quantize`) */
+
+/* Scale and bias of one group, before rounding to the storage dtype. */
+static void group_params(const float *w, int gs, int bits, float *scale, float *bias)
+{
+    const float n_bins = (float)((1 << bits) - 1);
+    float wmin = INFINITY, wmax = -INFINITY;
+    for (int j = 0; j < gs; j++) {
+        wmax = wmax < w[j] ? w[j] : wmax; /* std::max / std::min semantics */
+        wmin = w[j] < wmin ? w[j] : wmin;
+    }
+    bool mask = fabsf(wmin) > fabsf(wmax);
+    float s = (wmax - wmin) / n_bins;
+    s = s < 1e-7f ? 1e-7f : s;
+    s = mask ? s : -s;
+    float edge = mask ? wmin : wmax;
+    float q0 = rintf(edge / s);
+    float b = 0.0f;
+    if (q0 != 0.0f) {
+        s = edge / q0;
+        b = edge;
+    }
+    *scale = s;
+    *bias = b;
+}
+
+static uint32_t code_of(float w, float scale, float bias, int bits)
+{
+    const float n_bins = (float)((1 << bits) - 1);
+    float q = rintf((w - bias) / scale);
+    if (!(q >= 0.0f)) /* also maps NaN to 0 */
+        q = 0.0f;
+    if (q > n_bins)
+        q = n_bins;
+    return (uint32_t)q;
+}
+
+void quant_affine_group(const float *w, int gs, int bits, uint8_t *codes, float *scale, float *bias)
+{
+    group_params(w, gs, bits, scale, bias);
+    for (int j = 0; j < gs; j++)
+        codes[j] = (uint8_t)code_of(w[j], *scale, *bias, bits);
+}
+
+static size_t float_size(enum dtype t) { return t == DT_F32 ? 4 : 2; }
+
+void quant_affine_row(const float *w, size_t k, int gs, int bits, enum dtype sdt,
+                      uint32_t *words, void *scales, void *biases)
+{
+    size_t ssz = float_size(sdt), ng = k / (size_t)gs;
+    memset(words, 0, quant_row_words(k, bits) * sizeof *words);
+    for (size_t g = 0; g < ng; g++) {
+        const float *wg = w + g * (size_t)gs;
+        float scale, bias;
+        group_params(wg, gs, bits, &scale, &bias);
+        for (int j = 0; j < gs; j++)
+            put_code(words, g * (size_t)gs + (size_t)j, bits, code_of(wg[j], scale, bias, bits));
+        dtype_from_f32(sdt, &scale, (uint8_t *)scales + g * ssz, 1);
+        dtype_from_f32(sdt, &bias, (uint8_t *)biases + g * ssz, 1);
+    }
+}
+
+void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void *biases,
+                        enum dtype sdt, size_t k, int gs, int bits, float *out)
+{
+    size_t ssz = float_size(sdt), ng = k / (size_t)gs;
+    for (size_t g = 0; g < ng; g++) {
+        float scale = 0.0f, bias = 0.0f;
+        dtype_to_f32(sdt, (const uint8_t *)scales + g * ssz, &scale, 1);
+        dtype_to_f32(sdt, (const uint8_t *)biases + g * ssz, &bias, 1);
+        for (int j = 0; j < gs; j++) {
+            size_t i = g * (size_t)gs + (size_t)j;
+            out[i] = scale * (float)quant_code_at(row_bytes, i, bits) + bias;
+        }
+    }
+}
