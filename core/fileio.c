@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,5 +151,20 @@ int fio_mkdirs(const char *dir, struct err *e)
     struct stat st;
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
         return err_set(e, ERR_IO, "%s: exists and is not a directory", buf);
+    return ERR_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int fio_rmtree(const char *dir, struct err *e)
+{
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return err_set(e, ERR_IO, "%s: cannot remove: %s", dir, strerror(errno));
     return ERR_OK;
 }

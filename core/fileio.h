@@ -29,6 +29,9 @@ int fio_write_file(const char *path, const void *data, size_t len, struct err *e
 /* mkdir -p. */
 int fio_mkdirs(const char *dir, struct err *e);
 
+/* rm -rf: removes a directory tree (no symlinks followed). */
+int fio_rmtree(const char *dir, struct err *e);
+
 /* "dir/name" into a malloc'ed string (NULL on allocation failure). */
 char *fio_join(const char *dir, const char *name);
 

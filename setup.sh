@@ -1,0 +1,29 @@
+#!/bin/bash
+# setup.sh - as root on a fresh Debian bookworm machine: install the Debian
+# packages gempack needs, build it, and run the main job on an embedded
+# default (a tiny E2B fixture: make it, check it, inspect it).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(build-essential meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
+          libcriterion-dev libopenblas-dev python3 python3-numpy)
+if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+else
+    echo "setup.sh: not root, skipping apt-get install of: ${packages[*]}" >&2
+fi
+
+if [ -d build ]; then
+    meson setup --reconfigure build >/dev/null
+else
+    meson setup build >/dev/null
+fi
+ninja -C build
+
+demo=build/demo
+rm -rf "$demo"
+./build/gempack fixture --variant e2b --layout hf -o "$demo/e2b"
+./build/gempack check "$demo/e2b"
+./build/gempack inspect "$demo/e2b" | tail -n 3

@@ -1,0 +1,35 @@
+/* helpers.h - shared test utilities: scratch directories and files. */
+#ifndef GP_TEST_HELPERS_H
+#define GP_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fixtures/fixture.h"
+
+/* A fresh directory under $TMPDIR (or /tmp), removed by th_rmtree. The
+ * returned string is malloc'ed. Aborts the test (cr_assert) on failure. */
+char *th_mkdtemp(void);
+
+/* rm -rf of a directory made by th_mkdtemp; frees `dir`. */
+void th_rmtree(char *dir);
+
+/* Writes len bytes to dir/name; returns the malloc'ed path. */
+char *th_write(const char *dir, const char *name, const void *data, size_t len);
+
+/* Reads a whole file (malloc'ed; *len set). NULL on failure. */
+uint8_t *th_read(const char *path, size_t *len);
+
+/* A safetensors image from a header JSON string and `data_len` data bytes
+ * (filled with i & 0xff): u64 header length, header, data. malloc'ed. */
+uint8_t *th_safetensors(const char *header_json, size_t data_len, size_t *len);
+
+/* Makes a fixture in dir/sub with the given options (out_dir is set here).
+ * Returns the malloc'ed output path; asserts success. */
+char *th_fixture(const char *dir, const char *sub, struct fixture_opts o);
+
+/* Path of ../shared/external-goldens/<name> relative to the source tree, or
+ * NULL when that folder is absent (tests then skip). malloc'ed. */
+char *th_external_golden(const char *name);
+
+#endif
