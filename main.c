@@ -12,8 +12,11 @@
 #include <sys/stat.h>
 
 #include "converter/check.h"
+#include "converter/convert.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/pack.h"
+#include "core/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "gp_config.h"
@@ -346,6 +349,214 @@ static int cmd_fixture(int argc, char **argv)
     return 0;
 }
 
+/* ---- convert ---- */
+
+static const char convert_help[] =
+    "usage: gempack convert DIR -o OUT [options]\n"
+    "\n"
+    "Normalizes a checkpoint that 'gempack check' accepts into one canonical form\n"
+    "and writes a .gpk pack (default) or, with --format mlx, a directory of MLX\n"
+    "safetensors + config.json. Every dropped or transformed tensor is reported.\n"
+    "Without --bits or --quantize nothing is requantized: tensors keep their\n"
+    "source representation.\n"
+    "\n"
+    "  -o, --output OUT          the .gpk file, or the MLX directory\n"
+    "  --format pack|mlx         output kind (default pack)\n"
+    "  --bits 2|3|4|5|6|8        MLX affine quantization of every quantizable\n"
+    "                            module (norms and scalars never; the MoE router\n"
+    "                            at 8-bit group 64)\n"
+    "  --group-size 32|64|128    group size for --bits (default 64)\n"
+    "  --quantize REGEX=BITS[:GROUP]  per-tensor override, matched against canonical\n"
+    "                            names (layers.3.mlp.down_proj.weight); repeatable,\n"
+    "                            first match wins\n"
+    "  --keep-dense REGEX        keep matching tensors unquantized; repeatable\n"
+    "  --ple-projection quantize|dense  per_layer_model_projection (default quantize)\n"
+    "  --skip-last-full-attention  keep every weight of the last full-attention\n"
+    "                            layer at source precision\n"
+    "  --allow-requantize        allow dequantize + requantize of MLX-quantized input\n"
+    "  --qat-lattice             4-bit group 32 on the QAT q4_0 grid where a group\n"
+    "                            sits on it exactly (scale d, bias -8d)\n"
+    "  --text-only               MLX export without vision/audio towers\n"
+    "  --align N                 pack data alignment, 64..65536 (default 4096)\n"
+    "  --dry-run                 print the per-tensor plan and totals; write nothing\n"
+    "  --json                    the report as JSON on stdout\n"
+    "  -h, --help                this text\n";
+
+static void free_rules(struct plan_opts *p)
+{
+    for (size_t i = 0; i < p->n_quantize; i++)
+        plan_rule_free(&p->quantize[i]);
+    for (size_t i = 0; i < p->n_keep_dense; i++)
+        plan_rule_free(&p->keep_dense[i]);
+    free(p->quantize);
+    free(p->keep_dense);
+}
+
+static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense, struct err *e)
+{
+    struct plan_rule *nv = realloc(*v, (*n + 1) * sizeof *nv);
+    if (!nv)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    *v = nv;
+    int rc = plan_rule_parse(&nv[*n], arg, dense, e);
+    if (rc == ERR_OK)
+        (*n)++;
+    return rc;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'},      {"format", required_argument, 0, 'f'},
+        {"bits", required_argument, 0, 'b'},        {"group-size", required_argument, 0, 'g'},
+        {"quantize", required_argument, 0, 'q'},    {"keep-dense", required_argument, 0, 'k'},
+        {"ple-projection", required_argument, 0, 'p'}, {"skip-last-full-attention", no_argument, 0, 's'},
+        {"allow-requantize", no_argument, 0, 'r'},  {"qat-lattice", no_argument, 0, 'l'},
+        {"text-only", no_argument, 0, 't'},         {"align", required_argument, 0, 'a'},
+        {"dry-run", no_argument, 0, 'd'},           {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},              {0}};
+    struct convert_opts o = {.align = 4096, .plan = {.group_size = 64}};
+    bool json = false, gs_given = false;
+    unsigned long long v;
+    struct err e = {0};
+    int c, code = EXIT_ERROR;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.out = optarg; break;
+        case 'f':
+            if (strcmp(optarg, "pack") && strcmp(optarg, "mlx")) {
+                code = usage_error("convert", "--format %s: expected pack or mlx", optarg);
+                goto out;
+            }
+            o.format_mlx = !strcmp(optarg, "mlx");
+            break;
+        case 'b':
+            if (!parse_u64(optarg, 8, &v) || !quant_params_valid(QM_AFFINE, (int)v, 64)) {
+                code = usage_error("convert", "--bits %s: expected 2, 3, 4, 5, 6 or 8", optarg);
+                goto out;
+            }
+            o.plan.bits = (int)v;
+            break;
+        case 'g':
+            if (!parse_u64(optarg, 128, &v) || !quant_params_valid(QM_AFFINE, 4, (int)v)) {
+                code = usage_error("convert", "--group-size %s: expected 32, 64 or 128", optarg);
+                goto out;
+            }
+            o.plan.group_size = (int)v;
+            gs_given = true;
+            break;
+        case 'q':
+        case 'k':
+            if ((c == 'q' ? add_rule(&o.plan.quantize, &o.plan.n_quantize, optarg, false, &e)
+                          : add_rule(&o.plan.keep_dense, &o.plan.n_keep_dense, optarg, true, &e)) != ERR_OK) {
+                code = usage_error("convert", "%s", e.msg);
+                goto out;
+            }
+            break;
+        case 'p':
+            if (strcmp(optarg, "quantize") && strcmp(optarg, "dense")) {
+                code = usage_error("convert", "--ple-projection %s: expected quantize or dense", optarg);
+                goto out;
+            }
+            o.plan.ple_dense = !strcmp(optarg, "dense");
+            break;
+        case 's': o.plan.skip_last_full = true; break;
+        case 'r': o.plan.allow_requantize = true; break;
+        case 'l': o.plan.qat_lattice = true; break;
+        case 't': o.text_only = true; break;
+        case 'a':
+            if (!parse_u64(optarg, 65536, &v) || v < 64 || (v & (v - 1))) {
+                code = usage_error("convert", "--align %s: expected a power of two from 64 to 65536", optarg);
+                goto out;
+            }
+            o.align = (uint32_t)v;
+            break;
+        case 'd': o.dry_run = true; break;
+        case 'j': json = true; break;
+        case 'h': fputs(convert_help, stdout); code = 0; goto out;
+        default: code = usage_error("convert", "%s", "invalid option"); goto out;
+        }
+    }
+    if (optind + 1 != argc) {
+        code = usage_error("convert", "%s", "expected exactly one checkpoint directory");
+        goto out;
+    }
+    if (!o.out && !o.dry_run) {
+        code = usage_error("convert", "%s", "missing -o OUT");
+        goto out;
+    }
+    if (o.plan.qat_lattice) {
+        if ((o.plan.bits && o.plan.bits != 4) || (gs_given && o.plan.group_size != 32)) {
+            code = usage_error("convert", "%s", "--qat-lattice emits 4-bit group 32 (the q4_0 grid)");
+            goto out;
+        }
+        o.plan.bits = 4;
+        o.plan.group_size = 32;
+    }
+    if (o.text_only && !o.format_mlx) {
+        code = usage_error("convert", "%s", "--text-only applies to --format mlx (a pack is always text-only)");
+        goto out;
+    }
+    struct convert_report r;
+    int rc = convert_run(&r, argv[optind], &o, &e);
+    if (rc == ERR_OK) {
+        convert_print(json ? stderr : stdout, &r, o.dry_run);
+        if (json) {
+            struct json_object *jo = convert_json(&r);
+            print_json(jo);
+            json_object_put(jo);
+        }
+        code = 0;
+    } else {
+        code = fail(&e);
+    }
+    convert_free(&r);
+out:
+    free_rules(&o.plan);
+    return code;
+}
+
+/* ---- verify ---- */
+
+static const char verify_help[] =
+    "usage: gempack verify FILE.gpk\n"
+    "\n"
+    "Checks every CRC of a pack (header, manifest, every tensor) and that all\n"
+    "padding is zero. Exit 0 intact, 1 any mismatch, 2 unreadable.\n";
+
+static int cmd_verify(int argc, char **argv)
+{
+    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(verify_help, stdout);
+            return 0;
+        }
+        return usage_error("verify", "%s", "invalid option");
+    }
+    if (optind + 1 != argc)
+        return usage_error("verify", "%s", "expected exactly one pack file");
+    struct pack p;
+    struct err e = {0};
+    int rc = pack_open(&p, argv[optind], &e);
+    if (rc == ERR_IO)
+        return fail(&e);
+    if (rc != ERR_OK) {
+        fprintf(stderr, "gempack verify: FAILED: %s\n", e.msg);
+        return EXIT_VERDICT;
+    }
+    size_t bad;
+    rc = pack_verify(&p, &bad, &e);
+    if (rc == ERR_OK)
+        printf("gempack verify: %s: OK (%zu tensors, header, manifest and padding intact)\n", argv[optind],
+               p.n_tensors);
+    else
+        fprintf(stderr, "gempack verify: FAILED: %s\n", e.msg);
+    pack_close(&p);
+    return rc == ERR_OK ? 0 : EXIT_VERDICT;
+}
+
 /* ---- dispatch ---- */
 
 static const char main_help[] =
@@ -364,7 +575,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"check", cmd_check}, {"inspect", cmd_inspect}, {"fixture", cmd_fixture}};
+    } cmds[] = {{"check", cmd_check},     {"inspect", cmd_inspect}, {"fixture", cmd_fixture},
+                {"convert", cmd_convert}, {"verify", cmd_verify}};
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_ERROR : 0;

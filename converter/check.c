@@ -100,6 +100,12 @@ __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r
         snprintf(g->message, sizeof g->message, "%s", message);
     }
     if (layer >= 0) {
+        /* keep the layer set sorted: text keys arrive in name order ("layers.11." < "layers.5.") */
+        int at = g->n_layers;
+        while (at > 0 && g->layers[at - 1] > layer)
+            at--;
+        if (at > 0 && g->layers[at - 1] == layer)
+            return;
         if (g->n_layers == g->cap_layers) {
             int cap = g->cap_layers ? 2 * g->cap_layers : 8;
             int *v = realloc(g->layers, (size_t)cap * sizeof *v);
@@ -108,7 +114,9 @@ __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r
             g->layers = v;
             g->cap_layers = cap;
         }
-        g->layers[g->n_layers++] = layer;
+        memmove(g->layers + at + 1, g->layers + at, (size_t)(g->n_layers - at) * sizeof *g->layers);
+        g->layers[at] = layer;
+        g->n_layers++;
     }
 }
 
@@ -152,7 +160,7 @@ static void check_float(struct check_report *r, const struct layout_entry *le, s
     if (!dtype_is_weight_float(t->dtype)) {
         if (t->dtype == DT_U32 && le->module[0])
             finding(r, CHK_QUANT, le->name, le->layer, "", dtype_name(t->dtype),
-                    "U32 (quantized) weight without %s.scales", le->module);
+                    "U32 (quantized) weight without its .scales");
         else
             finding(r, CHK_DTYPE, le->name, le->layer, float_dtypes, dtype_name(t->dtype), NULL);
         return;
@@ -180,7 +188,7 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
     struct cfg_qspec q = cfg_quant_lookup(&r->cfg.quant, path, &explicit_entry);
     if (!q.quantized) {
         finding(r, CHK_QUANT, le->name, le->layer, "", "",
-                "config.json marks %s as not quantized (false), but %s.scales exists", path, le->module);
+                "config.json marks this module as not quantized (false), but its .scales exists");
         return;
     }
     if (!w) {
@@ -196,7 +204,7 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
     if (!affine && st->dtype != DT_U8)
         finding(r, CHK_DTYPE, s->rel, le->layer, "U8", dtype_name(st->dtype), "%s scales", qmode_name(q.mode));
     if (affine && !b)
-        finding(r, CHK_MISSING, s->rel, le->layer, "", "", "affine quantization needs %s.biases", le->module);
+        finding(r, CHK_MISSING, s->rel, le->layer, "", "", "affine quantization needs .biases next to .scales");
     if (!affine && b)
         finding(r, CHK_UNEXPECTED, b->rel, le->layer, "", "", "%s quantization has no biases", qmode_name(q.mode));
     if (bt && st && (bt->dtype != st->dtype || bt->rank != st->rank ||
@@ -251,7 +259,7 @@ static void check_entry(struct check_report *r, const struct layout_entry *le, s
         return;
     }
     if (b)
-        finding(r, CHK_QUANT, b->rel, le->layer, "", "", "%s.biases without %s.scales", le->module, le->module);
+        finding(r, CHK_QUANT, b->rel, le->layer, "", "", ".biases without .scales");
     if (!w) {
         if (!le->redundant) {
             fmt_shape(exp, sizeof exp, le->shape, le->rank);
@@ -265,7 +273,8 @@ static void check_entry(struct check_report *r, const struct layout_entry *le, s
         struct cfg_qspec q = cfg_quant_lookup(&r->cfg.quant, rel, &explicit_entry);
         if (explicit_entry && q.quantized) {
             finding(r, CHK_MISSING, le->name, le->layer, "", "",
-                    "config.json quantizes %s explicitly, so MLX loaders expect %s.scales", rel, le->module);
+                    "config.json quantizes this module explicitly (per-module override), so MLX loaders expect its "
+                    ".scales");
             return;
         }
     }

@@ -103,7 +103,12 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
             goto out;
         }
         const char *s = json_object_get_string(shard);
-        if (!plain_file_name(s) || (size_t)json_object_get_string_len(shard) != strlen(s)) {
+        if ((size_t)json_object_get_string_len(shard) != strlen(s)) {
+            rc = err_set(e, ERR_FORMAT, "%s: weight_map[\"%s\"] = \"%s...\" contains a NUL byte (\\u0000), expected a "
+                         "plain file name", index_path, tname, s);
+            goto out;
+        }
+        if (!plain_file_name(s)) {
             rc = err_set(e, ERR_FORMAT, "%s: weight_map[\"%s\"] = \"%s\" is not a plain file name in the same directory",
                          index_path, tname, s);
             goto out;
@@ -133,8 +138,15 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
                 goto out;
             }
             if (strcmp(json_object_get_string(m), c->shard_names[i]) != 0) {
-                rc = err_set(e, ERR_FORMAT, "%s: tensor '%s' is in shard %s, but the weight_map places it in %s",
-                             c->dir, t->name, c->shard_names[i], json_object_get_string(m));
+                /* The weight_map holds one shard per name, so a tensor stored in two
+                 * shards always lands here: say so rather than blame the index. */
+                long other = shard_index(c, json_object_get_string(m));
+                if (other >= 0 && st_find(&c->shards[other], t->name))
+                    rc = err_set(e, ERR_FORMAT, "%s: tensor '%s' is stored in two shards (%s and %s)", c->dir,
+                                 t->name, c->shard_names[other], c->shard_names[i]);
+                else
+                    rc = err_set(e, ERR_FORMAT, "%s: tensor '%s' is in shard %s, but the weight_map places it in %s",
+                                 c->dir, t->name, c->shard_names[i], json_object_get_string(m));
                 goto out;
             }
             c->tensors[c->n_tensors++] = (struct ckpt_tensor){t->name, i, t};

@@ -40,6 +40,24 @@ int jsonx_parse(const char *buf, size_t len, struct json_object **out, struct er
     return ERR_OK;
 }
 
+bool jsonx_has_escaped_nul(const char *buf, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (!in_string) {
+            in_string = c == '"';
+        } else if (c == '"') {
+            in_string = false;
+        } else if (c == '\\' && i + 1 < len) {
+            if (buf[i + 1] == 'u' && i + 5 < len && memcmp(buf + i + 2, "0000", 4) == 0)
+                return true;
+            i++; /* skip the escaped character (the hex digits of \uXXXX are plain characters) */
+        }
+    }
+    return false;
+}
+
 bool jsonx_u64(struct json_object *o, uint64_t *out)
 {
     if (!o || json_object_get_type(o) != json_type_int)

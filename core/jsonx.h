@@ -23,6 +23,12 @@
  * the file name. */
 int jsonx_parse(const char *buf, size_t len, struct json_object **out, struct err *e);
 
+/* True when a string of the (already validated) JSON text `buf` contains the
+ * escape \u0000. json-c keeps such a NUL inside string values but silently
+ * cuts object KEYS at it, so a key "a\u0000b" would be read as "a"
+ * (formats.md §1.5: names containing NUL must be rejected). */
+bool jsonx_has_escaped_nul(const char *buf, size_t len);
+
 /* A non-negative JSON integer below INT64_MAX (so never a saturated value).
  * Floats such as 16.0, negatives and booleans are rejected. */
 bool jsonx_u64(struct json_object *o, uint64_t *out);

@@ -65,7 +65,9 @@ void names_classify(const char *key, struct name_info *out)
         const char *p = out->rel + 7;
         char *endp;
         long n = strtol(p, &endp, 10);
-        if (endp != p && *endp == '.' && n >= 0 && n < 1000000 && (p[0] != '0' || endp == p + 1))
+        /* Plain decimal only: strtol alone would also take "+5", " 5" or "-0". */
+        if (p[0] >= '0' && p[0] <= '9' && endp != p && *endp == '.' && n >= 0 && n < 1000000 &&
+            (p[0] != '0' || endp == p + 1))
             out->layer = (int)n;
     }
 }

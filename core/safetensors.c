@@ -112,6 +112,12 @@ static int parse_header(struct st_file *f, const char *hdr, bool allow_truncated
         return err_prefix(e, "%s: header", f->path);
     int rc = ERR_OK;
     struct st_tensor **order = NULL;
+    if (jsonx_has_escaped_nul(hdr, (size_t)f->header_len)) {
+        /* json-c would silently cut a tensor name at the NUL (formats.md §1.5). */
+        rc = err_set(e, ERR_FORMAT, "%s: header contains a string with an escaped NUL (\\u0000); tensor names "
+                     "and metadata must not contain NUL", f->path);
+        goto out;
+    }
     if (json_object_get_type(root) != json_type_object) {
         rc = err_set(e, ERR_FORMAT, "%s: header is a JSON %s, expected an object", f->path, jsonx_type_name(root));
         goto out;

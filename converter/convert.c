@@ -1,0 +1,511 @@
+#include "converter/convert.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "converter/check.h"
+#include "core/fileio.h"
+#include "core/jsonx.h"
+#include "core/pack.h"
+#include "core/sha256.h"
+#include "gp_config.h"
+
+/* ---- provenance and manifest ---- */
+
+static struct json_object *options_json(const struct convert_opts *o)
+{
+    const struct plan_opts *p = &o->plan;
+    struct json_object *j = json_object_new_object();
+    json_object_object_add(j, "format", json_object_new_string(o->format_mlx ? "mlx" : "pack"));
+    json_object_object_add(j, "bits", p->bits ? json_object_new_int(p->bits) : NULL);
+    json_object_object_add(j, "group_size", json_object_new_int(p->group_size));
+    struct json_object *q = json_object_new_array(), *d = json_object_new_array();
+    for (size_t i = 0; i < p->n_quantize; i++) {
+        char s[600];
+        snprintf(s, sizeof s, "%s=%d:%d", p->quantize[i].pattern, p->quantize[i].bits, p->quantize[i].group_size);
+        json_object_array_add(q, json_object_new_string(s));
+    }
+    for (size_t i = 0; i < p->n_keep_dense; i++)
+        json_object_array_add(d, json_object_new_string(p->keep_dense[i].pattern));
+    json_object_object_add(j, "quantize", q);
+    json_object_object_add(j, "keep_dense", d);
+    json_object_object_add(j, "ple_projection", json_object_new_string(p->ple_dense ? "dense" : "quantize"));
+    json_object_object_add(j, "skip_last_full_attention", json_object_new_boolean(p->skip_last_full));
+    json_object_object_add(j, "allow_requantize", json_object_new_boolean(p->allow_requantize));
+    json_object_object_add(j, "qat_lattice", json_object_new_boolean(p->qat_lattice));
+    if (!o->format_mlx)
+        json_object_object_add(j, "align", json_object_new_int64(o->align));
+    else
+        json_object_object_add(j, "text_only", json_object_new_boolean(o->text_only));
+    return j;
+}
+
+static struct json_object *source_json(const struct convert_report *r, const char *config_text, size_t config_len)
+{
+    struct json_object *s = json_object_new_object(), *files = json_object_new_array();
+    char hex[65];
+    for (size_t i = 0; i < r->ck.n_shards; i++) {
+        const struct st_file *f = &r->ck.shards[i];
+        struct json_object *fo = json_object_new_object();
+        json_object_object_add(fo, "name", json_object_new_string(r->ck.shard_names[i]));
+        json_object_object_add(fo, "size", json_object_new_int64((int64_t)f->file_size));
+        sha256_hex(f->map + 8, (size_t)f->header_len, hex);
+        json_object_object_add(fo, "header_sha256", json_object_new_string(hex));
+        json_object_array_add(files, fo);
+    }
+    json_object_object_add(s, "files", files);
+    sha256_hex(config_text, config_len, hex);
+    json_object_object_add(s, "config_sha256", json_object_new_string(hex));
+    json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->norm.family)));
+    json_object_object_add(s, "quantization",
+                           json_object_new_string(r->cfg.quant.mlx ? "mlx"
+                                                  : r->cfg.quant.qat_unquantized ? "qat_unquantized"
+                                                                                 : "none"));
+    return s;
+}
+
+/* The text config as a standalone gemma4_text config (no quantization keys:
+ * the pack records quantization per module). */
+static struct json_object *text_config(const struct gp_config *c)
+{
+    struct json_object *t = NULL;
+    json_object_deep_copy(c->text_json, &t, NULL);
+    json_object_object_del(t, "quantization");
+    json_object_object_del(t, "quantization_config");
+    json_object_object_add(t, "model_type", json_object_new_string("gemma4_text"));
+    return t;
+}
+
+static struct json_object *quantized_entry(const struct plan_item *it)
+{
+    const struct norm_tensor *t = it->nt;
+    struct json_object *q = json_object_new_object();
+    char name[NORM_NAME_MAX + 16];
+    json_object_object_add(q, "mode", json_object_new_string("affine"));
+    json_object_object_add(q, "bits", json_object_new_int(it->bits));
+    json_object_object_add(q, "group_size", json_object_new_int(it->group_size));
+    json_object_object_add(q, "in_features", json_object_new_int64((int64_t)t->shape[t->rank - 1]));
+    json_object_object_add(q, "out_features", json_object_new_int64((int64_t)t->shape[t->rank - 2]));
+    static const char *const part[] = {"weight", "scales", "biases"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "%s.%s", t->module, part[k]);
+        json_object_object_add(q, part[k], json_object_new_string(name));
+    }
+    json_object_object_add(q, "action", json_object_new_string(plan_action_name(it->act)));
+    json_object_object_add(q, "why", json_object_new_string(it->why));
+    return q;
+}
+
+/* ---- writers ---- */
+
+static int pack_sink(void *ctx, const void *data, size_t len, struct err *e)
+{
+    return pack_writer_write(ctx, data, len, e);
+}
+
+static int st_sink(void *ctx, const void *data, size_t len, struct err *e)
+{
+    return st_writer_write(ctx, data, len, e);
+}
+
+static void lattice_totals(struct convert_report *r)
+{
+    for (size_t i = 0; i < r->plan.n; i++) {
+        r->lattice_groups += r->plan.items[i].lattice_groups;
+        r->lattice_exact += r->plan.items[i].lattice_exact;
+    }
+}
+
+static int write_pack(struct convert_report *r, const struct convert_opts *o, const char *config_text,
+                      size_t config_len, struct err *e)
+{
+    struct out_tensor *out;
+    size_t n;
+    int rc = plan_outputs(&r->plan, &out, &n, e);
+    if (rc != ERR_OK)
+        return rc;
+    struct pack_writer w;
+    struct stream_state st = {0};
+    if ((rc = pack_writer_open(&w, o->out, o->align, e)) != ERR_OK) {
+        free(out);
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == ERR_OK; i++) {
+        rc = pack_writer_begin(&w, out[i].name, out[i].dtype, out[i].rank, out[i].shape, e);
+        if (rc == ERR_OK)
+            rc = plan_stream(&r->ck, &out[i], &st, pack_sink, &w, e);
+        if (rc == ERR_OK)
+            rc = pack_writer_end(&w, e);
+        r->out_bytes += out[i].nbytes;
+    }
+    plan_stream_free(&st);
+    free(out);
+    if (rc != ERR_OK) {
+        pack_writer_abort(&w);
+        return rc;
+    }
+    lattice_totals(r);
+    struct json_object *f = json_object_new_object(), *model = json_object_new_object(),
+                       *quant = json_object_new_object(), *prod = json_object_new_object(),
+                       *rt = json_object_new_object();
+    json_object_object_add(prod, "name", json_object_new_string("gempack"));
+    json_object_object_add(prod, "version", json_object_new_string(GEMPACK_VERSION));
+    json_object_object_add(f, "producer", prod);
+    json_object_object_add(model, "architecture", json_object_new_string("gemma4_text"));
+    json_object_object_add(model, "config", text_config(&r->cfg));
+    json_object_object_add(f, "model", model);
+    bool any_q = false;
+    for (size_t i = 0; i < r->plan.n; i++)
+        if (r->plan.items[i].quantized_out) {
+            json_object_object_add(quant, r->plan.items[i].nt->module, quantized_entry(&r->plan.items[i]));
+            any_q = true;
+        }
+    json_object_object_add(f, "quantized", quant);
+    json_object_object_add(f, "normalization", normalize_log_json(&r->norm));
+    json_object_object_add(f, "source", source_json(r, config_text, config_len));
+    json_object_object_add(f, "options", options_json(o));
+    json_object_object_add(rt, "skip_last_full_attention", json_object_new_boolean(o->plan.skip_last_full));
+    json_object_object_add(rt, "last_full_attention_layer", json_object_new_int(cfg_last_full_layer(&r->cfg)));
+    json_object_object_add(f, "runtime", rt);
+    if (o->plan.qat_lattice) {
+        struct json_object *l = json_object_new_object();
+        json_object_object_add(l, "groups", json_object_new_int64((int64_t)r->lattice_groups));
+        json_object_object_add(l, "exact", json_object_new_int64((int64_t)r->lattice_exact));
+        json_object_object_add(f, "qat_lattice", l);
+    }
+    static const char *const qfeat[] = {"quant:affine"};
+    rc = pack_writer_finish(&w, f, qfeat, any_q ? 1 : 0, e);
+    r->n_files = 1;
+    return rc;
+}
+
+/* MLX name of a canonical module or tensor: prefix + experts.switch_glu. */
+static void mlx_name(const char *prefix, const char *canon, char *out, size_t len)
+{
+    const char *ex = strstr(canon, ".experts.");
+    if (ex)
+        snprintf(out, len, "%s%.*s.experts.switch_glu.%s", prefix, (int)(ex - canon), canon, ex + strlen(".experts."));
+    else
+        snprintf(out, len, "%s%s", prefix, canon);
+}
+
+/* config.json of the MLX export: the quantization block holds the global
+ * bits/group and a per-module entry for every quantizable module that
+ * differs: a dict for other bits/group, false for a module kept dense. */
+static struct json_object *mlx_config(const struct convert_report *r, const struct convert_opts *o, const char *prefix)
+{
+    struct json_object *root = NULL;
+    if (o->text_only || !r->cfg.nested) {
+        root = text_config(&r->cfg);
+        struct json_object *arch = json_object_new_array();
+        json_object_array_add(arch, json_object_new_string("Gemma4ForCausalLM"));
+        json_object_object_add(root, "architectures", arch);
+    } else {
+        json_object_deep_copy(r->cfg.root_json, &root, NULL);
+        struct json_object *t = json_object_object_get(root, "text_config");
+        json_object_object_del(t, "quantization_config");
+    }
+    json_object_object_del(root, "quantization");
+    json_object_object_del(root, "quantization_config");
+    /* global: the most common (bits, group) among quantized outputs */
+    int best_bits = 0, best_gs = 0;
+    size_t best = 0;
+    for (size_t i = 0; i < r->plan.n; i++) {
+        const struct plan_item *a = &r->plan.items[i];
+        if (!a->quantized_out)
+            continue;
+        size_t count = 0;
+        for (size_t j = 0; j < r->plan.n; j++)
+            count += r->plan.items[j].quantized_out && r->plan.items[j].bits == a->bits &&
+                     r->plan.items[j].group_size == a->group_size;
+        if (count > best) {
+            best = count;
+            best_bits = a->bits;
+            best_gs = a->group_size;
+        }
+    }
+    if (!best)
+        return root;
+    struct json_object *q = json_object_new_object();
+    json_object_object_add(q, "group_size", json_object_new_int(best_gs));
+    json_object_object_add(q, "bits", json_object_new_int(best_bits));
+    json_object_object_add(q, "mode", json_object_new_string("affine"));
+    char path[NORM_NAME_MAX + 64];
+    for (size_t i = 0; i < r->plan.n; i++) {
+        const struct plan_item *it = &r->plan.items[i];
+        if (!it->nt->module[0])
+            continue;
+        mlx_name(prefix, it->nt->module, path, sizeof path);
+        if (!it->quantized_out) {
+            json_object_object_add(q, path, json_object_new_boolean(false));
+        } else if (it->bits != best_bits || it->group_size != best_gs) {
+            struct json_object *d = json_object_new_object();
+            json_object_object_add(d, "group_size", json_object_new_int(it->group_size));
+            json_object_object_add(d, "bits", json_object_new_int(it->bits));
+            json_object_object_add(q, path, d);
+        }
+    }
+    struct json_object *copy = NULL;
+    json_object_deep_copy(q, &copy, NULL);
+    json_object_object_add(root, "quantization", q);
+    json_object_object_add(root, "quantization_config", copy);
+    return root;
+}
+
+struct mlx_out {
+    char name[320];
+    const struct out_tensor *t;     /* text tensor, or NULL for a tower key */
+    const struct ckpt_tensor *tower;
+    enum dtype dtype;
+    int rank;
+    uint64_t shape[ST_MAX_RANK];
+    uint64_t nbytes;
+    int shard;
+};
+
+static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t n, int shard, const char *path,
+                           struct err *e)
+{
+    size_t k = 0;
+    struct st_writer_tensor *wt = calloc(n ? n : 1, sizeof *wt);
+    if (!wt)
+        return err_set(e, ERR_NOMEM, "cannot allocate the shard list");
+    for (size_t i = 0; i < n; i++)
+        if (mo[i].shard == shard) {
+            wt[k] = (struct st_writer_tensor){mo[i].name, mo[i].dtype, mo[i].rank, {0}};
+            memcpy(wt[k].shape, mo[i].shape, sizeof wt[k].shape);
+            k++;
+        }
+    static const char *const meta[] = {"format", "mlx"};
+    struct st_writer w;
+    struct stream_state st = {0};
+    int rc = st_writer_open(&w, path, wt, k, meta, 1, false, e);
+    free(wt);
+    for (size_t i = 0; i < n && rc == ERR_OK; i++) {
+        if (mo[i].shard != shard)
+            continue;
+        if (mo[i].t) {
+            rc = plan_stream(&r->ck, (struct out_tensor *)mo[i].t, &st, st_sink, &w, e);
+        } else {
+            const uint8_t *data;
+            rc = st_data(&r->ck.shards[mo[i].tower->shard], mo[i].tower->t, &data, e);
+            if (rc == ERR_OK)
+                rc = st_writer_write(&w, data, (size_t)mo[i].nbytes, e);
+        }
+        r->out_bytes += mo[i].nbytes;
+    }
+    plan_stream_free(&st);
+    if (rc == ERR_OK)
+        return st_writer_finish(&w, e);
+    st_writer_abort(&w);
+    return rc;
+}
+
+static int write_mlx(struct convert_report *r, const struct convert_opts *o, struct err *e)
+{
+    bool text_only = o->text_only || !r->cfg.nested;
+    const char *prefix = text_only ? "model." : "language_model.model.";
+    struct out_tensor *out;
+    size_t n_out;
+    int rc = plan_outputs(&r->plan, &out, &n_out, e);
+    if (rc != ERR_OK)
+        return rc;
+    size_t n_tw = text_only ? 0 : r->norm.n_towers, n = n_out + n_tw;
+    struct mlx_out *mo = calloc(n ? n : 1, sizeof *mo);
+    struct json_object *cfg = NULL, *index = NULL;
+    if (!mo) {
+        free(out);
+        return err_set(e, ERR_NOMEM, "cannot allocate the output list");
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        mlx_name(prefix, out[i].name, mo[i].name, sizeof mo[i].name);
+        mo[i].t = &out[i];
+        mo[i].dtype = out[i].dtype;
+        mo[i].rank = out[i].rank;
+        memcpy(mo[i].shape, out[i].shape, sizeof out[i].shape);
+        mo[i].nbytes = out[i].nbytes;
+    }
+    for (size_t i = 0; i < n_tw; i++) {
+        struct mlx_out *m = &mo[n_out + i];
+        const struct ckpt_tensor *tw = r->norm.towers[i];
+        /* mlx-vlm keeps towers without the HF "model." wrapper */
+        snprintf(m->name, sizeof m->name, "%s", strncmp(tw->name, "model.", 6) ? tw->name : tw->name + 6);
+        m->tower = tw;
+        m->dtype = tw->t->dtype;
+        m->rank = tw->t->rank;
+        memcpy(m->shape, tw->t->shape, sizeof tw->t->shape);
+        m->nbytes = tw->t->end - tw->t->begin;
+    }
+    /* greedy shards of at most 5 GB (a triplet stays together) */
+    int shards = 1;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool tail_part = mo[i].t && mo[i].t->part != PART_WEIGHT;
+        if (acc > 0 && acc + mo[i].nbytes > CONVERT_MLX_SHARD_BYTES && !tail_part) {
+            shards++;
+            acc = 0;
+        }
+        mo[i].shard = shards - 1;
+        acc += mo[i].nbytes;
+    }
+    if ((rc = fio_mkdirs(o->out, e)) != ERR_OK)
+        goto out;
+    char fname[64];
+    for (int k = 0; k < shards && rc == ERR_OK; k++) {
+        if (shards == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, shards);
+        char *path = fio_join(o->out, fname);
+        rc = path ? write_mlx_shard(r, mo, n, k, path, e) : err_set(e, ERR_NOMEM, "out of memory");
+        free(path);
+    }
+    if (rc != ERR_OK)
+        goto out;
+    lattice_totals(r);
+    r->n_files = shards + 1;
+    if (shards > 1) {
+        index = json_object_new_object();
+        struct json_object *meta = json_object_new_object(), *wm = json_object_new_object();
+        json_object_object_add(meta, "total_size", json_object_new_int64((int64_t)r->out_bytes));
+        json_object_object_add(index, "metadata", meta);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", mo[i].shard + 1, shards);
+            json_object_object_add(wm, mo[i].name, json_object_new_string(fname));
+        }
+        json_object_object_add(index, "weight_map", wm);
+        const char *s = json_object_to_json_string_ext(index, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+        char *path = fio_join(o->out, "model.safetensors.index.json");
+        rc = path ? fio_write_file(path, s, strlen(s), e) : err_set(e, ERR_NOMEM, "out of memory");
+        free(path);
+        r->n_files++;
+    }
+    if (rc == ERR_OK) {
+        cfg = mlx_config(r, o, prefix);
+        const char *s = json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
+        char *path = fio_join(o->out, "config.json");
+        rc = path ? fio_write_file(path, s, strlen(s), e) : err_set(e, ERR_NOMEM, "out of memory");
+        free(path);
+    }
+out:
+    if (cfg)
+        json_object_put(cfg);
+    if (index)
+        json_object_put(index);
+    free(mo);
+    free(out);
+    return rc;
+}
+
+/* ---- the command ---- */
+
+int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *o, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    struct check_report chk;
+    int rc = check_run(&chk, dir, 0, e);
+    if (rc == ERR_OK && !check_loadable(&chk)) {
+        char first[800] = "";
+        for (int i = 0; i < chk.n_groups; i++)
+            if (chk.groups[i].kind != CHK_REDUNDANT) {
+                check_group_name(&chk.groups[i], first, sizeof first);
+                size_t l = strlen(first);
+                snprintf(first + l, sizeof first - l, ": %s %s", check_kind_name(chk.groups[i].kind),
+                         chk.groups[i].message);
+                break;
+            }
+        rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "
+                                    "check %s' for the full report",
+                     dir, chk.n_problems, chk.n_problems == 1 ? "" : "s", first, dir);
+    }
+    check_free(&chk);
+    if (rc != ERR_OK)
+        return rc;
+    char *cfg_path = fio_join(dir, "config.json"), *cfg_text = NULL;
+    size_t cfg_len = 0;
+    rc = cfg_path ? jsonx_read_file(cfg_path, 16u << 20, &cfg_text, &cfg_len, e) : err_set(e, ERR_NOMEM, "oom");
+    if (rc == ERR_OK)
+        rc = cfg_parse(&r->cfg, cfg_text, cfg_len, cfg_path, e);
+    free(cfg_path);
+    if (rc == ERR_OK)
+        rc = ckpt_open(&r->ck, dir, 0, e);
+    if (rc == ERR_OK)
+        rc = normalize(&r->ck, &r->cfg, &r->norm, e);
+    if (rc == ERR_OK)
+        rc = plan_build(&r->norm, &r->cfg, &o->plan, &r->plan, e);
+    if (rc == ERR_OK && !o->dry_run) {
+        r->out = strdup(o->out);
+        rc = o->format_mlx ? write_mlx(r, o, e) : write_pack(r, o, cfg_text, cfg_len, e);
+        r->written = rc == ERR_OK;
+    }
+    free(cfg_text);
+    return rc;
+}
+
+void convert_free(struct convert_report *r)
+{
+    if (!r)
+        return;
+    plan_free(&r->plan);
+    normalize_free(&r->norm);
+    ckpt_close(&r->ck);
+    cfg_free(&r->cfg);
+    free(r->out);
+    memset(r, 0, sizeof *r);
+}
+
+void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
+{
+    const struct normalized *n = &r->norm;
+    fprintf(out, "normalization (%zu entries; all of them in --json and in the pack manifest):\n", n->n_log);
+    /* grouped by action and reason, with a count and the first key */
+    bool *done = calloc(n->n_log ? n->n_log : 1, sizeof *done);
+    for (size_t i = 0; done && i < n->n_log; i++) {
+        if (done[i])
+            continue;
+        size_t count = 0;
+        for (size_t j = i; j < n->n_log; j++)
+            if (!done[j] && !strcmp(n->log[j].action, n->log[i].action) && !strcmp(n->log[j].reason, n->log[i].reason)) {
+                done[j] = true;
+                count++;
+            }
+        fprintf(out, "  %-8s %4zu x %s  (e.g. %s)\n", n->log[i].action, count, n->log[i].reason, n->log[i].tensor);
+    }
+    free(done);
+    if (with_plan)
+        plan_print(out, &r->plan);
+    size_t by_act[4] = {0};
+    for (size_t i = 0; i < r->plan.n; i++)
+        by_act[r->plan.items[i].act]++;
+    fprintf(out, "plan: %zu tensors: %zu copied, %zu quantized, %zu requantized, %zu dequantized; %llu bytes, %.3f bits "
+                 "per weight\n",
+            r->plan.n, by_act[ACT_COPY], by_act[ACT_QUANTIZE], by_act[ACT_REQUANTIZE], by_act[ACT_DEQUANTIZE],
+            (unsigned long long)r->plan.bytes,
+            r->plan.params ? 8.0 * (double)r->plan.bytes / (double)r->plan.params : 0.0);
+    if (r->lattice_groups)
+        fprintf(out, "qat lattice: %llu of %llu groups (%.2f %%) reproduced exactly\n",
+                (unsigned long long)r->lattice_exact, (unsigned long long)r->lattice_groups,
+                100.0 * (double)r->lattice_exact / (double)r->lattice_groups);
+    if (r->written)
+        fprintf(out, "wrote %s: %d file%s, %llu tensor bytes\n", r->out, r->n_files, r->n_files == 1 ? "" : "s",
+                (unsigned long long)r->out_bytes);
+}
+
+struct json_object *convert_json(const struct convert_report *r)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "schema", json_object_new_string("gempack.convert/1"));
+    json_object_object_add(o, "output", r->out ? json_object_new_string(r->out) : NULL);
+    json_object_object_add(o, "written", json_object_new_boolean(r->written));
+    json_object_object_add(o, "normalization", normalize_log_json(&r->norm));
+    json_object_object_add(o, "plan", plan_json(&r->plan));
+    if (r->lattice_groups) {
+        struct json_object *l = json_object_new_object();
+        json_object_object_add(l, "groups", json_object_new_int64((int64_t)r->lattice_groups));
+        json_object_object_add(l, "exact", json_object_new_int64((int64_t)r->lattice_exact));
+        json_object_object_add(o, "qat_lattice", l);
+    }
+    json_object_object_add(o, "bytes_written", json_object_new_int64((int64_t)r->out_bytes));
+    return o;
+}

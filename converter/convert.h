@@ -1,0 +1,49 @@
+/* convert.h - `gempack convert`: check, normalize, plan, write.
+ *
+ * Input: any checkpoint directory `gempack check` accepts. Output: a .gpk
+ * pack (core/pack.h) or, with format MLX, a directory of MLX safetensors and
+ * a config.json whose quantization block carries per-module overrides. */
+#ifndef GP_CONVERT_H
+#define GP_CONVERT_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "converter/normalize.h"
+#include "converter/plan.h"
+#include "core/checkpoint.h"
+#include "core/config.h"
+
+#define CONVERT_MLX_SHARD_BYTES (5ull << 30) /* mlx-lm's MAX_FILE_SIZE_GB */
+
+struct convert_opts {
+    struct plan_opts plan;
+    bool format_mlx;        /* --format mlx (directory) instead of a pack */
+    bool text_only;         /* --text-only: drop towers from the MLX export */
+    bool dry_run;           /* plan only, write nothing */
+    uint32_t align;         /* pack alignment (default 4096) */
+    const char *out;
+};
+
+struct convert_report {
+    struct gp_config cfg;
+    struct ckpt ck;
+    struct normalized norm;
+    struct plan plan;
+    bool written;
+    char *out;
+    uint64_t out_bytes;     /* tensor bytes written */
+    int n_files;
+    uint64_t lattice_groups, lattice_exact;
+};
+
+/* Runs the conversion. The report must be convert_free'd in every case. */
+int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *o, struct err *e);
+void convert_free(struct convert_report *r);
+
+/* Human summary: normalization log grouped by action and reason, plan totals. */
+void convert_print(FILE *out, const struct convert_report *r, bool with_plan);
+struct json_object *convert_json(const struct convert_report *r);
+
+#endif

@@ -1,0 +1,429 @@
+#include "converter/plan.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+
+int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    const char *eq = is_dense ? NULL : strrchr(arg, '=');
+    if (!is_dense) {
+        if (!eq || eq == arg)
+            return err_set(e, ERR_USAGE, "--quantize %s: expected REGEX=BITS[:GROUP]", arg);
+        char *end;
+        long bits = strtol(eq + 1, &end, 10), gs = 64;
+        if (*end == ':')
+            gs = strtol(end + 1, &end, 10);
+        if (*end || !quant_params_valid(QM_AFFINE, (int)bits, (int)gs))
+            return err_set(e, ERR_USAGE, "--quantize %s: bits must be 2, 3, 4, 5, 6 or 8 and group 32, 64 or 128", arg);
+        r->bits = (int)bits;
+        r->group_size = (int)gs;
+    }
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    r->pattern = strndup(arg, len);
+    if (!r->pattern)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    int rc = regcomp(&r->re, r->pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[128];
+        regerror(rc, &r->re, msg, sizeof msg);
+        free(r->pattern);
+        r->pattern = NULL;
+        return err_set(e, ERR_USAGE, "%s %s: invalid regular expression: %s", is_dense ? "--keep-dense" : "--quantize",
+                       arg, msg);
+    }
+    return ERR_OK;
+}
+
+void plan_rule_free(struct plan_rule *r)
+{
+    if (r && r->pattern) {
+        regfree(&r->re);
+        free(r->pattern);
+        r->pattern = NULL;
+    }
+}
+
+static const struct plan_rule *match(const struct plan_rule *rules, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (regexec(&rules[i].re, name, 0, NULL, 0) == 0)
+            return &rules[i];
+    return NULL;
+}
+
+const char *plan_action_name(enum plan_action a)
+{
+    switch (a) {
+    case ACT_COPY: return "copy";
+    case ACT_QUANTIZE: return "quantize";
+    case ACT_REQUANTIZE: return "requantize";
+    case ACT_DEQUANTIZE: return "dequantize";
+    }
+    return "?";
+}
+
+static uint64_t numel(const struct norm_tensor *t)
+{
+    uint64_t n = 1;
+    for (int k = 0; k < t->rank; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+/* Output bytes of an item: codes + scales + biases, or the float tensor. */
+static uint64_t item_bytes(const struct plan_item *it)
+{
+    const struct norm_tensor *t = it->nt;
+    uint64_t n = numel(t), in = t->shape[t->rank - 1];
+    if (!it->quantized_out)
+        return n * dtype_table[it->dtype].bits / 8;
+    uint64_t groups = n / (uint64_t)it->group_size;
+    (void)in;
+    return n * (uint64_t)it->bits / 8 + 2 * groups * dtype_table[it->dtype].bits / 8;
+}
+
+__attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->why, sizeof it->why, fmt, ap);
+    va_end(ap);
+}
+
+/* Decides one quantizable tensor. */
+static int decide(struct plan_item *it, const struct gp_config *c, const struct plan_opts *o, int last_full,
+                  struct err *e)
+{
+    const struct norm_tensor *t = it->nt;
+    uint64_t in = t->shape[t->rank - 1];
+    bool src_q = t->q.quantized;
+    it->act = ACT_COPY;
+    it->quantized_out = src_q;
+    it->bits = src_q ? t->q.bits : 0;
+    it->group_size = src_q ? t->q.group_size : 0;
+    it->dtype = src_q ? t->s->t->dtype : t->w->t->dtype;
+    const struct plan_rule *rq = match(o->quantize, o->n_quantize, t->name);
+    const struct plan_rule *rd = match(o->keep_dense, o->n_keep_dense, t->name);
+    bool ple = !strcmp(t->module, "per_layer_model_projection");
+    (void)c;
+
+    if (o->skip_last_full && t->layer == last_full) {
+        why(it, "--skip-last-full-attention (layer %d): source precision", last_full);
+        return ERR_OK;
+    }
+    if (rd || (ple && o->ple_dense)) {
+        if (rd)
+            why(it, "--keep-dense %s", rd->pattern);
+        else
+            why(it, "--ple-projection dense");
+        if (src_q) {
+            it->act = ACT_DEQUANTIZE;
+            it->quantized_out = false;
+            it->dtype = DT_F32;
+        }
+        return ERR_OK;
+    }
+    int bits = 0, gs = 0;
+    if (rq) {
+        bits = rq->bits;
+        gs = rq->group_size;
+        why(it, "--quantize %s=%d:%d", rq->pattern, bits, gs);
+    } else if (o->bits && t->router) {
+        bits = 8;
+        gs = 64;
+        why(it, "MoE router: 8-bit group 64");
+    } else if (o->bits) {
+        bits = o->bits;
+        gs = o->group_size;
+        why(it, "--bits %d --group-size %d", bits, gs);
+    } else {
+        why(it, src_q ? "source quantization kept" : "source precision kept");
+        return ERR_OK;
+    }
+    if (in % (uint64_t)gs != 0) {
+        why(it, "in_features %llu not a multiple of group %d: kept dense", (unsigned long long)in, gs);
+        return ERR_OK;
+    }
+    if (src_q && t->q.bits == bits && t->q.group_size == gs) {
+        why(it, "already %d-bit group %d: copied", bits, gs);
+        return ERR_OK;
+    }
+    if (src_q && !o->allow_requantize)
+        return err_set(e, ERR_USAGE, "%s is already MLX-quantized (%d-bit group %d); quantizing it again at %d-bit group "
+                                     "%d would compound the rounding error. Pass --allow-requantize to dequantize and "
+                                     "requantize anyway, or convert the original float checkpoint",
+                       t->name, t->q.bits, t->q.group_size, bits, gs);
+    it->act = src_q ? ACT_REQUANTIZE : ACT_QUANTIZE;
+    it->lattice = o->qat_lattice && bits == 4 && gs == 32;
+    it->quantized_out = true;
+    it->bits = bits;
+    it->group_size = gs;
+    return ERR_OK;
+}
+
+int plan_build(const struct normalized *n, const struct gp_config *c, const struct plan_opts *o, struct plan *p,
+               struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    p->items = calloc(n->n ? n->n : 1, sizeof *p->items);
+    if (!p->items)
+        return err_set(e, ERR_NOMEM, "cannot allocate the plan");
+    int last_full = cfg_last_full_layer(c);
+    for (size_t i = 0; i < n->n; i++) {
+        struct plan_item *it = &p->items[p->n++];
+        it->nt = &n->t[i];
+        if (n->t[i].module[0]) {
+            int rc = decide(it, c, o, last_full, e);
+            if (rc != ERR_OK) {
+                plan_free(p);
+                return rc;
+            }
+        } else {
+            it->act = ACT_COPY;
+            it->dtype = n->t[i].w->t->dtype;
+            why(it, "never quantized");
+        }
+        it->bytes = item_bytes(it);
+        p->bytes += it->bytes;
+        p->params += numel(it->nt);
+    }
+    return ERR_OK;
+}
+
+void plan_free(struct plan *p)
+{
+    if (p)
+        free(p->items);
+}
+
+void plan_print(FILE *out, const struct plan *p)
+{
+    fprintf(out, "%-56s %-10s %-5s %4s %5s %12s  %s\n", "tensor", "action", "dtype", "bits", "group", "bytes", "why");
+    for (size_t i = 0; i < p->n; i++) {
+        const struct plan_item *it = &p->items[i];
+        char bits[8] = "-", group[8] = "-";
+        if (it->quantized_out) {
+            snprintf(bits, sizeof bits, "%d", it->bits);
+            snprintf(group, sizeof group, "%d", it->group_size);
+        }
+        fprintf(out, "%-56s %-10s %-5s %4s %5s %12llu  %s\n", it->nt->name, plan_action_name(it->act),
+                it->quantized_out ? "U32" : dtype_name(it->dtype), bits, group, (unsigned long long)it->bytes, it->why);
+    }
+    fprintf(out, "total: %zu tensors, %llu weights, %llu bytes, %.3f bits per weight\n", p->n,
+            (unsigned long long)p->params, (unsigned long long)p->bytes,
+            p->params ? 8.0 * (double)p->bytes / (double)p->params : 0.0);
+}
+
+struct json_object *plan_json(const struct plan *p)
+{
+    struct json_object *o = json_object_new_object(), *a = json_object_new_array();
+    for (size_t i = 0; i < p->n; i++) {
+        const struct plan_item *it = &p->items[i];
+        struct json_object *r = json_object_new_object();
+        json_object_object_add(r, "tensor", json_object_new_string(it->nt->name));
+        json_object_object_add(r, "action", json_object_new_string(plan_action_name(it->act)));
+        json_object_object_add(r, "dtype", json_object_new_string(it->quantized_out ? "U32" : dtype_name(it->dtype)));
+        json_object_object_add(r, "bits", it->quantized_out ? json_object_new_int(it->bits) : NULL);
+        json_object_object_add(r, "group_size", it->quantized_out ? json_object_new_int(it->group_size) : NULL);
+        json_object_object_add(r, "bytes", json_object_new_int64((int64_t)it->bytes));
+        json_object_object_add(r, "why", json_object_new_string(it->why));
+        json_object_array_add(a, r);
+    }
+    json_object_object_add(o, "tensors", a);
+    json_object_object_add(o, "total_bytes", json_object_new_int64((int64_t)p->bytes));
+    json_object_object_add(o, "total_weights", json_object_new_int64((int64_t)p->params));
+    json_object_object_add(o, "bits_per_weight", json_object_new_double(p->params ? 8.0 * (double)p->bytes /
+                                                                                        (double)p->params
+                                                                                  : 0.0));
+    return o;
+}
+
+/* ---- output tensors ---- */
+
+int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struct err *e)
+{
+    *out = calloc(3 * p->n + 1, sizeof **out);
+    if (!*out)
+        return err_set(e, ERR_NOMEM, "cannot allocate the output list");
+    size_t k = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        struct plan_item *it = &p->items[i];
+        const struct norm_tensor *t = it->nt;
+        int parts = it->quantized_out ? 3 : 1;
+        for (int part = 0; part < parts; part++) {
+            struct out_tensor *o = &(*out)[k++];
+            o->item = it;
+            o->part = (enum out_part)part;
+            o->rank = t->rank;
+            memcpy(o->shape, t->shape, sizeof o->shape);
+            if (!it->quantized_out) {
+                snprintf(o->name, sizeof o->name, "%s", t->name);
+                o->dtype = it->dtype;
+            } else {
+                static const char *const suffix[] = {"weight", "scales", "biases"};
+                snprintf(o->name, sizeof o->name, "%s.%s", t->module, suffix[part]);
+                uint64_t in = t->shape[t->rank - 1];
+                o->shape[t->rank - 1] = part == 0 ? in * (uint64_t)it->bits / 32 : in / (uint64_t)it->group_size;
+                o->dtype = part == 0 ? DT_U32 : it->dtype;
+            }
+            if (dtype_nbytes(o->dtype, o->shape, o->rank, &o->nbytes, e) != ERR_OK)
+                return err_prefix(e, "%s", o->name);
+        }
+    }
+    *n = k;
+    return ERR_OK;
+}
+
+/* Row r of the logical float tensor (split halves of a fused source applied). */
+static int source_row_f32(const struct ckpt *ck, const struct norm_tensor *t, uint64_t r, float *row, struct err *e)
+{
+    uint64_t cols = t->shape[t->rank - 1];
+    const uint8_t *base;
+    int rc = st_data(&ck->shards[t->w->shard], t->w->t, &base, e);
+    if (rc != ERR_OK)
+        return rc;
+    if (!t->q.quantized) {
+        uint64_t src_r = r;
+        if (t->split) {
+            uint64_t M = t->shape[1], ex = r / M, m = r % M;
+            src_r = ex * 2 * M + m + (t->split == 2 ? M : 0);
+        }
+        unsigned esz = dtype_table[t->w->t->dtype].bits / 8;
+        dtype_to_f32(t->w->t->dtype, base + src_r * cols * esz, row, (size_t)cols);
+        return ERR_OK;
+    }
+    const uint8_t *sb, *bb;
+    if ((rc = st_data(&ck->shards[t->s->shard], t->s->t, &sb, e)) != ERR_OK ||
+        (rc = st_data(&ck->shards[t->b->shard], t->b->t, &bb, e)) != ERR_OK)
+        return rc;
+    uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
+    unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
+    dequant_affine_row(base + r * words * 4, sb + r * ng * ssz, bb + r * ng * ssz, t->s->t->dtype, (size_t)cols,
+                       t->q.group_size, t->q.bits, row);
+    return ERR_OK;
+}
+
+/* QAT "q4_0" lattice (DESIGN.md §6): a group of 32 that sits exactly on
+ * d*q, q in [-8, 7], becomes affine codes q+8 with scale d and bias -8d,
+ * which dequantize to the same values. d is tried as amax/k, k = 1..8 (the
+ * largest step that fits wins) and must be exact in the scales dtype. */
+static bool lattice_group(const float *w, enum dtype sdt, uint8_t *codes, float *scale, float *bias)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++)
+        amax = fmaxf(amax, fabsf(w[i]));
+    for (int k = 1; k <= 8; k++) {
+        float d = amax > 0.0f ? amax / (float)k : 1.0f, back;
+        uint8_t stored[4];
+        dtype_from_f32(sdt, &d, stored, 1);
+        dtype_to_f32(sdt, stored, &back, 1);
+        if (back != d)
+            continue;
+        bool ok = true;
+        for (int i = 0; i < 32 && ok; i++) {
+            float q = rintf(w[i] / d);
+            ok = q >= -8.0f && q <= 7.0f && q * d == w[i];
+            codes[i] = (uint8_t)(q + 8.0f);
+        }
+        if (ok) {
+            *scale = d;
+            *bias = -8.0f * d;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* quant_affine_row with the lattice tried first on every group. */
+static void lattice_row(const float *w, size_t k, enum dtype sdt, uint32_t *words, uint8_t *scales, uint8_t *biases,
+                        uint64_t *groups, uint64_t *exact)
+{
+    uint8_t codes[32];
+    size_t ssz = dtype_table[sdt].bits / 8;
+    for (size_t g = 0; g < k / 32; g++) {
+        float sc, bi;
+        if (lattice_group(w + 32 * g, sdt, codes, &sc, &bi))
+            (*exact)++;
+        else
+            quant_affine_group(w + 32 * g, 32, 4, codes, &sc, &bi);
+        (*groups)++;
+        dtype_from_f32(sdt, &sc, scales + g * ssz, 1);
+        dtype_from_f32(sdt, &bi, biases + g * ssz, 1);
+        quant_pack_codes(codes, 32, 4, words + 4 * g);
+    }
+}
+
+void plan_stream_free(struct stream_state *st)
+{
+    free(st->scales);
+    free(st->biases);
+    memset(st, 0, sizeof *st);
+}
+
+int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state *st, sink_fn sink, void *ctx,
+                struct err *e)
+{
+    struct plan_item *it = o->item;
+    const struct norm_tensor *t = it->nt;
+    int rc;
+    if (it->act == ACT_COPY && !t->split) {
+        /* byte copy: the float tensor, or the matching part of the source triplet */
+        const struct ckpt_tensor *src = o->part == PART_WEIGHT ? t->w : o->part == PART_SCALES ? t->s : t->b;
+        const uint8_t *data;
+        if ((rc = st_data(&ck->shards[src->shard], src->t, &data, e)) != ERR_OK)
+            return rc;
+        return sink(ctx, data, (size_t)(src->t->end - src->t->begin), e);
+    }
+    if (o->part != PART_WEIGHT) {
+        if (!st->scales)
+            return err_set(e, ERR_USAGE, "%s: scales/biases streamed before their weight", o->name);
+        return sink(ctx, o->part == PART_SCALES ? st->scales : st->biases, st->nbytes, e);
+    }
+    uint64_t rows = 1, cols = t->shape[t->rank - 1];
+    for (int k = 0; k + 1 < t->rank; k++)
+        rows *= t->shape[k];
+    float *row = malloc((size_t)cols * sizeof *row);
+    uint8_t *buf = malloc((size_t)cols * 4);
+    if (!row || !buf) {
+        free(row);
+        free(buf);
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate a row of %llu", o->name, (unsigned long long)cols);
+    }
+    rc = ERR_OK;
+    if (it->quantized_out) {
+        plan_stream_free(st);
+        size_t ng = (size_t)(cols / (uint64_t)it->group_size), ssz = dtype_table[it->dtype].bits / 8;
+        st->nbytes = (size_t)rows * ng * ssz;
+        st->scales = malloc(st->nbytes ? st->nbytes : 1);
+        st->biases = malloc(st->nbytes ? st->nbytes : 1);
+        if (!st->scales || !st->biases)
+            rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %zu scale bytes", o->name, st->nbytes);
+        for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
+            if ((rc = source_row_f32(ck, t, r, row, e)) != ERR_OK)
+                break;
+            if (it->lattice)
+                lattice_row(row, (size_t)cols, it->dtype, (uint32_t *)(void *)buf, st->scales + r * ng * ssz,
+                            st->biases + r * ng * ssz, &it->lattice_groups, &it->lattice_exact);
+            else
+                quant_affine_row(row, (size_t)cols, it->group_size, it->bits, it->dtype, (uint32_t *)(void *)buf,
+                                 st->scales + r * ng * ssz, st->biases + r * ng * ssz);
+            rc = sink(ctx, buf, quant_row_words((size_t)cols, it->bits) * 4, e);
+        }
+    } else {
+        unsigned esz = dtype_table[it->dtype].bits / 8;
+        for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
+            if ((rc = source_row_f32(ck, t, r, row, e)) != ERR_OK)
+                break;
+            dtype_from_f32(it->dtype, row, buf, (size_t)cols);
+            rc = sink(ctx, buf, (size_t)cols * esz, e);
+        }
+    }
+    free(row);
+    free(buf);
+    return rc;
+}

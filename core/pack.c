@@ -1,0 +1,584 @@
+#include "core/pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/bytes.h"
+#include "core/fileio.h"
+#include "core/jsonx.h"
+#include "core/quant.h"
+
+static uint32_t crc_update(uint32_t crc, const void *data, uint64_t len)
+{
+    const uint8_t *p = data;
+    while (len) {
+        uInt take = len > (1u << 30) ? (1u << 30) : (uInt)len;
+        crc = (uint32_t)crc32(crc, p, take);
+        p += take;
+        len -= take;
+    }
+    return crc;
+}
+
+/* ---- writer ---- */
+
+int pack_writer_open(struct pack_writer *w, const char *path, uint32_t alignment, struct err *e)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    if (alignment < 64 || alignment > 65536 || (alignment & (alignment - 1)))
+        return err_set(e, ERR_USAGE, "alignment %u: expected a power of two from 64 to 65536", alignment);
+    w->align = alignment;
+    int rc = fio_tmp_create(path, &w->path, &w->tmp, &w->fd, e);
+    if (rc != ERR_OK)
+        return rc;
+    /* header placeholder and padding up to data_offset = alignment */
+    uint8_t *zeros = calloc(1, alignment);
+    if (!zeros) {
+        pack_writer_abort(w);
+        return err_set(e, ERR_NOMEM, "cannot allocate %u bytes", alignment);
+    }
+    rc = fio_write_all(w->fd, zeros, alignment, w->tmp, e);
+    free(zeros);
+    if (rc != ERR_OK)
+        pack_writer_abort(w);
+    return rc;
+}
+
+static int write_zeros(struct pack_writer *w, uint64_t n, struct err *e)
+{
+    static const uint8_t zeros[4096];
+    while (n) {
+        size_t take = n > sizeof zeros ? sizeof zeros : (size_t)n;
+        int rc = fio_write_all(w->fd, zeros, take, w->tmp, e);
+        if (rc != ERR_OK)
+            return rc;
+        n -= take;
+        w->pos += take;
+    }
+    return ERR_OK;
+}
+
+int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype, int rank, const uint64_t *shape,
+                      struct err *e)
+{
+    if (w->open_tensor)
+        return err_set(e, ERR_USAGE, "%s: tensor '%s' begun before the previous one ended", w->tmp, name);
+    if (rank < 0 || rank > PACK_MAX_RANK || strlen(name) == 0 || strlen(name) > PACK_MAX_NAME)
+        return err_set(e, ERR_USAGE, "%s: tensor '%s': rank %d or name length out of range", w->tmp, name, rank);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 256;
+        struct pack_tensor *t = realloc(w->t, cap * sizeof *t);
+        if (!t)
+            return err_set(e, ERR_NOMEM, "cannot grow the tensor list");
+        w->t = t;
+        w->cap = cap;
+    }
+    uint64_t aligned;
+    if (!ck_align_u64(w->pos, w->align, &aligned))
+        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->tmp);
+    int rc = write_zeros(w, aligned - w->pos, e);
+    if (rc != ERR_OK)
+        return rc;
+    struct pack_tensor *t = &w->t[w->n];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    if (!t->name)
+        return err_set(e, ERR_NOMEM, "cannot copy a name");
+    t->dtype = dtype;
+    t->rank = rank;
+    memcpy(t->shape, shape, (size_t)rank * sizeof *shape);
+    t->offset = w->pos;
+    if ((rc = dtype_nbytes(dtype, t->shape, rank, &t->nbytes, e)) != ERR_OK) {
+        free(t->name);
+        return err_prefix(e, "tensor '%s'", name);
+    }
+    w->n++;
+    w->open_tensor = true;
+    w->written = 0;
+    w->crc = (uint32_t)crc32(0, Z_NULL, 0);
+    return ERR_OK;
+}
+
+int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struct err *e)
+{
+    struct pack_tensor *t = &w->t[w->n - 1];
+    if (!w->open_tensor || w->written + len > t->nbytes)
+        return err_set(e, ERR_USAGE, "%s: %zu bytes beyond tensor '%s' (%llu bytes)", w->tmp, len,
+                       w->n ? t->name : "?", (unsigned long long)t->nbytes);
+    int rc = fio_write_all(w->fd, data, len, w->tmp, e);
+    if (rc != ERR_OK)
+        return rc;
+    w->crc = crc_update(w->crc, data, len);
+    w->written += len;
+    w->pos += len;
+    return ERR_OK;
+}
+
+int pack_writer_end(struct pack_writer *w, struct err *e)
+{
+    struct pack_tensor *t = &w->t[w->n - 1];
+    if (!w->open_tensor || w->written != t->nbytes)
+        return err_set(e, ERR_USAGE, "%s: tensor '%s' got %llu of %llu bytes", w->tmp, t->name,
+                       (unsigned long long)w->written, (unsigned long long)t->nbytes);
+    t->crc32 = w->crc;
+    w->open_tensor = false;
+    return ERR_OK;
+}
+
+static struct json_object *tensor_record(const struct pack_tensor *t)
+{
+    struct json_object *o = json_object_new_object(), *s = json_object_new_array();
+    json_object_object_add(o, "name", json_object_new_string(t->name));
+    json_object_object_add(o, "dtype", json_object_new_string(dtype_name(t->dtype)));
+    for (int d = 0; d < t->rank; d++)
+        json_object_array_add(s, json_object_new_int64((int64_t)t->shape[d]));
+    json_object_object_add(o, "shape", s);
+    json_object_object_add(o, "offset", json_object_new_int64((int64_t)t->offset));
+    json_object_object_add(o, "nbytes", json_object_new_int64((int64_t)t->nbytes));
+    json_object_object_add(o, "crc32", json_object_new_int64(t->crc32));
+    return o;
+}
+
+int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const char *const *extra_features,
+                       size_t n_extra, struct err *e)
+{
+    int rc = ERR_OK;
+    if (w->open_tensor) {
+        json_object_put(fields);
+        return err_set(e, ERR_USAGE, "%s: finished with tensor '%s' still open", w->tmp, w->t[w->n - 1].name);
+    }
+    struct json_object *m = json_object_new_object();
+    json_object_object_add(m, "format", json_object_new_string("gempack"));
+    struct json_object *ver = json_object_new_array();
+    json_object_array_add(ver, json_object_new_int(PACK_VERSION_MAJOR));
+    json_object_array_add(ver, json_object_new_int(PACK_VERSION_MINOR));
+    json_object_object_add(m, "version", ver);
+    struct json_object *feat = json_object_new_array();
+    bool used[DT_COUNT] = {false};
+    for (size_t i = 0; i < w->n; i++)
+        used[w->t[i].dtype] = true;
+    for (int d = 0; d < DT_COUNT; d++)
+        if (used[d]) {
+            char f[32];
+            snprintf(f, sizeof f, "dtype:%s", dtype_name((enum dtype)d));
+            json_object_array_add(feat, json_object_new_string(f));
+        }
+    for (size_t i = 0; i < n_extra; i++)
+        json_object_array_add(feat, json_object_new_string(extra_features[i]));
+    json_object_object_add(m, "required_features", feat);
+    json_object_object_foreach(fields, key, val) json_object_object_add(m, key, json_object_get(val));
+    json_object_put(fields);
+    struct json_object *ts = json_object_new_array();
+    for (size_t i = 0; i < w->n; i++)
+        json_object_array_add(ts, tensor_record(&w->t[i]));
+    json_object_object_add(m, "tensors", ts);
+    const char *js = json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    size_t mlen = strlen(js);
+    if (mlen > PACK_MAX_MANIFEST) {
+        rc = err_set(e, ERR_RANGE, "%s: manifest of %zu bytes exceeds the %u-byte limit", w->tmp, mlen,
+                     PACK_MAX_MANIFEST);
+        goto out;
+    }
+    uint64_t data_offset = w->align, data_size = w->pos, manifest_offset = data_offset + data_size;
+    if ((rc = fio_write_all(w->fd, js, mlen, w->tmp, e)) != ERR_OK)
+        goto out;
+    uint8_t h[PACK_HEADER_SIZE] = {0};
+    memcpy(h, PACK_MAGIC, 8);
+    wr_u16le(h + 8, PACK_VERSION_MAJOR);
+    wr_u16le(h + 10, PACK_VERSION_MINOR);
+    wr_u32le(h + 12, w->align);
+    wr_u64le(h + 16, manifest_offset + mlen);
+    wr_u64le(h + 24, data_offset);
+    wr_u64le(h + 32, data_size);
+    wr_u64le(h + 40, manifest_offset);
+    wr_u64le(h + 48, mlen);
+    wr_u32le(h + 56, crc_update((uint32_t)crc32(0, Z_NULL, 0), js, mlen));
+    wr_u32le(h + 60, crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 60));
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->tmp, strerror(errno));
+        goto out;
+    }
+    rc = fio_commit(w->fd, w->tmp, w->path, e);
+    w->fd = -1;
+    if (rc == ERR_OK) {
+        free(w->tmp);
+        w->tmp = NULL;
+    }
+out:
+    json_object_put(m);
+    pack_writer_abort(w);
+    return rc;
+}
+
+void pack_writer_abort(struct pack_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmp)
+        unlink(w->tmp);
+    for (size_t i = 0; i < w->n; i++)
+        free(w->t[i].name);
+    free(w->t);
+    free(w->tmp);
+    free(w->path);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+/* ---- reader ---- */
+
+bool pack_feature_known(const char *f)
+{
+    static const char *const known[] = {"quant:affine"};
+    if (!strncmp(f, "dtype:", 6)) {
+        enum dtype d;
+        return dtype_from_name(f + 6, strlen(f + 6), &d) &&
+               (dtype_is_weight_float(d) || d == DT_U32 || d == DT_U8 || d == DT_I32);
+    }
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(f, known[i]))
+            return true;
+    return false;
+}
+
+static int cmp_by_name(const void *a, const void *b, void *ctx)
+{
+    const struct pack_tensor *t = ctx;
+    return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+}
+
+static int parse_record(struct pack *p, size_t i, struct json_object *r, struct err *e)
+{
+    struct pack_tensor *t = &p->tensors[i];
+    struct json_object *v;
+    if (json_object_get_type(r) != json_type_object)
+        return err_set(e, ERR_FORMAT, "%s: manifest tensors[%zu] is %s, expected an object", p->path, i,
+                       jsonx_type_name(r));
+    if (!json_object_object_get_ex(r, "name", &v) || json_object_get_type(v) != json_type_string)
+        return err_set(e, ERR_FORMAT, "%s: manifest tensors[%zu].name missing or not a string", p->path, i);
+    size_t nlen = (size_t)json_object_get_string_len(v);
+    const char *name = json_object_get_string(v);
+    if (nlen == 0 || nlen > PACK_MAX_NAME || strlen(name) != nlen)
+        return err_set(e, ERR_FORMAT, "%s: manifest tensors[%zu].name has %zu bytes (NUL inside or out of 1..%d)",
+                       p->path, i, nlen, PACK_MAX_NAME);
+    if (!(t->name = strdup(name)))
+        return err_set(e, ERR_NOMEM, "cannot copy a name");
+    if (!json_object_object_get_ex(r, "dtype", &v) || json_object_get_type(v) != json_type_string ||
+        !dtype_from_name(json_object_get_string(v), (size_t)json_object_get_string_len(v), &t->dtype))
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': dtype %s is not a known dtype", p->path, name,
+                       v ? json_object_to_json_string(v) : "missing");
+    if (!json_object_object_get_ex(r, "shape", &v) || json_object_get_type(v) != json_type_array ||
+        json_object_array_length(v) > PACK_MAX_RANK)
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': shape missing, not an array, or rank above %d", p->path, name,
+                       PACK_MAX_RANK);
+    t->rank = (int)json_object_array_length(v);
+    for (int d = 0; d < t->rank; d++)
+        if (!jsonx_u64(json_object_array_get_idx(v, (size_t)d), &t->shape[d]))
+            return err_set(e, ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer below 2^63",
+                           p->path, name, d);
+    uint64_t expect, crc;
+    if (dtype_nbytes(t->dtype, t->shape, t->rank, &expect, e) != ERR_OK)
+        return err_prefix(e, "%s: tensor '%s'", p->path, name);
+    if (!json_object_object_get_ex(r, "offset", &v) || !jsonx_u64(v, &t->offset) ||
+        !json_object_object_get_ex(r, "nbytes", &v) || !jsonx_u64(v, &t->nbytes) ||
+        !json_object_object_get_ex(r, "crc32", &v) || !jsonx_u64(v, &crc) || crc > UINT32_MAX)
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': offset, nbytes or crc32 missing or out of range", p->path,
+                       name);
+    t->crc32 = (uint32_t)crc;
+    if (t->nbytes != expect)
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': nbytes %llu, but shape x %s needs %llu", p->path, name,
+                       (unsigned long long)t->nbytes, dtype_name(t->dtype), (unsigned long long)expect);
+    if (t->offset % p->align)
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", p->path,
+                       name, (unsigned long long)t->offset, p->align);
+    uint64_t end;
+    if (!ck_add_u64(t->offset, t->nbytes, &end) || end > p->data_size)
+        return err_set(e, ERR_FORMAT, "%s: tensor '%s': [%llu, +%llu) reaches beyond the %llu-byte data region",
+                       p->path, name, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
+                       (unsigned long long)p->data_size);
+    if (i > 0) {
+        const struct pack_tensor *prev = &p->tensors[i - 1];
+        if (t->offset < prev->offset + prev->nbytes || (t->offset == prev->offset && prev->nbytes))
+            return err_set(e, ERR_FORMAT, "%s: tensor '%s' at %llu overlaps or precedes '%s' (offsets must increase)",
+                           p->path, name, (unsigned long long)t->offset, prev->name);
+    }
+    return ERR_OK;
+}
+
+/* A "quantized" entry names existing tensors whose dtypes and shapes agree
+ * with its mode, bits and group size (formats.md §3.4). */
+static int check_quantized(struct pack *p, const char *module, struct json_object *q, struct err *e)
+{
+    struct json_object *v;
+    uint64_t bits, gs, in, out;
+    enum qmode mode;
+    if (json_object_get_type(q) != json_type_object || !json_object_object_get_ex(q, "mode", &v) ||
+        json_object_get_type(v) != json_type_string || !qmode_from_name(json_object_get_string(v), &mode) ||
+        !json_object_object_get_ex(q, "bits", &v) || !jsonx_u64(v, &bits) ||
+        !json_object_object_get_ex(q, "group_size", &v) || !jsonx_u64(v, &gs) ||
+        !json_object_object_get_ex(q, "in_features", &v) || !jsonx_u64(v, &in) ||
+        !json_object_object_get_ex(q, "out_features", &v) || !jsonx_u64(v, &out))
+        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: needs mode, bits, group_size, in_features, out_features",
+                       p->path, module);
+    if (mode != QM_AFFINE || bits > 8 || gs > 128 || !quant_params_valid(mode, (int)bits, (int)gs))
+        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s bits %llu group %llu is not supported (affine: bits "
+                                      "2-6, 8; group 32, 64, 128)",
+                       p->path, module, qmode_name(mode), (unsigned long long)bits, (unsigned long long)gs);
+    if (in == 0 || in % gs || (in * bits) % 32)
+        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: in_features %llu is not a multiple of group %llu",
+                       p->path, module, (unsigned long long)in, (unsigned long long)gs);
+    const char *role[3] = {"weight", "scales", "biases"};
+    const struct pack_tensor *t[3];
+    for (int k = 0; k < 3; k++) {
+        if (!json_object_object_get_ex(q, role[k], &v) || json_object_get_type(v) != json_type_string ||
+            !(t[k] = pack_find(p, json_object_get_string(v))))
+            return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"].%s does not name a tensor of the pack", p->path,
+                           module, role[k]);
+    }
+    int r = t[0]->rank;
+    bool ok = t[0]->dtype == DT_U32 && r >= 2 && t[1]->rank == r && t[2]->rank == r &&
+              dtype_is_weight_float(t[1]->dtype) && t[2]->dtype == t[1]->dtype && t[0]->shape[r - 2] == out &&
+              t[0]->shape[r - 1] == in * bits / 32 && t[1]->shape[r - 1] == in / gs;
+    for (int d = 0; ok && d < r - 1; d++)
+        ok = t[1]->shape[d] == t[0]->shape[d] && t[2]->shape[d] == t[0]->shape[d];
+    ok = ok && t[2]->shape[r - 1] == t[1]->shape[r - 1];
+    if (!ok)
+        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: weight/scales/biases dtypes or shapes disagree with %llu "
+                                      "bits, group %llu, [%llu, %llu]",
+                       p->path, module, (unsigned long long)bits, (unsigned long long)gs, (unsigned long long)out,
+                       (unsigned long long)in);
+    return ERR_OK;
+}
+
+static int validate(struct pack *p, struct err *e)
+{
+    const uint8_t *h = p->map;
+    if (p->size < PACK_HEADER_SIZE)
+        return err_set(e, ERR_FORMAT, "%s: %zu bytes, too small for the 64-byte pack header", p->path, p->size);
+    if (memcmp(h, PACK_MAGIC, 8) != 0)
+        return err_set(e, ERR_FORMAT, "%s: not a gempack pack (bad magic%s)", p->path,
+                       memcmp(h + 1, "GPK", 3) == 0 ? "; line endings mangled by a text-mode transfer?" : "");
+    uint16_t major = rd_u16le(h + 8);
+    p->version_minor = rd_u16le(h + 10);
+    uint32_t hcrc = crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 60);
+    if (rd_u32le(h + 60) != hcrc)
+        return err_set(e, ERR_FORMAT, "%s: header CRC 0x%08x, computed 0x%08x (damaged header)", p->path,
+                       rd_u32le(h + 60), hcrc);
+    if (major != PACK_VERSION_MAJOR)
+        return err_set(e, ERR_UNSUPPORTED, "%s: pack version %u.%u, this gempack reads version %d.x", p->path, major,
+                       p->version_minor, PACK_VERSION_MAJOR);
+    p->align = rd_u32le(h + 12);
+    uint64_t file_size = rd_u64le(h + 16);
+    p->data_offset = rd_u64le(h + 24);
+    p->data_size = rd_u64le(h + 32);
+    p->manifest_offset = rd_u64le(h + 40);
+    p->manifest_size = rd_u64le(h + 48);
+    if (p->align < 64 || p->align > 65536 || (p->align & (p->align - 1)))
+        return err_set(e, ERR_FORMAT, "%s: alignment %u, expected a power of two from 64 to 65536", p->path, p->align);
+    if (file_size != p->size)
+        return err_set(e, ERR_FORMAT, "%s: header says %llu bytes, the file has %zu (%s)", p->path,
+                       (unsigned long long)file_size, p->size, file_size > p->size ? "truncated" : "trailing bytes");
+    uint64_t end;
+    if (p->data_offset < PACK_HEADER_SIZE || p->data_offset % p->align ||
+        !ck_add_u64(p->data_offset, p->data_size, &end) || end != p->manifest_offset ||
+        !ck_add_u64(p->manifest_offset, p->manifest_size, &end) || end != file_size)
+        return err_set(e, ERR_FORMAT, "%s: regions do not tile the file (data %llu+%llu, manifest %llu+%llu, size %llu)",
+                       p->path, (unsigned long long)p->data_offset, (unsigned long long)p->data_size,
+                       (unsigned long long)p->manifest_offset, (unsigned long long)p->manifest_size,
+                       (unsigned long long)file_size);
+    if (p->manifest_size > PACK_MAX_MANIFEST)
+        return err_set(e, ERR_RANGE, "%s: manifest of %llu bytes exceeds the %u-byte limit", p->path,
+                       (unsigned long long)p->manifest_size, PACK_MAX_MANIFEST);
+    const char *ms = (const char *)p->map + p->manifest_offset;
+    uint32_t mcrc = crc_update((uint32_t)crc32(0, Z_NULL, 0), ms, p->manifest_size);
+    if (rd_u32le(h + 56) != mcrc)
+        return err_set(e, ERR_FORMAT, "%s: manifest CRC 0x%08x, computed 0x%08x (damaged manifest)", p->path,
+                       rd_u32le(h + 56), mcrc);
+    if (jsonx_parse(ms, (size_t)p->manifest_size, &p->manifest, e) != ERR_OK)
+        return err_prefix(e, "%s: manifest", p->path);
+    struct json_object *m = p->manifest, *v;
+    if (json_object_get_type(m) != json_type_object)
+        return err_set(e, ERR_FORMAT, "%s: manifest is a JSON %s, expected an object", p->path, jsonx_type_name(m));
+    if (!json_object_object_get_ex(m, "format", &v) || json_object_get_type(v) != json_type_string ||
+        strcmp(json_object_get_string(v), "gempack"))
+        return err_set(e, ERR_FORMAT, "%s: manifest \"format\" is not \"gempack\"", p->path);
+    uint64_t vmaj;
+    if (!json_object_object_get_ex(m, "version", &v) || json_object_get_type(v) != json_type_array ||
+        json_object_array_length(v) != 2 || !jsonx_u64(json_object_array_get_idx(v, 0), &vmaj) || vmaj != major)
+        return err_set(e, ERR_FORMAT, "%s: manifest \"version\" disagrees with the header version %u", p->path, major);
+    if (!json_object_object_get_ex(m, "required_features", &v) || json_object_get_type(v) != json_type_array)
+        return err_set(e, ERR_FORMAT, "%s: manifest \"required_features\" missing or not an array", p->path);
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        struct json_object *f = json_object_array_get_idx(v, i);
+        if (json_object_get_type(f) != json_type_string || !pack_feature_known(json_object_get_string(f)))
+            return err_set(e, ERR_UNSUPPORTED, "%s: the pack requires feature %s, which this gempack does not know",
+                           p->path, json_object_to_json_string(f));
+    }
+    struct json_object *ts;
+    if (!json_object_object_get_ex(m, "tensors", &ts) || json_object_get_type(ts) != json_type_array)
+        return err_set(e, ERR_FORMAT, "%s: manifest \"tensors\" missing or not an array", p->path);
+    size_t n = json_object_array_length(ts);
+    if (n > PACK_MAX_TENSORS)
+        return err_set(e, ERR_RANGE, "%s: %zu tensors, above the limit of %d", p->path, n, PACK_MAX_TENSORS);
+    p->tensors = calloc(n ? n : 1, sizeof *p->tensors);
+    p->by_name = calloc(n ? n : 1, sizeof *p->by_name);
+    if (!p->tensors || !p->by_name)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu tensor records", p->path, n);
+    for (size_t i = 0; i < n; i++) {
+        p->n_tensors = i + 1;
+        int rc = parse_record(p, i, json_object_array_get_idx(ts, i), e);
+        if (rc != ERR_OK)
+            return rc;
+        p->by_name[i] = i;
+    }
+    qsort_r(p->by_name, n, sizeof *p->by_name, cmp_by_name, p->tensors);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(p->tensors[p->by_name[i]].name, p->tensors[p->by_name[i - 1]].name))
+            return err_set(e, ERR_FORMAT, "%s: tensor '%s' is listed twice", p->path, p->tensors[p->by_name[i]].name);
+    struct json_object *q;
+    if (json_object_object_get_ex(m, "quantized", &q)) {
+        if (json_object_get_type(q) != json_type_object)
+            return err_set(e, ERR_FORMAT, "%s: manifest \"quantized\" is not an object", p->path);
+        json_object_object_foreach(q, module, entry) {
+            int rc = check_quantized(p, module, entry, e);
+            if (rc != ERR_OK)
+                return rc;
+        }
+    }
+    return ERR_OK;
+}
+
+int pack_open(struct pack *p, const char *path, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    if (!(p->path = strdup(path)))
+        return err_set(e, ERR_NOMEM, "cannot copy a path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        pack_close(p);
+        return rc;
+    }
+    struct stat st;
+    int rc = ERR_OK;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = err_set(e, ERR_IO, "%s: not a regular file", path);
+    } else if (st.st_size < PACK_HEADER_SIZE) {
+        rc = err_set(e, ERR_FORMAT, "%s: %lld bytes, too small for the 64-byte pack header", path,
+                     (long long)st.st_size);
+    } else {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            rc = err_set(e, ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+        } else {
+            p->map = m;
+            p->size = (size_t)st.st_size;
+            p->mapped = true;
+            rc = validate(p, e);
+        }
+    }
+    close(fd);
+    if (rc != ERR_OK)
+        pack_close(p);
+    return rc;
+}
+
+int pack_open_mem(struct pack *p, const uint8_t *buf, size_t len, const char *name, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    if (!(p->path = strdup(name)))
+        return err_set(e, ERR_NOMEM, "cannot copy a name");
+    p->map = buf;
+    p->size = len;
+    int rc = validate(p, e);
+    if (rc != ERR_OK)
+        pack_close(p);
+    return rc;
+}
+
+void pack_close(struct pack *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_tensors; i++)
+        free(p->tensors[i].name);
+    free(p->tensors);
+    free(p->by_name);
+    if (p->manifest)
+        json_object_put(p->manifest);
+    if (p->mapped)
+        munmap((void *)p->map, p->size);
+    free(p->path);
+    memset(p, 0, sizeof *p);
+}
+
+const struct pack_tensor *pack_find(const struct pack *p, const char *name)
+{
+    size_t lo = 0, hi = p->n_tensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(p->tensors[p->by_name[mid]].name, name);
+        if (c == 0)
+            return &p->tensors[p->by_name[mid]];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* First non-zero byte in [from, to) of the file, or `to`. */
+static uint64_t nonzero_at(const struct pack *p, uint64_t from, uint64_t to)
+{
+    for (uint64_t i = from; i < to; i++)
+        if (p->map[i])
+            return i;
+    return to;
+}
+
+int pack_verify(const struct pack *p, size_t *n_bad, struct err *e)
+{
+    *n_bad = 0;
+    const struct pack_tensor *first = NULL;
+    uint32_t first_crc = 0;
+    uint64_t pad_at = UINT64_MAX, gap_from = PACK_HEADER_SIZE;
+    for (size_t i = 0; i <= p->n_tensors; i++) {
+        /* padding before this tensor (or before the manifest) must be zero */
+        uint64_t gap_to = i < p->n_tensors ? p->data_offset + p->tensors[i].offset : p->manifest_offset;
+        uint64_t z = nonzero_at(p, gap_from, gap_to);
+        if (z != gap_to && pad_at == UINT64_MAX) {
+            pad_at = z;
+            (*n_bad)++;
+        }
+        if (i == p->n_tensors)
+            break;
+        const struct pack_tensor *t = &p->tensors[i];
+        uint32_t c = crc_update((uint32_t)crc32(0, Z_NULL, 0), pack_data(p, t), t->nbytes);
+        if (c != t->crc32) {
+            if (!first) {
+                first = t;
+                first_crc = c;
+            }
+            (*n_bad)++;
+        }
+        gap_from = p->data_offset + t->offset + t->nbytes;
+    }
+    if (first)
+        return err_set(e, ERR_FORMAT, "%s: %zu check%s failed; first: tensor '%s' stored CRC 0x%08x, computed 0x%08x",
+                       p->path, *n_bad, *n_bad == 1 ? "" : "s", first->name, first->crc32, first_crc);
+    if (pad_at != UINT64_MAX)
+        return err_set(e, ERR_FORMAT, "%s: padding byte at offset %llu is not zero", p->path,
+                       (unsigned long long)pad_at);
+    return ERR_OK;
+}

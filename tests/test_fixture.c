@@ -1,0 +1,710 @@
+/* test_fixture.c - the fixture generator (fixtures/fixture.h): determinism,
+ * one model across layouts, quantization of the bf16 values, PTQ vs QAT K/V,
+ * the prompt, full-size header-only shapes (gemma4-architecture.md §2.4),
+ * --like, and usage errors.
+ *
+ * Tiny dims (fixtures/fixture.c): vocab 512, hidden 128, sliding window 8;
+ * e2b L 10 (F0 5), e4b L 12 (F0 6), 26b-a4b L 6 with E 4, M 64, I 128. */
+#include <criterion/criterion.h>
+
+#include <json-c/json.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "converter/check.h"
+#include "core/checkpoint.h"
+#include "core/config.h"
+#include "core/dtype.h"
+#include "core/err.h"
+#include "core/fileio.h"
+#include "core/quant.h"
+#include "core/safetensors.h"
+#include "fixtures/fixture.h"
+#include "tests/helpers.h"
+
+#define PFX_HF "model.language_model."
+#define PFX_MLX "language_model.model."
+
+static struct fixture_opts fx(const char *variant, enum fixture_layout layout)
+{
+    return (struct fixture_opts){.variant = variant, .layout = layout, .group_size = 64, .shards = 1};
+}
+
+static uint8_t *read_file(const char *dir, const char *name, size_t *len)
+{
+    char *path = fio_join(dir, name);
+    uint8_t *b = th_read(path, len);
+    cr_assert(b, "cannot read %s", path);
+    free(path);
+    return b;
+}
+
+static void assert_same_file(const char *a, const char *b, const char *name)
+{
+    size_t la, lb;
+    uint8_t *x = read_file(a, name, &la), *y = read_file(b, name, &lb);
+    cr_assert_eq(la, lb, "%s: %zu vs %zu bytes", name, la, lb);
+    cr_assert(memcmp(x, y, la) == 0, "%s differs between two runs with the same options", name);
+    free(x);
+    free(y);
+}
+
+static void open_ckpt(struct ckpt *ck, const char *dir, unsigned flags)
+{
+    struct err e = {0};
+    cr_assert_eq(ckpt_open(ck, dir, flags, &e), ERR_OK, "%s: %s", dir, e.msg);
+}
+
+/* The tensor and its bytes (mapped checkpoint). */
+static const struct st_tensor *tensor(const struct ckpt *ck, const char *name, const uint8_t **data)
+{
+    const struct ckpt_tensor *ct = ckpt_find(ck, name);
+    cr_assert(ct, "no tensor %s", name);
+    if (data) {
+        struct err e = {0};
+        cr_assert_eq(st_data(&ck->shards[ct->shard], ct->t, data, &e), ERR_OK, "%s", e.msg);
+    }
+    return ct->t;
+}
+
+static void assert_shape(const struct st_tensor *t, int rank, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t want[3] = {a, b, c};
+    cr_assert_eq(t->rank, rank, "%s: rank %d, expected %d", t->name, t->rank, rank);
+    for (int k = 0; k < rank; k++)
+        cr_assert_eq(t->shape[k], want[k], "%s: dim %d is %llu, expected %llu", t->name, k,
+                     (unsigned long long)t->shape[k], (unsigned long long)want[k]);
+}
+
+static struct json_object *load_json(const char *dir, const char *name)
+{
+    char *path = fio_join(dir, name);
+    struct json_object *o = json_object_from_file(path);
+    cr_assert(o, "cannot parse %s", path);
+    free(path);
+    return o;
+}
+
+static struct json_object *jget(struct json_object *o, const char *key)
+{
+    struct json_object *v = NULL;
+    cr_assert(json_object_object_get_ex(o, key, &v), "no key %s", key);
+    return v;
+}
+
+static bool jhas(struct json_object *o, const char *key)
+{
+    return json_object_object_get_ex(o, key, NULL);
+}
+
+static void load_cfg(struct gp_config *c, const char *dir)
+{
+    struct err e = {0};
+    char *path = fio_join(dir, "config.json");
+    cr_assert_eq(cfg_load(c, path, &e), ERR_OK, "%s", e.msg);
+    free(path);
+}
+
+/* ------------------------------------------------------------ determinism */
+
+Test(fixture, deterministic_e2b_hf)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_HF);
+    char *a = th_fixture(tmp, "a", o), *b = th_fixture(tmp, "b", o);
+    static const char *const files[] = {"config.json", "model.safetensors", "tokens.json"};
+    for (int i = 0; i < 3; i++)
+        assert_same_file(a, b, files[i]);
+    free(a);
+    free(b);
+    th_rmtree(tmp);
+}
+
+Test(fixture, deterministic_26b_mlx_q4_sharded)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("26b-a4b", FX_MLX);
+    o.quant_bits = 4;
+    o.shards = 2;
+    char *a = th_fixture(tmp, "a", o), *b = th_fixture(tmp, "b", o);
+    static const char *const files[] = {"config.json", "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                        "tokens.json"};
+    for (int i = 0; i < 5; i++)
+        assert_same_file(a, b, files[i]);
+    struct stat st;
+    char *single = fio_join(a, "model.safetensors");
+    cr_assert_neq(stat(single, &st), 0, "a sharded fixture also wrote model.safetensors");
+    free(single);
+    free(a);
+    free(b);
+    th_rmtree(tmp);
+}
+
+Test(fixture, seed_changes_weights)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_HF);
+    char *a = th_fixture(tmp, "a", o);
+    o.seed = 1;
+    char *b = th_fixture(tmp, "b", o);
+    assert_same_file(a, b, "config.json");
+    struct ckpt ca, cb;
+    open_ckpt(&ca, a, 0);
+    open_ckpt(&cb, b, 0);
+    cr_assert_eq(ca.n_tensors, cb.n_tensors);
+    static const char *const names[] = {PFX_HF "embed_tokens.weight", PFX_HF "layers.1.self_attn.q_proj.weight",
+                                        PFX_HF "layers.0.input_layernorm.weight"};
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *x, *y;
+        const struct st_tensor *tx = tensor(&ca, names[i], &x), *ty = tensor(&cb, names[i], &y);
+        cr_assert_eq(tx->end - tx->begin, ty->end - ty->begin);
+        cr_assert(memcmp(x, y, (size_t)(tx->end - tx->begin)) != 0, "%s: same bytes for seeds 0 and 1", names[i]);
+    }
+    size_t la, lb;
+    uint8_t *ta = read_file(a, "tokens.json", &la), *tb = read_file(b, "tokens.json", &lb);
+    cr_assert(la != lb || memcmp(ta, tb, la) != 0, "the prompt does not depend on the seed");
+    free(ta);
+    free(tb);
+    ckpt_close(&ca);
+    ckpt_close(&cb);
+    free(a);
+    free(b);
+    th_rmtree(tmp);
+}
+
+/* ---------------------------------------------- one model across layouts */
+
+static void assert_same_bytes(const struct ckpt *a, const char *na, const struct ckpt *b, const char *nb)
+{
+    const uint8_t *x, *y;
+    const struct st_tensor *tx = tensor(a, na, &x), *ty = tensor(b, nb, &y);
+    cr_assert_eq(tx->dtype, DT_BF16, "%s", na);
+    cr_assert_eq(ty->dtype, DT_BF16, "%s", nb);
+    cr_assert_eq(tx->rank, ty->rank, "%s", na);
+    cr_assert(memcmp(tx->shape, ty->shape, (size_t)tx->rank * sizeof tx->shape[0]) == 0, "%s: shapes differ", na);
+    cr_assert_eq(tx->end - tx->begin, ty->end - ty->begin, "%s", na);
+    cr_assert(memcmp(x, y, (size_t)(tx->end - tx->begin)) == 0, "%s and %s hold different values", na, nb);
+}
+
+Test(fixture, hf_and_mlx_hold_the_same_model)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_HF);
+    o.seed = 7;
+    char *hf = th_fixture(tmp, "hf", o);
+    o.layout = FX_MLX;
+    char *mlx = th_fixture(tmp, "mlx", o);
+    o.layout = FX_TEXT;
+    char *text = th_fixture(tmp, "text", o);
+    struct ckpt a, b, c;
+    open_ckpt(&a, hf, 0);
+    open_ckpt(&b, mlx, 0);
+    open_ckpt(&c, text, 0);
+    assert_same_bytes(&a, PFX_HF "embed_tokens.weight", &b, PFX_MLX "embed_tokens.weight");
+    assert_same_bytes(&a, PFX_HF "layers.1.self_attn.q_proj.weight", &b, PFX_MLX "layers.1.self_attn.q_proj.weight");
+    assert_same_bytes(&a, PFX_HF "layers.1.self_attn.q_proj.weight", &c, "model.layers.1.self_attn.q_proj.weight");
+    /* every text tensor, not just two */
+    cr_assert_eq(a.n_tensors, b.n_tensors);
+    size_t n = 0;
+    for (size_t i = 0; i < a.n_tensors; i++) {
+        const char *name = a.tensors[i].name;
+        cr_assert(!strncmp(name, PFX_HF, strlen(PFX_HF)), "%s", name);
+        char other[512];
+        snprintf(other, sizeof other, PFX_MLX "%s", name + strlen(PFX_HF));
+        assert_same_bytes(&a, name, &b, other);
+        n++;
+    }
+    cr_assert_eq(n, a.n_tensors);
+    /* and the values really are random weights, not a constant */
+    const uint8_t *x;
+    const struct st_tensor *t = tensor(&a, PFX_HF "embed_tokens.weight", &x);
+    size_t distinct = 0;
+    for (size_t i = 2; i < (size_t)(t->end - t->begin); i += 2)
+        distinct += memcmp(x + i, x, 2) != 0;
+    cr_assert_gt(distinct, (size_t)(t->end - t->begin) / 4);
+    ckpt_close(&a);
+    ckpt_close(&b);
+    ckpt_close(&c);
+    free(hf);
+    free(mlx);
+    free(text);
+    th_rmtree(tmp);
+}
+
+Test(fixture, mlx_split_experts_are_halves_of_hf_gate_up)
+{
+    /* 26b-a4b tiny: E 4, M 64, H 128. */
+    const uint64_t E = 4, M = 64, H = 128;
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("26b-a4b", FX_HF);
+    o.seed = 5;
+    char *hf = th_fixture(tmp, "hf", o);
+    o.layout = FX_MLX;
+    char *mlx = th_fixture(tmp, "mlx", o);
+    struct ckpt a, b;
+    open_ckpt(&a, hf, 0);
+    open_ckpt(&b, mlx, 0);
+    cr_assert_null(ckpt_find(&b, PFX_MLX "layers.0.experts.gate_up_proj"));
+    cr_assert_null(ckpt_find(&a, PFX_HF "layers.0.experts.switch_glu.gate_proj.weight"));
+    for (int l = 0; l < 6; l++) {
+        char n[256];
+        const uint8_t *fused, *gate, *up, *hd, *md;
+        snprintf(n, sizeof n, PFX_HF "layers.%d.experts.gate_up_proj", l);
+        assert_shape(tensor(&a, n, &fused), 3, E, 2 * M, H);
+        snprintf(n, sizeof n, PFX_MLX "layers.%d.experts.switch_glu.gate_proj.weight", l);
+        assert_shape(tensor(&b, n, &gate), 3, E, M, H);
+        snprintf(n, sizeof n, PFX_MLX "layers.%d.experts.switch_glu.up_proj.weight", l);
+        assert_shape(tensor(&b, n, &up), 3, E, M, H);
+        size_t half = (size_t)(M * H * 2); /* bytes of M bf16 rows */
+        for (uint64_t e = 0; e < E; e++) {
+            cr_assert(memcmp(gate + e * half, fused + e * 2 * half, half) == 0, "layer %d expert %llu: gate", l,
+                      (unsigned long long)e);
+            cr_assert(memcmp(up + e * half, fused + e * 2 * half + half, half) == 0, "layer %d expert %llu: up", l,
+                      (unsigned long long)e);
+            cr_assert(memcmp(gate + e * half, up + e * half, half) != 0);
+        }
+        char m[256];
+        snprintf(n, sizeof n, PFX_HF "layers.%d.experts.down_proj", l);
+        snprintf(m, sizeof m, PFX_MLX "layers.%d.experts.switch_glu.down_proj.weight", l);
+        assert_shape(tensor(&a, n, &hd), 3, E, H, M);
+        assert_shape(tensor(&b, m, &md), 3, E, H, M);
+        assert_same_bytes(&a, n, &b, m);
+    }
+    ckpt_close(&a);
+    ckpt_close(&b);
+    free(hf);
+    free(mlx);
+    th_rmtree(tmp);
+}
+
+/* ---------------------------------------------------------- quantization */
+
+/* Dequantizes module `mod` of the quantized checkpoint and compares with the
+ * bf16 checkpoint: every element within |scale| of its group. Returns the
+ * largest error relative to the scale. */
+static double check_dequant(const struct ckpt *q, const struct ckpt *f, const char *mod, int bits, int gs)
+{
+    char n[256];
+    const uint8_t *w, *s, *b, *ref;
+    snprintf(n, sizeof n, "%s.weight", mod);
+    const struct st_tensor *tw = tensor(q, n, &w), *tf = tensor(f, n, &ref);
+    snprintf(n, sizeof n, "%s.scales", mod);
+    const struct st_tensor *ts = tensor(q, n, &s);
+    snprintf(n, sizeof n, "%s.biases", mod);
+    const struct st_tensor *tb = tensor(q, n, &b);
+    cr_assert_eq(tw->dtype, DT_U32, "%s", mod);
+    cr_assert_eq(ts->dtype, DT_BF16, "%s", mod);
+    cr_assert_eq(tb->dtype, DT_BF16, "%s", mod);
+    cr_assert_eq(tf->dtype, DT_BF16, "%s", mod);
+    int r = tf->rank;
+    uint64_t k = tf->shape[r - 1], rows = 1;
+    for (int i = 0; i + 1 < r; i++) {
+        rows *= tf->shape[i];
+        cr_assert_eq(tw->shape[i], tf->shape[i]);
+        cr_assert_eq(ts->shape[i], tf->shape[i]);
+    }
+    cr_assert_eq(tw->rank, r, "%s", mod);
+    cr_assert_eq(tw->shape[r - 1], k * (uint64_t)bits / 32, "%s: packed width", mod);
+    cr_assert_eq(ts->shape[r - 1], k / (uint64_t)gs, "%s: groups", mod);
+    cr_assert_eq(tb->shape[r - 1], k / (uint64_t)gs, "%s: groups", mod);
+    size_t ng = (size_t)(k / (uint64_t)gs);
+    float *out = malloc((size_t)k * sizeof *out), *want = malloc((size_t)k * sizeof *want),
+          *sc = malloc(ng * sizeof *sc);
+    cr_assert(out && want && sc);
+    double worst = 0;
+    for (uint64_t row = 0; row < rows; row++) {
+        const uint8_t *srow = s + row * ng * 2, *brow = b + row * ng * 2;
+        dequant_affine_row(w + row * (k * (uint64_t)bits / 8), srow, brow, DT_BF16, (size_t)k, gs, bits, out);
+        dtype_to_f32(DT_BF16, ref + row * k * 2, want, (size_t)k);
+        dtype_to_f32(DT_BF16, srow, sc, ng);
+        for (uint64_t j = 0; j < k; j++) {
+            float scale = fabsf(sc[j / (uint64_t)gs]);
+            float err = fabsf(out[j] - want[j]);
+            cr_assert(err <= scale, "%s[%llu][%llu]: dequantized %g, bf16 %g, scale %g", mod, (unsigned long long)row,
+                      (unsigned long long)j, (double)out[j], (double)want[j], (double)scale);
+            if (scale > 0 && (double)(err / scale) > worst)
+                worst = (double)(err / scale);
+        }
+    }
+    free(out);
+    free(want);
+    free(sc);
+    return worst;
+}
+
+Test(fixture, quant4_dequantizes_to_the_bf16_values)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("26b-a4b", FX_MLX);
+    o.seed = 11;
+    char *f = th_fixture(tmp, "bf16", o);
+    o.quant_bits = 4;
+    char *q = th_fixture(tmp, "q4", o);
+    struct ckpt cf, cq;
+    open_ckpt(&cf, f, 0);
+    open_ckpt(&cq, q, 0);
+    static const char *const mods[] = {
+        PFX_MLX "embed_tokens",
+        PFX_MLX "layers.1.self_attn.q_proj",
+        PFX_MLX "layers.5.self_attn.k_proj",
+        PFX_MLX "layers.2.mlp.down_proj",
+        PFX_MLX "layers.3.experts.switch_glu.gate_proj",
+        PFX_MLX "layers.3.experts.switch_glu.up_proj",
+        PFX_MLX "layers.3.experts.switch_glu.down_proj",
+    };
+    double worst = 0;
+    for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
+        double w = check_dequant(&cq, &cf, mods[i], 4, 64);
+        worst = w > worst ? w : worst;
+    }
+    cr_assert_gt(worst, 0.0, "4-bit quantization reproduced every value exactly: not quantized?");
+    /* the router: 8-bit, group 64 whatever the global setting (E 4, H 128 -> [4, 32] words) */
+    for (int l = 0; l < 6; l++) {
+        char mod[128], n[160];
+        snprintf(mod, sizeof mod, PFX_MLX "layers.%d.router.proj", l);
+        snprintf(n, sizeof n, "%s.weight", mod);
+        assert_shape(tensor(&cq, n, NULL), 2, 4, 128 * 8 / 32, 0);
+        snprintf(n, sizeof n, "%s.scales", mod);
+        assert_shape(tensor(&cq, n, NULL), 2, 4, 128 / 64, 0);
+        check_dequant(&cq, &cf, mod, 8, 64);
+    }
+    /* norms, scalars and router scales stay bf16 */
+    cr_assert_eq(tensor(&cq, PFX_MLX "layers.0.router.scale", NULL)->dtype, DT_BF16);
+    cr_assert_eq(tensor(&cq, PFX_MLX "layers.0.router.per_expert_scale", NULL)->dtype, DT_BF16);
+    cr_assert_eq(tensor(&cq, PFX_MLX "layers.0.layer_scalar", NULL)->dtype, DT_BF16);
+    cr_assert_null(ckpt_find(&cq, PFX_MLX "layers.0.input_layernorm.scales"));
+    assert_same_bytes(&cq, PFX_MLX "layers.0.input_layernorm.weight", &cf, PFX_MLX "layers.0.input_layernorm.weight");
+    /* config.json: quantization block with the router overrides, duplicated as quantization_config */
+    struct json_object *c = load_json(q, "config.json");
+    static const char *const blocks[] = {"quantization", "quantization_config"};
+    for (int k = 0; k < 2; k++) {
+        struct json_object *qb = jget(c, blocks[k]);
+        cr_assert_eq(json_object_get_int(jget(qb, "bits")), 4);
+        cr_assert_eq(json_object_get_int(jget(qb, "group_size")), 64);
+        cr_assert_not(jhas(qb, "quant_method"));
+        for (int l = 0; l < 6; l++) {
+            char path[128];
+            snprintf(path, sizeof path, PFX_MLX "layers.%d.router.proj", l);
+            struct json_object *ov = jget(qb, path);
+            cr_assert_eq(json_object_get_int(jget(ov, "bits")), 8, "%s", path);
+            cr_assert_eq(json_object_get_int(jget(ov, "group_size")), 64, "%s", path);
+        }
+    }
+    json_object_put(c);
+    ckpt_close(&cf);
+    ckpt_close(&cq);
+    free(f);
+    free(q);
+    th_rmtree(tmp);
+}
+
+Test(fixture, quant_e2b_text_layout_and_group_sizes)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_TEXT);
+    o.seed = 2;
+    char *f = th_fixture(tmp, "bf16", o);
+    struct ckpt cf;
+    open_ckpt(&cf, f, 0);
+    static const struct {
+        int bits, gs;
+    } cases[] = {{4, 32}, {8, 64}, {4, 128}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        o.quant_bits = cases[c].bits;
+        o.group_size = cases[c].gs;
+        char sub[32];
+        snprintf(sub, sizeof sub, "q%zu", c);
+        char *q = th_fixture(tmp, sub, o);
+        struct ckpt cq;
+        open_ckpt(&cq, q, 0);
+        check_dequant(&cq, &cf, "model.embed_tokens", cases[c].bits, cases[c].gs);
+        check_dequant(&cq, &cf, "model.embed_tokens_per_layer", cases[c].bits, cases[c].gs);
+        check_dequant(&cq, &cf, "model.layers.7.mlp.down_proj", cases[c].bits, cases[c].gs);
+        check_dequant(&cq, &cf, "model.layers.4.self_attn.o_proj", cases[c].bits, cases[c].gs);
+        ckpt_close(&cq);
+        free(q);
+    }
+    ckpt_close(&cf);
+    free(f);
+    th_rmtree(tmp);
+}
+
+/* ------------------------------------------------------------ PTQ vs QAT */
+
+static void kv_presence(const char *variant, enum fixture_layout layout, int quant, int L, int f0)
+{
+    char *tmp = th_mkdtemp();
+    const char *pfx = layout == FX_HF ? PFX_HF : layout == FX_MLX ? PFX_MLX : "model.";
+    const char *suffix = quant ? "scales" : "weight";
+    for (int qat = 0; qat < 2; qat++) {
+        struct fixture_opts o = fx(variant, layout);
+        o.qat = qat;
+        o.quant_bits = quant;
+        char *dir = th_fixture(tmp, qat ? "qat" : "ptq", o);
+        struct ckpt ck;
+        open_ckpt(&ck, dir, 0);
+        for (int l = 0; l < L; l++) {
+            bool want = !qat || l < f0;
+            char n[256];
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.k_proj.%s", pfx, l, suffix);
+            cr_assert_eq(ckpt_find(&ck, n) != NULL, want, "%s %s: %s", variant, qat ? "QAT" : "PTQ", n);
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.k_proj.weight", pfx, l);
+            cr_assert_eq(ckpt_find(&ck, n) != NULL, want, "%s %s: %s", variant, qat ? "QAT" : "PTQ", n);
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.v_proj.weight", pfx, l);
+            cr_assert_eq(ckpt_find(&ck, n) != NULL, want, "%s %s: %s", variant, qat ? "QAT" : "PTQ", n);
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.k_norm.weight", pfx, l);
+            cr_assert_eq(ckpt_find(&ck, n) != NULL, want, "%s %s: %s", variant, qat ? "QAT" : "PTQ", n);
+            /* q_proj, q_norm, o_proj in every layer */
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.q_proj.weight", pfx, l);
+            cr_assert(ckpt_find(&ck, n), "%s", n);
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.q_norm.weight", pfx, l);
+            cr_assert(ckpt_find(&ck, n), "%s", n);
+            snprintf(n, sizeof n, "%slayers.%d.self_attn.o_proj.weight", pfx, l);
+            cr_assert(ckpt_find(&ck, n), "%s", n);
+        }
+        char n[256];
+        snprintf(n, sizeof n, "%slayers.%d.self_attn.q_proj.weight", pfx, L);
+        cr_assert_null(ckpt_find(&ck, n), "%s: a layer beyond L", n);
+        ckpt_close(&ck);
+        struct json_object *c = load_json(dir, "config.json");
+        if (quant) {
+            cr_assert(jhas(c, "quantization"));
+        } else if (qat) {
+            cr_assert_not(jhas(c, "quantization"));
+            struct json_object *qc = jget(c, "quantization_config");
+            cr_assert(json_object_is_type(qc, json_type_object));
+            cr_assert_not(jhas(qc, "quant_method"), "a QAT export's block has no quant_method");
+            struct gp_config cfg;
+            load_cfg(&cfg, dir);
+            cr_assert(cfg.quant.qat_unquantized);
+            cr_assert_not(cfg.quant.mlx);
+            cfg_free(&cfg);
+        } else {
+            cr_assert_not(jhas(c, "quantization"));
+            cr_assert_not(jhas(c, "quantization_config"));
+        }
+        json_object_put(c);
+        free(dir);
+    }
+    th_rmtree(tmp);
+}
+
+Test(fixture, qat_prunes_shared_kv_e2b_hf) { kv_presence("e2b", FX_HF, 0, 10, 5); }
+Test(fixture, qat_prunes_shared_kv_e4b_text) { kv_presence("e4b", FX_TEXT, 0, 12, 6); }
+Test(fixture, qat_prunes_shared_kv_e2b_mlx_q4) { kv_presence("e2b", FX_MLX, 4, 10, 5); }
+
+/* ---------------------------------------------------------------- prompt */
+
+Test(fixture, tokens_json)
+{
+    char *tmp = th_mkdtemp();
+    static const char *const variants[] = {"e2b", "31b"};
+    for (int v = 0; v < 2; v++) {
+        char *dir = th_fixture(tmp, variants[v], fx(variants[v], FX_HF));
+        struct gp_config c;
+        load_cfg(&c, dir);
+        struct json_object *t = load_json(dir, "tokens.json");
+        struct json_object *arr = jget(t, "tokens");
+        cr_assert(json_object_is_type(arr, json_type_array));
+        size_t n = json_object_array_length(arr);
+        cr_assert_gt((int64_t)n, c.sliding_window, "%zu tokens, window %lld: the ring never wraps", n,
+                     (long long)c.sliding_window);
+        cr_assert_eq(json_object_get_int64(json_object_array_get_idx(arr, 0)), 2, "first token must be BOS (2)");
+        bool varied = false;
+        for (size_t i = 0; i < n; i++) {
+            struct json_object *x = json_object_array_get_idx(arr, i);
+            cr_assert(json_object_is_type(x, json_type_int));
+            int64_t id = json_object_get_int64(x);
+            cr_assert(id >= 0 && id < c.vocab_size, "token %zu: %lld outside vocab %lld", i, (long long)id,
+                      (long long)c.vocab_size);
+            if (i > 1 && id != json_object_get_int64(json_object_array_get_idx(arr, 1)))
+                varied = true;
+        }
+        cr_assert(varied);
+        json_object_put(t);
+        cfg_free(&c);
+        free(dir);
+    }
+    th_rmtree(tmp);
+}
+
+/* ------------------------------------------------ full-size, headers only */
+
+Test(fixture, full_size_31b_headers_only_shards)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("31b", FX_HF);
+    o.full_size = true;
+    o.headers_only = true;
+    o.shards = 4;
+    char *dir = th_fixture(tmp, "31b", o);
+    uint64_t declared = 0;
+    for (int k = 1; k <= 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-00004.safetensors", k);
+        size_t len;
+        uint8_t *b = read_file(dir, name, &len);
+        cr_assert_geq(len, 8u);
+        uint64_t n = 0;
+        for (int i = 0; i < 8; i++)
+            n |= (uint64_t)b[i] << (8 * i);
+        cr_assert_eq((uint64_t)len, 8 + n, "%s: %zu bytes, header says %llu", name, len, (unsigned long long)(8 + n));
+        free(b);
+    }
+    struct stat st;
+    char *five = fio_join(dir, "model-00005-of-00004.safetensors");
+    cr_assert_neq(stat(five, &st), 0);
+    free(five);
+    struct ckpt ck;
+    open_ckpt(&ck, dir, ST_HEADER_ONLY | ST_ALLOW_TRUNCATED);
+    cr_assert(ck.indexed);
+    cr_assert_eq(ck.n_shards, 4);
+    for (size_t i = 0; i < ck.n_shards; i++) {
+        cr_assert(ck.shards[i].truncated);
+        cr_assert_gt(ck.shards[i].n_tensors, 0);
+    }
+    for (size_t i = 0; i < ck.n_tensors; i++)
+        declared += ck.tensors[i].t->end - ck.tensors[i].t->begin;
+    /* gemma4-architecture.md §2.4, 31B: H 5376, L 60, sliding q [8192,5376] k/v [4096,5376],
+     * full q [16384,5376] k [2048,5376] no v_proj, MLP [21504,5376]/[5376,21504]. */
+    assert_shape(tensor(&ck, PFX_HF "embed_tokens.weight", NULL), 2, 262144, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "norm.weight", NULL), 1, 5376, 0, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.0.self_attn.q_proj.weight", NULL), 2, 8192, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.0.self_attn.k_proj.weight", NULL), 2, 4096, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.0.self_attn.v_proj.weight", NULL), 2, 4096, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.0.self_attn.o_proj.weight", NULL), 2, 5376, 8192, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.0.self_attn.q_norm.weight", NULL), 1, 256, 0, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.self_attn.q_proj.weight", NULL), 2, 16384, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.self_attn.k_proj.weight", NULL), 2, 2048, 5376, 0);
+    cr_assert_null(ckpt_find(&ck, PFX_HF "layers.5.self_attn.v_proj.weight"), "31B full layers are k_eq_v");
+    assert_shape(tensor(&ck, PFX_HF "layers.5.self_attn.o_proj.weight", NULL), 2, 5376, 16384, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.self_attn.k_norm.weight", NULL), 1, 512, 0, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.mlp.gate_proj.weight", NULL), 2, 21504, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.mlp.up_proj.weight", NULL), 2, 21504, 5376, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.5.mlp.down_proj.weight", NULL), 2, 5376, 21504, 0);
+    assert_shape(tensor(&ck, PFX_HF "layers.59.self_attn.q_proj.weight", NULL), 2, 16384, 5376, 0);
+    cr_assert_null(ckpt_find(&ck, PFX_HF "layers.59.self_attn.v_proj.weight"));
+    cr_assert_null(ckpt_find(&ck, PFX_HF "layers.60.self_attn.q_proj.weight"));
+    cr_assert_null(ckpt_find(&ck, PFX_HF "per_layer_model_projection.weight"), "31B has no PLE");
+    /* 50 sliding layers with v_proj, 10 full without (§1.3) */
+    int v = 0, k = 0;
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        v += strstr(ck.tensors[i].name, ".self_attn.v_proj.weight") != NULL;
+        k += strstr(ck.tensors[i].name, ".self_attn.k_proj.weight") != NULL;
+    }
+    cr_assert_eq(v, 50);
+    cr_assert_eq(k, 60);
+    ckpt_close(&ck);
+    /* the index's total_size is the declared data size; about 31B bf16 parameters */
+    struct json_object *idx = load_json(dir, "model.safetensors.index.json");
+    cr_assert_eq((uint64_t)json_object_get_int64(jget(jget(idx, "metadata"), "total_size")), declared);
+    cr_assert_gt(declared, 2ull * 29000000000ull);
+    cr_assert_lt(declared, 2ull * 33000000000ull);
+    json_object_put(idx);
+    /* and the check reads it through the header-only path */
+    struct check_report r;
+    struct err e = {0};
+    cr_assert_eq(check_run(&r, dir, CHECK_HEADERS_ONLY, &e), ERR_OK, "%s", e.msg);
+    cr_assert(check_loadable(&r));
+    cr_assert_eq(r.cfg.hidden_size, 5376);
+    cr_assert_eq(r.cfg.n_layers, 60);
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* ------------------------------------------------------------------ --like */
+
+Test(fixture, like_external_golden_a)
+{
+    char *g = th_external_golden("a");
+    if (!g)
+        cr_skip_test("../shared/external-goldens/a is absent");
+    char *src = fio_join(g, "config.json");
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx(NULL, FX_HF);
+    o.like_path = src;
+    char *dir = th_fixture(tmp, "like", o);
+    struct json_object *a = load_json(g, "config.json"), *b = load_json(dir, "config.json");
+    struct json_object *ta = jget(a, "text_config"), *tb = jget(b, "text_config");
+    cr_assert(json_object_equal(jget(ta, "layer_types"), jget(tb, "layer_types")), "layer_types differ: %s vs %s",
+              json_object_to_json_string(jget(ta, "layer_types")), json_object_to_json_string(jget(tb, "layer_types")));
+    cr_assert_eq(json_object_get_int(jget(tb, "num_kv_shared_layers")),
+                 json_object_get_int(jget(ta, "num_kv_shared_layers")));
+    cr_assert_eq(json_object_get_int(jget(tb, "num_kv_shared_layers")), 3);
+    cr_assert_eq(json_object_get_boolean(jget(tb, "use_double_wide_mlp")),
+                 json_object_get_boolean(jget(ta, "use_double_wide_mlp")));
+    cr_assert(json_object_get_boolean(jget(tb, "use_double_wide_mlp")));
+    cr_assert_eq(json_object_get_int(jget(tb, "num_hidden_layers")), 8);
+    cr_assert_eq(json_object_get_int(jget(tb, "hidden_size")), 128, "tiny hidden size");
+    cr_assert_eq(json_object_get_int(jget(tb, "vocab_size")), 512);
+    /* PLE on as in the source */
+    cr_assert_gt(json_object_get_int(jget(tb, "hidden_size_per_layer_input")), 0);
+    json_object_put(a);
+    json_object_put(b);
+    /* double-wide shared layers: layer 5 MLP is twice layer 4's */
+    struct ckpt ck;
+    open_ckpt(&ck, dir, 0);
+    const struct st_tensor *g4 = tensor(&ck, PFX_HF "layers.4.mlp.gate_proj.weight", NULL);
+    const struct st_tensor *g5 = tensor(&ck, PFX_HF "layers.5.mlp.gate_proj.weight", NULL);
+    cr_assert_eq(g5->shape[0], 2 * g4->shape[0]);
+    ckpt_close(&ck);
+    struct check_report r;
+    struct err e = {0};
+    cr_assert_eq(check_run(&r, dir, 0, &e), ERR_OK, "%s", e.msg);
+    cr_assert(check_loadable(&r));
+    cr_assert_eq(r.cfg.first_shared, 5);
+    cr_assert_eq(r.n_notes, 9, "K/V of layers 5..7 are redundant");
+    check_free(&r);
+    free(dir);
+    free(src);
+    free(g);
+    th_rmtree(tmp);
+}
+
+/* ------------------------------------------------------------ usage errors */
+
+static void expect_usage(struct fixture_opts o, const char *what)
+{
+    char *tmp = th_mkdtemp();
+    char *out = fio_join(tmp, "out");
+    o.out_dir = out;
+    struct fixture_summary s;
+    struct err e = {0};
+    int rc = fixture_make(&o, &s, &e);
+    cr_assert_eq(rc, ERR_USAGE, "%s: rc %d (%s)", what, rc, e.msg);
+    cr_assert_neq(e.msg[0], 0, "%s: no message", what);
+    struct stat st;
+    char *cfg = fio_join(out, "config.json");
+    cr_assert_neq(stat(cfg, &st), 0, "%s: wrote a config.json anyway", what);
+    free(cfg);
+    free(out);
+    th_rmtree(tmp);
+}
+
+Test(fixture, usage_errors)
+{
+    struct fixture_opts o = fx("e2b", FX_HF);
+    o.quant_bits = 4;
+    expect_usage(o, "--quant 4 with layout hf");
+    o = fx("e2b", FX_TEXT);
+    o.multimodal = true;
+    expect_usage(o, "--multimodal with layout text");
+    expect_usage(fx("e3b", FX_HF), "unknown variant");
+    expect_usage(fx(NULL, FX_HF), "no variant");
+    o = fx("e2b", FX_MLX);
+    o.quant_bits = 5;
+    expect_usage(o, "--quant 5");
+    o = fx("e2b", FX_MLX);
+    o.quant_bits = 4;
+    o.group_size = 48;
+    expect_usage(o, "--group-size 48");
+    o = fx("e2b", FX_HF);
+    o.shards = 0;
+    expect_usage(o, "--shards 0");
+}
