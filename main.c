@@ -117,7 +117,8 @@ static const char inspect_help[] =
     "usage: gempack inspect PATH [--json]\n"
     "\n"
     "Lists the tensors (name, dtype, shape, bytes) and metadata of a safetensors\n"
-    "file, or of every shard of a checkpoint directory. Reads headers only.\n"
+    "file, of every shard of a checkpoint directory (headers only), or of a .gpk\n"
+    "pack (header, manifest, tensors with CRCs and quantization).\n"
     "\n"
     "  --json      one JSON object on stdout (schema gempack.inspect/1)\n"
     "  -h, --help  this text\n";
@@ -146,6 +147,76 @@ static struct json_object *tensor_json(const struct st_tensor *t, const char *fi
     return o;
 }
 
+static int inspect_pack(const char *path, bool json)
+{
+    struct pack p;
+    struct err e = {0};
+    if (pack_open(&p, path, &e) != ERR_OK)
+        return fail(&e);
+    FILE *out = json ? stderr : stdout;
+    fprintf(out, "%s: gempack pack v%d.%u, alignment %u, %zu bytes\n", path, PACK_VERSION_MAJOR, p.version_minor,
+            p.align, p.size);
+    fprintf(out, "  data      offset %llu, %llu bytes\n", (unsigned long long)p.data_offset,
+            (unsigned long long)p.data_size);
+    fprintf(out, "  manifest  offset %llu, %llu bytes\n", (unsigned long long)p.manifest_offset,
+            (unsigned long long)p.manifest_size);
+    struct json_object *v, *q = NULL;
+    if (json_object_object_get_ex(p.manifest, "required_features", &v))
+        fprintf(out, "  features  %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+    if (json_object_object_get_ex(p.manifest, "options", &v))
+        fprintf(out, "  options   %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+    if (json_object_object_get_ex(p.manifest, "normalization", &v))
+        fprintf(out, "  normalization log: %zu entries\n", json_object_array_length(v));
+    json_object_object_get_ex(p.manifest, "quantized", &q);
+    fprintf(out, "  %-56s %-5s %-22s %12s %10s  %s\n", "tensor", "dtype", "shape", "bytes", "crc32", "quantization");
+    for (size_t i = 0; i < p.n_tensors; i++) {
+        const struct pack_tensor *t = &p.tensors[i];
+        char shape[160], module[PACK_MAX_NAME + 1], quant[64] = "";
+        fmt_shape(shape, sizeof shape, t->shape, t->rank);
+        snprintf(module, sizeof module, "%s", t->name);
+        char *dot = strrchr(module, '.');
+        struct json_object *entry;
+        if (dot && !strcmp(dot, ".weight") && (*dot = 0, q && json_object_object_get_ex(q, module, &entry)))
+            snprintf(quant, sizeof quant, "affine %d-bit group %d",
+                     json_object_get_int(json_object_object_get(entry, "bits")),
+                     json_object_get_int(json_object_object_get(entry, "group_size")));
+        fprintf(out, "  %-56s %-5s %-22s %12llu 0x%08x  %s\n", t->name, dtype_name(t->dtype), shape,
+                (unsigned long long)t->nbytes, t->crc32, quant);
+    }
+    fprintf(out, "total: %zu tensors, %llu data bytes\n", p.n_tensors, (unsigned long long)p.data_size);
+    if (json) {
+        struct json_object *o = json_object_new_object(), *h = json_object_new_object();
+        json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
+        json_object_object_add(o, "path", json_object_new_string(path));
+        json_object_object_add(o, "kind", json_object_new_string("pack"));
+        json_object_object_add(h, "version_major", json_object_new_int(PACK_VERSION_MAJOR));
+        json_object_object_add(h, "version_minor", json_object_new_int(p.version_minor));
+        json_object_object_add(h, "alignment", json_object_new_int64(p.align));
+        json_object_object_add(h, "file_size", json_object_new_int64((int64_t)p.size));
+        json_object_object_add(h, "data_offset", json_object_new_int64((int64_t)p.data_offset));
+        json_object_object_add(h, "data_size", json_object_new_int64((int64_t)p.data_size));
+        json_object_object_add(h, "manifest_offset", json_object_new_int64((int64_t)p.manifest_offset));
+        json_object_object_add(h, "manifest_size", json_object_new_int64((int64_t)p.manifest_size));
+        json_object_object_add(o, "header", h);
+        json_object_object_add(o, "manifest", json_object_get(p.manifest));
+        print_json(o);
+        json_object_put(o);
+    }
+    pack_close(&p);
+    return 0;
+}
+
+/* True when the file starts with the pack magic. */
+static bool is_pack(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[8] = {0};
+    bool yes = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, PACK_MAGIC, 8);
+    if (f)
+        fclose(f);
+    return yes;
+}
+
 static int cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0}};
@@ -164,6 +235,8 @@ static int cmd_inspect(int argc, char **argv)
     struct stat st;
     if (stat(path, &st) != 0)
         return usage_error("inspect", "%s: no such file or directory", path);
+    if (S_ISREG(st.st_mode) && is_pack(path))
+        return inspect_pack(path, json);
     struct err e = {0};
     struct ckpt ck = {0};
     struct st_file one = {0};

@@ -1,7 +1,8 @@
 #!/bin/bash
 # setup.sh - as root on a fresh Debian bookworm machine: install the Debian
 # packages gempack needs, build it, and run the main job on an embedded
-# default (a tiny E2B fixture: make it, check it, inspect it).
+# default (a tiny E2B fixture: make it, check it, convert it to a 4-bit pack,
+# verify the pack).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -26,4 +27,5 @@ demo=build/demo
 rm -rf "$demo"
 ./build/gempack fixture --variant e2b --layout hf -o "$demo/e2b"
 ./build/gempack check "$demo/e2b"
-./build/gempack inspect "$demo/e2b" | tail -n 3
+./build/gempack convert "$demo/e2b" --bits 4 -o "$demo/e2b-q4.gpk" | tail -n 2
+./build/gempack verify "$demo/e2b-q4.gpk"

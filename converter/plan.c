@@ -197,8 +197,10 @@ int plan_build(const struct normalized *n, const struct gp_config *c, const stru
 
 void plan_free(struct plan *p)
 {
-    if (p)
-        free(p->items);
+    if (!p)
+        return;
+    free(p->items);
+    memset(p, 0, sizeof *p);
 }
 
 void plan_print(FILE *out, const struct plan *p)

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "core/fileio.h"
 #include "core/jsonx.h"
 
 /* Upper bounds that keep every derived size far from overflow and reject
@@ -30,13 +32,13 @@ __attribute__((format(printf, 2, 3))) static void problem(struct diag *d, const 
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    int first = d->n++ == 0; /* counted even without an err: cfg_parse fails on any problem */
     if (!d->e)
         return;
-    int w = snprintf(d->e->msg + d->used, sizeof d->e->msg - d->used, "%s%s: %s", d->n ? "\n" : "", d->path,
+    int w = snprintf(d->e->msg + d->used, sizeof d->e->msg - d->used, "%s%s: %s", first ? "" : "\n", d->path,
                      line);
     if (w > 0 && d->used + (size_t)w < sizeof d->e->msg)
         d->used += (size_t)w;
-    d->n++;
 }
 
 static struct json_object *get(struct json_object *o, const char *key)
@@ -422,7 +424,11 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
 
     if (c->ple_dim > 0)
         get_int(&d, t, "vocab_size_per_layer_input", REQUIRED, 0, 1, LIM_VOCAB, &c->ple_vocab);
-    if (c->k_eq_v)
+    /* Newer HF configs may give the full layers' head_dim / KV heads only in a
+     * per_layer_config object (gemma4-architecture.md §1.2 parser rule). */
+    struct json_object *plc = get(t, "per_layer_config");
+    bool use_plc = plc && json_object_get_type(plc) == json_type_object;
+    if (c->k_eq_v && (has(t, "num_global_key_value_heads") || !use_plc))
         get_int_or_null(&d, t, "num_global_key_value_heads", REQUIRED, 1, LIM_HEADS, &c->n_global_kv_heads);
     if (c->moe) {
         get_int(&d, t, "num_experts", REQUIRED, 0, 1, LIM_HEADS, &c->n_experts);
@@ -468,24 +474,29 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
 
     /* Full-layer head dim: global_head_dim, or per_layer_config (newer HF). */
     if (any[LT_FULL]) {
-        struct json_object *plc = get(t, "per_layer_config");
-        if (has(t, "global_head_dim") || !plc)
+        bool hd_key = has(t, "global_head_dim");
+        bool kv_key = !c->k_eq_v || has(t, "num_global_key_value_heads");
+        if (hd_key || !use_plc)
             get_int_or_null(&d, t, "global_head_dim", REQUIRED, 2, 65536, &c->global_head_dim);
-        if (!has(t, "global_head_dim") && plc && json_object_get_type(plc) == json_type_object) {
+        if (use_plc && (!hd_key || !kv_key)) {
             /* {layer_idx: {head_dim, num_key_value_heads}} for full layers */
             json_object_object_foreach(plc, k, v) {
                 (void)k;
                 struct json_object *hd = get(v, "head_dim");
                 uint64_t u;
-                if (hd && jsonx_u64(hd, &u) && u >= 2 && u <= 65536)
+                if (!hd_key && hd && jsonx_u64(hd, &u) && u >= 2 && u <= 65536)
                     c->global_head_dim = (int64_t)u;
                 struct json_object *kv = get(v, "num_key_value_heads");
-                if (c->k_eq_v && kv && jsonx_u64(kv, &u) && u >= 1 && u <= LIM_HEADS)
+                if (!kv_key && kv && jsonx_u64(kv, &u) && u >= 1 && u <= LIM_HEADS)
                     c->n_global_kv_heads = (int64_t)u;
                 break;
             }
-            if (!c->global_head_dim)
+            if (!hd_key && !c->global_head_dim)
                 problem(&d, "%sper_layer_config: no head_dim for the full-attention layers", d.scope);
+            if (!kv_key && !c->n_global_kv_heads)
+                problem(&d, "%sper_layer_config: no num_key_value_heads for the full-attention layers (attention_k_eq_v "
+                            "is set and num_global_key_value_heads is absent)",
+                        d.scope);
         }
     }
 
@@ -512,13 +523,22 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
 int cfg_load(struct gp_config *c, const char *path, struct err *e)
 {
     memset(c, 0, sizeof *c);
+    /* A directory means DIR/config.json (as config.h promises). */
+    struct stat st;
+    char *joined = NULL;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (!(joined = fio_join(path, "config.json")))
+            return err_set(e, ERR_NOMEM, "cannot allocate a path");
+        path = joined;
+    }
     char *text;
     size_t len;
     int rc = jsonx_read_file(path, 16u << 20, &text, &len, e);
-    if (rc != ERR_OK)
-        return rc;
-    rc = cfg_parse(c, text, len, path, e);
-    free(text);
+    if (rc == ERR_OK) {
+        rc = cfg_parse(c, text, len, path, e);
+        free(text);
+    }
+    free(joined);
     return rc;
 }
 

@@ -37,7 +37,7 @@ expect 0 "top-level --help" -- "$G" --help
 expect 2 "no command" -- "$G"
 expect 2 "unknown command" -- "$G" frobnicate
 expect 0 "--version" -- "$G" --version
-for c in check inspect fixture; do
+for c in check inspect fixture convert verify; do
     expect 0 "$c --help" -- "$G" $c --help
     ok "$c --help names its usage" -- grep -q "usage: gempack $c" "$T/out"
 done
@@ -87,6 +87,28 @@ expect 2 "check 31b headers without --headers-only" -- "$G" check "$T/31b"
 # MLX 4-bit multimodal, sharded
 expect 0 "fixture mlx 4-bit multimodal" -- "$G" fixture --variant 26b-a4b --layout mlx --quant 4 --multimodal --shards 3 -o "$T/moe"
 expect 0 "check mlx 4-bit multimodal" -- "$G" check "$T/moe"
+
+# convert -> verify -> inspect; a flipped byte is caught; no partial output on failure
+expect 0 "convert e2b to a 4-bit pack" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/e2b-q4.gpk"
+expect 0 "verify the pack" -- "$G" verify "$T/e2b-q4.gpk"
+expect 0 "inspect the pack --json" -- "$G" inspect --json "$T/e2b-q4.gpk"
+ok "pack manifest records bits" -- test "$(json_field "$T/out" "d['manifest']['options']['bits']")" = 4
+expect 0 "convert again" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/e2b-q4-again.gpk"
+ok "packs byte-identical" -- cmp -s "$T/e2b-q4.gpk" "$T/e2b-q4-again.gpk"
+cp "$T/e2b-q4.gpk" "$T/flipped.gpk"
+size=$(stat -c %s "$T/flipped.gpk")
+printf '\x5a' | dd of="$T/flipped.gpk" bs=1 seek=$((size / 3)) conv=notrunc status=none
+expect 1 "verify detects a flipped data byte" -- "$G" verify "$T/flipped.gpk"
+expect 0 "convert --dry-run" -- "$G" convert "$T/e2b" --bits 4 --dry-run
+ok "dry run prints bits per weight" -- grep -q "bits per weight" "$T/out"
+ok "dry run writes nothing" -- test ! -e "$T/none.gpk"
+expect 2 "convert a non-loadable checkpoint" -- "$G" convert "$T/bad" -o "$T/bad.gpk"
+ok "no output for a refused convert" -- test ! -e "$T/bad.gpk"
+expect 0 "convert --format mlx 4-bit" -- "$G" convert "$T/e2b" --format mlx --bits 4 --skip-last-full-attention -o "$T/mlx4"
+expect 0 "MLX export passes check" -- "$G" check "$T/mlx4"
+expect 2 "requantize refused" -- "$G" convert "$T/mlx4" --bits 8 -o "$T/re.gpk"
+ok "requantize message names the flag" -- grep -q -- "--allow-requantize" "$T/err"
+expect 0 "requantize allowed" -- "$G" convert "$T/mlx4" --bits 8 --allow-requantize --align 64 -o "$T/re.gpk"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
