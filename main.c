@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "converter/check.h"
 #include "converter/convert.h"
@@ -19,6 +20,10 @@
 #include "core/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
+#include "golden/golden.h"
+#include "runner/forward.h"
+#include "runner/sample.h"
+#include "runner/tokens.h"
 #include "gp_config.h"
 
 enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
@@ -630,6 +635,460 @@ static int cmd_verify(int argc, char **argv)
     return rc == ERR_OK ? 0 : EXIT_VERDICT;
 }
 
+/* ---- run ---- */
+
+static const char run_help[] =
+    "usage: gempack run MODEL (--tokens IDS | --tokens-file F) [options]\n"
+    "\n"
+    "Runs the Gemma 4 forward pass of MODEL (a .gpk pack, or a checkpoint\n"
+    "directory converted in memory without requantizing) on token ids.\n"
+    "\n"
+    "  --tokens 2,17,99        the prompt's token ids\n"
+    "  --tokens-file F         ids from a JSON list, {\"tokens\": [...]}, an .npy, or\n"
+    "                          whitespace-separated integers\n"
+    "  --mode M                prefill (default: the prompt as one chunk), decode (one\n"
+    "                          token at a time through the caches) or chunked:N\n"
+    "  --dump-logits OUT.npz   tokens.npy int32 [T] and logits.npy float32 [T, V]:\n"
+    "                          one row per prompt position, after the soft-cap\n"
+    "  --generate N            then generate N tokens (greedy unless --temperature)\n"
+    "  --temperature X, --top-k K, --top-p P, --seed S   sampling (seeded)\n"
+    "  --threads N             worker threads (default 1; results are identical\n"
+    "                          for any N)\n"
+    "  --scalar                use the scalar reference kernels only\n"
+    "  --json                  one JSON object on stdout (tokens, timings)\n"
+    "  -h, --help              this text\n";
+
+struct run_opts {
+    const char *dump;
+    int64_t chunk;             /* 0 prefill, 1 decode, N chunked */
+    int64_t generate;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int threads;
+    bool scalar, json;
+};
+
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool parse_mode(const char *s, int64_t *chunk)
+{
+    unsigned long long v;
+    if (!strcmp(s, "prefill"))
+        *chunk = 0;
+    else if (!strcmp(s, "decode"))
+        *chunk = 1;
+    else if (!strncmp(s, "chunked:", 8) && parse_u64(s + 8, 1ull << 30, &v) && v > 0)
+        *chunk = (int64_t)v;
+    else
+        return false;
+    return true;
+}
+
+static bool parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    float v = strtof(s, &end);
+    if (!*s || *end || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Common option parsing of run-like commands; returns -1 on success. */
+static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
+{
+    struct err e = {0};
+    int rc = c == 't' ? tokens_add_csv(seqs, optarg, &e) : tokens_read_file(optarg, seqs, &e);
+    if (rc != ERR_OK)
+        return usage_error(cmd, "%s", e.msg);
+    return -1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"tokens", required_argument, 0, 't'},   {"tokens-file", required_argument, 0, 'T'},
+        {"mode", required_argument, 0, 'm'},     {"dump-logits", required_argument, 0, 'd'},
+        {"generate", required_argument, 0, 'g'}, {"temperature", required_argument, 0, 'x'},
+        {"top-k", required_argument, 0, 'k'},    {"top-p", required_argument, 0, 'p'},
+        {"seed", required_argument, 0, 's'},     {"threads", required_argument, 0, 'n'},
+        {"scalar", no_argument, 0, 'S'},         {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},           {0}};
+    struct run_opts o = {.threads = 1, .top_p = 1.0f};
+    struct token_seqs seqs = {0};
+    unsigned long long v;
+    int c, code = EXIT_ERROR;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+        case 'T':
+            if ((code = parse_tokens_arg(c, "run", &seqs)) >= 0)
+                goto out;
+            break;
+        case 'm':
+            if (!parse_mode(optarg, &o.chunk)) {
+                code = usage_error("run", "--mode %s: expected prefill, decode or chunked:N", optarg);
+                goto out;
+            }
+            break;
+        case 'd': o.dump = optarg; break;
+        case 'g':
+            if (!parse_u64(optarg, 1u << 20, &v)) {
+                code = usage_error("run", "--generate %s: expected a count", optarg);
+                goto out;
+            }
+            o.generate = (int64_t)v;
+            break;
+        case 'x':
+            if (!parse_float(optarg, 0.0f, 100.0f, &o.temperature)) {
+                code = usage_error("run", "--temperature %s: expected 0..100", optarg);
+                goto out;
+            }
+            break;
+        case 'k':
+            if (!parse_u64(optarg, 1u << 30, &v)) {
+                code = usage_error("run", "--top-k %s: expected a count", optarg);
+                goto out;
+            }
+            o.top_k = (int)v;
+            break;
+        case 'p':
+            if (!parse_float(optarg, 0.0f, 1.0f, &o.top_p) || o.top_p <= 0.0f) {
+                code = usage_error("run", "--top-p %s: expected (0, 1]", optarg);
+                goto out;
+            }
+            break;
+        case 's':
+            if (!parse_u64(optarg, UINT64_MAX, &v)) {
+                code = usage_error("run", "--seed %s: expected a non-negative integer", optarg);
+                goto out;
+            }
+            o.seed = v;
+            break;
+        case 'n':
+            if (!parse_u64(optarg, 64, &v) || v < 1) {
+                code = usage_error("run", "--threads %s: expected 1..64", optarg);
+                goto out;
+            }
+            o.threads = (int)v;
+            break;
+        case 'S': o.scalar = true; break;
+        case 'j': o.json = true; break;
+        case 'h': fputs(run_help, stdout); code = 0; goto out;
+        default: code = usage_error("run", "%s", "invalid option"); goto out;
+        }
+    }
+    if (optind + 1 != argc) {
+        code = usage_error("run", "%s", "expected exactly one MODEL (.gpk or checkpoint directory)");
+        goto out;
+    }
+    if (seqs.n != 1 || seqs.len[0] == 0) {
+        code = usage_error("run", "%s", "give one non-empty prompt with --tokens or --tokens-file");
+        goto out;
+    }
+    struct model m;
+    struct runner r = {0};
+    struct err e = {0};
+    float *logits = NULL, *last = NULL;
+    int32_t *gen = NULL;
+    if (model_open(&m, argv[optind], &e) != ERR_OK) {
+        code = fail(&e);
+        goto out;
+    }
+    int64_t T = seqs.len[0], V = m.cfg.vocab_size;
+    int rc = runner_init(&r, &m, o.threads, o.scalar ? KERN_SCALAR : KERN_BEST, &e);
+    logits = o.dump ? malloc((size_t)(T * V) * sizeof *logits) : NULL;
+    last = malloc((size_t)V * sizeof *last);
+    gen = malloc((size_t)(o.generate ? o.generate : 1) * sizeof *gen);
+    if (rc == ERR_OK && (!last || !gen || (o.dump && !logits)))
+        rc = err_set(&e, ERR_NOMEM, "cannot allocate logits for %lld positions", (long long)T);
+    double t0 = seconds();
+    if (rc == ERR_OK)
+        rc = runner_prompt(&r, seqs.seq[0], T, o.chunk, logits, last, &e);
+    double t1 = seconds();
+    struct sampler smp;
+    sampler_init(&smp, o.temperature, o.top_k, o.top_p, o.seed);
+    for (int64_t k = 0; rc == ERR_OK && k < o.generate; k++) {
+        gen[k] = sampler_next(&smp, last, V);
+        if (k + 1 < o.generate)
+            rc = runner_forward(&r, &gen[k], 1, last, false, NULL, &e);
+    }
+    double t2 = seconds();
+    if (rc == ERR_OK && o.dump) {
+        struct json_object *meta = json_object_new_object();
+        json_object_object_add(meta, "producer", json_object_new_string("gempack run " GEMPACK_VERSION));
+        json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
+        json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+        rc = golden_write(o.dump, seqs.seq[0], T, logits, V, meta, &e);
+        json_object_put(meta);
+    }
+    if (rc == ERR_OK) {
+        double pf = t1 > t0 ? (double)T / (t1 - t0) : 0.0;
+        double dc = o.generate > 1 && t2 > t1 ? (double)(o.generate - 1) / (t2 - t1) : 0.0;
+        FILE *out = o.json ? stderr : stdout;
+        fprintf(out, "prompt %lld tokens in %.3f s (%.1f tokens/s, %s kernels, %d thread%s)\n", (long long)T, t1 - t0,
+                pf, r.kt.name, o.threads, o.threads == 1 ? "" : "s");
+        if (o.generate) {
+            fprintf(out, "generated:");
+            for (int64_t k = 0; k < o.generate; k++)
+                fprintf(out, " %d", gen[k]);
+            fprintf(out, "\n");
+            if (o.generate > 1)
+                fprintf(out, "decode %.1f tokens/s\n", dc);
+        }
+        if (o.json) {
+            struct json_object *j = json_object_new_object(), *g = json_object_new_array();
+            for (int64_t k = 0; k < o.generate; k++)
+                json_object_array_add(g, json_object_new_int(gen[k]));
+            json_object_object_add(j, "schema", json_object_new_string("gempack.run/1"));
+            json_object_object_add(j, "prompt_tokens", json_object_new_int64(T));
+            json_object_object_add(j, "generated", g);
+            json_object_object_add(j, "prefill_seconds", json_object_new_double(t1 - t0));
+            json_object_object_add(j, "prefill_tokens_per_s", json_object_new_double(pf));
+            json_object_object_add(j, "decode_tokens_per_s", json_object_new_double(dc));
+            json_object_object_add(j, "bytes_per_token", json_object_new_int64((int64_t)m.weight_bytes));
+            json_object_object_add(j, "threads", json_object_new_int(o.threads));
+            json_object_object_add(j, "kernels", json_object_new_string(r.kt.name));
+            print_json(j);
+            json_object_put(j);
+        }
+        code = 0;
+    } else {
+        code = fail(&e);
+    }
+    free(logits);
+    free(last);
+    free(gen);
+    runner_free(&r);
+    model_close(&m);
+out:
+    tokens_free(&seqs);
+    return code;
+}
+
+/* ---- golden ---- */
+
+static const char golden_help[] =
+    "usage: gempack golden make MODEL (--tokens IDS | --tokens-file F) -o G.npz\n"
+    "       gempack golden check MODEL G.npz [--json] [thresholds] [--mode M] [--threads N]\n"
+    "\n"
+    "make: runs MODEL on the tokens and stores tokens.npy, logits.npy [T, V] and\n"
+    "meta.json. A golden made by gempack itself is a regression baseline; the\n"
+    "project's reference goldens come from golden/reference.py.\n"
+    "\n"
+    "check: runs MODEL on the golden's tokens and compares logits: max-abs, NMSE,\n"
+    "cosine, KL divergence (mean, p99, max; float64 log-softmax), top-1 agreement,\n"
+    "RMS dp, first divergent position. Thresholds come from the golden's\n"
+    "meta.json \"tolerances\" (default max-abs 1e-4, top-1 1.0), overridden by:\n"
+    "  --max-abs X --nmse X --kld-mean X --kld-p99 X --kld-max X --top1 X\n"
+    "  (a negative value disables that check)\n"
+    "A table goes to stderr; --json prints the verdict (schema gempack.golden/1).\n"
+    "Exit: 0 pass, 1 regression, 2 error (unreadable files, vocabulary or length\n"
+    "mismatch).\n";
+
+static int golden_make(int argc, char **argv)
+{
+    static const struct option opts[] = {{"tokens", required_argument, 0, 't'}, {"tokens-file", required_argument, 0, 'T'},
+                                         {"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 'n'},
+                                         {"help", no_argument, 0, 'h'},         {0}};
+    struct token_seqs seqs = {0};
+    const char *outp = NULL;
+    int threads = 1, c, code = EXIT_ERROR;
+    unsigned long long v;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+        case 'T':
+            if ((code = parse_tokens_arg(c, "golden make", &seqs)) >= 0)
+                goto out;
+            break;
+        case 'o': outp = optarg; break;
+        case 'n':
+            if (!parse_u64(optarg, 64, &v) || v < 1) {
+                code = usage_error("golden make", "--threads %s: expected 1..64", optarg);
+                goto out;
+            }
+            threads = (int)v;
+            break;
+        case 'h': fputs(golden_help, stdout); code = 0; goto out;
+        default: code = usage_error("golden make", "%s", "invalid option"); goto out;
+        }
+    }
+    if (optind + 1 != argc || !outp || seqs.n != 1 || seqs.len[0] == 0) {
+        code = usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens or --tokens-file) and -o G.npz");
+        goto out;
+    }
+    struct model m;
+    struct runner r = {0};
+    struct err e = {0};
+    if (model_open(&m, argv[optind], &e) != ERR_OK) {
+        code = fail(&e);
+        goto out;
+    }
+    int64_t T = seqs.len[0], V = m.cfg.vocab_size;
+    float *logits = malloc((size_t)(T * V) * sizeof *logits);
+    int rc = runner_init(&r, &m, threads, KERN_BEST, &e);
+    if (rc == ERR_OK && !logits)
+        rc = err_set(&e, ERR_NOMEM, "out of memory");
+    if (rc == ERR_OK)
+        rc = runner_prompt(&r, seqs.seq[0], T, 0, logits, NULL, &e);
+    if (rc == ERR_OK) {
+        struct json_object *meta = json_object_new_object(), *tol = json_object_new_object();
+        json_object_object_add(meta, "producer", json_object_new_string("gempack golden make " GEMPACK_VERSION));
+        json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
+        json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+        json_object_object_add(tol, "max_abs", json_object_new_double(1e-4));
+        json_object_object_add(tol, "top1", json_object_new_double(1.0));
+        json_object_object_add(meta, "tolerances", tol);
+        rc = golden_write(outp, seqs.seq[0], T, logits, V, meta, &e);
+        json_object_put(meta);
+    }
+    code = rc == ERR_OK ? 0 : fail(&e);
+    if (rc == ERR_OK)
+        fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", outp, (long long)T, (long long)V);
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
+out:
+    tokens_free(&seqs);
+    return code;
+}
+
+static bool parse_threshold(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || v != v)
+        return false;
+    *out = v < 0 ? -1 : v;
+    return true;
+}
+
+static int golden_check(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'},          {"max-abs", required_argument, 0, 'a'},
+        {"nmse", required_argument, 0, 'N'},    {"kld-mean", required_argument, 0, 'k'},
+        {"kld-p99", required_argument, 0, 'p'}, {"kld-max", required_argument, 0, 'K'},
+        {"top1", required_argument, 0, '1'},    {"mode", required_argument, 0, 'm'},
+        {"threads", required_argument, 0, 'n'}, {"help", no_argument, 0, 'h'},
+        {0}};
+    bool json = false;
+    int threads = 1, c;
+    int64_t chunk = 0;
+    unsigned long long v;
+    struct {
+        int opt;
+        double val;
+        bool set;
+    } over[6] = {{'a', 0, false}, {'N', 0, false}, {'k', 0, false}, {'p', 0, false}, {'K', 0, false}, {'1', 0, false}};
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = true; break;
+        case 'm':
+            if (!parse_mode(optarg, &chunk))
+                return usage_error("golden check", "--mode %s: expected prefill, decode or chunked:N", optarg);
+            break;
+        case 'n':
+            if (!parse_u64(optarg, 64, &v) || v < 1)
+                return usage_error("golden check", "--threads %s: expected 1..64", optarg);
+            threads = (int)v;
+            break;
+        case 'h': fputs(golden_help, stdout); return 0;
+        case 'a': case 'N': case 'k': case 'p': case 'K': case '1':
+            for (int i = 0; i < 6; i++)
+                if (over[i].opt == c) {
+                    if (!parse_threshold(optarg, &over[i].val))
+                        return usage_error("golden check", "threshold %s: expected a number", optarg);
+                    over[i].set = true;
+                }
+            break;
+        default: return usage_error("golden check", "%s", "invalid option");
+        }
+    }
+    if (optind + 2 != argc)
+        return usage_error("golden check", "%s", "expected MODEL and G.npz");
+    struct golden g;
+    struct model m;
+    struct runner r = {0};
+    struct err e = {0};
+    if (golden_read(argv[optind + 1], &g, &e) != ERR_OK)
+        return fail(&e);
+    if (model_open(&m, argv[optind], &e) != ERR_OK) {
+        golden_free(&g);
+        return fail(&e);
+    }
+    int code = EXIT_ERROR, rc = ERR_OK;
+    float *logits = NULL;
+    if (g.V != m.cfg.vocab_size)
+        rc = err_set(&e, ERR_FORMAT, "%s: golden vocabulary %lld, model %lld: not the same model", argv[optind + 1],
+                     (long long)g.V, (long long)m.cfg.vocab_size);
+    if (rc == ERR_OK && g.T == 0)
+        rc = err_set(&e, ERR_FORMAT, "%s: golden holds no positions", argv[optind + 1]);
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, threads, KERN_BEST, &e);
+    if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
+        rc = err_set(&e, ERR_NOMEM, "out of memory");
+    if (rc == ERR_OK)
+        rc = runner_prompt(&r, g.tokens, g.T, chunk, logits, NULL, &e);
+    if (rc == ERR_OK) {
+        struct golden_thresholds th;
+        golden_thresholds_from_meta(&g, &th);
+        double *dst[6] = {&th.max_abs, &th.nmse, &th.kld_mean, &th.kld_p99, &th.kld_max, &th.top1_min};
+        for (int i = 0; i < 6; i++)
+            if (over[i].set)
+                *dst[i] = over[i].val;
+        struct golden_metrics mt;
+        golden_compare(&g, logits, th, &mt);
+        bool pass;
+        struct json_object *verdict = golden_verdict(&mt, &th, &pass);
+        fprintf(stderr, "gempack golden check: %s vs %s (%lld positions, vocab %lld, %s reference)\n", argv[optind],
+                argv[optind + 1], (long long)g.T, (long long)g.V, g.f64 ? "float64" : "float32");
+        fprintf(stderr, "  %-16s %-14s %s\n", "metric", "value", "threshold");
+        const char *names[] = {"max_abs", "nmse", "kld_mean", "kld_p99", "kld_max", "top1"};
+        double vals[] = {mt.max_abs, mt.nmse, mt.kld_mean, mt.kld_p99, mt.kld_max, mt.top1};
+        for (int i = 0; i < 6; i++) {
+            char lim[32] = "-";
+            if (*dst[i] >= 0)
+                snprintf(lim, sizeof lim, "%s %.3g", i == 5 ? ">=" : "<=", *dst[i]);
+            fprintf(stderr, "  %-16s %-14.6g %s\n", names[i], vals[i], lim);
+        }
+        fprintf(stderr, "  %-16s %-14.6g\n  %-16s %-14.6g\n  %-16s %lld\n", "cosine", mt.cosine, "rms_dp", mt.rms_dp,
+                "first_divergent", (long long)mt.first_divergent);
+        fprintf(stderr, "verdict: %s\n", pass ? "PASS" : "FAIL (regression)");
+        if (json)
+            print_json(verdict);
+        json_object_put(verdict);
+        code = pass ? 0 : EXIT_VERDICT;
+    } else {
+        code = fail(&e);
+    }
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
+    golden_free(&g);
+    return code;
+}
+
+static int cmd_golden(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "make"))
+        return golden_make(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "check"))
+        return golden_check(argc - 1, argv + 1);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(golden_help, stdout);
+        return 0;
+    }
+    return usage_error("golden", "%s", "expected 'make' or 'check'");
+}
+
 /* ---- dispatch ---- */
 
 static const char main_help[] =
@@ -649,7 +1108,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {{"check", cmd_check},     {"inspect", cmd_inspect}, {"fixture", cmd_fixture},
-                {"convert", cmd_convert}, {"verify", cmd_verify}};
+                {"convert", cmd_convert}, {"verify", cmd_verify},   {"run", cmd_run},
+                {"golden", cmd_golden}};
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_ERROR : 0;

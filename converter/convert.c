@@ -411,8 +411,10 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
             if (chk.groups[i].kind != CHK_REDUNDANT) {
                 check_group_name(&chk.groups[i], first, sizeof first);
                 size_t l = strlen(first);
-                snprintf(first + l, sizeof first - l, ": %s %s", check_kind_name(chk.groups[i].kind),
-                         chk.groups[i].message);
+                const struct check_group *g = &chk.groups[i];
+                snprintf(first + l, sizeof first - l, ": %s%s%s%s%s%s%s", check_kind_name(g->kind),
+                         g->expected[0] ? ", expected " : "", g->expected, g->found[0] ? ", found " : "", g->found,
+                         g->message[0] ? ": " : "", g->message);
                 break;
             }
         rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "

@@ -70,6 +70,16 @@ static int add_tensor(struct normalized *n, const struct layout_entry *le, const
     return ERR_OK;
 }
 
+/* "[512, 128]" */
+static void shape_text(const struct st_tensor *t, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < t->rank && o < len; d++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
 /* lm_head.weight is accepted only when it holds the tied embedding. */
 static int check_lm_head(const struct ckpt *ck, const struct ckpt_tensor *head, const struct norm_tensor *emb,
                          struct err *e)
@@ -79,10 +89,14 @@ static int check_lm_head(const struct ckpt *ck, const struct ckpt_tensor *head, 
         return err_set(e, ERR_UNSUPPORTED, "%s: lm_head.weight present beside a quantized embed_tokens; cannot "
                                            "compare them: remove lm_head.weight (Gemma 4 ties the head)",
                        ck->dir);
-    if (a->dtype != b->dtype || a->rank != b->rank || memcmp(a->shape, b->shape, sizeof a->shape))
-        return err_set(e, ERR_FORMAT, "%s: lm_head.weight (%s) differs in dtype or shape from embed_tokens.weight "
-                                      "(%s), but Gemma 4 ties the output head to the embedding",
-                       ck->dir, dtype_name(a->dtype), dtype_name(b->dtype));
+    if (a->dtype != b->dtype || a->rank != b->rank || memcmp(a->shape, b->shape, sizeof a->shape)) {
+        char sa[160], sb[160];
+        shape_text(a, sa, sizeof sa);
+        shape_text(b, sb, sizeof sb);
+        return err_set(e, ERR_FORMAT, "%s: lm_head.weight (%s %s) differs in dtype or shape from embed_tokens.weight "
+                                      "(%s %s), but Gemma 4 ties the output head to the embedding",
+                       ck->dir, dtype_name(a->dtype), sa, dtype_name(b->dtype), sb);
+    }
     const uint8_t *pa, *pb;
     int rc = st_data(&ck->shards[head->shard], a, &pa, e);
     if (rc == ERR_OK)

@@ -409,8 +409,8 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
         problem(&d, "%shidden_activation: %s, expected \"gelu_pytorch_tanh\"", d.scope, json_object_to_json_string(act));
 
     /* Final soft-cap: the key is required (HF None vs MLX 30), null means none. */
-    struct json_object *sc = get(t, "final_logit_softcapping");
-    if (!sc) {
+    struct json_object *sc = get(t, "final_logit_softcapping"); /* NULL for a JSON null, too */
+    if (!has(t, "final_logit_softcapping")) {
         problem(&d, "%sfinal_logit_softcapping: missing (required; use null for no soft-cap: HF defaults to none, MLX "
                     "to 30)",
                 d.scope);

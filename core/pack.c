@@ -109,10 +109,12 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
 
 int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struct err *e)
 {
+    if (!w->open_tensor)
+        return err_set(e, ERR_USAGE, "%s: %zu bytes written outside a tensor (no pack_writer_begin)", w->tmp, len);
     struct pack_tensor *t = &w->t[w->n - 1];
-    if (!w->open_tensor || w->written + len > t->nbytes)
-        return err_set(e, ERR_USAGE, "%s: %zu bytes beyond tensor '%s' (%llu bytes)", w->tmp, len,
-                       w->n ? t->name : "?", (unsigned long long)t->nbytes);
+    if (w->written + len > t->nbytes)
+        return err_set(e, ERR_USAGE, "%s: %zu bytes beyond tensor '%s' (%llu bytes)", w->tmp, len, t->name,
+                       (unsigned long long)t->nbytes);
     int rc = fio_write_all(w->fd, data, len, w->tmp, e);
     if (rc != ERR_OK)
         return rc;
@@ -124,8 +126,10 @@ int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struc
 
 int pack_writer_end(struct pack_writer *w, struct err *e)
 {
+    if (!w->open_tensor)
+        return err_set(e, ERR_USAGE, "%s: pack_writer_end without an open tensor", w->tmp);
     struct pack_tensor *t = &w->t[w->n - 1];
-    if (!w->open_tensor || w->written != t->nbytes)
+    if (w->written != t->nbytes)
         return err_set(e, ERR_USAGE, "%s: tensor '%s' got %llu of %llu bytes", w->tmp, t->name,
                        (unsigned long long)w->written, (unsigned long long)t->nbytes);
     t->crc32 = w->crc;

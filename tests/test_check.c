@@ -874,6 +874,101 @@ Test(check, broken_missing_k_proj_two_layers_and_gap)
     th_rmtree(tmp);
 }
 
+Test(check, broken_scales_on_a_norm)
+{
+    char *tmp, *dir = base_fixture(&tmp, "e2b", FX_MLX, 4);
+    struct edit ed[] = {ed_set(ED_ADD, PFX_MLX "layers.0.input_layernorm.scales", DT_BF16, 1, 2, 0, 0)};
+    rewrite_st(dir, ed, 1);
+    struct check_report r;
+    check_broken(&r, dir);
+    const struct check_group *g = expect_group(&r, CHK_UNEXPECTED, "layers.0.input_layernorm.scales");
+    cr_assert(strstr(g->message, "never quantized"), "%s", g->message);
+    cr_assert_eq(r.n_problems, 1, "%s", describe(&r));
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(check, broken_scales_without_weight)
+{
+    char *tmp, *dir = base_fixture(&tmp, "e2b", FX_MLX, 4);
+    struct edit ed[] = {ed_drop(PFX_MLX "layers.2.self_attn.q_proj.weight")};
+    rewrite_st(dir, ed, 1);
+    struct check_report r;
+    check_broken(&r, dir);
+    const struct check_group *g = expect_group(&r, CHK_MISSING, "layers.2.self_attn.q_proj.weight");
+    cr_assert_str_eq(g->expected, "U32");
+    cr_assert_eq(r.n_problems, 1, "%s", describe(&r));
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(check, broken_config_marks_quantized_module_false)
+{
+    char *tmp, *dir = base_fixture(&tmp, "e2b", FX_MLX, 4);
+    struct json_object *c = load_config(dir);
+    for (int l = 0; l < 3; l++) {
+        char path[128];
+        snprintf(path, sizeof path, PFX_MLX "layers.%d.mlp.up_proj", l);
+        json_object_object_add(obj(c, "quantization"), path, json_object_new_boolean(false));
+    }
+    save_config(dir, c);
+    struct check_report r;
+    check_broken(&r, dir);
+    const struct check_group *g = expect_group(&r, CHK_QUANT, "layers.{0..2}.mlp.up_proj.weight");
+    cr_assert(strstr(g->message, "false"), "%s", g->message);
+    cr_assert_eq(r.n_problems, 3, "%s", describe(&r));
+    cr_assert_eq(count_problem_groups(&r), 1, "%s", describe(&r));
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(check, broken_mixed_prefixes)
+{
+    char *tmp, *dir = base_fixture(&tmp, "e2b", FX_MLX, 0);
+    struct edit ed[] = {ed_drop(PFX_MLX "norm.weight"), ed_set(ED_ADD, PFX_HF "norm.weight", DT_BF16, 1, 128, 0, 0)};
+    rewrite_st(dir, ed, 2);
+    struct check_report r;
+    check_broken(&r, dir);
+    cr_assert_eq(r.family, NF_MLX);
+    const struct check_group *g = expect_group(&r, CHK_LAYOUT, PFX_HF "norm.weight");
+    cr_assert(strstr(g->message, PFX_MLX), "%s", g->message);
+    g = expect_group(&r, CHK_MISSING, "norm.weight");
+    cr_assert_str_eq(g->expected, "[128]");
+    cr_assert_eq(r.n_problems, 2, "%s", describe(&r));
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* model_type gemma4_text loads 'model.' keys; gemma4 nests the text model. */
+Test(check, broken_model_type_and_prefix_disagree)
+{
+    char *tmp = th_mkdtemp();
+    char *hf = th_fixture(tmp, "hf", fx("e2b", FX_HF));
+    char *text = th_fixture(tmp, "text", fx("e2b", FX_TEXT));
+    /* swap the configs: an HF-multimodal-keyed checkpoint with a gemma4_text config and vice versa */
+    struct json_object *ch = load_config(hf), *ct = load_config(text);
+    save_config(hf, ct);
+    save_config(text, ch);
+    struct check_report r;
+    check_broken(&r, hf);
+    const struct check_group *g = expect_group(&r, CHK_LAYOUT, PFX_HF);
+    cr_assert_str_eq(g->expected, "model.");
+    cr_assert_eq(r.n_problems, 1, "%s", describe(&r));
+    check_free(&r);
+    check_broken(&r, text);
+    g = expect_group(&r, CHK_LAYOUT, "model.");
+    cr_assert(strstr(g->expected, PFX_HF) && strstr(g->expected, PFX_MLX), "%s", g->expected);
+    cr_assert_eq(r.n_problems, 1, "%s", describe(&r));
+    check_free(&r);
+    free(hf);
+    free(text);
+    th_rmtree(tmp);
+}
+
 Test(check, qat_shared_layers_need_no_kv)
 {
     /* Pruning the redundant K/V of a PTQ fixture by hand gives a loadable QAT-like checkpoint. */

@@ -1,0 +1,342 @@
+#include "core/npz.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+
+#include "core/bytes.h"
+#include "core/fileio.h"
+
+static const struct {
+    const char *descr;
+    enum dtype dtype;
+} descrs[] = {{"<f4", DT_F32}, {"<f8", DT_F64}, {"<i4", DT_I32}, {"<i8", DT_I64}, {"|u1", DT_U8}, {"<u1", DT_U8}};
+
+/* ---- npy ---- */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n'))
+        p++;
+    return p;
+}
+
+/* The header dict: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), } in any key order. */
+static int parse_dict(const char *p, const char *end, const char *what, struct npy *a, struct err *e)
+{
+    bool have_descr = false, have_order = false, have_shape = false;
+    p = skip_ws(p, end);
+    if (p >= end || *p++ != '{')
+        return err_set(e, ERR_FORMAT, "%s: npy header does not start with '{'", what);
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p < end && *p == '}')
+            break;
+        if (p >= end || *p != '\'')
+            return err_set(e, ERR_FORMAT, "%s: npy header: expected a quoted key", what);
+        const char *k = ++p;
+        while (p < end && *p != '\'')
+            p++;
+        if (p >= end)
+            return err_set(e, ERR_FORMAT, "%s: npy header: unterminated key", what);
+        size_t klen = (size_t)(p - k);
+        p = skip_ws(p + 1, end);
+        if (p >= end || *p++ != ':')
+            return err_set(e, ERR_FORMAT, "%s: npy header: expected ':'", what);
+        p = skip_ws(p, end);
+        if (klen == 5 && !memcmp(k, "descr", 5)) {
+            if (p >= end || *p != '\'')
+                return err_set(e, ERR_FORMAT, "%s: npy descr is not a string", what);
+            const char *v = ++p;
+            while (p < end && *p != '\'')
+                p++;
+            if (p >= end)
+                return err_set(e, ERR_FORMAT, "%s: npy descr unterminated", what);
+            size_t vlen = (size_t)(p - v);
+            p++;
+            bool found = false;
+            for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++)
+                if (strlen(descrs[i].descr) == vlen && !memcmp(descrs[i].descr, v, vlen)) {
+                    a->dtype = descrs[i].dtype;
+                    found = true;
+                }
+            if (!found)
+                return err_set(e, ERR_UNSUPPORTED, "%s: npy dtype '%.*s' not supported (expected <f4, <f8, <i4, <i8 "
+                                                   "or |u1, little-endian)",
+                               what, (int)(vlen > 16 ? 16 : vlen), v);
+            have_descr = true;
+        } else if (klen == 13 && !memcmp(k, "fortran_order", 13)) {
+            if (end - p >= 5 && !memcmp(p, "False", 5)) {
+                p += 5;
+            } else if (end - p >= 4 && !memcmp(p, "True", 4)) {
+                return err_set(e, ERR_UNSUPPORTED, "%s: Fortran-order npy arrays are not supported", what);
+            } else {
+                return err_set(e, ERR_FORMAT, "%s: npy fortran_order is not True or False", what);
+            }
+            have_order = true;
+        } else if (klen == 5 && !memcmp(k, "shape", 5)) {
+            if (p >= end || *p++ != '(')
+                return err_set(e, ERR_FORMAT, "%s: npy shape is not a tuple", what);
+            a->rank = 0;
+            for (;;) {
+                p = skip_ws(p, end);
+                if (p < end && *p == ')') {
+                    p++;
+                    break;
+                }
+                if (a->rank == NPY_MAX_RANK)
+                    return err_set(e, ERR_RANGE, "%s: npy rank above %d", what, NPY_MAX_RANK);
+                uint64_t v = 0;
+                const char *d0 = p;
+                while (p < end && *p >= '0' && *p <= '9') {
+                    if (!ck_mul_u64(v, 10, &v) || !ck_add_u64(v, (uint64_t)(*p - '0'), &v) || v >= (1ull << 62))
+                        return err_set(e, ERR_RANGE, "%s: npy shape dimension overflows", what);
+                    p++;
+                }
+                if (p == d0)
+                    return err_set(e, ERR_FORMAT, "%s: npy shape holds a non-integer", what);
+                a->shape[a->rank++] = v;
+                p = skip_ws(p, end);
+                if (p < end && *p == ',')
+                    p++;
+            }
+            have_shape = true;
+        } else {
+            return err_set(e, ERR_FORMAT, "%s: npy header has unexpected key '%.*s'", what, (int)(klen > 32 ? 32 : klen),
+                           k);
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == ',')
+            p++;
+    }
+    if (!have_descr || !have_order || !have_shape)
+        return err_set(e, ERR_FORMAT, "%s: npy header lacks descr, fortran_order or shape", what);
+    return ERR_OK;
+}
+
+int npy_parse(const uint8_t *buf, size_t len, const char *what, struct npy *a, struct err *e)
+{
+    memset(a, 0, sizeof *a);
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
+        return err_set(e, ERR_FORMAT, "%s: not an .npy array (bad magic)", what);
+    uint8_t major = buf[6];
+    size_t hlen, hoff;
+    if (major == 1) {
+        hlen = rd_u16le(buf + 8);
+        hoff = 10;
+    } else if (major == 2 || major == 3) {
+        if (len < 12)
+            return err_set(e, ERR_FORMAT, "%s: npy header truncated", what);
+        hlen = rd_u32le(buf + 8);
+        hoff = 12;
+    } else {
+        return err_set(e, ERR_UNSUPPORTED, "%s: npy version %u, expected 1, 2 or 3", what, major);
+    }
+    if (hlen > len - hoff)
+        return err_set(e, ERR_FORMAT, "%s: npy header length %zu beyond the %zu-byte member", what, hlen, len);
+    int rc = parse_dict((const char *)buf + hoff, (const char *)buf + hoff + hlen, what, a, e);
+    if (rc != ERR_OK)
+        return rc;
+    uint64_t nbytes;
+    if ((rc = dtype_nbytes(a->dtype, a->shape, a->rank, &nbytes, e)) != ERR_OK)
+        return err_prefix(e, "%s", what);
+    shape_numel(a->shape, a->rank, &a->count);
+    size_t data_off = hoff + hlen;
+    if (nbytes != len - data_off)
+        return err_set(e, ERR_FORMAT, "%s: npy payload is %zu bytes, shape x dtype needs %llu", what, len - data_off,
+                       (unsigned long long)nbytes);
+    a->data = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!a->data)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %llu bytes", what, (unsigned long long)nbytes);
+    memcpy(a->data, buf + data_off, (size_t)nbytes);
+    return ERR_OK;
+}
+
+void npy_free(struct npy *a)
+{
+    if (a) {
+        free(a->data);
+        memset(a, 0, sizeof *a);
+    }
+}
+
+int npy_encode(enum dtype dtype, const uint64_t *shape, int rank, const void *data, uint8_t **out, size_t *len,
+               struct err *e)
+{
+    const char *descr = NULL;
+    for (size_t i = 0; i < sizeof descrs / sizeof descrs[0] && !descr; i++)
+        if (descrs[i].dtype == dtype)
+            descr = descrs[i].descr;
+    if (!descr || rank > NPY_MAX_RANK)
+        return err_set(e, ERR_USAGE, "npy: dtype %s or rank %d cannot be written", dtype_name(dtype), rank);
+    char dict[512];
+    int o = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < rank; i++)
+        o += snprintf(dict + o, sizeof dict - (size_t)o, "%llu,%s", (unsigned long long)shape[i],
+                      i + 1 < rank ? " " : "");
+    o += snprintf(dict + o, sizeof dict - (size_t)o, "), }");
+    size_t hlen = ((size_t)o + 1 + 10 + 63) / 64 * 64 - 10; /* dict + spaces + '\n', total % 64 == 0 */
+    uint64_t nbytes;
+    int rc = dtype_nbytes(dtype, shape, rank, &nbytes, e);
+    if (rc != ERR_OK)
+        return rc;
+    *len = 10 + hlen + (size_t)nbytes;
+    uint8_t *b = malloc(*len);
+    if (!b)
+        return err_set(e, ERR_NOMEM, "npy: cannot allocate %zu bytes", *len);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    wr_u16le(b + 8, (uint16_t)hlen);
+    memset(b + 10, ' ', hlen);
+    memcpy(b + 10, dict, (size_t)o);
+    b[10 + hlen - 1] = '\n';
+    memcpy(b + 10 + hlen, data, (size_t)nbytes);
+    *out = b;
+    return ERR_OK;
+}
+
+/* ---- npz ---- */
+
+int npz_write(const char *path, const struct npz_member *m, size_t n, struct err *e)
+{
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t *src = zip_source_buffer_create(NULL, 0, 0, &ze);
+    zip_t *za = src ? zip_open_from_source(src, ZIP_TRUNCATE, &ze) : NULL;
+    int rc = ERR_OK;
+    if (!za) {
+        rc = err_set(e, ERR_NOMEM, "%s: cannot create an in-memory zip: %s", path, zip_error_strerror(&ze));
+        if (src)
+            zip_source_free(src);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    zip_source_keep(src);
+    for (size_t i = 0; i < n && rc == ERR_OK; i++) {
+        zip_source_t *s = zip_source_buffer(za, m[i].data, m[i].len, 0);
+        zip_int64_t idx = s ? zip_file_add(za, m[i].name, s, ZIP_FL_OVERWRITE | ZIP_FL_ENC_UTF_8) : -1;
+        if (idx < 0) {
+            if (s)
+                zip_source_free(s);
+            rc = err_set(e, ERR_IO, "%s: cannot add %s: %s", path, m[i].name, zip_strerror(za));
+        } else if (zip_set_file_compression(za, (zip_uint64_t)idx, ZIP_CM_STORE, 0) != 0 ||
+                   zip_file_set_mtime(za, (zip_uint64_t)idx, 315532800 /* 1980-01-01 UTC */, 0) != 0) {
+            rc = err_set(e, ERR_IO, "%s: cannot set %s's attributes: %s", path, m[i].name, zip_strerror(za));
+        }
+    }
+    if (rc != ERR_OK) {
+        zip_discard(za);
+        zip_source_free(src);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    if (zip_close(za) != 0) {
+        rc = err_set(e, ERR_IO, "%s: cannot finish the zip: %s", path, zip_strerror(za));
+        zip_discard(za);
+    }
+    uint8_t *bytes = NULL;
+    zip_stat_t st;
+    if (rc == ERR_OK && (zip_source_stat(src, &st) != 0 || zip_source_open(src) != 0))
+        rc = err_set(e, ERR_IO, "%s: cannot read back the in-memory zip", path);
+    if (rc == ERR_OK) {
+        bytes = malloc(st.size ? (size_t)st.size : 1);
+        if (!bytes || zip_source_read(src, bytes, st.size) != (zip_int64_t)st.size)
+            rc = err_set(e, ERR_IO, "%s: cannot read back the in-memory zip", path);
+        zip_source_close(src);
+    }
+    if (rc == ERR_OK)
+        rc = fio_write_file(path, bytes, (size_t)st.size, e);
+    free(bytes);
+    zip_source_free(src);
+    zip_error_fini(&ze);
+    return rc;
+}
+
+static zip_t *open_zip(const char *path, struct err *e)
+{
+    int zerr;
+    zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    if (!za) {
+        zip_error_t ze;
+        zip_error_init_with_code(&ze, zerr);
+        err_set(e, zerr == ZIP_ER_NOENT || zerr == ZIP_ER_OPEN ? ERR_IO : ERR_FORMAT, "%s: not a readable .npz: %s",
+                path, zip_error_strerror(&ze));
+        zip_error_fini(&ze);
+    }
+    return za;
+}
+
+int npz_read(const char *path, const char *name, uint8_t **buf, size_t *len, struct err *e)
+{
+    *buf = NULL;
+    zip_t *za = open_zip(path, e);
+    if (!za)
+        return e ? (int)e->code : ERR_FORMAT;
+    int rc = ERR_OK;
+    zip_int64_t idx = zip_name_locate(za, name, 0);
+    zip_stat_t st;
+    if (idx < 0) {
+        rc = err_set(e, ERR_FORMAT, "%s: no member %s", path, name);
+    } else if (zip_stat_index(za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
+        rc = err_set(e, ERR_FORMAT, "%s: cannot stat member %s", path, name);
+    } else if (st.size > NPZ_MAX_MEMBER) {
+        rc = err_set(e, ERR_RANGE, "%s: member %s declares %llu bytes, above the %llu-byte limit", path, name,
+                     (unsigned long long)st.size, NPZ_MAX_MEMBER);
+    } else {
+        zip_file_t *f = zip_fopen_index(za, (zip_uint64_t)idx, 0);
+        *buf = malloc(st.size ? (size_t)st.size : 1);
+        if (!f || !*buf) {
+            rc = err_set(e, f ? ERR_NOMEM : ERR_FORMAT, "%s: cannot open member %s", path, name);
+        } else {
+            zip_int64_t got = zip_fread(f, *buf, st.size);
+            if (got != (zip_int64_t)st.size)
+                rc = err_set(e, ERR_FORMAT, "%s: member %s: read %lld of %llu bytes (%s)", path, name, (long long)got,
+                             (unsigned long long)st.size, zip_file_strerror(f));
+            *len = (size_t)st.size;
+        }
+        if (f)
+            zip_fclose(f);
+    }
+    zip_discard(za);
+    if (rc != ERR_OK) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
+int npz_list(const char *path, char ***names, size_t *n, struct err *e)
+{
+    *names = NULL;
+    *n = 0;
+    zip_t *za = open_zip(path, e);
+    if (!za)
+        return e ? (int)e->code : ERR_FORMAT;
+    zip_int64_t count = zip_get_num_entries(za, 0);
+    *names = calloc(count > 0 ? (size_t)count : 1, sizeof **names);
+    int rc = *names ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
+    for (zip_int64_t i = 0; rc == ERR_OK && i < count; i++) {
+        const char *s = zip_get_name(za, (zip_uint64_t)i, 0);
+        if (!s || !((*names)[i] = strdup(s)))
+            rc = err_set(e, ERR_FORMAT, "%s: cannot read entry %lld's name", path, (long long)i);
+        else
+            (*n)++;
+    }
+    zip_discard(za);
+    return rc;
+}
+
+int npz_read_array(const char *path, const char *name, struct npy *out, struct err *e)
+{
+    uint8_t *buf;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    int rc = npz_read(path, name, &buf, &len, e);
+    if (rc != ERR_OK)
+        return rc;
+    char what[512];
+    snprintf(what, sizeof what, "%s: %s", path, name);
+    rc = npy_parse(buf, len, what, out, e);
+    free(buf);
+    return rc;
+}

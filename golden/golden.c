@@ -1,0 +1,270 @@
+#include "golden/golden.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/jsonx.h"
+#include "core/npz.h"
+
+int golden_read(const char *path, struct golden *g, struct err *e)
+{
+    memset(g, 0, sizeof *g);
+    struct npy tok, lg;
+    int rc = npz_read_array(path, "tokens.npy", &tok, e);
+    if (rc != ERR_OK)
+        return rc;
+    if ((tok.dtype != DT_I32 && tok.dtype != DT_I64) || tok.rank != 1) {
+        npy_free(&tok);
+        return err_set(e, ERR_FORMAT, "%s: tokens.npy must be int32 [T]", path);
+    }
+    g->T = (int64_t)tok.shape[0];
+    g->tokens = malloc((size_t)(g->T ? g->T : 1) * sizeof *g->tokens);
+    for (int64_t t = 0; g->tokens && t < g->T; t++) {
+        int64_t v = tok.dtype == DT_I32 ? ((int32_t *)tok.data)[t] : ((int64_t *)tok.data)[t];
+        if (v < 0 || v > INT32_MAX) {
+            npy_free(&tok);
+            golden_free(g);
+            return err_set(e, ERR_FORMAT, "%s: tokens.npy[%lld] = %lld is not a token id", path, (long long)t,
+                           (long long)v);
+        }
+        g->tokens[t] = (int32_t)v;
+    }
+    npy_free(&tok);
+    if (!g->tokens)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    struct err miss;
+    g->f64 = npz_read_array(path, "logits_f64.npy", &lg, &miss) == ERR_OK;
+    if (!g->f64 && (rc = npz_read_array(path, "logits.npy", &lg, e)) != ERR_OK) {
+        golden_free(g);
+        return rc;
+    }
+    if (lg.rank != 2 || (lg.dtype != DT_F32 && lg.dtype != DT_F64) || (int64_t)lg.shape[0] != g->T) {
+        npy_free(&lg);
+        rc = err_set(e, ERR_FORMAT, "%s: logits must be float [T, V] with T = %lld tokens", path, (long long)g->T);
+        golden_free(g);
+        return rc;
+    }
+    g->V = (int64_t)lg.shape[1];
+    g->logits = malloc((size_t)(lg.count ? lg.count : 1) * sizeof *g->logits);
+    for (uint64_t k = 0; g->logits && k < lg.count; k++)
+        g->logits[k] = lg.dtype == DT_F64 ? ((double *)lg.data)[k] : (double)((float *)lg.data)[k];
+    npy_free(&lg);
+    if (!g->logits) {
+        golden_free(g);
+        return err_set(e, ERR_NOMEM, "out of memory");
+    }
+    uint8_t *meta;
+    size_t mlen;
+    if (npz_read(path, "meta.json", &meta, &mlen, &miss) == ERR_OK) {
+        rc = jsonx_parse((const char *)meta, mlen, &g->meta, e);
+        free(meta);
+        if (rc != ERR_OK) {
+            golden_free(g);
+            return err_prefix(e, "%s: meta.json", path);
+        }
+    }
+    return ERR_OK;
+}
+
+void golden_free(struct golden *g)
+{
+    if (!g)
+        return;
+    free(g->tokens);
+    free(g->logits);
+    if (g->meta)
+        json_object_put(g->meta);
+    memset(g, 0, sizeof *g);
+}
+
+int golden_write(const char *path, const int32_t *tokens, int64_t T, const float *logits, int64_t V,
+                 struct json_object *meta, struct err *e)
+{
+    uint8_t *tb = NULL, *lb = NULL;
+    size_t tl, ll;
+    uint64_t ts[1] = {(uint64_t)T}, ls[2] = {(uint64_t)T, (uint64_t)V};
+    int rc = npy_encode(DT_I32, ts, 1, tokens, &tb, &tl, e);
+    if (rc == ERR_OK)
+        rc = npy_encode(DT_F32, ls, 2, logits, &lb, &ll, e);
+    if (rc == ERR_OK) {
+        const char *ms = json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+        struct npz_member m[3] = {{"tokens.npy", tb, tl}, {"logits.npy", lb, ll}, {"meta.json", ms, strlen(ms)}};
+        rc = npz_write(path, m, 3, e);
+    }
+    free(tb);
+    free(lb);
+    return rc;
+}
+
+void golden_thresholds_from_meta(const struct golden *g, struct golden_thresholds *t)
+{
+    *t = (struct golden_thresholds){.max_abs = 1e-4, .nmse = -1, .kld_mean = -1, .kld_p99 = -1, .kld_max = -1,
+                                    .top1_min = 1.0};
+    struct json_object *tol, *v;
+    if (!g->meta || !json_object_object_get_ex(g->meta, "tolerances", &tol))
+        return;
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs)},
+                {"nmse", offsetof(struct golden_thresholds, nmse)},
+                {"kld_mean", offsetof(struct golden_thresholds, kld_mean)},
+                {"kld_p99", offsetof(struct golden_thresholds, kld_p99)},
+                {"kld_max", offsetof(struct golden_thresholds, kld_max)},
+                {"top1", offsetof(struct golden_thresholds, top1_min)}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (!json_object_object_get_ex(tol, keys[i].key, &v))
+            continue;
+        enum json_type ty = json_object_get_type(v);
+        double *dst = (double *)(void *)((char *)t + keys[i].off);
+        if (ty == json_type_null)
+            *dst = -1;
+        else if (ty == json_type_double || ty == json_type_int)
+            *dst = json_object_get_double(v);
+    }
+}
+
+/* log-softmax of a row in float64 into out[V]. */
+static void log_softmax(const double *z, int64_t V, double *out)
+{
+    double m = -INFINITY, s = 0.0;
+    for (int64_t k = 0; k < V; k++)
+        m = fmax(m, z[k]);
+    for (int64_t k = 0; k < V; k++)
+        s += exp(z[k] - m);
+    double lse = m + log(s);
+    for (int64_t k = 0; k < V; k++)
+        out[k] = z[k] - lse;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t argmax_d(const double *z, int64_t V)
+{
+    int64_t b = 0;
+    for (int64_t k = 1; k < V; k++)
+        if (z[k] > z[b])
+            b = k;
+    return b;
+}
+
+void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m)
+{
+    int64_t T = g->T, V = g->V;
+    memset(m, 0, sizeof *m);
+    m->T = T;
+    m->V = V;
+    m->first_divergent = -1;
+    double *lp = malloc((size_t)V * sizeof *lp), *lq = malloc((size_t)V * sizeof *lq),
+           *q = malloc((size_t)V * sizeof *q), *kl = malloc((size_t)(T ? T : 1) * sizeof *kl);
+    if (!lp || !lq || !q || !kl) {
+        free(lp);
+        free(lq);
+        free(q);
+        free(kl);
+        m->max_abs = INFINITY;
+        return;
+    }
+    double se = 0.0, sr = 0.0, dot = 0.0, ng = 0.0, dp2 = 0.0;
+    int64_t agree = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const double *ref = g->logits + t * V;
+        double row_max = 0.0;
+        for (int64_t k = 0; k < V; k++) {
+            double gv = (double)got[t * V + k], d = gv - ref[k];
+            row_max = fmax(row_max, fabs(d));
+            se += d * d;
+            sr += ref[k] * ref[k];
+            dot += gv * ref[k];
+            ng += gv * gv;
+            q[k] = gv;
+        }
+        m->max_abs = fmax(m->max_abs, row_max);
+        log_softmax(ref, V, lp);
+        log_softmax(q, V, lq);
+        double klt = 0.0;
+        for (int64_t k = 0; k < V; k++)
+            klt += exp(lp[k]) * (lp[k] - lq[k]);
+        kl[t] = fmax(klt, 0.0);
+        int64_t a = argmax_d(ref, V), b = argmax_d(q, V);
+        agree += a == b;
+        double dp = exp(lp[a]) - exp(lq[a]);
+        dp2 += dp * dp;
+        if (m->first_divergent < 0 && (a != b || (th.max_abs >= 0 && row_max > th.max_abs)))
+            m->first_divergent = t;
+    }
+    double kl_sum = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        kl_sum += kl[t];
+        m->kld_max = fmax(m->kld_max, kl[t]);
+    }
+    qsort(kl, (size_t)T, sizeof *kl, cmp_double);
+    m->kld_mean = T ? kl_sum / (double)T : 0.0;
+    m->kld_p99 = T ? kl[(int64_t)ceil(0.99 * (double)T) - 1] : 0.0; /* nearest rank */
+    m->nmse = sr > 0 ? se / sr : 0.0;
+    m->cosine = sr > 0 && ng > 0 ? dot / sqrt(sr * ng) : 1.0;
+    m->top1 = T ? (double)agree / (double)T : 1.0;
+    m->rms_dp = T ? sqrt(dp2 / (double)T) : 0.0;
+    free(lp);
+    free(lq);
+    free(q);
+    free(kl);
+}
+
+static void fail_if(struct json_object *failures, const char *name, double value, double limit, bool above)
+{
+    if (limit < 0 || (above ? value <= limit : value >= limit))
+        return;
+    struct json_object *f = json_object_new_object();
+    json_object_object_add(f, "metric", json_object_new_string(name));
+    json_object_object_add(f, "value", json_object_new_double(value));
+    json_object_object_add(f, "threshold", json_object_new_double(limit));
+    json_object_array_add(failures, f);
+}
+
+static struct json_object *num_or_null(double v)
+{
+    return v < 0 ? NULL : json_object_new_double(v);
+}
+
+struct json_object *golden_verdict(const struct golden_metrics *m, const struct golden_thresholds *t, bool *pass)
+{
+    struct json_object *o = json_object_new_object(), *jm = json_object_new_object(), *jt = json_object_new_object(),
+                       *f = json_object_new_array();
+    fail_if(f, "max_abs", m->max_abs, t->max_abs, true);
+    fail_if(f, "nmse", m->nmse, t->nmse, true);
+    fail_if(f, "kld_mean", m->kld_mean, t->kld_mean, true);
+    fail_if(f, "kld_p99", m->kld_p99, t->kld_p99, true);
+    fail_if(f, "kld_max", m->kld_max, t->kld_max, true);
+    fail_if(f, "top1", m->top1, t->top1_min, false);
+    *pass = json_object_array_length(f) == 0;
+    json_object_object_add(o, "schema", json_object_new_string("gempack.golden/1"));
+    json_object_object_add(o, "verdict", json_object_new_string(*pass ? "pass" : "fail"));
+    json_object_object_add(jm, "positions", json_object_new_int64(m->T));
+    json_object_object_add(jm, "vocab", json_object_new_int64(m->V));
+    json_object_object_add(jm, "max_abs", json_object_new_double(m->max_abs));
+    json_object_object_add(jm, "nmse", json_object_new_double(m->nmse));
+    json_object_object_add(jm, "cosine", json_object_new_double(m->cosine));
+    json_object_object_add(jm, "kld_mean", json_object_new_double(m->kld_mean));
+    json_object_object_add(jm, "kld_p99", json_object_new_double(m->kld_p99));
+    json_object_object_add(jm, "kld_max", json_object_new_double(m->kld_max));
+    json_object_object_add(jm, "top1", json_object_new_double(m->top1));
+    json_object_object_add(jm, "rms_dp", json_object_new_double(m->rms_dp));
+    json_object_object_add(jm, "first_divergent", json_object_new_int64(m->first_divergent));
+    json_object_object_add(o, "metrics", jm);
+    json_object_object_add(jt, "max_abs", num_or_null(t->max_abs));
+    json_object_object_add(jt, "nmse", num_or_null(t->nmse));
+    json_object_object_add(jt, "kld_mean", num_or_null(t->kld_mean));
+    json_object_object_add(jt, "kld_p99", num_or_null(t->kld_p99));
+    json_object_object_add(jt, "kld_max", num_or_null(t->kld_max));
+    json_object_object_add(jt, "top1", num_or_null(t->top1_min));
+    json_object_object_add(o, "thresholds", jt);
+    json_object_object_add(o, "failures", f);
+    return o;
+}

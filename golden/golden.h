@@ -1,0 +1,59 @@
+/* golden.h - golden-logit files and their comparison (DESIGN.md §7).
+ *
+ * A golden file is an .npz: tokens.npy int32 [T], logits.npy float32 [T, V]
+ * (after the soft-cap), optionally logits_f64.npy float64 [T, V] (preferred
+ * when present: the project's references are float64), and meta.json
+ * (producer, fingerprint, dtype, "tolerances"). Metrics use float64
+ * throughout; KL divergence is computed from float64 log-softmax. */
+#ifndef GP_GOLDEN_H
+#define GP_GOLDEN_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+struct golden {
+    int32_t *tokens;          /* [T] */
+    double *logits;           /* [T, V] (float64, from logits_f64 or logits) */
+    int64_t T, V;
+    struct json_object *meta; /* meta.json, or NULL */
+    bool f64;                 /* logits came from logits_f64.npy */
+};
+
+int golden_read(const char *path, struct golden *g, struct err *e);
+void golden_free(struct golden *g);
+
+/* Writes tokens.npy, logits.npy and meta.json (`meta` is not consumed). */
+int golden_write(const char *path, const int32_t *tokens, int64_t T, const float *logits, int64_t V,
+                 struct json_object *meta, struct err *e);
+
+struct golden_metrics {
+    double max_abs;           /* max |Δlogit| */
+    double nmse;              /* Σ Δ² / Σ ref² */
+    double cosine;            /* of the flattened logits */
+    double kld_mean, kld_p99, kld_max; /* KL(P_ref || P_model) per position, nats */
+    double top1;              /* share of positions whose argmax agrees */
+    double rms_dp;            /* RMS over positions of p_ref(t*) - p_model(t*), t* the reference's top-1 */
+    int64_t first_divergent;  /* first position whose top-1 differs or whose max |Δ| exceeds max_abs; -1 if none */
+    int64_t T, V;
+};
+
+/* Thresholds; a negative value means "not checked". */
+struct golden_thresholds {
+    double max_abs, nmse, kld_mean, kld_p99, kld_max, top1_min;
+};
+
+/* Defaults (max_abs 1e-4, top1 1.0, others unchecked) overridden by the
+ * golden's meta.json "tolerances" object. */
+void golden_thresholds_from_meta(const struct golden *g, struct golden_thresholds *t);
+
+/* Compares model logits got[T, V] with the golden's. */
+void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m);
+
+/* Verdict object (schema gempack.golden/1): verdict, metrics, thresholds,
+ * failures (a list of {metric, value, threshold}). *pass tells the verdict. */
+struct json_object *golden_verdict(const struct golden_metrics *m, const struct golden_thresholds *t, bool *pass);
+
+#endif

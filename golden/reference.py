@@ -1,0 +1,993 @@
+#!/usr/bin/python3
+"""Independent float64 NumPy reference forward pass of the Gemma 4 text model.
+
+Written from /work/shared/docs/gemma4-architecture.md (sections named in the
+comments as "arch §x") and /work/shared/docs/formats.md ("fmt §x"). It shares
+no code with, and was not derived from, the C runner of this repository.
+
+Library use:
+    import reference
+    model = reference.load_checkpoint("path/to/checkpoint")
+    logits = reference.forward(model, tokens)        # float64 [T, V]
+
+Command line:
+    /usr/bin/python3 golden/reference.py CHECKPOINT_DIR [--tokens-file tokens.json] -o OUT.npz
+        [--rope-tables f32|f32-hf|f64] [--tolerance max_abs=1e-4] [--tolerance kld_mean=1e-6]
+        [--compare OTHER.npz[:KEY]]
+
+Everything is computed in float64 except, by default, the RoPE cos/sin tables, which are built
+in float32 the way the upstream implementations build them (arch §3.1.4 "HF numerics"; MLX's
+fast.rope does the same); --rope-tables f64 gives an all-float64 pass. See golden/README.md.
+
+Only the Python standard library and numpy are used.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import math
+import os
+import struct
+import sys
+import zipfile
+
+import numpy as np
+
+PRODUCER = "gempack golden/reference.py"
+
+DEFAULT_TOLERANCES = {"max_abs": 1e-4, "top1": 1.0, "kld_mean": 1e-6}
+
+# ---------------------------------------------------------------------------
+# Configuration (arch §1.2 - §1.5)
+# ---------------------------------------------------------------------------
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+
+
+class ReferenceError(Exception):
+    """A checkpoint this reference cannot (or must not) run."""
+
+
+def _require(tc, key):
+    if key not in tc or tc[key] is None:
+        raise ReferenceError("config.json: required text field %r is missing or null" % key)
+    return tc[key]
+
+
+def parse_config(config):
+    """Return (text_config dict, derived hyper-parameters dict, quantization block or None)."""
+    if config.get("model_type") == "gemma4_text" and "text_config" not in config:
+        tc = dict(config)
+        multimodal = False
+    elif "text_config" in config:
+        # gemma4 (and gemma4_unified) wrappers: text fields under text_config (arch §1.1).
+        tc = dict(config["text_config"])
+        multimodal = True
+        if "vocab_size" not in tc and "vocab_size" in config:
+            tc["vocab_size"] = config["vocab_size"]
+    else:
+        raise ReferenceError("config.json: model_type %r has neither text_config nor "
+                             "gemma4_text fields" % config.get("model_type"))
+    mt = tc.get("model_type", config.get("model_type"))
+    if mt not in ("gemma4_text", "gemma4", "gemma4_unified", None):
+        raise ReferenceError("config.json: unexpected text model_type %r" % mt)
+
+    h = {}
+    h["multimodal"] = multimodal
+    h["H"] = int(_require(tc, "hidden_size"))
+    h["L"] = int(_require(tc, "num_hidden_layers"))
+    h["I"] = int(_require(tc, "intermediate_size"))
+    h["Nq"] = int(_require(tc, "num_attention_heads"))
+    h["G"] = int(_require(tc, "num_key_value_heads"))
+    h["head_dim"] = int(_require(tc, "head_dim"))
+    h["V"] = int(_require(tc, "vocab_size"))
+    h["W"] = int(_require(tc, "sliding_window"))
+    h["P"] = int(_require(tc, "hidden_size_per_layer_input"))  # arch §1.2: must be explicit
+    h["eps"] = float(tc.get("rms_norm_eps", 1e-6) if tc.get("rms_norm_eps") is not None else 1e-6)
+
+    # Full-layer head dim and KV heads (arch §1.2 notes, §1.3).
+    gd = tc.get("global_head_dim")
+    gkv = tc.get("num_global_key_value_heads")
+    plc = tc.get("per_layer_config")
+    if gd is None and isinstance(plc, dict):
+        for v in plc.values():
+            if isinstance(v, dict) and v.get("head_dim"):
+                gd = v["head_dim"]
+                if gkv is None and v.get("num_key_value_heads") is not None:
+                    gkv = v["num_key_value_heads"]
+                break
+    h["global_head_dim"] = int(gd) if gd else 0
+    h["num_global_kv"] = int(gkv) if gkv is not None else None
+    h["k_eq_v"] = bool(tc.get("attention_k_eq_v") or False)
+    h["n_shared"] = int(tc.get("num_kv_shared_layers") or 0)
+    h["double_wide"] = bool(tc.get("use_double_wide_mlp") or False)
+    h["moe"] = bool(tc.get("enable_moe_block") or False)
+    if tc.get("attention_bias"):
+        raise ReferenceError("attention_bias = true is not part of Gemma 4")
+    act = tc.get("hidden_activation", "gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", None):
+        raise ReferenceError("hidden_activation %r is not the tanh GELU" % act)
+    sc = tc.get("final_logit_softcapping")
+    h["softcap"] = float(sc) if sc is not None else None  # arch §3.1.5: skip if null/absent
+    if h["P"] > 0:
+        vp = tc.get("vocab_size_per_layer_input")
+        h["V_ple"] = int(vp) if vp is not None else None
+    if h["moe"]:
+        h["E"] = int(_require(tc, "num_experts"))
+        h["K"] = int(_require(tc, "top_k_experts"))
+        h["M"] = int(_require(tc, "moe_intermediate_size"))
+
+    # Layer types (arch §1.2): explicit list; fall back to the MLX period only if absent.
+    lt = tc.get("layer_types")
+    if lt is None:
+        pat = tc.get("sliding_window_pattern")
+        if not pat:
+            raise ReferenceError("config.json: layer_types is missing")
+        lt = [FULL if (i + 1) % int(pat) == 0 else SLIDING for i in range(h["L"])]
+    lt = list(lt)
+    if len(lt) != h["L"]:
+        raise ReferenceError("layer_types has %d entries for %d layers" % (len(lt), h["L"]))
+    for t in lt:
+        if t not in (SLIDING, FULL):
+            raise ReferenceError("unknown layer type %r" % t)
+    if lt[-1] != FULL:  # HF __post_init__ forces the last layer to full attention.
+        sys.stderr.write("reference: warning: last layer forced to full_attention (HF rule)\n")
+        lt[-1] = FULL
+    h["layer_types"] = lt
+
+    # RoPE (arch §1.4): required.
+    rp = tc.get("rope_parameters")
+    if not isinstance(rp, dict):
+        raise ReferenceError("config.json: rope_parameters is missing")
+    h["rope"] = {}
+    for t in (SLIDING, FULL):
+        if t not in lt:
+            continue
+        if t not in rp or not isinstance(rp[t], dict):
+            raise ReferenceError("rope_parameters has no entry for %s" % t)
+        h["rope"][t] = dict(rp[t])
+
+    L = h["L"]
+    F0 = L - h["n_shared"]
+    if h["n_shared"] < 0 or F0 < 0:
+        raise ReferenceError("num_kv_shared_layers out of range")
+    h["F0"] = F0
+    layers = []
+    for i in range(L):
+        full = lt[i] == FULL
+        d = h["global_head_dim"] if (full and h["global_head_dim"]) else h["head_dim"]
+        keqv = h["k_eq_v"] and full
+        G = h["num_global_kv"] if (keqv and h["num_global_kv"] is not None) else h["G"]
+        if h["Nq"] % G:
+            raise ReferenceError("layer %d: %d query heads not divisible by %d KV heads" % (i, h["Nq"], G))
+        shared = h["n_shared"] > 0 and i >= F0
+        if shared:
+            cands = [j for j in range(F0) if lt[j] == lt[i]]
+            if not cands:
+                raise ReferenceError("layer %d is KV-shared but no earlier %s layer owns KV" % (i, lt[i]))
+            src = max(cands)
+        else:
+            src = i
+        I = h["I"] * (2 if (h["double_wide"] and shared) else 1)
+        layers.append(dict(type=lt[i], full=full, d=d, keqv=keqv, G=G, shared=shared, src=src, I=I))
+    h["layers"] = layers
+
+    q = _quant_block(config, tc)
+    return tc, h, q
+
+
+def _quant_block(config, tc):
+    """fmt §3.4 step 1: MLX quantization block or None."""
+    if isinstance(config.get("quantization"), dict):
+        return config["quantization"]
+    for qc in (config.get("quantization_config"), tc.get("quantization_config")):
+        if isinstance(qc, dict):
+            if "quant_method" in qc:
+                raise ReferenceError("quantization_config with quant_method %r is an HF quantizer "
+                                     "format this reference does not read" % qc["quant_method"])
+            if "bits" in qc or "group_size" in qc:
+                return qc
+            # Google QAT "unquantized" block without quant_method and without MLX keys:
+            # treat as unquantized (arch §1.5).
+            return None
+    return None
+
+
+MODE_DEFAULTS = {"affine": (64, 4), "mxfp4": (32, 4), "nvfp4": (16, 4), "mxfp8": (32, 8)}
+
+
+def resolve_quant(qblock, paths):
+    """Bits/group/mode of a quantized module (fmt §3.1 defaulting rule).
+
+    paths: candidate override keys (the MLX module path first)."""
+    if qblock is None:
+        return None
+    gmode = qblock.get("mode") or "affine"
+    gbits = qblock.get("bits")
+    ggs = qblock.get("group_size")
+    for p in paths:
+        if p in qblock:
+            v = qblock[p]
+            if v is False:
+                raise ReferenceError("module %s has .scales but quantization says false" % p)
+            if isinstance(v, dict):
+                mode = v.get("mode") or "affine"
+                dgs, dbits = MODE_DEFAULTS.get(mode, (None, None))
+                gs = v.get("group_size")
+                bits = v.get("bits")
+                return (int(bits) if bits is not None else dbits,
+                        int(gs) if gs is not None else dgs, mode, p)
+            if v is True or v is None:
+                break
+            raise ReferenceError("quantization entry %s has unsupported value %r" % (p, v))
+    dgs, dbits = MODE_DEFAULTS.get(gmode, (None, None))
+    return (int(gbits) if gbits is not None else dbits,
+            int(ggs) if ggs is not None else dgs, gmode, None)
+
+
+# ---------------------------------------------------------------------------
+# safetensors (fmt §1)
+# ---------------------------------------------------------------------------
+
+_DTYPES = {
+    "BF16": (2, None), "F16": (2, "<f2"), "F32": (4, "<f4"), "F64": (8, "<f8"),
+    "U32": (4, "<u4"), "I32": (4, "<i4"), "U8": (1, "u1"), "I64": (8, "<i8"),
+}
+
+
+class RawTensor:
+    __slots__ = ("name", "dtype", "shape", "data", "file")
+
+    def __init__(self, name, dtype, shape, data, file):
+        self.name, self.dtype, self.shape, self.data, self.file = name, dtype, tuple(shape), data, file
+
+    def as_f64(self):
+        if self.dtype == "BF16":
+            u16 = np.frombuffer(self.data, dtype="<u2")
+            f = (u16.astype(np.uint32) << 16).view(np.float32)
+            return f.astype(np.float64).reshape(self.shape)
+        if self.dtype in ("F16", "F32", "F64"):
+            return np.frombuffer(self.data, dtype=_DTYPES[self.dtype][1]).astype(np.float64).reshape(self.shape)
+        raise ReferenceError("tensor %s: dtype %s is not a float type" % (self.name, self.dtype))
+
+    def as_u32(self):
+        if self.dtype != "U32":
+            raise ReferenceError("tensor %s: expected U32 codes, found %s" % (self.name, self.dtype))
+        return np.frombuffer(self.data, dtype="<u4").reshape(self.shape)
+
+
+def read_safetensors(path):
+    """Parse one safetensors file and validate it (fmt §1.1, §1.4). Returns {name: RawTensor}."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        raise ReferenceError("%s: file shorter than 8 bytes" % path)
+    (n,) = struct.unpack("<Q", blob[:8])
+    if n == 0 or n > 100_000_000 or 8 + n > len(blob):
+        raise ReferenceError("%s: bad header length %d" % (path, n))
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ReferenceError("%s: header is not a JSON object" % path)
+    data = memoryview(blob)[8 + n:]
+    entries = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = info["dtype"]
+        if dt not in _DTYPES:
+            raise ReferenceError("%s: tensor %s has unsupported dtype %s" % (path, name, dt))
+        shape = [int(s) for s in info["shape"]]
+        b, e = (int(x) for x in info["data_offsets"])
+        nel = 1
+        for s in shape:
+            nel *= s
+        if e - b != nel * _DTYPES[dt][0]:
+            raise ReferenceError("%s: tensor %s byte size does not match its shape" % (path, name))
+        entries.append((b, e, name, dt, shape))
+    entries.sort()
+    pos = 0
+    out = {}
+    for b, e, name, dt, shape in entries:
+        if b != pos or e < b:
+            raise ReferenceError("%s: tensor %s has a bad offset (holes/overlap)" % (path, name))
+        pos = e
+        out[name] = RawTensor(name, dt, shape, bytes(data[b:e]), os.path.basename(path))
+    if pos != len(data):
+        raise ReferenceError("%s: data buffer length %d != last offset %d" % (path, len(data), pos))
+    return out
+
+
+def checkpoint_files(ckpt):
+    """List of (file name) holding weights (fmt §1.6 loader rules)."""
+    idx = os.path.join(ckpt, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        with open(idx) as f:
+            index = json.load(f)
+        wm = index.get("weight_map")
+        if not isinstance(wm, dict):
+            raise ReferenceError("index: weight_map missing")
+        files = []
+        for k, v in wm.items():
+            if not isinstance(v, str) or "/" in v or "\\" in v or v.startswith(".."):
+                raise ReferenceError("index: bad shard name %r for %s" % (v, k))
+            if v not in files:
+                files.append(v)
+        return sorted(files), wm
+    if os.path.exists(os.path.join(ckpt, "model.safetensors")):
+        return ["model.safetensors"], None
+    raise ReferenceError("%s: neither model.safetensors nor model.safetensors.index.json" % ckpt)
+
+
+def read_all_tensors(ckpt):
+    files, wm = checkpoint_files(ckpt)
+    tensors = {}
+    for fn in files:
+        part = read_safetensors(os.path.join(ckpt, fn))
+        for k, t in part.items():
+            if k in tensors:
+                raise ReferenceError("tensor %s appears in two shards" % k)
+            if wm is not None and wm.get(k) != fn:
+                raise ReferenceError("tensor %s is in %s but the index says %r" % (k, fn, wm.get(k)))
+            tensors[k] = t
+    if wm is not None:
+        missing = [k for k in wm if k not in tensors]
+        if missing:
+            raise ReferenceError("index names %d tensors missing from the shards, e.g. %s" % (len(missing), missing[0]))
+    return tensors, files
+
+
+# ---------------------------------------------------------------------------
+# MLX affine dequantization (fmt §2.3, §2.4)
+# ---------------------------------------------------------------------------
+
+def unpack_codes(words, bits, n_in):
+    """uint32 words [..., n_in*bits/32] -> integer codes [..., n_in].
+
+    Codes form one LSB-first bit stream per row; bit p is bit p%32 of word p/32, and the
+    words are little-endian, so byte j of the row holds stream bits 8j..8j+7."""
+    lead = words.shape[:-1]
+    nbytes = words.shape[-1] * 4
+    by = np.ascontiguousarray(words.astype("<u4")).view(np.uint8).reshape(lead + (nbytes,))
+    bitsarr = np.unpackbits(by, axis=-1, bitorder="little")  # [..., nbytes*8], stream order
+    if bitsarr.shape[-1] != n_in * bits:
+        raise ReferenceError("packed row has %d bits, expected %d x %d" % (bitsarr.shape[-1], n_in, bits))
+    bitsarr = bitsarr.reshape(lead + (n_in, bits)).astype(np.uint32)
+    weights = (np.uint32(1) << np.arange(bits, dtype=np.uint32))
+    return (bitsarr * weights).sum(axis=-1, dtype=np.uint32)
+
+
+def dequantize_affine(words, scales, biases, bits, gs):
+    n_in = scales.shape[-1] * gs
+    q = unpack_codes(words, bits, n_in).astype(np.float64)
+    lead = q.shape[:-1]
+    q = q.reshape(lead + (scales.shape[-1], gs))
+    w = scales[..., None] * q + biases[..., None]
+    return w.reshape(lead + (n_in,))
+
+
+# ---------------------------------------------------------------------------
+# Loading (arch §2, fmt §3.4)
+# ---------------------------------------------------------------------------
+
+TOWERS = ("vision_tower", "audio_tower", "embed_vision", "embed_audio",
+          "multi_modal_projector", "vision_embedder")
+TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
+QUANT_SUFFIXES = (".scales", ".biases")
+
+
+def _is_tower(key):
+    parts = key.split(".")
+    if parts[0] in TOWERS:
+        return True
+    if len(parts) > 1 and parts[0] in ("model", "language_model") and parts[1] in TOWERS:
+        return True
+    return False
+
+
+def _strip_text_prefix(key):
+    for p in TEXT_PREFIXES:
+        if key.startswith(p):
+            return p, key[len(p):]
+    return None, None
+
+
+def _expected_in_features(rel, h):
+    """In-features of a quantizable module from the architecture (for the fmt §3.4 cross-check)."""
+    H, P, L = h["H"], h["P"], h["L"]
+    if rel == "embed_tokens":
+        return H
+    if rel == "embed_tokens_per_layer":
+        return L * P
+    if rel == "per_layer_model_projection":
+        return H
+    if rel == "lm_head":
+        return H
+    parts = rel.split(".")
+    if parts[0] != "layers":
+        return None
+    i = int(parts[1])
+    ly = h["layers"][i]
+    sub = ".".join(parts[2:])
+    if sub in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
+               "mlp.up_proj", "router.proj", "per_layer_input_gate",
+               "experts.switch_glu.gate_proj", "experts.switch_glu.up_proj"):
+        return H
+    if sub == "self_attn.o_proj":
+        return h["Nq"] * ly["d"]
+    if sub == "mlp.down_proj":
+        return ly["I"]
+    if sub == "experts.switch_glu.down_proj":
+        return h["M"]
+    if sub == "per_layer_projection":
+        return P
+    return None
+
+
+def _kv_of_shared_layer(rel, h):
+    parts = rel.split(".")
+    if len(parts) >= 4 and parts[0] == "layers" and parts[1].isdigit():
+        i = int(parts[1])
+        if i < h["L"] and h["layers"][i]["shared"]:
+            sub = ".".join(parts[2:4])
+            return sub in ("self_attn.k_proj", "self_attn.v_proj", "self_attn.k_norm")
+    return False
+
+
+def load_checkpoint(ckpt):
+    """Load a Gemma 4 text checkpoint into a dict of float64 arrays plus hyper-parameters."""
+    with open(os.path.join(ckpt, "config.json"), "rb") as f:
+        cfg_bytes = f.read()
+    config = json.loads(cfg_bytes)
+    tc, h, qblock = parse_config(config)
+    raw, files = read_all_tensors(ckpt)
+
+    # 1. classify by prefix FIRST (arch §2.6 collision hazard), then strip one text prefix.
+    text = {}  # rel name -> (original key, RawTensor)
+    ignored = {"tower": 0, "shared_kv": 0, "other": []}
+    for key, t in raw.items():
+        if _is_tower(key):
+            ignored["tower"] += 1
+            continue
+        if key == "lm_head.weight" or key.startswith("lm_head."):
+            text[key] = (key, t)  # checked against tying below
+            continue
+        pfx, rel = _strip_text_prefix(key)
+        if rel is None:
+            raise ReferenceError("tensor %s has no known text prefix" % key)
+        if rel.split(".")[-1] in ("input_min", "input_max", "output_min", "output_max") \
+                or "rotary_emb" in rel:
+            ignored["other"].append(key)  # arch §2.6: clip bounds, rotary tables
+            continue
+        if _kv_of_shared_layer(rel, h):
+            ignored["shared_kv"] += 1  # arch §2.5: redundant K/V of KV-shared layers
+            continue
+        if rel in text:
+            raise ReferenceError("two tensors map to %s" % rel)
+        text[rel] = (key, t)
+
+    # 2. dequantize MLX affine triplets (fmt §2.4, §3.4) and upcast everything else.
+    weights = {}
+    quant_info = {}
+    used = set()
+    for rel in sorted(text):
+        if not rel.endswith(".scales"):
+            continue
+        mod = rel[:-len(".scales")]
+        key_scales, t_scales = text[rel]
+        if mod + ".weight" not in text:
+            raise ReferenceError("quantized module %s has scales but no weight" % mod)
+        key_w, t_w = text[mod + ".weight"]
+        mlx_path = key_scales[:-len(".scales")]
+        cands = [mlx_path]
+        if mlx_path.startswith("language_model."):
+            cands.append(mlx_path[len("language_model."):])
+        for p in ("language_model.model.", "model.", "model.language_model."):
+            if p + mod not in cands:
+                cands.append(p + mod)
+        r = resolve_quant(qblock, cands)
+        words = t_w.as_u32()
+        scales = t_scales.as_f64()
+        if mod + ".biases" not in text:
+            raise ReferenceError("quantized module %s has no .biases (only affine is supported)" % mod)
+        biases = text[mod + ".biases"][1].as_f64()
+        if scales.shape != biases.shape or words.shape[:-1] != scales.shape[:-1]:
+            raise ReferenceError("quantized module %s: inconsistent shapes %s %s %s"
+                                 % (mod, words.shape, scales.shape, biases.shape))
+        # bits/group from the config (fmt §3.1) and, independently, from the shapes given the
+        # architecture's in-features (fmt §2.3 "Recovering (b, gs) from shapes"); both must agree.
+        exp_in = _expected_in_features(mod, h)
+        shape_bg = None
+        if exp_in is not None:
+            if exp_in % scales.shape[-1] or (32 * words.shape[-1]) % exp_in:
+                raise ReferenceError("module %s: shapes %s / %s do not fit %d in-features"
+                                     % (mod, words.shape, scales.shape, exp_in))
+            shape_bg = (32 * words.shape[-1] // exp_in, exp_in // scales.shape[-1])
+        if r is None:
+            if shape_bg is None:
+                raise ReferenceError("module %s is quantized but the config has no quantization "
+                                     "block and its in-features are unknown" % mod)
+            (bits, gs), mode, src = shape_bg, "affine", "shapes"
+        else:
+            bits, gs, mode, src = r
+            src = src or "global"
+        if mode != "affine":
+            raise ReferenceError("module %s: quantization mode %s is not supported" % (mod, mode))
+        if bits not in (2, 3, 4, 5, 6, 8) or gs not in (32, 64, 128):
+            raise ReferenceError("module %s: bits %s group %s not allowed" % (mod, bits, gs))
+        if (words.shape[-1] * 32) % bits or words.shape[-1] * 32 // bits != scales.shape[-1] * gs:
+            raise ReferenceError("module %s: bits %d / group %d do not fit shapes %s, %s"
+                                 % (mod, bits, gs, words.shape, scales.shape))
+        if shape_bg is not None and shape_bg != (bits, gs):
+            raise ReferenceError("module %s: config says bits %d group %d, shapes with %d "
+                                 "in-features say bits %d group %d"
+                                 % (mod, bits, gs, exp_in, shape_bg[0], shape_bg[1]))
+        weights[mod + ".weight"] = dequantize_affine(words, scales, biases, bits, gs)
+        quant_info[mod] = {"bits": bits, "group_size": gs, "from": src}
+        used.update((rel, mod + ".weight", mod + ".biases"))
+    for rel, (key, t) in text.items():
+        if rel in used:
+            continue
+        if rel.endswith(".biases"):
+            raise ReferenceError("%s has no matching .scales" % key)
+        if t.dtype == "U32":
+            raise ReferenceError("%s holds U32 codes but there is no %s.scales" % (key, rel[:-7]))
+        weights[rel] = t.as_f64()
+
+    # 3. MoE expert layouts (arch §2.3): HF fused -> split gate/up.
+    if h["moe"]:
+        M, E = h["M"], h["E"]
+        for i in range(h["L"]):
+            pre = "layers.%d.experts." % i
+            if pre + "gate_up_proj" in weights:
+                gu = weights.pop(pre + "gate_up_proj")
+                if gu.shape != (E, 2 * M, h["H"]):
+                    raise ReferenceError("%sgate_up_proj shape %s" % (pre, gu.shape))
+                weights[pre + "gate"] = gu[:, :M, :]
+                weights[pre + "up"] = gu[:, M:, :]
+                weights[pre + "down"] = weights.pop(pre + "down_proj")
+            elif pre + "switch_glu.gate_proj.weight" in weights:
+                weights[pre + "gate"] = weights.pop(pre + "switch_glu.gate_proj.weight")
+                weights[pre + "up"] = weights.pop(pre + "switch_glu.up_proj.weight")
+                weights[pre + "down"] = weights.pop(pre + "switch_glu.down_proj.weight")
+
+    # 4. tied head (arch §3.9): lm_head, if present, must equal the embedding.
+    tied = config.get("tie_word_embeddings", tc.get("tie_word_embeddings", True))
+    if tc.get("tie_word_embeddings") is False or tied is False:
+        raise ReferenceError("untied output head: Gemma 4 releases are tied")
+    if "lm_head.weight" in text:
+        lm = weights.pop("lm_head.weight")
+        if lm.shape != weights["embed_tokens.weight"].shape or not np.array_equal(lm, weights["embed_tokens.weight"]):
+            raise ReferenceError("lm_head.weight present and different from the tied embedding")
+
+    model = {"config": config, "text_config": tc, "hp": h, "w": weights, "quant": quant_info,
+             "files": files, "dir": ckpt, "config_sha256": hashlib.sha256(cfg_bytes).hexdigest(),
+             "ignored": ignored}
+    _check_shapes(model)
+    return model
+
+
+def _check_shapes(model):
+    """Every tensor the forward needs is present with the shape of arch §2.2 - §2.3; nothing extra."""
+    h, w = model["hp"], model["w"]
+    H, P, L, V, Nq = h["H"], h["P"], h["L"], h["V"], h["Nq"]
+    need = {"embed_tokens.weight": (V, H), "norm.weight": (H,)}
+    if P > 0:
+        vp = h.get("V_ple")
+        if vp is None:
+            vp = w["embed_tokens_per_layer.weight"].shape[0]
+            h["V_ple"] = vp
+        need["embed_tokens_per_layer.weight"] = (vp, L * P)
+        need["per_layer_model_projection.weight"] = (L * P, H)
+        need["per_layer_projection_norm.weight"] = (P,)
+    for i, ly in enumerate(h["layers"]):
+        p = "layers.%d." % i
+        d, G, I = ly["d"], ly["G"], ly["I"]
+        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm"):
+            need[p + n + ".weight"] = (H,)
+        need[p + "self_attn.q_proj.weight"] = (Nq * d, H)
+        need[p + "self_attn.q_norm.weight"] = (d,)
+        need[p + "self_attn.o_proj.weight"] = (H, Nq * d)
+        if not ly["shared"]:
+            need[p + "self_attn.k_proj.weight"] = (G * d, H)
+            need[p + "self_attn.k_norm.weight"] = (d,)
+            if not ly["keqv"]:
+                need[p + "self_attn.v_proj.weight"] = (G * d, H)
+        need[p + "mlp.gate_proj.weight"] = (I, H)
+        need[p + "mlp.up_proj.weight"] = (I, H)
+        need[p + "mlp.down_proj.weight"] = (H, I)
+        need[p + "layer_scalar"] = (1,)
+        if P > 0:
+            need[p + "per_layer_input_gate.weight"] = (P, H)
+            need[p + "per_layer_projection.weight"] = (H, P)
+            need[p + "post_per_layer_input_norm.weight"] = (H,)
+        if h["moe"]:
+            E, M = h["E"], h["M"]
+            need[p + "router.proj.weight"] = (E, H)
+            need[p + "router.scale"] = (H,)
+            need[p + "router.per_expert_scale"] = (E,)
+            need[p + "experts.gate"] = (E, M, H)
+            need[p + "experts.up"] = (E, M, H)
+            need[p + "experts.down"] = (E, H, M)
+            for n in ("pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                      "post_feedforward_layernorm_2"):
+                need[p + n + ".weight"] = (H,)
+    missing = [k for k in need if k not in w]
+    extra = [k for k in w if k not in need]
+    bad = [(k, w[k].shape, s) for k, s in need.items() if k in w and tuple(w[k].shape) != tuple(s)]
+    msg = []
+    if missing:
+        msg.append("missing: " + ", ".join(sorted(missing)[:8]) + (" ..." if len(missing) > 8 else ""))
+    if extra:
+        msg.append("unexpected: " + ", ".join(sorted(extra)[:8]) + (" ..." if len(extra) > 8 else ""))
+    if bad:
+        msg.append("shape: " + ", ".join("%s %s != %s" % b for b in bad[:8]))
+    if msg:
+        raise ReferenceError("checkpoint does not match its config: " + "; ".join(msg))
+
+
+# ---------------------------------------------------------------------------
+# Forward pass (arch §3), float64 throughout
+# ---------------------------------------------------------------------------
+
+def rms_norm(x, w, eps):
+    """arch §3.1.1 / §3.1.2: x * (mean(x^2) + eps)^(-1/2) * w over the last axis. No (1 + w)."""
+    y = x * (np.mean(x * x, axis=-1, keepdims=True) + eps) ** -0.5
+    return y if w is None else y * w
+
+
+def gelu_tanh(x):
+    """arch §3.1.3."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+ROPE_TABLES = ("f32", "f32-hf", "f64")
+
+
+def rope_inv_freq(params, d, tables="f32"):
+    """Inverse frequencies omega_0 .. omega_{d/2-1} for one layer type (arch §1.4, §3.1.4).
+
+    "default": omega_i = theta^(-2i/d) for every i < d/2 (partial_rotary_factor ignored).
+    "proportional": omega_i = theta^(-2i/d) / factor for i < A = floor(partial * d / 2), 0 beyond;
+    the exponent denominator is the FULL head dim d.
+
+    tables selects the precision of the table (see apply_rope):
+      "f64"    exact float64 values;
+      "f32"    float32 as MLX's fast.rope builds it (the upstream golden producer): default
+               type exp(-i * ln(theta) / (d/2)), proportional 1 / (factor * theta^(2i/d));
+      "f32-hf" float32 as HF builds it: 1 / theta^(2i/d) (then / factor) for both types.
+    """
+    rt = params.get("rope_type", "default")
+    theta = float(params["rope_theta"])
+    half = d // 2
+    if rt == "default":
+        A, factor = half, 1.0
+    elif rt == "proportional":
+        partial = float(params.get("partial_rotary_factor", 1.0))
+        factor = float(params.get("factor", 1.0))
+        A = int(math.floor(partial * d / 2))
+        if not 0 <= A <= half:
+            raise ReferenceError("partial_rotary_factor %r out of range" % partial)
+    else:
+        raise ReferenceError("rope_type %r is not supported" % rt)
+    if tables == "f64":
+        inv = np.zeros(half, dtype=np.float64)
+        inv[:A] = theta ** (-2.0 * np.arange(A, dtype=np.float64) / d) / factor
+        return inv
+    f32 = np.float32
+    inv = np.zeros(half, dtype=f32)
+    if tables == "f32" and rt == "default":
+        inv[:A] = np.exp(np.arange(0, -A, -1, dtype=f32) * f32(math.log(theta) / half))
+    elif tables in ("f32", "f32-hf"):
+        wl = f32(theta) ** (np.arange(0, 2 * A, 2, dtype=f32) / f32(d))
+        if tables == "f32":
+            inv[:A] = f32(1) / (wl * f32(factor))
+        else:
+            inv[:A] = (f32(1) / wl) / f32(factor)
+    else:
+        raise ReferenceError("unknown rope table precision %r" % tables)
+    return inv
+
+
+def apply_rope(x, pos, inv):
+    """Rotate-half (NeoX) layout: pairs (i, i + d/2). x: [T, heads, d].
+
+    A float32 table (inv.dtype == float32) gives float32 angles p*omega and float32 cos/sin,
+    upcast to float64 before the rotation, which itself runs in float64."""
+    half = x.shape[-1] // 2
+    if inv.dtype == np.float32:
+        ang = pos[:, None].astype(np.float32) * inv[None, :]
+        c = np.cos(ang).astype(np.float64)
+        s = np.sin(ang).astype(np.float64)
+    else:
+        ang = pos[:, None].astype(np.float64) * inv[None, :]
+        c = np.cos(ang)
+        s = np.sin(ang)
+    c = c[:, None, :]
+    s = s[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def attention_mask(T, layer_type, W):
+    q = np.arange(T)[:, None]
+    k = np.arange(T)[None, :]
+    m = k <= q  # causal
+    if layer_type == SLIDING:
+        m &= k > q - W  # arch §1.2 notes: q - W < k <= q
+    return m
+
+
+def softmax(z, axis=-1):
+    z = z - np.max(z, axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def forward(model, tokens, rope_tables="f32", return_hidden=False):
+    """Full-sequence causal forward at positions 0..T-1; returns float64 logits [T, V].
+
+    Everything is float64 except, by default, the RoPE cos/sin tables (rope_tables, see
+    rope_inv_freq); rope_tables="f64" makes the whole pass float64."""
+    h, w = model["hp"], model["w"]
+    eps = h["eps"]
+    H, P, L, Nq = h["H"], h["P"], h["L"], h["Nq"]
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    T = tokens.shape[0]
+    if T == 0:
+        raise ReferenceError("empty token sequence")
+    if tokens.min() < 0 or tokens.max() >= h["V"]:
+        raise ReferenceError("token id out of range [0, %d)" % h["V"])
+    pos = np.arange(T)
+
+    E = w["embed_tokens.weight"]
+    x = E[tokens] * math.sqrt(H)  # arch §3.2 (exact sqrt(H), f64)
+
+    ple = None
+    if P > 0:  # arch §3.3
+        vp = h["V_ple"]
+        if tokens.max() >= vp:
+            raise ReferenceError("token id beyond vocab_size_per_layer_input")
+        u = (w["embed_tokens_per_layer.weight"][tokens] * math.sqrt(P)).reshape(T, L, P)
+        c = (x @ w["per_layer_model_projection.weight"].T) * (H ** -0.5)
+        c = rms_norm(c.reshape(T, L, P), w["per_layer_projection_norm.weight"], eps)
+        ple = (c + u) * (2.0 ** -0.5)
+
+    inv = {}
+    masks = {}
+    for t, params in h["rope"].items():
+        d = next(ly["d"] for ly in h["layers"] if ly["type"] == t)
+        inv[t] = rope_inv_freq(params, d, rope_tables)
+        masks[t] = attention_mask(T, t, h["W"])
+
+    kv = {}
+    hidden = []
+    for i, ly in enumerate(h["layers"]):
+        p = "layers.%d." % i
+        d, G, t = ly["d"], ly["G"], ly["type"]
+        R = Nq // G
+
+        # arch §3.4 steps 1-4, attention §3.5
+        a = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        Q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, Nq, d)
+        Q = apply_rope(rms_norm(Q, w[p + "self_attn.q_norm.weight"], eps), pos, inv[t])
+        if not ly["shared"]:
+            Kr = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, G, d)
+            Vr = Kr if ly["keqv"] else (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, G, d)
+            K = apply_rope(rms_norm(Kr, w[p + "self_attn.k_norm.weight"], eps), pos, inv[t])
+            Vv = rms_norm(Vr, None, eps)
+            kv[i] = (K, Vv)
+        else:
+            K, Vv = kv[ly["src"]]  # arch §3.5 step 3, src(i) of §1.3
+            if K.shape[1] != G or K.shape[2] != d:
+                raise ReferenceError("layer %d: KV source %d has a different head layout" % (i, ly["src"]))
+        kvh = np.arange(Nq) // R  # query head h -> kv head h // R
+        Kh = K[:, kvh, :]  # [T, Nq, d]
+        Vh = Vv[:, kvh, :]
+        s = np.einsum("qhd,khd->hqk", Q, Kh)  # scale 1.0
+        s = np.where(masks[t][None, :, :], s, -np.inf)
+        pr = softmax(s, axis=-1)
+        O = np.einsum("hqk,khd->qhd", pr, Vh).reshape(T, Nq * d)
+        attn = O @ w[p + "self_attn.o_proj.weight"].T
+        attn = rms_norm(attn, w[p + "post_attention_layernorm.weight"], eps)
+        r = x + attn
+
+        # arch §3.4 step 5, §3.7, §3.8
+        z = rms_norm(r, w[p + "pre_feedforward_layernorm.weight"], eps)
+        f = (gelu_tanh(z @ w[p + "mlp.gate_proj.weight"].T) * (z @ w[p + "mlp.up_proj.weight"].T)) \
+            @ w[p + "mlp.down_proj.weight"].T
+        if h["moe"]:
+            f1 = rms_norm(f, w[p + "post_feedforward_layernorm_1.weight"], eps)
+            n = rms_norm(r, None, eps) * w[p + "router.scale"] * (H ** -0.5)
+            logits_r = n @ w[p + "router.proj.weight"].T  # [T, E]
+            probs = softmax(logits_r, axis=-1)  # over all experts
+            K_ = h["K"]
+            top = np.argsort(-probs, axis=-1, kind="stable")[:, :K_]  # ties: lowest index
+            tw = np.take_along_axis(probs, top, axis=-1)
+            tw = tw / np.sum(tw, axis=-1, keepdims=True)
+            tw = tw * w[p + "router.per_expert_scale"][top]
+            y = rms_norm(r, w[p + "pre_feedforward_layernorm_2.weight"], eps)
+            Wg, Wu, Wd = w[p + "experts.gate"], w[p + "experts.up"], w[p + "experts.down"]
+            f2 = np.zeros_like(r)
+            for tok in range(T):
+                for k in range(K_):
+                    e = top[tok, k]
+                    hid = gelu_tanh(Wg[e] @ y[tok]) * (Wu[e] @ y[tok])
+                    f2[tok] += tw[tok, k] * (Wd[e] @ hid)
+            f2 = rms_norm(f2, w[p + "post_feedforward_layernorm_2.weight"], eps)
+            f = f1 + f2
+        f = rms_norm(f, w[p + "post_feedforward_layernorm.weight"], eps)
+        x = r + f
+
+        if P > 0:  # arch §3.4 step 8
+            g = gelu_tanh(x @ w[p + "per_layer_input_gate.weight"].T) * ple[:, i, :]
+            g = g @ w[p + "per_layer_projection.weight"].T
+            x = x + rms_norm(g, w[p + "post_per_layer_input_norm.weight"], eps)
+        x = x * w[p + "layer_scalar"][0]  # arch §3.4 step 9
+        if return_hidden:
+            hidden.append(x.copy())
+
+    z = rms_norm(x, w["norm.weight"], eps) @ E.T  # tied, unscaled (arch §3.9)
+    if h["softcap"] is not None:
+        c = h["softcap"]
+        z = c * np.tanh(z / c)
+    if return_hidden:
+        return z, hidden
+    return z
+
+
+# ---------------------------------------------------------------------------
+# Output (.npz per fmt §5.4 - §5.5)
+# ---------------------------------------------------------------------------
+
+def _npy_bytes(arr):
+    bio = io.BytesIO()
+    np.lib.format.write_array(bio, np.ascontiguousarray(arr), allow_pickle=False)
+    return bio.getvalue()
+
+
+def write_golden(path, tokens, logits64, meta):
+    members = [
+        ("tokens.npy", _npy_bytes(np.asarray(tokens, dtype="<i4"))),
+        ("logits.npy", _npy_bytes(logits64.astype("<f4"))),
+        ("logits_f64.npy", _npy_bytes(logits64.astype("<f8"))),
+        ("meta.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode("utf-8")),
+    ]
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, data in members:
+            zi = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_STORED
+            zi.external_attr = 0o644 << 16
+            zi.create_system = 3
+            zf.writestr(zi, data)
+    os.replace(tmp, path)
+
+
+def build_meta(model, tokens, tolerances, rope_tables="f32"):
+    files = {}
+    for fn in sorted(set(model["files"]) | {"config.json"} |
+                     ({"model.safetensors.index.json"} if len(model["files"]) > 1 or
+                      os.path.exists(os.path.join(model["dir"], "model.safetensors.index.json")) else set())):
+        fp = os.path.join(model["dir"], fn)
+        if os.path.exists(fp):
+            files[fn] = os.path.getsize(fp)
+    h = model["hp"]
+    return {
+        "producer": PRODUCER,
+        "numpy": np.__version__,
+        "dtype": "float64",
+        "rope_tables": rope_tables,
+        "spec": "gemma4-architecture.md §3 (full-sequence causal prefill, positions 0..T-1)",
+        "config_sha256": model["config_sha256"],
+        "files": files,
+        "num_tokens": int(len(tokens)),
+        "vocab_size": int(h["V"]),
+        "softcap": h["softcap"],
+        "quantized_modules": len(model["quant"]),
+        "tolerances": tolerances,
+    }
+
+
+def _load_tokens(path):
+    with open(path) as f:
+        data = json.load(f)
+    if isinstance(data, dict):
+        for k in ("tokens", "input_ids", "ids"):
+            if k in data:
+                data = data[k]
+                break
+    if not isinstance(data, list) or not all(isinstance(t, int) for t in data):
+        raise ReferenceError("%s: expected a list of token ids or {\"tokens\": [...]}" % path)
+    return np.asarray(data, dtype=np.int64)
+
+
+def _load_compare(spec):
+    path, key = spec, None
+    if ":" in spec and not os.path.exists(spec):
+        path, key = spec.rsplit(":", 1)
+    z = np.load(path, allow_pickle=False)
+    names = [n[:-4] if n.endswith(".npy") else n for n in z.files]
+    if key is None:
+        for k in ("logits_f64", "logits_prefill_f64", "logits", "logits_prefill"):
+            if k in names:
+                key = k
+                break
+    if key not in names:
+        raise ReferenceError("%s has no array %r (has %s)" % (path, key, ", ".join(names)))
+    return np.asarray(z[key], dtype=np.float64), key
+
+
+def compare(ref, other):
+    """max |Δ|, top-1 agreement and mean KL(ref || other) over positions."""
+    d = np.abs(ref - other)
+    top1 = float(np.mean(np.argmax(ref, -1) == np.argmax(other, -1)))
+    lp = ref - np.max(ref, -1, keepdims=True)
+    lp = lp - np.log(np.sum(np.exp(lp), -1, keepdims=True))
+    lq = other - np.max(other, -1, keepdims=True)
+    lq = lq - np.log(np.sum(np.exp(lq), -1, keepdims=True))
+    kld = np.sum(np.exp(lp) * (lp - lq), -1)
+    return {"max_abs": float(d.max()), "mean_abs": float(d.mean()), "top1": top1,
+            "kld_mean": float(np.mean(kld))}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Float64 NumPy reference forward of a Gemma 4 text "
+                                 "checkpoint; writes golden logits as .npz.")
+    ap.add_argument("checkpoint", help="checkpoint directory (config.json + safetensors)")
+    ap.add_argument("--tokens-file", help="JSON token ids (default: CHECKPOINT/tokens.json)")
+    ap.add_argument("-o", "--output", help="output .npz")
+    ap.add_argument("--tolerance", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a tolerance recorded in meta.json "
+                         "(max_abs, top1, kld_mean); repeatable")
+    ap.add_argument("--rope-tables", choices=ROPE_TABLES, default="f32",
+                    help="precision of the RoPE cos/sin tables: f32 (default; float32 tables as "
+                         "mlx-lm/MLX fast.rope builds them), f32-hf (HF's float32 recipe) or f64 "
+                         "(exact); everything else is always float64")
+    ap.add_argument("--compare", metavar="NPZ[:KEY]",
+                    help="also compare against logits in another .npz (default key: logits_f64, "
+                         "logits_prefill_f64, logits); exit 1 if outside the tolerances")
+    args = ap.parse_args(argv)
+    if not args.output and not args.compare:
+        ap.error("nothing to do: give -o OUT.npz and/or --compare")
+
+    tol = dict(DEFAULT_TOLERANCES)
+    for item in args.tolerance:
+        k, sep, v = item.partition("=")
+        if not sep:
+            ap.error("--tolerance expects KEY=VALUE, got %r" % item)
+        if k.strip() not in DEFAULT_TOLERANCES:
+            ap.error("--tolerance: unknown key %r (known: %s)" % (k, ", ".join(DEFAULT_TOLERANCES)))
+        tol[k.strip()] = float(v)
+
+    try:
+        model = load_checkpoint(args.checkpoint)
+        tf = args.tokens_file or os.path.join(args.checkpoint, "tokens.json")
+        tokens = _load_tokens(tf)
+        logits = forward(model, tokens, rope_tables=args.rope_tables)
+        if args.output:
+            write_golden(args.output, tokens, logits, build_meta(model, tokens, tol, args.rope_tables))
+            sys.stderr.write("reference: %s: %d tokens x %d logits, %d quantized modules, "
+                             "ignored %d tower and %d shared-layer K/V tensors\n"
+                             % (args.output, logits.shape[0], logits.shape[1], len(model["quant"]),
+                                model["ignored"]["tower"], model["ignored"]["shared_kv"]))
+        if args.compare:
+            other, key = _load_compare(args.compare)
+            if other.shape != logits.shape:
+                raise ReferenceError("compare: shape %s != %s" % (other.shape, logits.shape))
+            m = compare(logits, other)
+            m["key"] = key
+            print(json.dumps(m, sort_keys=True))
+            if m["max_abs"] > tol["max_abs"] or m["top1"] < tol["top1"] or m["kld_mean"] > tol["kld_mean"]:
+                sys.stderr.write("reference: compare: outside tolerances %s\n" % json.dumps(tol))
+                return 1
+    except (ReferenceError, OSError, ValueError, KeyError) as e:
+        sys.stderr.write("reference: error: %s\n" % e)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+/* kernels.h - compute for the runner: a scalar reference for every op, and
+ * fast paths chosen once at run time through one table.
+ *
+ * Weights stay in their stored form (F32/F16/BF16 or MLX affine codes) and
+ * are dequantized per group inside the dot products; no full dequantized
+ * copy of a matrix is ever made. Multi-threaded kernels split their output
+ * into fixed tiles that do not depend on the thread count, so results are
+ * bitwise identical for any --threads. */
+#ifndef GP_KERNELS_H
+#define GP_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+/* A weight matrix [rows, cols] as stored (one expert's slice of a 3-D tensor
+ * is addressed with kern_wmat_expert). */
+struct wmat {
+    bool quantized;           /* MLX affine: codes + scales + biases */
+    enum dtype dtype;         /* float weights: F32/F16/BF16; quantized: the scales dtype */
+    const uint8_t *w;         /* float data or packed codes (may be unaligned) */
+    const uint8_t *s, *b;     /* scales, biases [rows, cols/gs] (quantized) */
+    int bits, gs;
+    int64_t rows, cols;
+    size_t row_bytes;         /* bytes of one row of w */
+    size_t srow_bytes;        /* bytes of one row of scales/biases */
+    size_t expert_bytes, expert_sbytes; /* stride between experts of a 3-D tensor */
+    size_t row_stride;        /* bytes between consecutive rows of w (== row_bytes unless a split view) */
+};
+
+/* The view of expert e of a 3-D weight. */
+struct wmat kern_wmat_expert(const struct wmat *w, int64_t e);
+
+/* Dequantizes / converts row r of W into out[cols] (embedding lookups). */
+void kern_row_f32(const struct wmat *w, int64_t r, float *out);
+
+/* ---- matrix products: y[n, rows] = x[n, cols] · Wᵀ ---- */
+
+typedef void (*matmul_fn)(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+
+/* The scalar definition: rows [row0, row1) of the output, each an ordered
+ * dot product over the columns with the weight dequantized per group. */
+void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+
+/* Which implementation serves each case; filled once by kern_init. */
+struct kern_table {
+    const char *name;         /* "scalar", "avx2", "avx512" */
+    matmul_fn matvec_q4, matvec_q8, matvec_bf16; /* n == 1 fast paths (NULL: none) */
+    bool blas;                /* sgemm available for n > 1 */
+};
+
+enum kern_level { KERN_SCALAR, KERN_BEST };
+
+/* Selects the fast paths this CPU supports (KERN_BEST) or the reference
+ * everywhere (KERN_SCALAR). */
+void kern_init(struct kern_table *t, enum kern_level level);
+
+/* y[n, rows] = x[n, cols] · Wᵀ with the table's best path, split over
+ * `threads` threads in fixed tiles of rows. */
+void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
+
+/* AVX2 / AVX-512 kernels (exposed for their tests; NULL-safe to call only
+ * when the CPU supports them). */
+void kern_matvec_q4_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_matvec_q4_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_matvec_q8_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+bool kern_cpu_has_avx2(void);
+bool kern_cpu_has_avx512(void);
+
+/* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS; only
+ * built when OpenBLAS is found). kern_blas_init makes OpenBLAS single-threaded. */
+void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_blas_init(void);
+
+/* ---- element-wise and row ops (scalar; the definitions) ---- */
+
+/* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed. */
+void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
+
+/* tanh-approximated GELU. */
+float kern_gelu(float x);
+
+/* Rotate-half RoPE of one head vector x[d] with per-pair inverse
+ * frequencies inv_freq[d/2] at position pos: pair (i, i + d/2) turns by the
+ * angle pos·inv_freq[i] (computed in double); inv_freq 0 leaves a pair as is. */
+void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos);
+
+/* Softmax in place over n values. */
+void kern_softmax(float *x, int64_t n);
+
+/* ---- threads ---- */
+
+/* Runs fn(arg, task) for task in [0, n_tasks) on up to `threads` threads.
+ * Which thread runs which task does not affect any result. */
+void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task), void *arg);
+
+#endif

@@ -1,0 +1,201 @@
+/* ref.c - scalar reference of every op, the dispatch table and threads. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+#include "kernels/kernels.h"
+
+struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
+{
+    struct wmat v = *w;
+    v.w += (size_t)e * w->expert_bytes;
+    if (w->quantized) {
+        v.s += (size_t)e * w->expert_sbytes;
+        v.b += (size_t)e * w->expert_sbytes;
+    }
+    return v;
+}
+
+void kern_row_f32(const struct wmat *w, int64_t r, float *out)
+{
+    const uint8_t *row = w->w + (size_t)r * w->row_stride;
+    if (w->quantized)
+        dequant_affine_row(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
+                           (size_t)w->cols, w->gs, w->bits, out);
+    else
+        dtype_to_f32(w->dtype, row, out, (size_t)w->cols);
+}
+
+void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    if (!row)
+        return;
+    for (int64_t r = row0; r < row1; r++) {
+        kern_row_f32(w, r, row);
+        for (int64_t t = 0; t < n; t++) {
+            const float *xt = x + t * w->cols;
+            float acc = 0.0f;
+            for (int64_t j = 0; j < w->cols; j++)
+                acc += xt[j] * row[j];
+            y[t * w->rows + r] = acc;
+        }
+    }
+    free(row);
+}
+
+/* ---- element-wise ops ---- */
+
+void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps)
+{
+    float ss = 0.0f;
+    for (int64_t i = 0; i < d; i++)
+        ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = 0; i < d; i++)
+        y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
+}
+
+float kern_gelu(float x)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos)
+{
+    int64_t half = d / 2;
+    for (int64_t i = 0; i < half; i++) {
+        if (inv_freq[i] == 0.0)
+            continue; /* cos 1, sin 0: the pair passes through */
+        double a = (double)pos * inv_freq[i];
+        float c = (float)cos(a), s = (float)sin(a);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
+void kern_softmax(float *x, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = fmaxf(m, x[i]);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] /= sum;
+}
+
+/* ---- threads ---- */
+
+struct par {
+    void (*fn)(void *, int64_t);
+    void *arg;
+    int64_t n_tasks;
+    int threads, id;
+};
+
+static void *par_main(void *p)
+{
+    struct par *q = p;
+    for (int64_t t = q->id; t < q->n_tasks; t += q->threads)
+        q->fn(q->arg, t);
+    return NULL;
+}
+
+void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task), void *arg)
+{
+    if (threads > n_tasks)
+        threads = (int)n_tasks;
+    if (threads <= 1) {
+        for (int64_t t = 0; t < n_tasks; t++)
+            fn(arg, t);
+        return;
+    }
+    pthread_t tid[64];
+    struct par p[64];
+    if (threads > 64)
+        threads = 64;
+    for (int i = 0; i < threads; i++) {
+        p[i] = (struct par){fn, arg, n_tasks, threads, i};
+        if (i > 0 && pthread_create(&tid[i], NULL, par_main, &p[i]) != 0)
+            p[i].id = -1; /* could not start: run its tasks below */
+    }
+    par_main(&p[0]);
+    for (int i = 1; i < threads; i++) {
+        if (p[i].id >= 0)
+            pthread_join(tid[i], NULL);
+        else
+            par_main(&(struct par){fn, arg, n_tasks, threads, i});
+    }
+}
+
+/* ---- dispatch ---- */
+
+void kern_init(struct kern_table *t, enum kern_level level)
+{
+    memset(t, 0, sizeof *t);
+    t->name = "scalar";
+    if (level == KERN_SCALAR)
+        return;
+#ifdef HAVE_BLAS_KERNELS
+    t->blas = true;
+    kern_blas_init();
+#endif
+    if (kern_cpu_has_avx512()) {
+        t->name = "avx512";
+        t->matvec_q4 = kern_matvec_q4_avx512;
+        t->matvec_q8 = kern_matvec_q8_avx512;
+        t->matvec_bf16 = kern_matvec_bf16_avx512;
+    } else if (kern_cpu_has_avx2()) {
+        t->name = "avx2";
+        t->matvec_q4 = kern_matvec_q4_avx2;
+        t->matvec_q8 = kern_matvec_q8_avx2;
+        t->matvec_bf16 = kern_matvec_bf16_avx2;
+    }
+}
+
+/* Rows per task: fixed, so the split never depends on the thread count. */
+#define TILE_ROWS 64
+
+struct mm_job {
+    matmul_fn fn;
+    const struct wmat *w;
+    const float *x;
+    int64_t n;
+    float *y;
+};
+
+static void mm_task(void *arg, int64_t task)
+{
+    struct mm_job *j = arg;
+    int64_t r0 = task * TILE_ROWS, r1 = r0 + TILE_ROWS < j->w->rows ? r0 + TILE_ROWS : j->w->rows;
+    j->fn(j->w, j->x, j->n, j->y, r0, r1);
+}
+
+static matmul_fn pick(const struct kern_table *t, const struct wmat *w, int64_t n)
+{
+#ifdef HAVE_BLAS_KERNELS
+    if (n > 1 && t->blas)
+        return kern_matmul_blas;
+#endif
+    if (w->quantized && w->bits == 4 && t->matvec_q4)
+        return t->matvec_q4;
+    if (w->quantized && w->bits == 8 && t->matvec_q8)
+        return t->matvec_q8;
+    if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
+        return t->matvec_bf16;
+    return kern_matmul_ref;
+}
+
+void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
+{
+    struct mm_job j = {pick(t, w, n), w, x, n, y};
+    kern_parallel(threads, (w->rows + TILE_ROWS - 1) / TILE_ROWS, mm_task, &j);
+}

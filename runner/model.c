@@ -1,0 +1,353 @@
+#include "runner/model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "converter/check.h"
+#include "core/fileio.h"
+#include "core/jsonx.h"
+#include "core/sha256.h"
+
+/* A named tensor as stored, wherever it comes from. */
+struct src {
+    enum dtype dtype;
+    int rank;
+    uint64_t shape[ST_MAX_RANK];
+    const uint8_t *data;
+    size_t row_stride, expert_stride; /* 0: contiguous */
+};
+
+/* Quantization of a module (bits 0: not quantized). */
+struct srcq {
+    int bits, gs;
+};
+
+static bool lookup(const struct model *m, const char *name, struct src *out)
+{
+    memset(out, 0, sizeof *out);
+    if (m->from_pack) {
+        const struct pack_tensor *t = pack_find(&m->pack, name);
+        if (!t)
+            return false;
+        out->dtype = t->dtype;
+        out->rank = t->rank;
+        memcpy(out->shape, t->shape, sizeof out->shape);
+        out->data = pack_data(&m->pack, t);
+        return true;
+    }
+    /* directory: the normalized tensors, and the scales/biases of quantized sources */
+    size_t len = strlen(name);
+    for (size_t i = 0; i < m->norm.n; i++) {
+        const struct norm_tensor *t = &m->norm.t[i];
+        const struct ckpt_tensor *ct = NULL;
+        if (!strcmp(t->name, name)) {
+            ct = t->w;
+        } else if (t->q.quantized && len > 7 && len - 7 < NORM_NAME_MAX && !strncmp(name, t->module, len - 7) && t->module[len - 7] == 0) {
+            if (!strcmp(name + len - 7, ".scales"))
+                ct = t->s;
+            else if (!strcmp(name + len - 7, ".biases"))
+                ct = t->b;
+        }
+        if (!ct)
+            continue;
+        const uint8_t *base;
+        if (st_data(&m->ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
+            return false;
+        out->dtype = ct->t->dtype;
+        if (ct == t->w && !t->q.quantized) {
+            out->rank = t->rank; /* logical shape: a split half of a fused tensor */
+            memcpy(out->shape, t->shape, sizeof t->shape);
+        } else {
+            out->rank = ct->t->rank;
+            memcpy(out->shape, ct->t->shape, sizeof ct->t->shape);
+        }
+        out->data = base;
+        if (t->split) {
+            size_t esz = dtype_table[out->dtype].bits / 8, M = (size_t)t->shape[1], H = (size_t)t->shape[2];
+            out->data = base + (t->split == 2 ? M * H * esz : 0);
+            out->row_stride = H * esz;
+            out->expert_stride = 2 * M * H * esz;
+        }
+        return true;
+    }
+    return false;
+}
+
+static struct srcq quant_of(const struct model *m, const char *module)
+{
+    struct srcq q = {0, 0};
+    if (m->from_pack) {
+        struct json_object *qs, *entry;
+        if (json_object_object_get_ex(m->pack.manifest, "quantized", &qs) &&
+            json_object_object_get_ex(qs, module, &entry)) {
+            q.bits = json_object_get_int(json_object_object_get(entry, "bits"));
+            q.gs = json_object_get_int(json_object_object_get(entry, "group_size"));
+        }
+        return q;
+    }
+    for (size_t i = 0; i < m->norm.n; i++)
+        if (m->norm.t[i].q.quantized && !strcmp(m->norm.t[i].module, module)) {
+            q.bits = m->norm.t[i].q.bits;
+            q.gs = m->norm.t[i].q.group_size;
+        }
+    return q;
+}
+
+static void fmt_dims(char *buf, size_t len, const uint64_t *s, int rank)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)s[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+/* A matrix [experts?, rows, cols] under module path `module`. */
+static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows, int64_t cols, struct err *e,
+                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows, int64_t cols, struct err *e,
+                   const char *fmt, ...)
+{
+    char module[NORM_NAME_MAX], name[NORM_NAME_MAX + 16], got[96], want[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(module, sizeof module, fmt, ap);
+    va_end(ap);
+    memset(w, 0, sizeof *w);
+    struct srcq q = quant_of(m, module);
+    struct src ws, ss, bs;
+    snprintf(name, sizeof name, "%s.weight", module);
+    if (!lookup(m, name, &ws))
+        return err_set(e, ERR_FORMAT, "model: tensor %s missing", name);
+    int rank = experts ? 3 : 2;
+    uint64_t wcols = q.bits ? (uint64_t)cols * (uint64_t)q.bits / 32 : (uint64_t)cols;
+    uint64_t expect[3] = {(uint64_t)experts, (uint64_t)rows, wcols};
+    const uint64_t *ex = experts ? expect : expect + 1;
+    if (ws.rank != rank || memcmp(ws.shape, ex, (size_t)rank * sizeof *ex) ||
+        (q.bits ? ws.dtype != DT_U32 : !dtype_is_weight_float(ws.dtype))) {
+        fmt_dims(got, sizeof got, ws.shape, ws.rank);
+        fmt_dims(want, sizeof want, ex, rank);
+        return err_set(e, ERR_FORMAT, "model: %s is %s %s, expected %s %s", name, dtype_name(ws.dtype), got,
+                       q.bits ? "U32" : "F32/F16/BF16", want);
+    }
+    w->quantized = q.bits > 0;
+    w->w = ws.data;
+    w->rows = rows;
+    w->cols = cols;
+    w->dtype = ws.dtype;
+    w->row_bytes = (size_t)wcols * dtype_table[ws.dtype].bits / 8;
+    w->row_stride = ws.row_stride ? ws.row_stride : w->row_bytes;
+    w->expert_bytes = ws.expert_stride ? ws.expert_stride : (size_t)rows * w->row_bytes;
+    if (q.bits) {
+        snprintf(name, sizeof name, "%s.scales", module);
+        bool have_s = lookup(m, name, &ss);
+        snprintf(name, sizeof name, "%s.biases", module);
+        bool have_b = lookup(m, name, &bs);
+        uint64_t sexp[3] = {(uint64_t)experts, (uint64_t)rows, (uint64_t)(cols / q.gs)};
+        const uint64_t *se = experts ? sexp : sexp + 1;
+        if (!have_s || !have_b || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
+            bs.dtype != ss.dtype || !dtype_is_weight_float(ss.dtype))
+            return err_set(e, ERR_FORMAT, "model: %s: scales/biases missing or not float [.., %lld, %lld]", module,
+                           (long long)rows, (long long)(cols / q.gs));
+        w->s = ss.data;
+        w->b = bs.data;
+        w->dtype = ss.dtype;
+        w->bits = q.bits;
+        w->gs = q.gs;
+        w->srow_bytes = (size_t)(cols / q.gs) * dtype_table[ss.dtype].bits / 8;
+        w->expert_sbytes = (size_t)rows * w->srow_bytes;
+    }
+    m->weight_bytes += (uint64_t)(experts ? experts : 1) * (uint64_t)rows * (w->row_bytes + 2 * w->srow_bytes);
+    return ERR_OK;
+}
+
+/* A float vector of length n, copied (norm weights, scalars). */
+static int get_vec(struct model *m, float **out, int64_t n, struct err *e, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int get_vec(struct model *m, float **out, int64_t n, struct err *e, const char *fmt, ...)
+{
+    char name[NORM_NAME_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    struct src s;
+    uint64_t numel = 0;
+    if (!lookup(m, name, &s))
+        return err_set(e, ERR_FORMAT, "model: tensor %s missing", name);
+    if (!dtype_is_weight_float(s.dtype) || !shape_numel(s.shape, s.rank, &numel) || numel != (uint64_t)n)
+        return err_set(e, ERR_FORMAT, "model: %s is %s with %llu elements, expected %lld floats", name,
+                       dtype_name(s.dtype), (unsigned long long)numel, (long long)n);
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **v = realloc(m->owned, cap * sizeof *v);
+        if (!v)
+            return err_set(e, ERR_NOMEM, "out of memory");
+        m->owned = v;
+        m->cap_owned = cap;
+    }
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    dtype_to_f32(s.dtype, s.data, f, (size_t)n);
+    m->owned[m->n_owned++] = f;
+    *out = f;
+    return ERR_OK;
+}
+
+static int bind_layer(struct model *m, int i, struct err *e)
+{
+    const struct gp_config *c = &m->cfg;
+    const struct cfg_layer *ly = &c->layers[i];
+    struct layer_weights *L = &m->layers[i];
+    int64_t H = c->hidden_size, d = ly->head_dim, G = ly->kv_heads, Nq = c->n_heads, I = ly->mlp_width;
+    int rc = ERR_OK;
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if ((rc = (x)) != ERR_OK)                                                                                      \
+            return rc;                                                                                                 \
+    } while (0)
+    TRY(get_vec(m, &L->ln_in, H, e, "layers.%d.input_layernorm.weight", i));
+    TRY(get_mat(m, &L->q, 0, Nq * d, H, e, "layers.%d.self_attn.q_proj", i));
+    TRY(get_vec(m, &L->q_norm, d, e, "layers.%d.self_attn.q_norm.weight", i));
+    if (!ly->shared) {
+        TRY(get_mat(m, &L->k, 0, G * d, H, e, "layers.%d.self_attn.k_proj", i));
+        TRY(get_vec(m, &L->k_norm, d, e, "layers.%d.self_attn.k_norm.weight", i));
+        if (!ly->k_eq_v)
+            TRY(get_mat(m, &L->v, 0, G * d, H, e, "layers.%d.self_attn.v_proj", i));
+    }
+    TRY(get_mat(m, &L->o, 0, H, Nq * d, e, "layers.%d.self_attn.o_proj", i));
+    TRY(get_vec(m, &L->ln_post_attn, H, e, "layers.%d.post_attention_layernorm.weight", i));
+    TRY(get_vec(m, &L->ln_pre_ff, H, e, "layers.%d.pre_feedforward_layernorm.weight", i));
+    TRY(get_mat(m, &L->gate, 0, I, H, e, "layers.%d.mlp.gate_proj", i));
+    TRY(get_mat(m, &L->up, 0, I, H, e, "layers.%d.mlp.up_proj", i));
+    TRY(get_mat(m, &L->down, 0, H, I, e, "layers.%d.mlp.down_proj", i));
+    TRY(get_vec(m, &L->ln_post_ff, H, e, "layers.%d.post_feedforward_layernorm.weight", i));
+    if (c->moe) {
+        int64_t E = c->n_experts, M = c->moe_intermediate;
+        TRY(get_vec(m, &L->ln_post_ff1, H, e, "layers.%d.post_feedforward_layernorm_1.weight", i));
+        TRY(get_mat(m, &L->router, 0, E, H, e, "layers.%d.router.proj", i));
+        TRY(get_vec(m, &L->router_scale, H, e, "layers.%d.router.scale", i));
+        TRY(get_vec(m, &L->per_expert_scale, E, e, "layers.%d.router.per_expert_scale", i));
+        TRY(get_vec(m, &L->ln_pre_ff2, H, e, "layers.%d.pre_feedforward_layernorm_2.weight", i));
+        TRY(get_mat(m, &L->ex_gate, E, M, H, e, "layers.%d.experts.gate_proj", i));
+        TRY(get_mat(m, &L->ex_up, E, M, H, e, "layers.%d.experts.up_proj", i));
+        TRY(get_mat(m, &L->ex_down, E, H, M, e, "layers.%d.experts.down_proj", i));
+        TRY(get_vec(m, &L->ln_post_ff2, H, e, "layers.%d.post_feedforward_layernorm_2.weight", i));
+    }
+    if (c->ple_dim > 0) {
+        int64_t P = c->ple_dim;
+        TRY(get_mat(m, &L->ple_gate, 0, P, H, e, "layers.%d.per_layer_input_gate", i));
+        TRY(get_mat(m, &L->ple_proj, 0, H, P, e, "layers.%d.per_layer_projection", i));
+        TRY(get_vec(m, &L->ln_post_ple, H, e, "layers.%d.post_per_layer_input_norm.weight", i));
+    }
+    float *scalar;
+    TRY(get_vec(m, &scalar, 1, e, "layers.%d.layer_scalar", i));
+    L->layer_scalar = scalar[0];
+#undef TRY
+    return ERR_OK;
+}
+
+static int bind(struct model *m, struct err *e)
+{
+    const struct gp_config *c = &m->cfg;
+    int rc = get_mat(m, &m->embed, 0, c->vocab_size, c->hidden_size, e, "embed_tokens");
+    if (rc == ERR_OK && c->ple_dim > 0) {
+        rc = get_mat(m, &m->ple_embed, 0, c->ple_vocab, c->n_layers * c->ple_dim, e, "embed_tokens_per_layer");
+        if (rc == ERR_OK)
+            rc = get_mat(m, &m->ple_model_proj, 0, c->n_layers * c->ple_dim, c->hidden_size, e,
+                         "per_layer_model_projection");
+        if (rc == ERR_OK)
+            rc = get_vec(m, &m->ple_proj_norm, c->ple_dim, e, "per_layer_projection_norm.weight");
+    }
+    if (rc == ERR_OK)
+        rc = get_vec(m, &m->final_norm, c->hidden_size, e, "norm.weight");
+    m->layers = rc == ERR_OK ? calloc((size_t)c->n_layers, sizeof *m->layers) : NULL;
+    if (rc == ERR_OK && !m->layers)
+        rc = err_set(e, ERR_NOMEM, "cannot allocate %lld layers", (long long)c->n_layers);
+    for (int i = 0; rc == ERR_OK && i < c->n_layers; i++)
+        rc = bind_layer(m, i, e);
+    return rc;
+}
+
+static int open_pack(struct model *m, const char *path, struct err *e)
+{
+    int rc = pack_open(&m->pack, path, e);
+    if (rc != ERR_OK)
+        return rc;
+    m->from_pack = true;
+    struct json_object *model, *cfg;
+    if (!json_object_object_get_ex(m->pack.manifest, "model", &model) ||
+        !json_object_object_get_ex(model, "config", &cfg) || json_object_get_type(cfg) != json_type_object)
+        return err_set(e, ERR_FORMAT, "%s: manifest has no model.config object", path);
+    const char *text = json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PLAIN);
+    char where[300];
+    snprintf(where, sizeof where, "%s: manifest model.config", path);
+    if ((rc = cfg_parse(&m->cfg, text, strlen(text), where, e)) != ERR_OK)
+        return rc;
+    sha256_hex(m->pack.map + m->pack.manifest_offset, (size_t)m->pack.manifest_size, m->fingerprint);
+    return ERR_OK;
+}
+
+static int open_dir(struct model *m, const char *dir, struct err *e)
+{
+    struct check_report chk;
+    int rc = check_run(&chk, dir, 0, e);
+    if (rc == ERR_OK && !check_loadable(&chk))
+        rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problems); run 'gempack check %s'",
+                     dir, chk.n_problems, dir);
+    check_free(&chk);
+    char *path = fio_join(dir, "config.json");
+    if (rc == ERR_OK)
+        rc = path ? cfg_load(&m->cfg, path, e) : err_set(e, ERR_NOMEM, "out of memory");
+    free(path);
+    if (rc == ERR_OK)
+        rc = ckpt_open(&m->ck, dir, 0, e);
+    if (rc == ERR_OK)
+        rc = normalize(&m->ck, &m->cfg, &m->norm, e);
+    if (rc == ERR_OK) {
+        struct sha256 h;
+        uint8_t d[32];
+        sha256_init(&h);
+        for (size_t i = 0; i < m->ck.n_shards; i++)
+            sha256_update(&h, m->ck.shards[i].map, (size_t)m->ck.shards[i].data_start);
+        sha256_final(&h, d);
+        for (int i = 0; i < 32; i++)
+            snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
+    }
+    return rc;
+}
+
+int model_open(struct model *m, const char *path, struct err *e)
+{
+    memset(m, 0, sizeof *m);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return err_set(e, ERR_IO, "%s: no such file or directory", path);
+    int rc = S_ISDIR(st.st_mode) ? open_dir(m, path, e) : open_pack(m, path, e);
+    if (rc == ERR_OK)
+        rc = bind(m, e);
+    if (rc != ERR_OK)
+        model_close(m);
+    return rc;
+}
+
+void model_close(struct model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    normalize_free(&m->norm);
+    ckpt_close(&m->ck);
+    pack_close(&m->pack);
+    cfg_free(&m->cfg);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,71 @@
+/* model.h - a Gemma 4 text model ready to run: config + weight views.
+ *
+ * Opened from a .gpk pack (mapped read-only, validated) or from a checkpoint
+ * directory (checked, normalized in memory, never requantized). Matrices are
+ * views into the mapped file in their stored form (F32/F16/BF16 or MLX affine
+ * codes + scales + biases); only vectors (norm weights, scalars) are copied
+ * to float. Shapes are checked against the config before anything runs. */
+#ifndef GP_MODEL_H
+#define GP_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "converter/normalize.h"
+#include "core/checkpoint.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/pack.h"
+#include "kernels/kernels.h"
+
+struct layer_weights {
+    float *ln_in;                 /* [H] input_layernorm */
+    struct wmat q;                /* [Nq·d, H] */
+    float *q_norm;                /* [d] */
+    struct wmat k, v;             /* [G·d, H]; k.w NULL on KV-shared layers, v.w NULL when k_eq_v */
+    float *k_norm;                /* [d] (owning layers) */
+    struct wmat o;                /* [H, Nq·d] */
+    float *ln_post_attn;          /* [H] post_attention_layernorm */
+    float *ln_pre_ff;             /* [H] pre_feedforward_layernorm */
+    struct wmat gate, up;         /* [I_i, H] */
+    struct wmat down;             /* [H, I_i] */
+    float *ln_post_ff;            /* [H] post_feedforward_layernorm */
+    /* MoE (26B-A4B) */
+    float *ln_post_ff1;           /* [H] post-norm of the dense branch */
+    struct wmat router;           /* [E, H] */
+    float *router_scale;          /* [H] */
+    float *per_expert_scale;      /* [E] */
+    float *ln_pre_ff2;            /* [H] pre-norm of the experts */
+    struct wmat ex_gate, ex_up;   /* [E, M, H] (expert stride set) */
+    struct wmat ex_down;          /* [E, H, M] */
+    float *ln_post_ff2;           /* [H] post-norm of the expert branch */
+    /* per-layer inputs (P > 0) */
+    struct wmat ple_gate;         /* [P, H] per_layer_input_gate */
+    struct wmat ple_proj;         /* [H, P] per_layer_projection */
+    float *ln_post_ple;           /* [H] post_per_layer_input_norm */
+    float layer_scalar;
+};
+
+struct model {
+    struct gp_config cfg;
+    bool from_pack;
+    struct pack pack;             /* from a .gpk */
+    struct ckpt ck;               /* from a directory */
+    struct normalized norm;
+    struct wmat embed;            /* [V, H] embed_tokens (also the tied head) */
+    struct wmat ple_embed;        /* [V_ple, L·P] embed_tokens_per_layer */
+    struct wmat ple_model_proj;   /* [L·P, H] per_layer_model_projection */
+    float *ple_proj_norm;         /* [P] per_layer_projection_norm */
+    float *final_norm;            /* [H] norm */
+    struct layer_weights *layers; /* [L] */
+    float **owned;                /* float copies to free */
+    size_t n_owned, cap_owned;
+    uint64_t weight_bytes;        /* bytes of all matrices (what one forward reads) */
+    char fingerprint[65];         /* SHA-256 identifying the weights (pack manifest or source headers) */
+};
+
+/* Opens a .gpk file or a checkpoint directory. *m must be model_close'd. */
+int model_open(struct model *m, const char *path, struct err *e);
+void model_close(struct model *m);
+
+#endif
