@@ -1,8 +1,8 @@
 #!/bin/bash
 # setup.sh - as root on a fresh Debian bookworm machine: install the Debian
 # packages gempack needs, build it, and run the main job on an embedded
-# default (a tiny E2B fixture: make it, check it, convert it to a 4-bit pack,
-# verify the pack).
+# default: a tiny E2B fixture -> check -> convert -> run -> golden check against
+# the committed float64 reference logits; then a 4-bit pack, verified.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,5 +27,8 @@ demo=build/demo
 rm -rf "$demo"
 ./build/gempack fixture --variant e2b --layout hf -o "$demo/e2b"
 ./build/gempack check "$demo/e2b"
-./build/gempack convert "$demo/e2b" --bits 4 -o "$demo/e2b-q4.gpk" | tail -n 2
+./build/gempack convert "$demo/e2b" -o "$demo/e2b.gpk" | tail -n 2
+./build/gempack run "$demo/e2b.gpk" --tokens-file "$demo/e2b/tokens.json" --generate 8
+./build/gempack golden check "$demo/e2b.gpk" golden/data/e2b-bf16.npz
+./build/gempack convert "$demo/e2b" --bits 4 -o "$demo/e2b-q4.gpk" | tail -n 1
 ./build/gempack verify "$demo/e2b-q4.gpk"

@@ -51,10 +51,15 @@ struct kern_table {
     bool blas;                /* sgemm available for n > 1 */
 };
 
-enum kern_level { KERN_SCALAR, KERN_BEST };
+enum kern_level {
+    KERN_SCALAR,  /* the reference everywhere */
+    KERN_BEST,    /* the fused SIMD kernels this CPU supports, for any number of tokens:
+                     prefill, chunked and decode runs give bitwise-identical logits */
+    KERN_BLAS,    /* KERN_BEST, plus OpenBLAS sgemm for multi-token matmuls: faster
+                     prefill, but its rounding differs from decode's (see docs) */
+};
 
-/* Selects the fast paths this CPU supports (KERN_BEST) or the reference
- * everywhere (KERN_SCALAR). */
+/* Selects the kernels of a level (KERN_BLAS without OpenBLAS: KERN_BEST). */
 void kern_init(struct kern_table *t, enum kern_level level);
 
 /* y[n, rows] = x[n, cols] · Wᵀ with the table's best path, split over

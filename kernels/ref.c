@@ -145,8 +145,10 @@ void kern_init(struct kern_table *t, enum kern_level level)
     if (level == KERN_SCALAR)
         return;
 #ifdef HAVE_BLAS_KERNELS
-    t->blas = true;
-    kern_blas_init();
+    if (level == KERN_BLAS) {
+        t->blas = true;
+        kern_blas_init();
+    }
 #endif
     if (kern_cpu_has_avx512()) {
         t->name = "avx512";

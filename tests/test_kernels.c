@@ -1,0 +1,883 @@
+/* test_kernels.c - the compute kernels (kernels/kernels.h).
+ *
+ * Every fast path (AVX2 / AVX-512 fused dequantize + dot products, the
+ * OpenBLAS prefill path) is compared with kern_matmul_ref on the same random
+ * input, and kern_matmul_ref itself with a float64 evaluation of the same
+ * weights, on odd sizes: 1, 3, 7, 65 and 130 rows (130 spans three 64-row
+ * tiles with a short last one), columns that are 1, 3 and 5 groups (and 384)
+ * for MLX affine weights, odd column counts for bf16 (tails after the 8/16
+ * lanes), 1 and 5 tokens. Weight matrices are built by quantizing random
+ * floats with quant_affine_row (scales and biases in BF16, F16 and F32) and
+ * are placed one byte off alignment, as weights in a mapped file may be.
+ * Outputs are pre-filled with NaN, so an element a kernel does not write
+ * fails the comparison; a kernel run over a sub-range of rows must leave the
+ * other rows untouched. Views: a split half (row_stride > row_bytes, like one
+ * half of a fused tensor) and experts of a 3-D tensor (kern_wmat_expert).
+ * kern_matmul must give bitwise identical results for 1, 2 and 3 threads on
+ * every path. The element-wise ops are checked against hand-computed values.
+ *
+ * Tolerance. Write S = Σ_j |x_j|·(|s_g·q_j| + |b_g|) for an affine row (the
+ * magnitude of every term either evaluation order can round, including the
+ * cancellation between s·q and b) and S = Σ_j |x_j·w_j| for a float row.
+ * Float32 sums of K terms in any order differ from the exact value by at most
+ * about K·2^-24·S in the worst case, typically √K·2^-24·S. Measured over the
+ * whole grid below (K up to 640) on an AVX-512 machine (see the cr_log_info
+ * lines in the test log for each run):
+ *     max |ref - float64| / S       = 2.2e-7
+ *     max |fast - ref| / S          = 2.1e-7 (q4/q8/bf16, AVX2 and AVX-512)
+ *     max |blas - ref| / S          = 2.3e-7
+ * KERN_REL_TOL = 4e-6 is ~20x the worst seen and still below the K·2^-24
+ * worst-case bound for K ≥ 67, while one wrong 4-bit code among K = 640
+ * columns moves a result by about s·|x_j| ≈ S/(2K) ≈ 8e-4·S — two orders of
+ * magnitude above the tolerance (checked once by breaking q4x8's mask from 15
+ * to 7, and by skipping the last 8-lane block of the bf16 loop: both fail).
+ * KERN_ABS_TOL covers results that cancel to ~0 with tiny S (a 1-column bf16
+ * row); it is far below any single weight contribution of this data. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "core/quant.h"
+#include "kernels/kernels.h"
+
+#define KERN_REL_TOL 4e-6
+#define KERN_ABS_TOL 1e-7
+
+/* ------------------------------------------------------------------ random data */
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64: deterministic integer RNG */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1), an exact multiple of 2^-23. */
+static float rng_float(uint64_t *s)
+{
+    return (float)(int32_t)((rng_next(s) >> 40) - (1u << 23)) / (float)(1u << 23);
+}
+
+static float *rand_vec(uint64_t *s, size_t n)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    cr_assert(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = rng_float(s);
+    return v;
+}
+
+static float *nan_vec(size_t n)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    cr_assert(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = NAN;
+    return v;
+}
+
+/* ------------------------------------------------------------------ test matrices */
+
+/* A matrix [rows, cols] as stored, one byte off alignment, with the exact
+ * value of every weight in float64 (wd) and the magnitude of the terms that
+ * make it (mag: |s·q| + |b| for affine, |w| for float). */
+struct tmat {
+    struct wmat m;
+    uint8_t *wraw, *sraw, *braw;
+    double *wd, *mag;
+};
+
+static void tmat_free(struct tmat *t)
+{
+    free(t->wraw);
+    free(t->sraw);
+    free(t->braw);
+    free(t->wd);
+    free(t->mag);
+    memset(t, 0, sizeof *t);
+}
+
+static size_t esize(enum dtype d)
+{
+    return dtype_table[d].bits / 8;
+}
+
+/* MLX affine weights: random floats, rows scaled by 2^(r%5 - 2), quantized
+ * row by row with quant_affine_row; scales and biases in sdt. */
+static void make_quant(struct tmat *t, int64_t rows, int64_t cols, int bits, int gs, enum dtype sdt, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    uint64_t s = seed;
+    size_t words = quant_row_words((size_t)cols, bits), ng = (size_t)(cols / gs), ss = esize(sdt);
+    struct wmat *m = &t->m;
+    m->quantized = true;
+    m->dtype = sdt;
+    m->bits = bits;
+    m->gs = gs;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = m->row_stride = words * 4;
+    m->srow_bytes = ng * ss;
+    m->expert_bytes = (size_t)rows * m->row_bytes;
+    m->expert_sbytes = (size_t)rows * m->srow_bytes;
+    t->wraw = malloc((size_t)rows * m->row_bytes + 1);
+    t->sraw = malloc((size_t)rows * m->srow_bytes + 1);
+    t->braw = malloc((size_t)rows * m->srow_bytes + 1);
+    t->wd = malloc((size_t)(rows * cols) * sizeof *t->wd);
+    t->mag = malloc((size_t)(rows * cols) * sizeof *t->mag);
+    float *row = malloc((size_t)cols * sizeof *row);
+    uint32_t *wbuf = malloc(words * sizeof *wbuf);
+    cr_assert(t->wraw && t->sraw && t->braw && t->wd && t->mag && row && wbuf);
+    m->w = t->wraw + 1;
+    m->s = t->sraw + 1;
+    m->b = t->braw + 1;
+    for (int64_t r = 0; r < rows; r++) {
+        float mul = ldexpf(1.0f, (int)(r % 5) - 2);
+        for (int64_t j = 0; j < cols; j++)
+            row[j] = rng_float(&s) * mul;
+        uint8_t *wr = t->wraw + 1 + (size_t)r * m->row_bytes;
+        uint8_t *sr = t->sraw + 1 + (size_t)r * m->srow_bytes, *br = t->braw + 1 + (size_t)r * m->srow_bytes;
+        quant_affine_row(row, (size_t)cols, gs, bits, sdt, wbuf, sr, br);
+        for (size_t k = 0; k < words; k++)
+            for (int b = 0; b < 4; b++)
+                wr[4 * k + (size_t)b] = (uint8_t)(wbuf[k] >> (8 * b));
+        for (int64_t j = 0; j < cols; j++) {
+            float sc, bi;
+            dtype_to_f32(sdt, sr + (size_t)(j / gs) * ss, &sc, 1);
+            dtype_to_f32(sdt, br + (size_t)(j / gs) * ss, &bi, 1);
+            double q = (double)quant_code_at(wr, (size_t)j, bits);
+            t->wd[r * cols + j] = (double)sc * q + (double)bi;
+            t->mag[r * cols + j] = fabs((double)sc * q) + fabs((double)bi);
+        }
+    }
+    free(row);
+    free(wbuf);
+}
+
+/* Float weights (F32 / F16 / BF16) from random floats. */
+static void make_float(struct tmat *t, int64_t rows, int64_t cols, enum dtype dt, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    uint64_t s = seed;
+    struct wmat *m = &t->m;
+    m->dtype = dt;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = m->row_stride = (size_t)cols * esize(dt);
+    m->expert_bytes = (size_t)rows * m->row_bytes;
+    t->wraw = malloc((size_t)rows * m->row_bytes + 1);
+    t->wd = malloc((size_t)(rows * cols) * sizeof *t->wd);
+    t->mag = malloc((size_t)(rows * cols) * sizeof *t->mag);
+    cr_assert(t->wraw && t->wd && t->mag);
+    m->w = t->wraw + 1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) {
+            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 5) - 2), back;
+            uint8_t *p = t->wraw + 1 + (size_t)r * m->row_bytes + (size_t)j * esize(dt);
+            dtype_from_f32(dt, &v, p, 1);
+            dtype_to_f32(dt, p, &back, 1);
+            t->wd[r * cols + j] = (double)back;
+            t->mag[r * cols + j] = fabs((double)back);
+        }
+}
+
+/* Exact products: truth[t, r] = Σ_j x[t, j]·wd[r, j] and mag[t, r] =
+ * Σ_j |x[t, j]|·mag[r, j] in float64, for weights wd/mag with row pitch
+ * `pitch` (in elements), starting at column c0 of row r0. */
+static void exact(const double *wd, const double *wmag, int64_t pitch, int64_t r0, int64_t c0, const float *x,
+                  int64_t n, int64_t rows, int64_t cols, double *truth, double *mag)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double acc = 0.0, am = 0.0;
+            for (int64_t j = 0; j < cols; j++) {
+                size_t k = (size_t)((r0 + r) * pitch + c0 + j);
+                acc += (double)x[t * cols + j] * wd[k];
+                am += fabs((double)x[t * cols + j]) * wmag[k];
+            }
+            truth[t * rows + r] = acc;
+            mag[t * rows + r] = am;
+        }
+}
+
+/* ------------------------------------------------------------------ comparisons */
+
+/* Largest |a - b| / S seen per category, for the log (the numbers quoted in
+ * the header comment). */
+static double worst_ratio;
+
+static void note_ratio(double d, double mag)
+{
+    if (mag > 0 && d / mag > worst_ratio)
+        worst_ratio = d / mag;
+}
+
+static bool within(double d, double mag)
+{
+    return d <= KERN_REL_TOL * mag + KERN_ABS_TOL; /* false for NaN */
+}
+
+/* got vs want on rows [row0, row1) of y[n, rows], with magnitudes mag; every
+ * other row of got must still be NaN. */
+static void assert_close(const char *what, const float *got, const float *want, const double *mag, int64_t n,
+                         int64_t rows, int64_t row0, int64_t row1)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            size_t k = (size_t)(t * rows + r);
+            if (r < row0 || r >= row1) {
+                cr_assert(isnan(got[k]), "%s: y[%lld, %lld] = %g written outside rows [%lld, %lld)", what,
+                          (long long)t, (long long)r, (double)got[k], (long long)row0, (long long)row1);
+                continue;
+            }
+            double d = fabs((double)got[k] - (double)want[k]);
+            note_ratio(d, mag[k]);
+            cr_assert(within(d, mag[k]), "%s: y[%lld, %lld] = %.9g, reference %.9g (|d| %.3g > %.3g)", what,
+                      (long long)t, (long long)r, (double)got[k], (double)want[k], d,
+                      KERN_REL_TOL * mag[k] + KERN_ABS_TOL);
+        }
+}
+
+static void assert_close_exact(const char *what, const float *got, const double *truth, const double *mag, int64_t n,
+                               int64_t rows)
+{
+    for (int64_t k = 0; k < n * rows; k++) {
+        double d = fabs((double)got[k] - truth[k]);
+        note_ratio(d, mag[k]);
+        cr_assert(within(d, mag[k]), "%s: y[%lld] = %.9g, float64 %.12g (|d| %.3g)", what, (long long)k,
+                  (double)got[k], truth[k], d);
+    }
+}
+
+/* ------------------------------------------------------------------ the paths */
+
+enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_ANY };
+
+struct path {
+    const char *name;
+    matmul_fn fn;
+    enum wkind kind;
+    int isa; /* 0 none, 2 AVX2, 5 AVX-512, 9 BLAS */
+};
+
+static bool have_blas(void)
+{
+    struct kern_table t;
+    kern_init(&t, KERN_BEST);
+    return t.blas;
+}
+
+#ifdef HAVE_BLAS_KERNELS
+#define BLAS_FN kern_matmul_blas
+#else
+#define BLAS_FN NULL
+#endif
+
+static const struct path paths[] = {
+    {"q4_avx2", kern_matvec_q4_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q8_avx2, WK_Q8, 2},
+    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q4_avx512, WK_Q4, 5},
+    {"q8_avx512", kern_matvec_q8_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
+    {"blas", BLAS_FN, WK_ANY, 9},
+};
+
+static bool path_available(const struct path *p)
+{
+    switch (p->isa) {
+    case 2: return kern_cpu_has_avx2();
+    case 5: return kern_cpu_has_avx512();
+    case 9: return p->fn && have_blas();
+    default: return true;
+    }
+}
+
+static const struct path *find_path(const char *name)
+{
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (!strcmp(paths[i].name, name))
+            return &paths[i];
+    cr_assert_fail("no path %s", name);
+    return NULL;
+}
+
+static void skip_unless(const struct path *p)
+{
+    if (!path_available(p))
+        cr_skip_test("%s: not supported on this machine / build", p->name);
+}
+
+/* Runs path p and the reference on view w (exact values wd/mag with the given
+ * pitch/origin), for n tokens: all rows, then a sub-range of rows. */
+static void check_view(const struct path *p, const struct wmat *w, const double *wd, const double *wmag, int64_t pitch,
+                       int64_t r0, int64_t c0, int64_t n, uint64_t seed, const char *what)
+{
+    int64_t rows = w->rows, cols = w->cols;
+    size_t ny = (size_t)(n * rows);
+    uint64_t s = seed;
+    float *x = rand_vec(&s, (size_t)(n * cols));
+    float *ref = nan_vec(ny), *got = nan_vec(ny);
+    double *truth = malloc(ny * sizeof *truth), *mag = malloc(ny * sizeof *mag);
+    cr_assert(truth && mag);
+    exact(wd, wmag, pitch, r0, c0, x, n, rows, cols, truth, mag);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s ref %s n=%lld", what, p ? p->name : "", (long long)n);
+    kern_matmul_ref(w, x, n, ref, 0, rows);
+    assert_close_exact(msg, ref, truth, mag, n, rows);
+    if (p) {
+        snprintf(msg, sizeof msg, "%s %s n=%lld", what, p->name, (long long)n);
+        p->fn(w, x, n, got, 0, rows);
+        assert_close(msg, got, ref, mag, n, rows, 0, rows);
+        if (rows >= 3) { /* a sub-range: rows [1, rows-1) only */
+            for (size_t k = 0; k < ny; k++)
+                got[k] = NAN;
+            snprintf(msg, sizeof msg, "%s %s rows [1, %lld) n=%lld", what, p->name, (long long)rows - 1, (long long)n);
+            p->fn(w, x, n, got, 1, rows - 1);
+            assert_close(msg, got, ref, mag, n, rows, 1, rows - 1);
+        }
+    }
+    free(x);
+    free(ref);
+    free(got);
+    free(truth);
+    free(mag);
+}
+
+static void check_tmat(const struct path *p, const struct tmat *t, int64_t n, uint64_t seed, const char *what)
+{
+    check_view(p, &t->m, t->wd, t->mag, t->m.cols, 0, 0, n, seed, what);
+}
+
+static const int64_t rows_grid[] = {1, 3, 7, 65, 130};
+static const int gs_grid[] = {32, 64, 128};
+static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
+static const int64_t bf16_cols[] = {1, 7, 33, 257, 16, 64};
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Every (gs, cols, rows, scales dtype, n) of the grid for affine `bits`. */
+static void quant_grid(const struct path *p, int bits)
+{
+    uint64_t seed = 1;
+    for (size_t g = 0; g < LEN(gs_grid); g++) {
+        int gs = gs_grid[g];
+        int64_t cols_grid[] = {gs, 3 * gs, 5 * gs, 384};
+        for (size_t c = 0; c < LEN(cols_grid); c++)
+            for (size_t r = 0; r < LEN(rows_grid); r++)
+                for (size_t d = 0; d < LEN(sdt_grid); d++) {
+                    struct tmat t;
+                    make_quant(&t, rows_grid[r], cols_grid[c], bits, gs, sdt_grid[d], seed++);
+                    char what[96];
+                    snprintf(what, sizeof what, "q%d g%d [%lld, %lld] %s", bits, gs, (long long)rows_grid[r],
+                             (long long)cols_grid[c], dtype_name(sdt_grid[d]));
+                    check_tmat(p, &t, 1, seed++, what);
+                    check_tmat(p, &t, 5, seed++, what);
+                    tmat_free(&t);
+                }
+    }
+}
+
+static void float_grid(const struct path *p, enum dtype dt)
+{
+    uint64_t seed = 1000;
+    for (size_t c = 0; c < LEN(bf16_cols); c++)
+        for (size_t r = 0; r < LEN(rows_grid); r++) {
+            struct tmat t;
+            make_float(&t, rows_grid[r], bf16_cols[c], dt, seed++);
+            char what[96];
+            snprintf(what, sizeof what, "%s [%lld, %lld]", dtype_name(dt), (long long)rows_grid[r],
+                     (long long)bf16_cols[c]);
+            check_tmat(p, &t, 1, seed++, what);
+            check_tmat(p, &t, 5, seed++, what);
+            tmat_free(&t);
+        }
+}
+
+static void run_path(const char *name)
+{
+    const struct path *p = find_path(name);
+    skip_unless(p);
+    worst_ratio = 0;
+    switch (p->kind) {
+    case WK_Q4: quant_grid(p, 4); break;
+    case WK_Q8: quant_grid(p, 8); break;
+    case WK_BF16: float_grid(p, DT_BF16); break;
+    case WK_ANY:
+        quant_grid(p, 4);
+        quant_grid(p, 8);
+        quant_grid(p, 3);
+        float_grid(p, DT_BF16);
+        float_grid(p, DT_F16);
+        float_grid(p, DT_F32);
+        break;
+    }
+    cr_log_info("%s: max |fast - ref| / S (and |ref - f64| / S) = %.3g", name, worst_ratio);
+}
+
+/* ------------------------------------------------------------------ reference */
+
+Test(kernels, ref_affine_matches_float64)
+{
+    worst_ratio = 0;
+    static const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (size_t b = 0; b < LEN(bits); b++)
+        quant_grid(NULL, bits[b]);
+    cr_log_info("ref affine: max |ref - f64| / S = %.3g", worst_ratio);
+}
+
+Test(kernels, ref_float_matches_float64)
+{
+    worst_ratio = 0;
+    float_grid(NULL, DT_BF16);
+    float_grid(NULL, DT_F16);
+    float_grid(NULL, DT_F32);
+    cr_log_info("ref float: max |ref - f64| / S = %.3g", worst_ratio);
+}
+
+/* Hand-made: a [2, 4] F32 matrix and two tokens; exact in float32. */
+Test(kernels, ref_hand_values)
+{
+    const float w[8] = {1, 2, 3, 4, -1, 0.5f, 0, 2};
+    const float x[8] = {1, 1, 1, 1, 2, -2, 0.25f, 1};
+    struct wmat m = {.dtype = DT_F32, .w = (const uint8_t *)w, .rows = 2, .cols = 4, .row_bytes = 16, .row_stride = 16};
+    float y[4] = {NAN, NAN, NAN, NAN};
+    kern_matmul_ref(&m, x, 2, y, 0, 2);
+    cr_assert_eq(y[0], 10.0f);  /* 1+2+3+4 */
+    cr_assert_eq(y[1], 1.5f);   /* -1+0.5+0+2 */
+    cr_assert_eq(y[2], 2.75f);  /* 2-4+0.75+4 */
+    cr_assert_eq(y[3], -1.0f);  /* -2-1+0+2 */
+    /* the same through an affine 4-bit g32 row: w = 0.5·q - 1 with q = j mod 16 */
+    uint8_t codes[32];
+    for (int j = 0; j < 32; j++)
+        codes[j] = (uint8_t)(j % 16);
+    uint32_t words[4];
+    quant_pack_codes(codes, 32, 4, words);
+    uint16_t sc = f32_to_bf16(0.5f), bi = f32_to_bf16(-1.0f);
+    struct wmat q = {.quantized = true, .dtype = DT_BF16, .w = (const uint8_t *)words, .s = (const uint8_t *)&sc,
+                     .b = (const uint8_t *)&bi, .bits = 4, .gs = 32, .rows = 1, .cols = 32, .row_bytes = 16,
+                     .srow_bytes = 2, .row_stride = 16};
+    float ones[32], y1 = NAN;
+    for (int j = 0; j < 32; j++)
+        ones[j] = 1.0f;
+    kern_matmul_ref(&q, ones, 1, &y1, 0, 1);
+    cr_assert_eq(y1, 88.0f); /* Σq = 2·120: 0.5·240 - 32 = 88 */
+    for (size_t i = 0; i < LEN(paths); i++)
+        if ((paths[i].kind == WK_ANY || paths[i].kind == WK_Q4) && path_available(&paths[i])) {
+            float yf = NAN;
+            paths[i].fn(&q, ones, 1, &yf, 0, 1);
+            cr_assert_eq(yf, 88.0f, "%s: %g", paths[i].name, (double)yf);
+        }
+}
+
+/* ------------------------------------------------------------------ fast paths vs reference */
+
+Test(kernels, q4_avx2) { run_path("q4_avx2"); }
+Test(kernels, q8_avx2) { run_path("q8_avx2"); }
+Test(kernels, bf16_avx2) { run_path("bf16_avx2"); }
+Test(kernels, q4_avx512) { run_path("q4_avx512"); }
+Test(kernels, q8_avx512) { run_path("q8_avx512"); }
+Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
+Test(kernels, blas, .timeout = 60) { run_path("blas"); }
+
+/* Runs every available path that serves w on a view (plus the reference). */
+static void all_paths_on_view(const struct wmat *w, const double *wd, const double *mag, int64_t pitch, int64_t r0,
+                              int64_t c0, uint64_t seed, const char *what)
+{
+    for (int64_t n = 1; n <= 5; n += 4) {
+        check_view(NULL, w, wd, mag, pitch, r0, c0, n, seed + (uint64_t)n, what);
+        for (size_t i = 0; i < LEN(paths); i++) {
+            const struct path *p = &paths[i];
+            bool serves = p->kind == WK_ANY || (p->kind == WK_Q4 && w->quantized && w->bits == 4) ||
+                          (p->kind == WK_Q8 && w->quantized && w->bits == 8) ||
+                          (p->kind == WK_BF16 && !w->quantized && w->dtype == DT_BF16);
+            if (serves && path_available(p))
+                check_view(p, w, wd, mag, pitch, r0, c0, n, seed + (uint64_t)n, what);
+        }
+    }
+}
+
+/* Reference output of a view must equal that of a contiguous copy bit for bit. */
+static void assert_ref_equal(const struct wmat *a, const struct wmat *b, uint64_t seed, const char *what)
+{
+    uint64_t s = seed;
+    int64_t n = 3;
+    float *x = rand_vec(&s, (size_t)(n * a->cols));
+    float *ya = nan_vec((size_t)(n * a->rows)), *yb = nan_vec((size_t)(n * b->rows));
+    kern_matmul_ref(a, x, n, ya, 0, a->rows);
+    kern_matmul_ref(b, x, n, yb, 0, b->rows);
+    cr_assert_eq(memcmp(ya, yb, (size_t)(n * a->rows) * sizeof *ya), 0, "%s: view and copy differ", what);
+    free(x);
+    free(ya);
+    free(yb);
+}
+
+/* One half of a [rows, 2·cols] matrix: row_stride = 2·row_bytes (and the
+ * scales/biases pitch likewise), as a split view of a fused tensor. */
+static struct wmat half_view(const struct tmat *full, int h)
+{
+    struct wmat v = full->m;
+    v.cols = full->m.cols / 2;
+    v.row_bytes = full->m.row_bytes / 2;
+    v.row_stride = full->m.row_stride;
+    v.w = full->m.w + (size_t)h * v.row_bytes;
+    if (v.quantized) {
+        size_t half_s = full->m.srow_bytes / 2;
+        v.s = full->m.s + (size_t)h * half_s;
+        v.b = full->m.b + (size_t)h * half_s;
+        /* srow_bytes stays the full pitch: it is the stride between rows */
+    }
+    return v;
+}
+
+Test(kernels, split_half_view)
+{
+    worst_ratio = 0;
+    struct {
+        bool q;
+        int bits, gs;
+        enum dtype dt;
+        int64_t rows, cols;
+    } cases[] = {{true, 4, 32, DT_BF16, 65, 96}, {true, 8, 64, DT_F32, 7, 128}, {true, 4, 128, DT_F16, 3, 128},
+                 {false, 0, 0, DT_BF16, 65, 33}, {false, 0, 0, DT_F32, 7, 20},   {false, 0, 0, DT_BF16, 130, 64}};
+    for (size_t i = 0; i < LEN(cases); i++) {
+        struct tmat full, half;
+        uint64_t seed = 500 + 10 * i;
+        if (cases[i].q)
+            make_quant(&full, cases[i].rows, 2 * cases[i].cols, cases[i].bits, cases[i].gs, cases[i].dt, seed);
+        else
+            make_float(&full, cases[i].rows, 2 * cases[i].cols, cases[i].dt, seed);
+        for (int h = 0; h < 2; h++) {
+            struct wmat v = half_view(&full, h);
+            cr_assert_gt(v.row_stride, v.row_bytes);
+            char what[64];
+            snprintf(what, sizeof what, "split half %d of case %zu", h, i);
+            all_paths_on_view(&v, full.wd, full.mag, full.m.cols, 0, h * cases[i].cols, seed + 1, what);
+            /* a contiguous copy of the half gives the same reference bits */
+            memset(&half, 0, sizeof half);
+            half.m = v;
+            half.m.row_stride = v.row_bytes;
+            half.wraw = malloc((size_t)v.rows * v.row_bytes);
+            cr_assert(half.wraw);
+            for (int64_t r = 0; r < v.rows; r++)
+                memcpy(half.wraw + (size_t)r * v.row_bytes, v.w + (size_t)r * v.row_stride, v.row_bytes);
+            half.m.w = half.wraw;
+            if (v.quantized) {
+                size_t sb = (size_t)(v.cols / v.gs) * esize(v.dtype);
+                half.sraw = malloc((size_t)v.rows * sb);
+                half.braw = malloc((size_t)v.rows * sb);
+                cr_assert(half.sraw && half.braw);
+                for (int64_t r = 0; r < v.rows; r++) {
+                    memcpy(half.sraw + (size_t)r * sb, v.s + (size_t)r * v.srow_bytes, sb);
+                    memcpy(half.braw + (size_t)r * sb, v.b + (size_t)r * v.srow_bytes, sb);
+                }
+                half.m.s = half.sraw;
+                half.m.b = half.braw;
+                half.m.srow_bytes = sb;
+            }
+            assert_ref_equal(&v, &half.m, seed + 2, what);
+            tmat_free(&half);
+        }
+        tmat_free(&full);
+    }
+    cr_log_info("split views: max ratio %.3g", worst_ratio);
+}
+
+Test(kernels, expert_3d)
+{
+    worst_ratio = 0;
+    const int64_t E = 3, rows = 65, cols = 128;
+    /* MLX switch_glu layout: w [E, rows, cols·bits/32], scales/biases [E, rows, cols/gs] */
+    for (int bits = 4; bits <= 8; bits += 4) {
+        struct tmat all;
+        make_quant(&all, E * rows, cols, bits, 32, DT_BF16, 900 + (uint64_t)bits);
+        struct wmat w3 = all.m;
+        w3.rows = rows;
+        w3.expert_bytes = (size_t)rows * w3.row_bytes;
+        w3.expert_sbytes = (size_t)rows * w3.srow_bytes;
+        for (int64_t e = 0; e < E; e++) {
+            struct wmat v = kern_wmat_expert(&w3, e);
+            cr_assert_eq(v.w, all.m.w + (size_t)e * rows * all.m.row_bytes);
+            cr_assert_eq(v.s, all.m.s + (size_t)e * rows * all.m.srow_bytes);
+            cr_assert_eq(v.b, all.m.b + (size_t)e * rows * all.m.srow_bytes);
+            char what[64];
+            snprintf(what, sizeof what, "q%d expert %lld", bits, (long long)e);
+            all_paths_on_view(&v, all.wd, all.mag, cols, e * rows, 0, 77 + (uint64_t)e, what);
+        }
+        tmat_free(&all);
+    }
+    /* HF fused gate_up [E, 2M, H] in BF16: the "up" half is rows M..2M-1 of
+     * each expert, expert stride 2·M·H; the "gate" half rows 0..M-1. */
+    const int64_t M = 7, H = 33;
+    struct tmat f;
+    make_float(&f, E * 2 * M, H, DT_BF16, 950);
+    for (int half = 0; half < 2; half++) {
+        struct wmat w3 = f.m;
+        w3.rows = M;
+        w3.w = f.m.w + (size_t)(half * M) * f.m.row_bytes;
+        w3.expert_bytes = (size_t)(2 * M) * f.m.row_bytes;
+        for (int64_t e = 0; e < E; e++) {
+            struct wmat v = kern_wmat_expert(&w3, e);
+            char what[64];
+            snprintf(what, sizeof what, "gate_up half %d expert %lld", half, (long long)e);
+            all_paths_on_view(&v, f.wd, f.mag, H, e * 2 * M + half * M, 0, 300 + (uint64_t)e, what);
+        }
+    }
+    tmat_free(&f);
+    cr_log_info("experts: max ratio %.3g", worst_ratio);
+}
+
+/* ------------------------------------------------------------------ dispatch and threads */
+
+Test(kernels, init_tables)
+{
+    struct kern_table t;
+    kern_init(&t, KERN_SCALAR);
+    cr_assert_str_eq(t.name, "scalar");
+    cr_assert(!t.matvec_q4 && !t.matvec_q8 && !t.matvec_bf16 && !t.blas);
+    kern_init(&t, KERN_BEST);
+    if (kern_cpu_has_avx512()) {
+        cr_assert_str_eq(t.name, "avx512");
+        cr_assert(t.matvec_q4 == kern_matvec_q4_avx512 && t.matvec_q8 == kern_matvec_q8_avx512 &&
+                  t.matvec_bf16 == kern_matvec_bf16_avx512);
+    } else if (kern_cpu_has_avx2()) {
+        cr_assert_str_eq(t.name, "avx2");
+        cr_assert(t.matvec_q4 == kern_matvec_q4_avx2 && t.matvec_q8 == kern_matvec_q8_avx2 &&
+                  t.matvec_bf16 == kern_matvec_bf16_avx2);
+    } else {
+        cr_assert_str_eq(t.name, "scalar");
+    }
+#ifdef HAVE_BLAS_KERNELS
+    cr_assert(t.blas);
+#else
+    cr_assert(!t.blas);
+#endif
+}
+
+/* The tables to run kern_matmul with: scalar, AVX2 only, AVX-512 only, best
+ * (the last with BLAS for n > 1 when built). */
+static size_t tables(struct kern_table *t)
+{
+    size_t k = 0;
+    kern_init(&t[k++], KERN_SCALAR);
+    if (kern_cpu_has_avx2())
+        t[k++] = (struct kern_table){"avx2", kern_matvec_q4_avx2, kern_matvec_q8_avx2, kern_matvec_bf16_avx2, false};
+    if (kern_cpu_has_avx512())
+        t[k++] = (struct kern_table){"avx512", kern_matvec_q4_avx512, kern_matvec_q8_avx512, kern_matvec_bf16_avx512,
+                                     false};
+    kern_init(&t[k++], KERN_BEST);
+    return k;
+}
+
+/* The function kern_matmul should use for (table, w, n). */
+static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, int64_t n)
+{
+    if (n > 1 && t->blas)
+        return BLAS_FN;
+    if (w->quantized && w->bits == 4 && t->matvec_q4)
+        return t->matvec_q4;
+    if (w->quantized && w->bits == 8 && t->matvec_q8)
+        return t->matvec_q8;
+    if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
+        return t->matvec_bf16;
+    return kern_matmul_ref;
+}
+
+Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
+{
+    struct kern_table tab[4];
+    size_t nt = tables(tab);
+    struct tmat mats[6];
+    make_quant(&mats[0], 130, 192, 4, 64, DT_BF16, 11);
+    make_quant(&mats[1], 130, 160, 8, 32, DT_F32, 12);
+    make_quant(&mats[2], 200, 128, 3, 128, DT_F16, 13);
+    make_float(&mats[3], 130, 257, DT_BF16, 14);
+    make_float(&mats[4], 129, 33, DT_F32, 15);
+    make_float(&mats[5], 65, 7, DT_F16, 16);
+    for (size_t i = 0; i < LEN(mats); i++) {
+        const struct wmat *w = &mats[i].m;
+        for (int64_t n = 1; n <= 5; n += 4) {
+            uint64_t s = 40 + i;
+            size_t ny = (size_t)(n * w->rows);
+            float *x = rand_vec(&s, (size_t)(n * w->cols)), *y[3], *direct = nan_vec(ny);
+            for (size_t k = 0; k < nt; k++) {
+                for (int th = 1; th <= 3; th++) {
+                    y[th - 1] = nan_vec(ny);
+                    kern_matmul(&tab[k], w, x, n, y[th - 1], th);
+                    for (size_t j = 0; j < ny; j++)
+                        cr_assert(isfinite(y[th - 1][j]), "%s mat %zu n %lld threads %d: y[%zu] not written",
+                                  tab[k].name, i, (long long)n, th, j);
+                }
+                cr_assert_eq(memcmp(y[0], y[1], ny * sizeof(float)), 0, "%s mat %zu n %lld: 1 vs 2 threads differ",
+                             tab[k].name, i, (long long)n);
+                cr_assert_eq(memcmp(y[0], y[2], ny * sizeof(float)), 0, "%s mat %zu n %lld: 1 vs 3 threads differ",
+                             tab[k].name, i, (long long)n);
+                /* and it is the path the table selects, bit for bit */
+                matmul_fn fn = expected_fn(&tab[k], w, n);
+                cr_assert(fn);
+                fn(w, x, n, direct, 0, w->rows);
+                cr_assert_eq(memcmp(y[0], direct, ny * sizeof(float)), 0, "%s mat %zu n %lld: not the expected path",
+                             tab[k].name, i, (long long)n);
+                for (int th = 0; th < 3; th++)
+                    free(y[th]);
+            }
+            free(x);
+            free(direct);
+        }
+    }
+    for (size_t i = 0; i < LEN(mats); i++)
+        tmat_free(&mats[i]);
+}
+
+static void count_task(void *arg, int64_t task)
+{
+    ((int *)arg)[task]++;
+}
+
+Test(kernels, parallel_runs_every_task_once)
+{
+    for (int threads = 1; threads <= 5; threads++)
+        for (int64_t n = 0; n <= 11; n++) {
+            int seen[11] = {0};
+            kern_parallel(threads, n, count_task, seen);
+            for (int64_t k = 0; k < 11; k++)
+                cr_assert_eq(seen[k], k < n ? 1 : 0, "threads %d tasks %lld: task %lld ran %d times", threads,
+                             (long long)n, (long long)k, seen[k]);
+        }
+}
+
+Test(kernels, row_f32)
+{
+    struct tmat q;
+    make_quant(&q, 3, 64, 4, 32, DT_BF16, 5);
+    float row[64];
+    for (int64_t r = 0; r < 3; r++) {
+        kern_row_f32(&q.m, r, row);
+        for (int64_t j = 0; j < 64; j++)
+            cr_assert(fabs((double)row[j] - q.wd[r * 64 + j]) <= 1e-7 * q.mag[r * 64 + j], "row %lld col %lld",
+                      (long long)r, (long long)j);
+    }
+    tmat_free(&q);
+    struct tmat f;
+    make_float(&f, 2, 9, DT_F16, 6);
+    kern_row_f32(&f.m, 1, row);
+    for (int j = 0; j < 9; j++)
+        cr_assert_eq((double)row[j], f.wd[9 + j]); /* F16 -> F32 is exact */
+    tmat_free(&f);
+}
+
+/* ------------------------------------------------------------------ element-wise ops */
+
+/* Element-wise results are float32 evaluations of short formulas: within a
+ * few ulp of the exact value, so 2e-7 relative (~3 ulp) plus 1e-7 absolute
+ * for values that are zero by symmetry (cos 90° in float). */
+static void assert_f(float got, double want, const char *what)
+{
+    cr_assert(fabs((double)got - want) <= 2e-7 * fabs(want) + 1e-7, "%s: %.9g, expected %.12g", what, (double)got,
+              want);
+}
+
+Test(kernels, rmsnorm)
+{
+    float x[2] = {3, 4}, y[2] = {NAN, NAN};
+    kern_rmsnorm(y, x, NULL, 2, 0.0f); /* mean(x²) = 12.5 */
+    assert_f(y[0], 3 / sqrt(12.5), "rmsnorm [3,4] y0");
+    assert_f(y[1], 4 / sqrt(12.5), "rmsnorm [3,4] y1");
+    const float w[2] = {2.0f, 0.5f};
+    kern_rmsnorm(y, x, w, 2, 0.0f);
+    assert_f(y[0], 6 / sqrt(12.5), "weighted y0");
+    assert_f(y[1], 2 / sqrt(12.5), "weighted y1");
+    float ones[4] = {1, 1, 1, 1};
+    kern_rmsnorm(ones, ones, NULL, 4, 3.0f); /* in place; (1 + 3)^-½ = 0.5 */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ones[i], 0.5f);
+    float z[3] = {0, 0, 0};
+    kern_rmsnorm(z, z, NULL, 3, 1e-6f); /* zero stays zero (no 0/0) */
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(z[i], 0.0f);
+    float v[5] = {1, -2, 3, -4, 5}, out[5]; /* mean(x²) = 11 */
+    kern_rmsnorm(out, v, NULL, 5, 1e-6f);
+    for (int i = 0; i < 5; i++)
+        assert_f(out[i], (double)v[i] / sqrt(11.0 + 1e-6), "rmsnorm [1..5]");
+}
+
+Test(kernels, gelu)
+{
+    cr_assert_eq(kern_gelu(0.0f), 0.0f);
+    /* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) in float64 */
+    assert_f(kern_gelu(1.0f), 0.8411919906082768, "gelu(1)");
+    assert_f(kern_gelu(-1.0f), -0.15880800939172324, "gelu(-1)");
+    assert_f(kern_gelu(2.0f), 1.954597694087775, "gelu(2)");
+    assert_f(kern_gelu(0.5f), 0.34571400982514394, "gelu(0.5)");
+    assert_f(kern_gelu(-3.0f), -0.0036373920817729943, "gelu(-3)");
+    assert_f(kern_gelu(10.0f), 10.0, "gelu(10)");
+    cr_assert(fabsf(kern_gelu(-10.0f)) <= 1e-7f);
+    /* the erf form differs: gelu_erf(1) = 0.8413447460685429, 1.5e-4 away */
+    cr_assert_gt(fabs((double)kern_gelu(1.0f) - 0.8413447460685429), 1e-4);
+}
+
+Test(kernels, softmax)
+{
+    float a[3] = {1, 2, 3};
+    kern_softmax(a, 3);
+    assert_f(a[0], 0.09003057317038046, "softmax[0]");
+    assert_f(a[1], 0.24472847105479767, "softmax[1]");
+    assert_f(a[2], 0.6652409557748219, "softmax[2]");
+    float b[2] = {1000, 1000}; /* no overflow: the max is subtracted */
+    kern_softmax(b, 2);
+    cr_assert_eq(b[0], 0.5f);
+    cr_assert_eq(b[1], 0.5f);
+    float c[3] = {-INFINITY, 0, -INFINITY}; /* masked entries */
+    kern_softmax(c, 3);
+    cr_assert_eq(c[0], 0.0f);
+    cr_assert_eq(c[1], 1.0f);
+    cr_assert_eq(c[2], 0.0f);
+    float d[1] = {-7.5f};
+    kern_softmax(d, 1);
+    cr_assert_eq(d[0], 1.0f);
+    float e[4] = {0, (float)M_LN2, 0, (float)M_LN2}; /* weights 1:2:1:2 */
+    kern_softmax(e, 4);
+    assert_f(e[0], 1.0 / 6, "softmax ln2 [0]");
+    assert_f(e[1], 2.0 / 6, "softmax ln2 [1]");
+}
+
+Test(kernels, rope)
+{
+    /* d = 4: pairs (0, 2) and (1, 3) */
+    const double zero[2] = {0, 0};
+    float x[4] = {1, 2, 3, 4};
+    kern_rope(x, 4, zero, 12345); /* inv_freq 0: untouched, bit for bit */
+    cr_assert(x[0] == 1 && x[1] == 2 && x[2] == 3 && x[3] == 4);
+    const double quarter[2] = {0, M_PI / 2};
+    kern_rope(x, 4, quarter, 1); /* pair (1, 3) turns by 90°: (2, 4) -> (-4, 2) */
+    cr_assert(x[0] == 1 && x[2] == 3, "pair 0 must pass through");
+    assert_f(x[1], -4.0, "rope 90° x1");
+    assert_f(x[3], 2.0, "rope 90° x3");
+    float y[4] = {1, 2, 3, 4};
+    kern_rope(y, 4, quarter, 2); /* 180°: negated */
+    assert_f(y[1], -2.0, "rope 180° x1");
+    assert_f(y[3], -4.0, "rope 180° x3");
+    float p0[4] = {1, 2, 3, 4};
+    const double any[2] = {0.3, 1.7};
+    kern_rope(p0, 4, any, 0); /* position 0: angle 0 */
+    cr_assert(p0[0] == 1 && p0[1] == 2 && p0[2] == 3 && p0[3] == 4);
+    /* d = 8, one frequency per pair, position 5: x[i]' = x0·cos - x1·sin, x[i+4]' = x1·cos + x0·sin */
+    const double fr[4] = {1.0, 0.1, 0.01, 0.0};
+    float v[8] = {0.5f, -1, 2, 3, 1.5f, 0.25f, -2, 7};
+    float orig[8];
+    memcpy(orig, v, sizeof v);
+    kern_rope(v, 8, fr, 5);
+    for (int i = 0; i < 4; i++) {
+        double a = 5 * fr[i], c = cos(a), s = sin(a);
+        assert_f(v[i], (double)orig[i] * c - (double)orig[i + 4] * s, "rope d8 first");
+        assert_f(v[i + 4], (double)orig[i + 4] * c + (double)orig[i] * s, "rope d8 second");
+    }
+    cr_assert(v[3] == 3 && v[7] == 7);
+    /* large positions: the angle is taken in double (pos·inv_freq = 1e6·π/2 is a multiple of 2π) */
+    float w[2] = {1, 0};
+    const double f1[1] = {M_PI / 2};
+    kern_rope(w, 2, f1, 1000000);
+    cr_assert(fabsf(w[0] - 1.0f) <= 1e-6f && fabsf(w[1]) <= 1e-6f, "(%g, %g)", (double)w[0], (double)w[1]);
+}

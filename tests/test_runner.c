@@ -1,0 +1,352 @@
+/* test_runner.c - the forward pass against independent goldens, and its
+ * invariants: mode equivalence, thread determinism, mask = no mask.
+ *
+ * Goldens: golden/data/<variant>-{bf16,q4,q8}.npz, float64 logits from
+ * golden/reference.py (an independent NumPy forward), for fixtures made by
+ * `gempack fixture` (deterministic). The bar (DESIGN.md §5): max |Δlogit| ≤
+ * 1e-4 against float64, top-1 agreement 100 %. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "converter/convert.h"
+#include "core/npz.h"
+#include "golden/golden.h"
+#include "runner/forward.h"
+#include "runner/tokens.h"
+#include "tests/helpers.h"
+
+/* DESIGN.md §5: a float32 runner against the float64 reference. Seen: 1e-5 to 5e-5. */
+#define GOLDEN_MAX_ABS 1e-4
+/* Same model, different chunking: the issue's bar. With the default kernels the
+ * runs are bitwise identical (asserted too); OpenBLAS prefill differs by up to
+ * 5e-5 on the tiny fixtures, which is why it is opt-in (--kernels blas). */
+#define MODE_MAX_ABS 1e-5
+
+static float *run_logits(const char *model_path, const int32_t *tokens, int64_t T, int64_t chunk, int threads,
+                         int64_t *V_out)
+{
+    struct model m;
+    struct runner r;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, model_path, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, threads, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+    int64_t V = m.cfg.vocab_size;
+    float *logits = malloc((size_t)(T * V) * sizeof *logits);
+    cr_assert(logits);
+    cr_assert_eq(runner_prompt(&r, tokens, T, chunk, logits, NULL, &e), ERR_OK, "%s", e.msg);
+    runner_free(&r);
+    model_close(&m);
+    *V_out = V;
+    return logits;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    return m;
+}
+
+static char *golden_path(const char *name)
+{
+    char *p = malloc(4096);
+    snprintf(p, 4096, "%s/golden/data/%s.npz", GP_SOURCE_DIR, name);
+    return p;
+}
+
+/* Runs `model_path` on the golden's tokens and asserts the bar. */
+static void expect_golden(const char *model_path, const char *golden_name)
+{
+    char *gp = golden_path(golden_name);
+    struct golden g;
+    struct err e = {0};
+    cr_assert_eq(golden_read(gp, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert(g.f64, "%s: goldens carry float64 logits", gp);
+    int64_t V;
+    float *logits = run_logits(model_path, g.tokens, g.T, 0, 1, &V);
+    cr_assert_eq(V, g.V);
+    struct golden_thresholds th = {GOLDEN_MAX_ABS, -1, -1, -1, -1, 1.0};
+    struct golden_metrics mt;
+    golden_compare(&g, logits, th, &mt);
+    cr_expect(mt.max_abs <= GOLDEN_MAX_ABS, "%s vs %s: max |dlogit| %.3g", model_path, golden_name, mt.max_abs);
+    cr_expect_eq(mt.top1, 1.0, "%s vs %s: top-1 agreement %.3f", model_path, golden_name, mt.top1);
+    cr_expect(mt.max_abs > 0.0, "exactly equal to a float64 reference would mean the golden came from the runner");
+    free(logits);
+    golden_free(&g);
+    free(gp);
+}
+
+struct layout_case {
+    const char *variant;
+    enum fixture_layout layout;
+    bool qat, multimodal;
+    int quant, shards;
+    const char *golden; /* suffix */
+};
+
+static struct layout_case cases[] = {
+    /* bf16: HF, MLX, text-only, QAT (pruned K/V), multimodal sharded: one model */
+    {"e2b", FX_HF, false, false, 0, 1, "bf16"},     {"e2b", FX_MLX, false, false, 0, 1, "bf16"},
+    {"e2b", FX_TEXT, false, false, 0, 1, "bf16"},   {"e2b", FX_HF, true, false, 0, 1, "bf16"},
+    {"e2b", FX_HF, false, true, 0, 3, "bf16"},      {"e2b", FX_MLX, false, false, 4, 1, "q4"},
+    {"e2b", FX_MLX, true, false, 4, 1, "q4"},       {"e2b", FX_TEXT, false, false, 4, 1, "q4"},
+    {"e2b", FX_MLX, false, false, 8, 1, "q8"},      {"e4b", FX_HF, false, false, 0, 1, "bf16"},
+    {"e4b", FX_MLX, true, false, 0, 1, "bf16"},     {"e4b", FX_MLX, false, true, 4, 2, "q4"},
+    {"e4b", FX_MLX, false, false, 8, 1, "q8"},      {"26b-a4b", FX_HF, false, false, 0, 1, "bf16"},
+    {"26b-a4b", FX_MLX, false, false, 0, 1, "bf16"}, {"26b-a4b", FX_TEXT, false, false, 0, 1, "bf16"},
+    {"26b-a4b", FX_MLX, false, false, 4, 1, "q4"},  {"26b-a4b", FX_MLX, false, false, 8, 1, "q8"},
+    {"31b", FX_HF, false, false, 0, 1, "bf16"},     {"31b", FX_MLX, false, true, 0, 2, "bf16"},
+    {"31b", FX_MLX, false, false, 4, 1, "q4"},      {"31b", FX_TEXT, false, false, 8, 1, "q8"},
+};
+
+/* Parameters are indices: Criterion runs each case in a new process, where
+ * pointers into this table would not be valid. */
+ParameterizedTestParameters(runner, goldens)
+{
+    static size_t idx[sizeof cases / sizeof cases[0]];
+    for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++)
+        idx[i] = i;
+    return cr_make_param_array(size_t, idx, sizeof idx / sizeof idx[0]);
+}
+
+/* Every topology and layout, from the checkpoint directory and from its pack. */
+ParameterizedTest(size_t *i, runner, goldens, .timeout = 120)
+{
+    const struct layout_case *c = &cases[*i];
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = c->variant, .layout = c->layout, .qat = c->qat, .multimodal = c->multimodal,
+                             .quant_bits = c->quant, .shards = c->shards};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    char golden[64];
+    snprintf(golden, sizeof golden, "%s-%s", c->variant, c->golden);
+    expect_golden(dir, golden);
+
+    struct convert_opts co = {.align = 64, .plan = {.group_size = 64}};
+    char pack[4200];
+    snprintf(pack, sizeof pack, "%s/model.gpk", tmp);
+    co.out = pack;
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, dir, &co, &e), ERR_OK, "%s", e.msg);
+    convert_free(&rep);
+    expect_golden(pack, golden);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* ../shared/external-goldens: logits from upstream mlx-lm code (float64 keys). */
+static void external(const char *name)
+{
+    char *dir = th_external_golden(name);
+    if (!dir)
+        cr_skip_test("../shared/external-goldens/%s is absent", name);
+    char path[4200];
+    struct token_seqs s = {0};
+    struct err e = {0};
+    snprintf(path, sizeof path, "%s/tokens.json", dir);
+    cr_assert_eq(tokens_read_file(path, &s, &e), ERR_OK, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/golden.f64.npz", dir);
+    struct npy ref_prefill, ref_decode;
+    cr_assert_eq(npz_read_array(path, "logits_prefill_f64.npy", &ref_prefill, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_read_array(path, "logits_decode_f64.npy", &ref_decode, &e), ERR_OK, "%s", e.msg);
+    int64_t T = s.len[0], V;
+    for (int mode = 0; mode < 2; mode++) {
+        /* the upstream decode key: first 12 tokens as one chunk, then one at a time */
+        struct model m;
+        struct runner r;
+        cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+        V = m.cfg.vocab_size;
+        float *logits = malloc((size_t)(T * V) * sizeof *logits);
+        if (mode == 0) {
+            cr_assert_eq(runner_prompt(&r, s.seq[0], T, 0, logits, NULL, &e), ERR_OK, "%s", e.msg);
+        } else {
+            cr_assert_eq(runner_forward(&r, s.seq[0], 12, logits, true, NULL, &e), ERR_OK, "%s", e.msg);
+            for (int64_t t = 12; t < T; t++)
+                cr_assert_eq(runner_forward(&r, s.seq[0] + t, 1, logits + t * V, true, NULL, &e), ERR_OK, "%s",
+                             e.msg);
+        }
+        const double *ref = mode == 0 ? ref_prefill.data : ref_decode.data;
+        cr_assert_eq(ref_prefill.count, (uint64_t)(T * V));
+        double worst = 0.0;
+        int64_t agree = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t a = 0, b = 0;
+            for (int64_t k = 0; k < V; k++) {
+                worst = fmax(worst, fabs((double)logits[t * V + k] - ref[t * V + k]));
+                if (logits[t * V + k] > logits[t * V + a])
+                    a = k;
+                if (ref[t * V + k] > ref[t * V + b])
+                    b = k;
+            }
+            agree += a == b;
+        }
+        cr_expect(worst <= GOLDEN_MAX_ABS, "external %s (%s): max |dlogit| %.3g", name, mode ? "decode" : "prefill",
+                  worst);
+        cr_expect_eq(agree, T, "external %s: top-1 agrees on %lld of %lld positions", name, (long long)agree,
+                     (long long)T);
+        free(logits);
+        runner_free(&r);
+        model_close(&m);
+    }
+    npy_free(&ref_prefill);
+    npy_free(&ref_decode);
+    tokens_free(&s);
+    free(dir);
+}
+
+Test(runner, external_a_eseries) { external("a"); }
+Test(runner, external_c_moe) { external("c"); }
+
+static char *fixture_tokens(const char *dir, struct token_seqs *s)
+{
+    char path[4200];
+    struct err e = {0};
+    snprintf(path, sizeof path, "%s/tokens.json", dir);
+    cr_assert_eq(tokens_read_file(path, s, &e), ERR_OK, "%s", e.msg);
+    cr_assert_gt(s->len[0], 16, "the fixture prompt is longer than the sliding window (8)");
+    return NULL;
+}
+
+/* prefill, decode and chunked:N give the same logits on a prompt longer than the window. */
+static void modes(const char *variant, int quant)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    int64_t T = s.len[0], V;
+    float *pre = run_logits(dir, s.seq[0], T, 0, 1, &V);
+    static const int64_t chunks[] = {1, 3, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        float *other = run_logits(dir, s.seq[0], T, chunks[k], 1, &V);
+        double d = max_abs_diff(pre, other, T * V);
+        cr_expect(d <= MODE_MAX_ABS, "%s: chunk %lld vs prefill: max |d| %.3g", variant, (long long)chunks[k], d);
+        /* stronger, by construction of the kernels: every token takes the same operations */
+        cr_expect_eq(memcmp(pre, other, (size_t)(T * V) * sizeof *pre), 0, "%s: chunk %lld not bitwise equal",
+                     variant, (long long)chunks[k]);
+        free(other);
+    }
+    free(pre);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(runner, modes_e2b_shared_kv) { modes("e2b", 0); }
+Test(runner, modes_e4b_q4) { modes("e4b", 4); }
+Test(runner, modes_26b_moe) { modes("26b-a4b", 0); }
+Test(runner, modes_31b_k_eq_v_q8) { modes("31b", 8); }
+
+/* Output is bitwise identical for any thread count, in every mode. */
+static void threads_bitwise(const char *variant, int quant)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    int64_t T = s.len[0], V;
+    for (int64_t chunk = 0; chunk <= 1; chunk++) {
+        float *one = run_logits(dir, s.seq[0], T, chunk, 1, &V);
+        for (int threads = 2; threads <= 3; threads++) {
+            float *many = run_logits(dir, s.seq[0], T, chunk, threads, &V);
+            cr_expect_eq(memcmp(one, many, (size_t)(T * V) * sizeof *one), 0,
+                         "%s: %d threads differ from 1 thread (chunk %lld)", variant, threads, (long long)chunk);
+            free(many);
+        }
+        free(one);
+    }
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(runner, threads_bitwise_e2b_q4) { threads_bitwise("e2b", 4); }
+Test(runner, threads_bitwise_26b_bf16) { threads_bitwise("26b-a4b", 0); }
+
+/* An explicit all-true attention mask and no mask: bitwise identical (seed 03). */
+Test(runner, all_true_mask_equals_no_mask)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = "e2b", .layout = FX_MLX, .quant_bits = 4};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    int64_t T = s.len[0];
+    struct model m;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+    int64_t V = m.cfg.vocab_size;
+    float *a = malloc((size_t)(T * V) * sizeof *a), *b = malloc((size_t)(T * V) * sizeof *b);
+    uint8_t *mask = malloc((size_t)(T * T));
+    memset(mask, 1, (size_t)(T * T));
+    for (int with_mask = 0; with_mask < 2; with_mask++) {
+        struct runner r;
+        cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_forward(&r, s.seq[0], T, with_mask ? b : a, true, with_mask ? mask : NULL, &e), ERR_OK,
+                     "%s", e.msg);
+        runner_free(&r);
+    }
+    cr_expect_eq(memcmp(a, b, (size_t)(T * V) * sizeof *a), 0, "all-true mask changed the logits");
+    /* and the mask is live: hiding key 0 from the last query changes its row */
+    struct runner r;
+    mask[(T - 1) * T + 0] = 0;
+    cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_forward(&r, s.seq[0], T, b, true, mask, &e), ERR_OK, "%s", e.msg);
+    cr_expect_neq(memcmp(a + (T - 1) * V, b + (T - 1) * V, (size_t)V * sizeof *a), 0, "a masked key had no effect");
+    runner_free(&r);
+    free(a);
+    free(b);
+    free(mask);
+    model_close(&m);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* A 4-bit pack of the bf16 fixture against the float golden: KLD nonzero and
+ * bounded; a threshold set below it fails the verdict. */
+Test(runner, q4_pack_kld_vs_float_golden, .timeout = 120)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = "e2b", .layout = FX_HF};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    char pack[4200];
+    snprintf(pack, sizeof pack, "%s/q4.gpk", tmp);
+    struct convert_opts co = {.align = 64, .plan = {.bits = 4, .group_size = 64}, .out = pack};
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, dir, &co, &e), ERR_OK, "%s", e.msg);
+    convert_free(&rep);
+    char *gp = golden_path("e2b-bf16");
+    struct golden g;
+    cr_assert_eq(golden_read(gp, &g, &e), ERR_OK, "%s", e.msg);
+    int64_t V;
+    float *logits = run_logits(pack, g.tokens, g.T, 0, 1, &V);
+    struct golden_thresholds th = {-1, -1, -1, -1, -1, -1};
+    struct golden_metrics mt;
+    golden_compare(&g, logits, th, &mt);
+    cr_expect(mt.kld_mean > 1e-6, "4-bit quantization must move the distribution: KLD %.3g", mt.kld_mean);
+    cr_expect(mt.kld_mean < 0.5, "4-bit KLD %.3g is beyond any sane bound", mt.kld_mean);
+    bool pass;
+    th.kld_mean = mt.kld_mean * 2;
+    json_object_put(golden_verdict(&mt, &th, &pass));
+    cr_expect(pass, "threshold above the measured KLD passes");
+    th.kld_mean = mt.kld_mean / 2;
+    struct json_object *v = golden_verdict(&mt, &th, &pass);
+    cr_expect(!pass, "threshold below the measured KLD fails");
+    cr_expect_str_eq(json_object_get_string(json_object_object_get(v, "verdict")), "fail");
+    json_object_put(v);
+    free(logits);
+    golden_free(&g);
+    free(gp);
+    free(dir);
+    th_rmtree(tmp);
+}
