@@ -61,14 +61,6 @@ int dtype_nbytes(enum dtype t, const uint64_t *shape, int rank, uint64_t *nbytes
     return ERR_OK;
 }
 
-float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 uint16_t f32_to_bf16(float f)
 {
     uint32_t u;

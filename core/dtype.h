@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/err.h"
 
@@ -39,7 +40,13 @@ int dtype_nbytes(enum dtype t, const uint64_t *shape, int rank, uint64_t *nbytes
 /* Number of elements (product of dims), checked. */
 bool shape_numel(const uint64_t *shape, int rank, uint64_t *numel);
 
-float bf16_to_f32(uint16_t h);
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 uint16_t f32_to_bf16(float f); /* round to nearest even; NaN -> 0x7FC0 */
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  /* round to nearest even */

@@ -35,8 +35,17 @@ int golden_read(const char *path, struct golden *g, struct err *e)
     if (!g->tokens)
         return err_set(e, ERR_NOMEM, "out of memory");
     struct err miss;
-    g->f64 = npz_read_array(path, "logits_f64.npy", &lg, &miss) == ERR_OK;
-    if (!g->f64 && (rc = npz_read_array(path, "logits.npy", &lg, e)) != ERR_OK) {
+    char **names = NULL;
+    size_t n_names = 0;
+    bool have_f64 = false; /* logits_f64.npy present: then it must be valid, never silently skipped */
+    if (npz_list(path, &names, &n_names, &miss) == ERR_OK)
+        for (size_t i = 0; i < n_names; i++)
+            have_f64 |= !strcmp(names[i], "logits_f64.npy");
+    for (size_t i = 0; i < n_names; i++)
+        free(names[i]);
+    free(names);
+    g->f64 = have_f64;
+    if ((rc = npz_read_array(path, have_f64 ? "logits_f64.npy" : "logits.npy", &lg, e)) != ERR_OK) {
         golden_free(g);
         return rc;
     }
@@ -177,7 +186,9 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         const double *ref = g->logits + t * V;
         double row_max = 0.0;
         for (int64_t k = 0; k < V; k++) {
-            double gv = (double)got[t * V + k], d = gv - ref[k];
+            double gv = (double)got[t * V + k], d = gv == ref[k] ? 0.0 : gv - ref[k];
+            if (d != d)
+                d = INFINITY; /* a NaN logit is infinitely wrong (fmax would drop it) */
             row_max = fmax(row_max, fabs(d));
             se += d * d;
             sr += ref[k] * ref[k];
@@ -190,8 +201,9 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         log_softmax(q, V, lq);
         double klt = 0.0;
         for (int64_t k = 0; k < V; k++)
-            klt += exp(lp[k]) * (lp[k] - lq[k]);
-        kl[t] = fmax(klt, 0.0);
+            if (lp[k] > -HUGE_VAL) /* p = 0 terms are 0, even where q = 0 too */
+                klt += exp(lp[k]) * (lp[k] - lq[k]);
+        kl[t] = klt != klt ? (double)INFINITY : fmax(klt, 0.0); /* NaN: the model's row is not a distribution */
         int64_t a = argmax_d(ref, V), b = argmax_d(q, V);
         agree += a == b;
         double dp = exp(lp[a]) - exp(lq[a]);

@@ -44,11 +44,25 @@ typedef void (*matmul_fn)(const struct wmat *w, const float *x, int64_t n, float
  * dot product over the columns with the weight dequantized per group. */
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
+/* Input prepared once per matmul for the fused quantized kernels: per-group
+ * input sums and, for 4-bit, the input de-interleaved in blocks of `blk`. */
+struct kern_qinput {
+    const float *xd;          /* [n, cols] (x itself unless 4-bit) */
+    const float *xsum;        /* [n, cols/gs] */
+    float *buf;               /* owned */
+};
+typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                        int64_t row1);
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, int blk, struct kern_qinput *in);
+void kern_qinput_free(struct kern_qinput *in);
+
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */
-    matmul_fn matvec_q4, matvec_q8, matvec_bf16; /* n == 1 fast paths (NULL: none) */
-    bool blas;                /* sgemm available for n > 1 */
+    qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
+    int qblk;                 /* its 4-bit de-interleave block */
+    matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
+    bool blas;                /* sgemm for n > 1 (KERN_BLAS) */
 };
 
 enum kern_level {
@@ -66,8 +80,12 @@ void kern_init(struct kern_table *t, enum kern_level level);
  * `threads` threads in fixed tiles of rows. */
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
 
-/* AVX2 / AVX-512 kernels (exposed for their tests; NULL-safe to call only
- * when the CPU supports them). */
+/* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
+ * themselves; call only when the CPU supports them). */
+void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1);
+void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                      int64_t row1);
 void kern_matvec_q4_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/err.h"
 #include "core/quant.h"
 #include "kernels/kernels.h"
 
@@ -142,23 +143,21 @@ void kern_init(struct kern_table *t, enum kern_level level)
 {
     memset(t, 0, sizeof *t);
     t->name = "scalar";
+#ifdef HAVE_BLAS_KERNELS
+    kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
+    t->blas = level == KERN_BLAS;
+#endif
     if (level == KERN_SCALAR)
         return;
-#ifdef HAVE_BLAS_KERNELS
-    if (level == KERN_BLAS) {
-        t->blas = true;
-        kern_blas_init();
-    }
-#endif
     if (kern_cpu_has_avx512()) {
         t->name = "avx512";
-        t->matvec_q4 = kern_matvec_q4_avx512;
-        t->matvec_q8 = kern_matvec_q8_avx512;
+        t->qdot = kern_qdot_avx512;
+        t->qblk = 32;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
-        t->matvec_q4 = kern_matvec_q4_avx2;
-        t->matvec_q8 = kern_matvec_q8_avx2;
+        t->qdot = kern_qdot_avx2;
+        t->qblk = 16;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
 }
@@ -167,7 +166,9 @@ void kern_init(struct kern_table *t, enum kern_level level)
 #define TILE_ROWS 64
 
 struct mm_job {
-    matmul_fn fn;
+    matmul_fn fn;             /* or, when NULL, qdot over the prepared input */
+    qdot_fn qdot;
+    const struct kern_qinput *qin;
     const struct wmat *w;
     const float *x;
     int64_t n;
@@ -178,26 +179,30 @@ static void mm_task(void *arg, int64_t task)
 {
     struct mm_job *j = arg;
     int64_t r0 = task * TILE_ROWS, r1 = r0 + TILE_ROWS < j->w->rows ? r0 + TILE_ROWS : j->w->rows;
-    j->fn(j->w, j->x, j->n, j->y, r0, r1);
-}
-
-static matmul_fn pick(const struct kern_table *t, const struct wmat *w, int64_t n)
-{
-#ifdef HAVE_BLAS_KERNELS
-    if (n > 1 && t->blas)
-        return kern_matmul_blas;
-#endif
-    if (w->quantized && w->bits == 4 && t->matvec_q4)
-        return t->matvec_q4;
-    if (w->quantized && w->bits == 8 && t->matvec_q8)
-        return t->matvec_q8;
-    if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
-        return t->matvec_bf16;
-    return kern_matmul_ref;
+    if (j->fn)
+        j->fn(j->w, j->x, j->n, j->y, r0, r1);
+    else
+        j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
-    struct mm_job j = {pick(t, w, n), w, x, n, y};
-    kern_parallel(threads, (w->rows + TILE_ROWS - 1) / TILE_ROWS, mm_task, &j);
+    struct mm_job j = {kern_matmul_ref, NULL, NULL, w, x, n, y};
+    struct kern_qinput qin = {0};
+    int64_t tasks = (w->rows + TILE_ROWS - 1) / TILE_ROWS;
+#ifdef HAVE_BLAS_KERNELS
+    if (n > 1 && t->blas)
+        j.fn = kern_matmul_blas;
+    else
+#endif
+    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
+        kern_qinput_prepare(w, x, n, t->qblk, &qin) == ERR_OK) {
+        j.fn = NULL; /* the input is prepared once and read by every tile */
+        j.qdot = t->qdot;
+        j.qin = &qin;
+    } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
+        j.fn = t->matvec_bf16;
+    }
+    kern_parallel(threads, tasks, mm_task, &j);
+    kern_qinput_free(&qin);
 }

@@ -1,21 +1,30 @@
 /* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
  *
- * For MLX affine weights each output is Σ_groups (scale·Σx·q + bias·Σx), the
- * form MLX's own kernels use; for bf16 weights Σ x·w. A weight row is decoded
- * once for up to TB tokens, but every token goes through exactly the same
- * operations in the same order as when it is alone, so a prompt gives
- * bitwise the same logits whether it is run at once, in chunks, or token by
- * token. Compiled with per-function target attributes and chosen at run
- * time, so the build needs no -march flag. Tested against kern_matmul_ref on
- * odd sizes (tests/test_kernels.c). */
+ * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
+ * the form MLX's own kernels use. The q·x products of a group accumulate in a
+ * vector, the scaled group results accumulate in a second vector across the
+ * row, and one reduction ends the row; the bias terms use per-group input
+ * sums computed once per call. 4-bit rows are read 16 bytes (32 codes) at a
+ * time: low nibbles are the even elements, high nibbles the odd ones, so the
+ * input is de-interleaved once per call to match.
+ *
+ * bf16 weights: Σ x·w with the same vector accumulation.
+ *
+ * A weight row is decoded once for up to TB tokens, and every token goes
+ * through exactly the same operations as when it is alone, so prefill,
+ * chunked and decode runs give bitwise-identical logits. Compiled with
+ * per-function target attributes and chosen at run time (no -march flag).
+ * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/err.h"
 #include "kernels/kernels.h"
 
 #define TB 4 /* tokens sharing one decode of a weight row */
+#define INLINE static inline __attribute__((always_inline))
 
 bool kern_cpu_has_avx2(void)
 {
@@ -30,186 +39,127 @@ bool kern_cpu_has_avx512(void)
            __builtin_cpu_supports("avx512vl") && kern_cpu_has_avx2();
 }
 
-/* Scales or biases of one row as float (n groups). */
-static void row_params(const struct wmat *w, const uint8_t *p, int64_t n, float *out)
-{
-    dtype_to_f32(w->dtype, p, out, (size_t)n);
-}
-
-/* ---- AVX2 ---- */
-
-__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* xsum[t·ng + g] = Σ of token t's inputs over group g (8 lanes, then reduced). */
-__attribute__((target("avx2,fma"))) static void xsums256(const float *x, int64_t n, int64_t cols, int64_t gs,
-                                                         float *xsum)
-{
-    int64_t ng = cols / gs;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t g = 0; g < ng; g++) {
-            __m256 ax = _mm256_setzero_ps();
-            for (int64_t j = g * gs; j < (g + 1) * gs; j += 8)
-                ax = _mm256_add_ps(ax, _mm256_loadu_ps(x + t * cols + j));
-            xsum[t * ng + g] = hsum256(ax);
-        }
-}
-
-/* 8 codes starting at element j of a packed row, as floats. */
-__attribute__((target("avx2,fma"))) static inline __m256 codes8(const uint8_t *row, int64_t j, int bits)
-{
-    if (bits == 4) {
-        uint32_t word;
-        memcpy(&word, row + j / 2, 4);
-        const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts);
-        return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
-    }
-    __m128i b8 = _mm_loadl_epi64((const __m128i *)(const void *)(row + j));
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b8));
-}
-
-__attribute__((target("avx2,fma"))) static void qdot_avx2(const struct wmat *w, const float *x, int64_t n, float *y,
-                                                          int64_t row0, int64_t row1)
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, int blk, struct kern_qinput *in)
 {
     int64_t ng = w->cols / w->gs, cols = w->cols;
-    float *xsum = malloc((size_t)(n * ng + 2 * ng) * sizeof *xsum), *sc = xsum + n * ng, *bi = sc + ng;
-    if (!xsum) {
-        kern_matmul_ref(w, x, n, y, row0, row1);
-        return;
-    }
-    xsums256(x, n, cols, w->gs, xsum);
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        row_params(w, w->s + (size_t)r * w->srow_bytes, ng, sc);
-        row_params(w, w->b + (size_t)r * w->srow_bytes, ng, bi);
-        for (int64_t t0 = 0; t0 < n; t0 += TB) {
-            int64_t tb = n - t0 < TB ? n - t0 : TB;
-            float acc[TB] = {0};
-            for (int64_t g = 0; g < ng; g++) {
-                __m256 aq[TB];
-                for (int64_t u = 0; u < tb; u++)
-                    aq[u] = _mm256_setzero_ps();
-                for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j += 8) {
-                    __m256 q = codes8(codes, j, w->bits);
-                    for (int64_t u = 0; u < tb; u++)
-                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), q, aq[u]);
+    float *buf = malloc((size_t)(n * ng + (w->bits == 4 ? n * cols : 0)) * sizeof *buf);
+    in->buf = buf;
+    if (!buf)
+        return ERR_NOMEM;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            float s = 0.0f;
+            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++)
+                s += x[t * cols + j];
+            buf[t * ng + g] = s;
+        }
+    in->xsum = buf;
+    in->xd = x;
+    if (w->bits == 4) {
+        float *xd = buf + n * ng;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t b = 0; b < cols; b += blk)
+                for (int64_t k = 0; k < blk / 2; k++) {
+                    xd[t * cols + b + k] = x[t * cols + b + 2 * k];
+                    xd[t * cols + b + blk / 2 + k] = x[t * cols + b + 2 * k + 1];
                 }
-                for (int64_t u = 0; u < tb; u++)
-                    acc[u] += sc[g] * hsum256(aq[u]) + bi[g] * xsum[(t0 + u) * ng + g];
-            }
-            for (int64_t u = 0; u < tb; u++)
-                y[(t0 + u) * w->rows + r] = acc[u];
-        }
+        in->xd = xd;
     }
-    free(xsum);
+    return ERR_OK;
 }
 
-void kern_matvec_q4_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+void kern_qinput_free(struct kern_qinput *in)
 {
-    qdot_avx2(w, x, n, y, row0, row1);
+    free(in->buf);
+    in->buf = NULL;
 }
 
-void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+/* One row's scales and biases as float. */
+static inline void row_params(const struct wmat *w, int64_t r, int64_t ng, float *sc, float *bi)
 {
-    qdot_avx2(w, x, n, y, row0, row1);
-}
-
-__attribute__((target("avx2,fma"))) void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n,
-                                                               float *y, int64_t row0, int64_t row1)
-{
-    int64_t c8 = w->cols & ~(int64_t)7, cols = w->cols;
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        for (int64_t t0 = 0; t0 < n; t0 += TB) {
-            int64_t tb = n - t0 < TB ? n - t0 : TB;
-            __m256 acc[TB];
-            for (int64_t u = 0; u < tb; u++)
-                acc[u] = _mm256_setzero_ps();
-            for (int64_t j = 0; j < c8; j += 8) {
-                __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
-                __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-                for (int64_t u = 0; u < tb; u++)
-                    acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
-            }
-            for (int64_t u = 0; u < tb; u++) {
-                float s = hsum256(acc[u]);
-                for (int64_t j = c8; j < cols; j++)
-                    s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
-                y[(t0 + u) * w->rows + r] = s;
-            }
-        }
-    }
+    dtype_to_f32(w->dtype, w->s + (size_t)r * w->srow_bytes, sc, (size_t)ng);
+    dtype_to_f32(w->dtype, w->b + (size_t)r * w->srow_bytes, bi, (size_t)ng);
 }
 
 /* ---- AVX-512 ---- */
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
-AVX512 static void xsums512(const float *x, int64_t n, int64_t cols, int64_t gs, float *xsum)
+/* Rows [row0, row1) for tokens t0..t0+tb-1 (tb a constant after inlining). */
+AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
+                            int64_t row0, int64_t row1, float *sc, float *bi)
 {
-    int64_t ng = cols / gs;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t g = 0; g < ng; g++) {
-            __m512 ax = _mm512_setzero_ps();
-            for (int64_t j = g * gs; j < (g + 1) * gs; j += 16)
-                ax = _mm512_add_ps(ax, _mm512_loadu_ps(x + t * cols + j));
-            xsum[t * ng + g] = _mm512_reduce_add_ps(ax);
+    int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        row_params(w, r, ng, sc, bi);
+        __m512 acc[TB];
+        float bsum[TB];
+        for (int u = 0; u < tb; u++) {
+            acc[u] = _mm512_setzero_ps();
+            bsum[u] = 0.0f;
         }
-}
-
-AVX512 static inline __m512 codes16(const uint8_t *row, int64_t j, int bits)
-{
-    if (bits == 4) {
-        uint64_t pair;
-        memcpy(&pair, row + j / 2, 8);
-        const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)(uint32_t)pair)),
-                                       _mm256_set1_epi32((int)(uint32_t)(pair >> 32)), 1);
-        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, shifts), _mm512_set1_epi32(15)));
+        for (int64_t g = 0; g < ng; g++) {
+            __m512 aq[TB];
+            for (int u = 0; u < tb; u++)
+                aq[u] = _mm512_setzero_ps();
+            if (w->bits == 4) {
+                for (int64_t j = g * gs; j < (g + 1) * gs; j += 32) {
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j / 2)));
+                    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+                    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                    for (int u = 0; u < tb; u++) {
+                        const float *xt = xd + (t0 + u) * cols + j;
+                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), lo, aq[u]);
+                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), hi, aq[u]);
+                    }
+                }
+            } else {
+                for (int64_t j = g * gs; j < (g + 1) * gs; j += 16) {
+                    __m512 q = _mm512_cvtepi32_ps(
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j))));
+                    for (int u = 0; u < tb; u++)
+                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u]);
+                }
+            }
+            __m512 s = _mm512_set1_ps(sc[g]);
+            for (int u = 0; u < tb; u++) {
+                acc[u] = _mm512_fmadd_ps(s, aq[u], acc[u]);
+                bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
+            }
+        }
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(acc[u]) + bsum[u];
     }
-    __m128i b16 = _mm_loadu_si128((const __m128i *)(const void *)(row + j));
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16));
 }
 
-AVX512 static void qdot_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                             int64_t row1)
 {
-    int64_t ng = w->cols / w->gs, cols = w->cols;
-    float *xsum = malloc((size_t)(n * ng + 2 * ng) * sizeof *xsum), *sc = xsum + n * ng, *bi = sc + ng;
-    if (!xsum) {
+    int64_t ng = w->cols / w->gs;
+    float *sc = malloc((size_t)(2 * ng) * sizeof *sc), *bi = sc + ng;
+    if (!sc)
+        return;
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: qrows512(w, in->xd, in->xsum, t0, 1, y, row0, row1, sc, bi); break;
+        case 2: qrows512(w, in->xd, in->xsum, t0, 2, y, row0, row1, sc, bi); break;
+        case 3: qrows512(w, in->xd, in->xsum, t0, 3, y, row0, row1, sc, bi); break;
+        default: qrows512(w, in->xd, in->xsum, t0, 4, y, row0, row1, sc, bi); break;
+        }
+    }
+    free(sc);
+}
+
+static void qdot_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    struct kern_qinput in;
+    if (kern_qinput_prepare(w, x, n, 32, &in) != ERR_OK) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }
-    xsums512(x, n, cols, w->gs, xsum);
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        row_params(w, w->s + (size_t)r * w->srow_bytes, ng, sc);
-        row_params(w, w->b + (size_t)r * w->srow_bytes, ng, bi);
-        for (int64_t t0 = 0; t0 < n; t0 += TB) {
-            int64_t tb = n - t0 < TB ? n - t0 : TB;
-            float acc[TB] = {0};
-            for (int64_t g = 0; g < ng; g++) {
-                __m512 aq[TB];
-                for (int64_t u = 0; u < tb; u++)
-                    aq[u] = _mm512_setzero_ps();
-                for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j += 16) {
-                    __m512 q = codes16(codes, j, w->bits);
-                    for (int64_t u = 0; u < tb; u++)
-                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), q, aq[u]);
-                }
-                for (int64_t u = 0; u < tb; u++)
-                    acc[u] += sc[g] * _mm512_reduce_add_ps(aq[u]) + bi[g] * xsum[(t0 + u) * ng + g];
-            }
-            for (int64_t u = 0; u < tb; u++)
-                y[(t0 + u) * w->rows + r] = acc[u];
-        }
-    }
-    free(xsum);
+    kern_qdot_avx512(w, &in, n, y, row0, row1);
+    kern_qinput_free(&in);
 }
 
 void kern_matvec_q4_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
@@ -222,29 +172,173 @@ void kern_matvec_q8_avx512(const struct wmat *w, const float *x, int64_t n, floa
     qdot_avx512(w, x, n, y, row0, row1);
 }
 
-AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
-                                    int64_t row1)
+AVX512 INLINE void bf16rows512(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
+                               int64_t row1)
 {
     int64_t c16 = w->cols & ~(int64_t)15, cols = w->cols;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        for (int64_t t0 = 0; t0 < n; t0 += TB) {
-            int64_t tb = n - t0 < TB ? n - t0 : TB;
-            __m512 acc[TB];
-            for (int64_t u = 0; u < tb; u++)
-                acc[u] = _mm512_setzero_ps();
-            for (int64_t j = 0; j < c16; j += 16) {
-                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
-                __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-                for (int64_t u = 0; u < tb; u++)
-                    acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
+        __m512 acc[TB];
+        for (int u = 0; u < tb; u++)
+            acc[u] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < c16; j += 16) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
+            __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            for (int u = 0; u < tb; u++)
+                acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
+        }
+        for (int u = 0; u < tb; u++) {
+            float s = _mm512_reduce_add_ps(acc[u]);
+            for (int64_t j = c16; j < cols; j++)
+                s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
+            y[(t0 + u) * w->rows + r] = s;
+        }
+    }
+}
+
+AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
+                                    int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: bf16rows512(w, x, t0, 1, y, row0, row1); break;
+        case 2: bf16rows512(w, x, t0, 2, y, row0, row1); break;
+        case 3: bf16rows512(w, x, t0, 3, y, row0, row1); break;
+        default: bf16rows512(w, x, t0, 4, y, row0, row1); break;
+        }
+    }
+}
+
+/* ---- AVX2 ---- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 INLINE float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
+                          int64_t row0, int64_t row1, float *sc, float *bi)
+{
+    int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        row_params(w, r, ng, sc, bi);
+        __m256 acc[TB];
+        float bsum[TB];
+        for (int u = 0; u < tb; u++) {
+            acc[u] = _mm256_setzero_ps();
+            bsum[u] = 0.0f;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            __m256 aq[TB];
+            for (int u = 0; u < tb; u++)
+                aq[u] = _mm256_setzero_ps();
+            if (w->bits == 4) {
+                for (int64_t j = g * gs; j < (g + 1) * gs; j += 16) {
+                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j / 2)));
+                    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+                    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+                    for (int u = 0; u < tb; u++) {
+                        const float *xt = xd + (t0 + u) * cols + j;
+                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), lo, aq[u]);
+                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8), hi, aq[u]);
+                    }
+                }
+            } else {
+                for (int64_t j = g * gs; j < (g + 1) * gs; j += 8) {
+                    __m256 q = _mm256_cvtepi32_ps(
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j))));
+                    for (int u = 0; u < tb; u++)
+                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u]);
+                }
             }
-            for (int64_t u = 0; u < tb; u++) {
-                float s = _mm512_reduce_add_ps(acc[u]);
-                for (int64_t j = c16; j < cols; j++)
-                    s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
-                y[(t0 + u) * w->rows + r] = s;
+            __m256 s = _mm256_set1_ps(sc[g]);
+            for (int u = 0; u < tb; u++) {
+                acc[u] = _mm256_fmadd_ps(s, aq[u], acc[u]);
+                bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
             }
+        }
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum256(acc[u]) + bsum[u];
+    }
+}
+
+AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1)
+{
+    int64_t ng = w->cols / w->gs;
+    float *sc = malloc((size_t)(2 * ng) * sizeof *sc), *bi = sc + ng;
+    if (!sc)
+        return;
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: qrows256(w, in->xd, in->xsum, t0, 1, y, row0, row1, sc, bi); break;
+        case 2: qrows256(w, in->xd, in->xsum, t0, 2, y, row0, row1, sc, bi); break;
+        case 3: qrows256(w, in->xd, in->xsum, t0, 3, y, row0, row1, sc, bi); break;
+        default: qrows256(w, in->xd, in->xsum, t0, 4, y, row0, row1, sc, bi); break;
+        }
+    }
+    free(sc);
+}
+
+static void qdot_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    struct kern_qinput in;
+    if (kern_qinput_prepare(w, x, n, 16, &in) != ERR_OK) {
+        kern_matmul_ref(w, x, n, y, row0, row1);
+        return;
+    }
+    kern_qdot_avx2(w, &in, n, y, row0, row1);
+    kern_qinput_free(&in);
+}
+
+void kern_matvec_q4_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    qdot_avx2(w, x, n, y, row0, row1);
+}
+
+void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    qdot_avx2(w, x, n, y, row0, row1);
+}
+
+AVX2 INLINE void bf16rows256(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
+                             int64_t row1)
+{
+    int64_t c8 = w->cols & ~(int64_t)7, cols = w->cols;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        __m256 acc[TB];
+        for (int u = 0; u < tb; u++)
+            acc[u] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < c8; j += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
+            __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+            for (int u = 0; u < tb; u++)
+                acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
+        }
+        for (int u = 0; u < tb; u++) {
+            float s = hsum256(acc[u]);
+            for (int64_t j = c8; j < cols; j++)
+                s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
+            y[(t0 + u) * w->rows + r] = s;
+        }
+    }
+}
+
+AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: bf16rows256(w, x, t0, 1, y, row0, row1); break;
+        case 2: bf16rows256(w, x, t0, 2, y, row0, row1); break;
+        case 3: bf16rows256(w, x, t0, 3, y, row0, row1); break;
+        default: bf16rows256(w, x, t0, 4, y, row0, row1); break;
         }
     }
 }

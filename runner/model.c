@@ -258,7 +258,9 @@ static int bind(struct model *m, struct err *e)
     const struct gp_config *c = &m->cfg;
     int rc = get_mat(m, &m->embed, 0, c->vocab_size, c->hidden_size, e, "embed_tokens");
     if (rc == ERR_OK && c->ple_dim > 0) {
+        uint64_t before = m->weight_bytes;
         rc = get_mat(m, &m->ple_embed, 0, c->ple_vocab, c->n_layers * c->ple_dim, e, "embed_tokens_per_layer");
+        m->weight_bytes = before; /* a decode step reads one row of it, not the table */
         if (rc == ERR_OK)
             rc = get_mat(m, &m->ple_model_proj, 0, c->n_layers * c->ple_dim, c->hidden_size, e,
                          "per_layer_model_projection");

@@ -60,7 +60,8 @@ struct model {
     struct layer_weights *layers; /* [L] */
     float **owned;                /* float copies to free */
     size_t n_owned, cap_owned;
-    uint64_t weight_bytes;        /* bytes of all matrices (what one forward reads) */
+    uint64_t weight_bytes;        /* matrix bytes one decode step reads (the PLE table, of which it
+                                     reads one row, excluded; embed_tokens counted once, as the head) */
     char fingerprint[65];         /* SHA-256 identifying the weights (pack manifest or source headers) */
 };
 

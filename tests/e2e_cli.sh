@@ -110,5 +110,86 @@ expect 2 "requantize refused" -- "$G" convert "$T/mlx4" --bits 8 -o "$T/re.gpk"
 ok "requantize message names the flag" -- grep -q -- "--allow-requantize" "$T/err"
 expect 0 "requantize allowed" -- "$G" convert "$T/mlx4" --bits 8 --allow-requantize --align 64 -o "$T/re.gpk"
 
+
+# run and golden: logit dumps, regression baselines, the committed float64 reference
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+PY=/usr/bin/python3 # Debian's python3 with numpy (the python3 on PATH may lack it)
+E="$T/e2b"
+for c in run golden; do
+    expect 0 "$c --help" -- "$G" $c --help
+    ok "$c --help names its usage" -- grep -q "usage: gempack $c" "$T/out"
+done
+expect 0 "run --dump-logits" -- "$G" run "$E" --tokens-file "$E/tokens.json" --dump-logits "$T/run.npz"
+ok "dump: tokens int32 [T], logits float32 [T, 512] (numpy)" -- $PY -c '
+import json, sys, numpy as np
+z = np.load(sys.argv[1]); want = json.load(open(sys.argv[2]))["tokens"]
+t, l = z["tokens"], z["logits"]
+assert t.dtype == np.int32 and t.shape == (len(want),) and t.tolist() == want, (t.dtype, t.shape)
+assert l.dtype == np.float32 and l.shape == (len(want), 512), (l.dtype, l.shape)
+assert np.isfinite(l).all() and 0 < np.abs(l).max() < 30
+' "$T/run.npz" "$E/tokens.json"
+
+expect 0 "golden make" -- "$G" golden make "$E" --tokens-file "$E/tokens.json" -o "$T/self.npz"
+expect 0 "golden check against its own baseline" -- "$G" golden check "$E" "$T/self.npz"
+ok "golden check prints PASS" -- grep -q "verdict: PASS" "$T/err"
+expect 0 "golden check --json" -- "$G" golden check --json "$E" "$T/self.npz"
+ok "golden --json schema" -- test "$(json_field "$T/out" "d['schema']")" = gempack.golden/1
+ok "golden --json verdict pass" -- test "$(json_field "$T/out" "d['verdict']")" = pass
+ok "own baseline: max_abs 0, no failures" -- test "$(json_field "$T/out" "(d['metrics']['max_abs'], len(d['failures']))")" = "(0.0, 0)"
+
+# a golden perturbed by +0.01 at one logit of position 5 (its row minimum, so
+# the argmax stays): a regression, exit 1, failures name max_abs
+$PY - "$T/self.npz" "$T/perturbed.npz" "$T/v256.npz" "$T/short.npz" <<'PYEOF'
+import sys, numpy as np
+z = np.load(sys.argv[1]); tok, l = z["tokens"], z["logits"].copy()
+l[5, l[5].argmin()] += np.float32(0.01)
+np.savez(sys.argv[2], tokens=tok, logits=l)
+np.savez(sys.argv[3], tokens=tok, logits=z["logits"][:, :256])  # another vocabulary
+np.savez(sys.argv[4], tokens=tok[:-1], logits=z["logits"])      # T disagrees
+PYEOF
+ok "numpy wrote the modified goldens" -- test -s "$T/perturbed.npz" -a -s "$T/v256.npz" -a -s "$T/short.npz"
+expect 1 "golden check: perturbed logit is a regression" -- "$G" golden check --json "$E" "$T/perturbed.npz"
+ok "perturbed: verdict fail" -- test "$(json_field "$T/out" "d['verdict']")" = fail
+ok "perturbed: failures name max_abs" -- test "$(json_field "$T/out" "[f['metric'] for f in d['failures']]")" = "['max_abs']"
+ok "perturbed: first divergent position 5" -- test "$(json_field "$T/out" "d['metrics']['first_divergent']")" = 5
+ok "perturbed: max_abs 0.01" -- test "$(json_field "$T/out" "abs(d['metrics']['max_abs'] - 0.01) < 1e-6")" = True
+expect 0 "perturbed passes with --max-abs 0.02" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs 0.02
+expect 0 "perturbed passes with the check disabled" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs -1
+expect 2 "golden check: other vocabulary" -- "$G" golden check "$E" "$T/v256.npz"
+ok "vocabulary message" -- grep -q "vocabulary 256, model 512" "$T/err"
+expect 2 "golden check: tokens/logits lengths disagree" -- "$G" golden check "$E" "$T/short.npz"
+ok "length message" -- grep -q "T = 23 tokens" "$T/err"
+expect 2 "golden check: missing golden" -- "$G" golden check "$E" "$T/none.npz"
+expect 2 "golden check: not a zip" -- "$G" golden check "$E" "$E/tokens.json"
+
+# the committed float64 reference golden: the hf fixture and its converted pack
+expect 0 "golden check: committed e2b-bf16 golden, hf dir" -- "$G" golden check --json "$E" "$SRC/golden/data/e2b-bf16.npz"
+ok "committed golden: verdict pass" -- test "$(json_field "$T/out" "d['verdict']")" = pass
+ok "committed golden: top1 1.0" -- test "$(json_field "$T/out" "d['metrics']['top1']")" = 1.0
+expect 0 "convert e2b to an unquantized pack" -- "$G" convert "$E" --align 64 -o "$T/e2b.gpk"
+expect 0 "golden check: committed e2b-bf16 golden, pack" -- "$G" golden check "$T/e2b.gpk" "$SRC/golden/data/e2b-bf16.npz"
+
+# threads and modes
+expect 0 "run --threads 1" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 1 --dump-logits "$T/th1.npz"
+expect 0 "run --threads 2" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 2 --dump-logits "$T/th2.npz"
+ok "--threads 1 and 2 dump identical bytes" -- cmp -s "$T/th1.npz" "$T/th2.npz"
+expect 0 "run --mode decode" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode decode --dump-logits "$T/dec.npz"
+expect 0 "run --mode prefill" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode prefill --dump-logits "$T/pre.npz"
+ok "decode and prefill logits agree within 1e-5" -- $PY -c '
+import sys, numpy as np
+a, b = np.load(sys.argv[1])["logits"], np.load(sys.argv[2])["logits"]
+assert a.shape == b.shape == (24, 512), (a.shape, b.shape)
+d = np.abs(a.astype(np.float64) - b).max()
+assert d <= 1e-5, d
+' "$T/dec.npz" "$T/pre.npz"
+expect 2 "run --mode bogus" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode bogus
+ok "bad mode message" -- grep -q -- "--mode bogus" "$T/err"
+expect 2 "run --threads 0" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 0
+expect 2 "run without --tokens" -- "$G" run "$E"
+expect 2 "run without MODEL" -- "$G" run --tokens 2,3
+expect 2 "golden without a subcommand" -- "$G" golden
+expect 2 "golden make without -o" -- "$G" golden make "$E" --tokens 2,3
+expect 2 "golden check --threads 0" -- "$G" golden check --threads 0 "$E" "$T/self.npz"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
