@@ -16,6 +16,8 @@
 #include "converter/convert.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/jsonx.h"
+#include "core/npz.h"
 #include "core/pack.h"
 #include "core/quant.h"
 #include "core/safetensors.h"
@@ -122,8 +124,9 @@ static const char inspect_help[] =
     "usage: gempack inspect PATH [--json]\n"
     "\n"
     "Lists the tensors (name, dtype, shape, bytes) and metadata of a safetensors\n"
-    "file, of every shard of a checkpoint directory (headers only), or of a .gpk\n"
-    "pack (header, manifest, tensors with CRCs and quantization).\n"
+    "file, of every shard of a checkpoint directory (headers only), of a .gpk\n"
+    "pack (header, manifest, tensors with CRCs and quantization), or of an .npz\n"
+    "(members with dtype and shape; meta.json).\n"
     "\n"
     "  --json      one JSON object on stdout (schema gempack.inspect/1)\n"
     "  -h, --help  this text\n";
@@ -211,15 +214,71 @@ static int inspect_pack(const char *path, bool json)
     return 0;
 }
 
-/* True when the file starts with the pack magic. */
-static bool is_pack(const char *path)
+/* True when the file starts with `magic`. */
+static bool has_magic(const char *path, const char *magic, size_t len)
 {
     FILE *f = fopen(path, "rb");
-    char magic[8] = {0};
-    bool yes = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, PACK_MAGIC, 8);
+    char buf[8] = {0};
+    bool yes = f && len <= sizeof buf && fread(buf, 1, len, f) == len && !memcmp(buf, magic, len);
     if (f)
         fclose(f);
     return yes;
+}
+
+/* An .npz: every member, with dtype and shape for .npy members; meta.json shown. */
+static int inspect_npz(const char *path, bool json)
+{
+    char **names;
+    size_t n;
+    struct err e = {0};
+    if (npz_list(path, &names, &n, &e) != ERR_OK)
+        return fail(&e);
+    FILE *out = json ? stderr : stdout;
+    struct json_object *o = json_object_new_object(), *members = json_object_new_array(), *meta = NULL;
+    int code = 0;
+    fprintf(out, "%s: npz archive, %zu members\n", path, n);
+    for (size_t i = 0; i < n && code == 0; i++) {
+        uint8_t *buf;
+        size_t len;
+        if (npz_read(path, names[i], &buf, &len, &e) != ERR_OK) {
+            code = fail(&e);
+            break;
+        }
+        struct json_object *m = json_object_new_object();
+        json_object_object_add(m, "name", json_object_new_string(names[i]));
+        json_object_object_add(m, "bytes", json_object_new_int64((int64_t)len));
+        size_t nl = strlen(names[i]);
+        struct npy a;
+        if (nl > 4 && !strcmp(names[i] + nl - 4, ".npy") && npy_parse(buf, len, names[i], &a, &e) == ERR_OK) {
+            char shape[160];
+            fmt_shape(shape, sizeof shape, a.shape, a.rank);
+            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", names[i], dtype_name(a.dtype), shape, len);
+            json_object_object_add(m, "dtype", json_object_new_string(dtype_name(a.dtype)));
+            struct json_object *sh = json_object_new_array();
+            for (int d = 0; d < a.rank; d++)
+                json_object_array_add(sh, json_object_new_int64((int64_t)a.shape[d]));
+            json_object_object_add(m, "shape", sh);
+            npy_free(&a);
+        } else {
+            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", names[i], "raw", "-", len);
+            if (!strcmp(names[i], "meta.json") && jsonx_parse((const char *)buf, len, &meta, &e) == ERR_OK)
+                fprintf(out, "  meta.json: %s\n", json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN));
+        }
+        json_object_array_add(members, m);
+        free(buf);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
+    json_object_object_add(o, "path", json_object_new_string(path));
+    json_object_object_add(o, "kind", json_object_new_string("npz"));
+    json_object_object_add(o, "members", members);
+    json_object_object_add(o, "meta", meta);
+    if (json && code == 0)
+        print_json(o);
+    json_object_put(o);
+    return code;
 }
 
 static int cmd_inspect(int argc, char **argv)
@@ -240,8 +299,10 @@ static int cmd_inspect(int argc, char **argv)
     struct stat st;
     if (stat(path, &st) != 0)
         return usage_error("inspect", "%s: no such file or directory", path);
-    if (S_ISREG(st.st_mode) && is_pack(path))
+    if (S_ISREG(st.st_mode) && has_magic(path, PACK_MAGIC, 8))
         return inspect_pack(path, json);
+    if (S_ISREG(st.st_mode) && has_magic(path, "PK\x03\x04", 4))
+        return inspect_npz(path, json);
     struct err e = {0};
     struct ckpt ck = {0};
     struct st_file one = {0};

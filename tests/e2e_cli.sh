@@ -191,5 +191,9 @@ expect 2 "golden without a subcommand" -- "$G" golden
 expect 2 "golden make without -o" -- "$G" golden make "$E" --tokens 2,3
 expect 2 "golden check --threads 0" -- "$G" golden check --threads 0 "$E" "$T/self.npz"
 
+# inspect reads .npz goldens
+expect 0 "inspect a golden npz --json" -- "$G" inspect --json "$(dirname "$0")/../golden/data/e2b-bf16.npz"
+ok "npz members listed with shapes" -- test "$(json_field "$T/out" "[m.get('shape') for m in d['members'] if m['name']=='logits.npy'][0]")" = "[24, 512]"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
