@@ -131,15 +131,6 @@ static const char inspect_help[] =
     "  --json      one JSON object on stdout (schema gempack.inspect/1)\n"
     "  -h, --help  this text\n";
 
-static void fmt_shape(char *buf, size_t len, const uint64_t *shape, int rank)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
 static struct json_object *tensor_json(const struct st_tensor *t, const char *file)
 {
     struct json_object *o = json_object_new_object();
@@ -180,7 +171,7 @@ static int inspect_pack(const char *path, bool json)
     for (size_t i = 0; i < p.n_tensors; i++) {
         const struct pack_tensor *t = &p.tensors[i];
         char shape[160], module[PACK_MAX_NAME + 1], quant[64] = "";
-        fmt_shape(shape, sizeof shape, t->shape, t->rank);
+        shape_format(shape, sizeof shape, t->shape, t->rank);
         snprintf(module, sizeof module, "%s", t->name);
         char *dot = strrchr(module, '.');
         struct json_object *entry;
@@ -251,7 +242,7 @@ static int inspect_npz(const char *path, bool json)
         struct npy a;
         if (nl > 4 && !strcmp(names[i] + nl - 4, ".npy") && npy_parse(buf, len, names[i], &a, &e) == ERR_OK) {
             char shape[160];
-            fmt_shape(shape, sizeof shape, a.shape, a.rank);
+            shape_format(shape, sizeof shape, a.shape, a.rank);
             fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", names[i], dtype_name(a.dtype), shape, len);
             json_object_object_add(m, "dtype", json_object_new_string(dtype_name(a.dtype)));
             struct json_object *sh = json_object_new_array();
@@ -347,7 +338,7 @@ static int cmd_inspect(int argc, char **argv)
         for (size_t i = 0; i < sf->n_tensors; i++) {
             const struct st_tensor *t = &sf->tensors[i];
             char shape[160];
-            fmt_shape(shape, sizeof shape, t->shape, t->rank);
+            shape_format(shape, sizeof shape, t->shape, t->rank);
             fprintf(out, "  %-64s %-5s %-22s %12llu\n", t->name, dtype_name(t->dtype), shape,
                     (unsigned long long)(t->end - t->begin));
             json_object_array_add(jt, tensor_json(t, names[f]));

@@ -41,15 +41,6 @@ static bool is_problem(enum check_kind k)
     return k != CHK_REDUNDANT;
 }
 
-static void fmt_shape(char *buf, size_t len, const uint64_t *shape, int rank)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
 /* Records a finding; groups it with an identical one that differs only in layer. */
 __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r, enum check_kind kind,
                                                           const char *rel, int layer, const char *expected,
@@ -166,8 +157,8 @@ static void check_float(struct check_report *r, const struct layout_entry *le, s
         return;
     }
     if (t->rank != le->rank || memcmp(t->shape, le->shape, (size_t)le->rank * sizeof *t->shape) != 0) {
-        fmt_shape(exp, sizeof exp, le->shape, le->rank);
-        fmt_shape(got, sizeof got, t->shape, t->rank);
+        shape_format(exp, sizeof exp, le->shape, le->rank);
+        shape_format(got, sizeof got, t->shape, t->rank);
         finding(r, CHK_SHAPE, le->name, le->layer, exp, got, NULL);
     }
 }
@@ -212,23 +203,23 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
         finding(r, CHK_SHAPE, b->rel, le->layer, "same dtype and shape as .scales", "", NULL);
     uint64_t ws[3], ss[3];
     if (!layout_quant_shapes(le, q.bits, q.group_size, ws, ss)) {
-        fmt_shape(exp, sizeof exp, le->shape, le->rank);
+        shape_format(exp, sizeof exp, le->shape, le->rank);
         finding(r, CHK_QUANT, le->name, le->layer, "", "",
                 "logical shape %s cannot be quantized with %d bits, group size %d (%s)", exp, q.bits, q.group_size,
                 explicit_entry ? "per-module override" : "global setting");
         return;
     }
     if (wt->rank != le->rank || memcmp(wt->shape, ws, (size_t)le->rank * sizeof *ws)) {
-        fmt_shape(exp, sizeof exp, ws, le->rank);
-        fmt_shape(got, sizeof got, wt->shape, wt->rank);
+        shape_format(exp, sizeof exp, ws, le->rank);
+        shape_format(got, sizeof got, wt->shape, wt->rank);
         uint64_t in = le->shape[le->rank - 1];
         uint64_t implied = wt->rank == le->rank && in ? wt->shape[wt->rank - 1] * 32 / in : 0;
         finding(r, CHK_SHAPE, le->name, le->layer, exp, got, "U32 codes for %d bits (config%s); the stored width implies %llu bits",
                 q.bits, explicit_entry ? " override" : "", (unsigned long long)implied);
     }
     if (st->rank != le->rank || memcmp(st->shape, ss, (size_t)le->rank * sizeof *ss)) {
-        fmt_shape(exp, sizeof exp, ss, le->rank);
-        fmt_shape(got, sizeof got, st->shape, st->rank);
+        shape_format(exp, sizeof exp, ss, le->rank);
+        shape_format(got, sizeof got, st->shape, st->rank);
         finding(r, CHK_SHAPE, s->rel, le->layer, exp, got, "scales for group size %d", q.group_size);
     }
 }
@@ -262,7 +253,7 @@ static void check_entry(struct check_report *r, const struct layout_entry *le, s
         finding(r, CHK_QUANT, b->rel, le->layer, "", "", ".biases without .scales");
     if (!w) {
         if (!le->redundant) {
-            fmt_shape(exp, sizeof exp, le->shape, le->rank);
+            shape_format(exp, sizeof exp, le->shape, le->rank);
             finding(r, CHK_MISSING, le->name, le->layer, exp, "", NULL);
         }
         return;

@@ -70,16 +70,6 @@ static int add_tensor(struct normalized *n, const struct layout_entry *le, const
     return ERR_OK;
 }
 
-/* "[512, 128]" */
-static void shape_text(const struct st_tensor *t, char *buf, size_t len)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < t->rank && o < len; d++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
 /* lm_head.weight is accepted only when it holds the tied embedding. */
 static int check_lm_head(const struct ckpt *ck, const struct ckpt_tensor *head, const struct norm_tensor *emb,
                          struct err *e)
@@ -91,8 +81,8 @@ static int check_lm_head(const struct ckpt *ck, const struct ckpt_tensor *head, 
                        ck->dir);
     if (a->dtype != b->dtype || a->rank != b->rank || memcmp(a->shape, b->shape, sizeof a->shape)) {
         char sa[160], sb[160];
-        shape_text(a, sa, sizeof sa);
-        shape_text(b, sb, sizeof sb);
+        shape_format(sa, sizeof sa, a->shape, a->rank);
+        shape_format(sb, sizeof sb, b->shape, b->rank);
         return err_set(e, ERR_FORMAT, "%s: lm_head.weight (%s %s) differs in dtype or shape from embed_tokens.weight "
                                       "(%s %s), but Gemma 4 ties the output head to the embedding",
                        ck->dir, dtype_name(a->dtype), sa, dtype_name(b->dtype), sb);

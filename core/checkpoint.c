@@ -74,10 +74,16 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
     c->bytes_read += len;
     struct json_object *root = NULL;
     rc = jsonx_parse(text, len, &root, e);
+    bool nul = rc == ERR_OK && jsonx_has_escaped_nul(text, len);
     free(text);
     if (rc != ERR_OK)
         return err_prefix(e, "%s", index_path);
     struct json_object *wm;
+    if (nul) {
+        /* json-c would silently cut a tensor or shard name at the NUL (formats.md §1.5) */
+        rc = err_set(e, ERR_FORMAT, "%s: contains a string with an escaped NUL (\\u0000)", index_path);
+        goto out;
+    }
     if (json_object_get_type(root) != json_type_object || !json_object_object_get_ex(root, "weight_map", &wm) ||
         json_object_get_type(wm) != json_type_object) {
         rc = err_set(e, ERR_FORMAT, "%s: expected an object with a \"weight_map\" object", index_path);
@@ -102,12 +108,7 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
                          index_path, tname, jsonx_type_name(shard));
             goto out;
         }
-        const char *s = json_object_get_string(shard);
-        if ((size_t)json_object_get_string_len(shard) != strlen(s)) {
-            rc = err_set(e, ERR_FORMAT, "%s: weight_map[\"%s\"] = \"%s...\" contains a NUL byte (\\u0000), expected a "
-                         "plain file name", index_path, tname, s);
-            goto out;
-        }
+        const char *s = json_object_get_string(shard); /* no NUL inside: checked above */
         if (!plain_file_name(s)) {
             rc = err_set(e, ERR_FORMAT, "%s: weight_map[\"%s\"] = \"%s\" is not a plain file name in the same directory",
                          index_path, tname, s);

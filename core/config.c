@@ -172,6 +172,25 @@ static void parse_rope(struct diag *d, struct json_object *rp, const char *type_
 
 /* --- quantization metadata (formats.md §3) --- */
 
+/* A present, non-null integer key of a per-module override replaces *out. */
+static void override_int(struct diag *d, struct json_object *o, const char *key, const char *where, int64_t hi,
+                         int *out)
+{
+    struct json_object *v = get(o, key);
+    if (!v || json_object_get_type(v) == json_type_null)
+        return;
+    char scope[310];
+    snprintf(scope, sizeof scope, "%s.", where);
+    struct diag sub = *d;
+    sub.scope = scope;
+    int64_t x;
+    get_int(&sub, o, key, REQUIRED, 0, 1, hi, &x);
+    d->n = sub.n;
+    d->used = sub.used;
+    if (x)
+        *out = (int)x;
+}
+
 static void parse_qspec_dict(struct diag *d, struct json_object *o, const char *where, struct cfg_qspec *s)
 {
     /* Missing or null keys take the MODE defaults, not the top-level values. */
@@ -184,30 +203,8 @@ static void parse_qspec_dict(struct diag *d, struct json_object *o, const char *
                     json_object_to_json_string(m));
     }
     qmode_defaults(s->mode, &s->group_size, &s->bits);
-    int64_t v;
-    struct json_object *g = get(o, "group_size"), *b = get(o, "bits");
-    if (g && json_object_get_type(g) != json_type_null) {
-        char key[310];
-        snprintf(key, sizeof key, "%s.", where);
-        struct diag sub = *d;
-        sub.scope = key;
-        get_int(&sub, o, "group_size", REQUIRED, 0, 1, 1024, &v);
-        d->n = sub.n;
-        d->used = sub.used;
-        if (v)
-            s->group_size = (int)v;
-    }
-    if (b && json_object_get_type(b) != json_type_null) {
-        char key[310];
-        snprintf(key, sizeof key, "%s.", where);
-        struct diag sub = *d;
-        sub.scope = key;
-        get_int(&sub, o, "bits", REQUIRED, 0, 1, 64, &v);
-        d->n = sub.n;
-        d->used = sub.used;
-        if (v)
-            s->bits = (int)v;
-    }
+    override_int(d, o, "group_size", where, 1024, &s->group_size);
+    override_int(d, o, "bits", where, 64, &s->bits);
     if (!quant_params_valid(s->mode, s->bits, s->group_size))
         problem(d, "%s: %s bits %d group_size %d is not a valid MLX quantization (affine: bits 2,3,4,5,6,8 and "
                    "group_size 32,64,128; mxfp4 4/32; nvfp4 4/16; mxfp8 8/32)",

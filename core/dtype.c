@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/bytes.h"
@@ -34,6 +35,16 @@ bool dtype_from_name(const char *s, size_t len, enum dtype *out)
 bool dtype_is_weight_float(enum dtype t)
 {
     return t == DT_F32 || t == DT_F16 || t == DT_BF16;
+}
+
+char *shape_format(char *buf, size_t len, const uint64_t *shape, int rank)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+    return buf;
 }
 
 bool shape_numel(const uint64_t *shape, int rank, uint64_t *numel)

@@ -37,6 +37,9 @@ bool dtype_is_weight_float(enum dtype t);
  * the problem; the caller prefixes the tensor name). */
 int dtype_nbytes(enum dtype t, const uint64_t *shape, int rank, uint64_t *nbytes, struct err *e);
 
+/* "[512, 128]" into buf (truncated to len). Returns buf. */
+char *shape_format(char *buf, size_t len, const uint64_t *shape, int rank);
+
 /* Number of elements (product of dims), checked. */
 bool shape_numel(const uint64_t *shape, int rank, uint64_t *numel);
 

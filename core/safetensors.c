@@ -215,8 +215,11 @@ int st_open(struct st_file *f, const char *path, unsigned flags, struct err *e)
     if (!f->path)
         return err_set(e, ERR_NOMEM, "cannot copy a path");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) {
+        int rc = err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        st_close(f);
+        return rc;
+    }
     int rc = ERR_OK;
     char *hdr = NULL;
     struct stat st;

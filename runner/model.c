@@ -96,15 +96,6 @@ static struct srcq quant_of(const struct model *m, const char *module)
     return q;
 }
 
-static void fmt_dims(char *buf, size_t len, const uint64_t *s, int rank)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)s[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
 /* A matrix [experts?, rows, cols] under module path `module`. */
 static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows, int64_t cols, struct err *e,
                    const char *fmt, ...) __attribute__((format(printf, 7, 8)));
@@ -129,8 +120,8 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
     const uint64_t *ex = experts ? expect : expect + 1;
     if (ws.rank != rank || memcmp(ws.shape, ex, (size_t)rank * sizeof *ex) ||
         (q.bits ? ws.dtype != DT_U32 : !dtype_is_weight_float(ws.dtype))) {
-        fmt_dims(got, sizeof got, ws.shape, ws.rank);
-        fmt_dims(want, sizeof want, ex, rank);
+        shape_format(got, sizeof got, ws.shape, ws.rank);
+        shape_format(want, sizeof want, ex, rank);
         return err_set(e, ERR_FORMAT, "model: %s is %s %s, expected %s %s", name, dtype_name(ws.dtype), got,
                        q.bits ? "U32" : "F32/F16/BF16", want);
     }
