@@ -865,7 +865,7 @@ static int cmd_run(int argc, char **argv)
         goto out;
     }
     int64_t T = seqs.len[0], V = m.cfg.vocab_size;
-    int rc = runner_init(&r, &m, o.threads, o.kernels, &e);
+    int rc = runner_init(&r, &m, o.threads, o.kernels, NULL, 1, &e);
     logits = o.dump ? malloc((size_t)(T * V) * sizeof *logits) : NULL;
     last = malloc((size_t)V * sizeof *last);
     gen = malloc((size_t)(o.generate ? o.generate : 1) * sizeof *gen);
@@ -996,7 +996,7 @@ static int golden_make(int argc, char **argv)
     }
     int64_t T = seqs.len[0], V = m.cfg.vocab_size;
     float *logits = malloc((size_t)(T * V) * sizeof *logits);
-    int rc = runner_init(&r, &m, threads, KERN_BEST, &e);
+    int rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
     if (rc == ERR_OK && !logits)
         rc = err_set(&e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)
@@ -1095,7 +1095,7 @@ static int golden_check(int argc, char **argv)
     if (rc == ERR_OK && g.T == 0)
         rc = err_set(&e, ERR_FORMAT, "%s: golden holds no positions", argv[optind + 1]);
     if (rc == ERR_OK)
-        rc = runner_init(&r, &m, threads, KERN_BEST, &e);
+        rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
     if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
         rc = err_set(&e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)

@@ -1,6 +1,7 @@
 /* forward.c - gemma4-architecture.md §3, step by step.
- * Activations are fp32 row-major [n, width]; weights stay in their stored
- * form (kernels/kernels.h). Constants √H, H^-½, √P and 2^-½ are exact fp32. */
+ * Activations are fp32 row-major [N, width], the N tokens of all items of a
+ * step one after the other; weights stay in their stored form
+ * (kernels/kernels.h). Constants √H, H^-½, √P and 2^-½ are exact fp32. */
 #include "runner/forward.h"
 
 #include <math.h>
@@ -8,6 +9,17 @@
 #include <string.h>
 
 /* ---- setup ---- */
+
+int kv_opts_validate(const struct kv_opts *o, struct err *e)
+{
+    if (o->bits != 0 && o->bits != 4 && o->bits != 8)
+        return err_set(e, ERR_USAGE, "--kv-bits %d: accepted values are 4 and 8", o->bits);
+    if (o->group_size != 32 && o->group_size != 64 && o->group_size != 128)
+        return err_set(e, ERR_USAGE, "--kv-group-size %d: accepted values are 32, 64 and 128", o->group_size);
+    if (o->start < 0)
+        return err_set(e, ERR_USAGE, "--kv-start %lld: expected a non-negative position", (long long)o->start);
+    return ERR_OK;
+}
 
 static double *rope_table(const struct cfg_rope *rp, int64_t d)
 {
@@ -23,27 +35,47 @@ static double *rope_table(const struct cfg_rope *rp, int64_t d)
     return f;
 }
 
-int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level, struct err *e)
+/* Entry format of layer i's cache under the runner's KV options. */
+static void layer_fmt(const struct runner *r, int64_t i, struct kv_fmt *f)
+{
+    const struct cfg_layer *ly = &r->m->cfg.layers[i];
+    int bits = (int)i == r->kv_float_layer ? 0 : r->kv.bits;
+    int gs = r->kv.group_size < ly->head_dim ? r->kv.group_size : (int)ly->head_dim; /* groups stay within a head */
+    kv_fmt_init(f, ly->kv_heads, ly->head_dim, bits, gs, r->kv.start);
+}
+
+int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
+                const struct kv_opts *kv, int n_seq, struct err *e)
 {
     memset(r, 0, sizeof *r);
     r->m = m;
     r->threads = threads < 1 ? 1 : threads;
+    r->kv = kv ? *kv : (struct kv_opts){.group_size = 64};
     kern_init(&r->kt, level);
     const struct gp_config *c = &m->cfg;
-    r->cache = calloc((size_t)c->n_layers, sizeof *r->cache);
-    if (!r->cache)
-        return err_set(e, ERR_NOMEM, "cannot allocate caches");
-    for (int64_t i = 0; i < c->n_layers; i++) {
-        const struct cfg_layer *ly = &c->layers[i];
-        struct kv_cache *kc = &r->cache[i];
-        kc->dim = ly->kv_heads * ly->head_dim;
-        kc->ring = ly->type == LT_SLIDING;
-        if (!ly->shared && kc->ring) {
-            kc->cap = c->sliding_window;
-            kc->k = malloc((size_t)(kc->cap * kc->dim) * sizeof(float));
-            kc->v = malloc((size_t)(kc->cap * kc->dim) * sizeof(float));
-            if (!kc->k || !kc->v)
-                return err_set(e, ERR_NOMEM, "cannot allocate the sliding cache of layer %lld", (long long)i);
+    int rc = kv_opts_validate(&r->kv, e);
+    if (rc != ERR_OK)
+        return rc;
+    r->kv_float_layer = -1;
+    for (int64_t i = 0; r->kv.skip_last_full && i < c->first_shared; i++)
+        if (c->layers[i].type == LT_FULL)
+            r->kv_float_layer = (int)i; /* the source of every KV-shared full-attention layer */
+    r->seq = calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof *r->seq);
+    if (!r->seq)
+        return err_set(e, ERR_NOMEM, "cannot allocate %d sequences", n_seq);
+    r->n_seq = n_seq;
+    for (int s = 0; s < n_seq; s++) {
+        r->seq[s].cache = calloc((size_t)c->n_layers, sizeof *r->seq[s].cache);
+        if (!r->seq[s].cache)
+            return err_set(e, ERR_NOMEM, "cannot allocate caches");
+        for (int64_t i = 0; i < c->n_layers; i++) {
+            if (c->layers[i].shared)
+                continue;
+            struct kv_fmt f;
+            layer_fmt(r, i, &f);
+            rc = kv_cache_init(&r->seq[s].cache[i], &f, c->layers[i].type == LT_SLIDING, c->sliding_window, e);
+            if (rc != ERR_OK)
+                return rc;
         }
     }
     for (int t = 0; t < 2; t++) {
@@ -57,90 +89,96 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
     return ERR_OK;
 }
 
-void runner_reset(struct runner *r)
+void runner_reset(struct runner *r, int seq)
 {
-    r->pos = 0;
+    r->seq[seq].pos = 0;
 }
 
 void runner_free(struct runner *r)
 {
     if (!r)
         return;
-    if (r->cache)
-        for (int64_t i = 0; i < r->m->cfg.n_layers; i++) {
-            free(r->cache[i].k);
-            free(r->cache[i].v);
-        }
-    free(r->cache);
+    for (int s = 0; r->seq && s < r->n_seq; s++) {
+        for (int64_t i = 0; r->seq[s].cache && i < r->m->cfg.n_layers; i++)
+            kv_cache_free(&r->seq[s].cache[i]);
+        free(r->seq[s].cache);
+    }
+    free(r->seq);
     free(r->inv_freq[0]);
     free(r->inv_freq[1]);
     memset(r, 0, sizeof *r);
 }
 
-/* Makes room for `need` positions in a full-attention cache (steps of 256). */
-static int cache_reserve(struct kv_cache *kc, int64_t need, struct err *e)
+size_t runner_cache_bytes(const struct runner *r, int seq)
 {
-    if (kc->ring || need <= kc->cap)
-        return ERR_OK;
-    int64_t cap = (need + 255) / 256 * 256;
-    float *k = realloc(kc->k, (size_t)(cap * kc->dim) * sizeof *k);
-    if (k)
-        kc->k = k;
-    float *v = k ? realloc(kc->v, (size_t)(cap * kc->dim) * sizeof *v) : NULL;
-    if (!k || !v)
-        return err_set(e, ERR_NOMEM, "cannot grow a KV cache to %lld positions", (long long)cap);
-    kc->v = v;
-    kc->cap = cap;
-    return ERR_OK;
+    size_t b = 0;
+    for (int64_t i = 0; i < r->m->cfg.n_layers; i++)
+        if (!r->m->cfg.layers[i].shared)
+            b += kv_cache_bytes(&r->seq[seq].cache[i]);
+    return b;
 }
+
+/* ---- one step ---- */
+
+/* A step: the items' tokens are rows off..off+n-1 of every activation. */
+struct step_item {
+    struct seq_state *s;
+    int64_t off, n, p0;
+    const uint8_t *key_mask;
+    struct kv_rows *pending;     /* [L]: this chunk's entries of each KV-owning layer */
+};
+
+struct fwd {
+    struct runner *r;
+    struct step_item *it;
+    int n_items;
+    int64_t N;                   /* tokens in the step */
+};
 
 /* ---- attention ---- */
 
-/* Keys and values a layer attends over: its source's cache (positions < p0)
- * and the source's keys/values of the current chunk (positions p0..p0+n-1). */
-struct kv_view {
-    const struct kv_cache *cache;
-    const float *k_new, *v_new;  /* [n, dim] */
-};
-
-static inline const float *key_at(const struct kv_view *kv, int64_t p, int64_t p0, bool v)
-{
-    if (p >= p0)
-        return (v ? kv->v_new : kv->k_new) + (p - p0) * kv->cache->dim;
-    int64_t slot = kv->cache->ring ? p % kv->cache->cap : p;
-    return (v ? kv->cache->v : kv->cache->k) + slot * kv->cache->dim;
-}
-
+/* Keys and values one item's queries of a layer see: the source layer's
+ * cache (positions < p0) and its entries of the current chunk. */
 struct attn_job {
-    const float *q;              /* [n, Nq, d] after norm and RoPE */
-    float *out;                  /* [n, Nq, d] */
-    struct kv_view kv;
-    int64_t n, p0, Nq, d, group, window; /* window 0: full attention */
-    const uint8_t *key_mask;     /* [n, p0 + n] or NULL */
+    const struct fwd *f;
+    const float *q;              /* [N, Nq, d] after norm and RoPE */
+    float *out;                  /* [N, Nq, d] */
+    int src;                     /* the layer whose entries are read */
+    int64_t Nq, d, group, window; /* window 0: full attention */
 };
 
 /* One (token, head): softmax(q·K) · V over the visible keys, in position order. */
 static void attn_task(void *arg, int64_t task)
 {
     const struct attn_job *j = arg;
-    int64_t t = task / j->Nq, h = task % j->Nq, P = j->p0 + t, g = h / j->group, d = j->d;
+    const struct fwd *f = j->f;
+    int64_t row = task / j->Nq, h = task % j->Nq, d = j->d, g = h / j->group;
+    const struct step_item *it = f->it;
+    while (row >= it->off + it->n)
+        it++;
+    int64_t t = row - it->off, P = it->p0 + t;
     int64_t k0 = j->window ? (P - j->window + 1 > 0 ? P - j->window + 1 : 0) : 0;
-    const float *q = j->q + (t * j->Nq + h) * d;
-    float *o = j->out + (t * j->Nq + h) * d;
-    float *s = malloc((size_t)(P - k0 + 1) * sizeof *s);
+    const struct kv_cache *cache = &it->s->cache[j->src];
+    const struct kv_rows *pend = &it->pending[j->src];
+    const float *q = j->q + (row * j->Nq + h) * d;
+    float *o = j->out + (row * j->Nq + h) * d;
+    float *s = malloc((size_t)(P - k0 + 1 + 2 * d) * sizeof *s), *kb = s + (P - k0 + 1), *vb = kb + d;
     if (!s)
         return;
     float m = -INFINITY;
     for (int64_t p = k0; p <= P; p++) {
         float *sp = &s[p - k0];
-        if (j->key_mask && !j->key_mask[t * (j->p0 + j->n) + p]) {
+        if (it->key_mask && !it->key_mask[t * (it->p0 + it->n) + p]) {
             *sp = -INFINITY;
             continue;
         }
-        const float *k = key_at(&j->kv, p, j->p0, false) + g * d;
+        if (p < it->p0)
+            kv_rows_get_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, kb, vb);
+        else
+            kv_rows_get_head(&cache->fmt, pend, p - it->p0, p, g, kb, vb);
         float dot = 0.0f;
         for (int64_t i = 0; i < d; i++)
-            dot += q[i] * k[i];
+            dot += q[i] * kb[i];
         *sp = dot; /* scale 1.0 (§3.5) */
         m = fmaxf(m, dot);
     }
@@ -154,71 +192,77 @@ static void attn_task(void *arg, int64_t task)
         float w = s[p - k0] / sum;
         if (w == 0.0f)
             continue;
-        const float *v = key_at(&j->kv, p, j->p0, true) + g * d;
+        if (p < it->p0)
+            kv_rows_get_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, kb, vb);
+        else
+            kv_rows_get_head(&cache->fmt, pend, p - it->p0, p, g, kb, vb);
         for (int64_t i = 0; i < d; i++)
-            o[i] += w * v[i];
+            o[i] += w * vb[i];
     }
     free(s);
 }
 
-/* Per-head RMSNorm (weighted or not) and optional RoPE of x[n, heads, d]. */
-static void heads_norm_rope(float *x, int64_t n, int64_t heads, int64_t d, const float *w, float eps,
-                            const double *inv_freq, int64_t p0)
+/* Per-head RMSNorm (weighted or not) and optional RoPE of x[N, heads, d]. */
+static void heads_norm_rope(const struct fwd *f, float *x, int64_t heads, int64_t d, const float *w, float eps,
+                            const double *inv_freq)
 {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t h = 0; h < heads; h++) {
-            float *v = x + (t * heads + h) * d;
-            kern_rmsnorm(v, v, w, d, eps);
-            if (inv_freq)
-                kern_rope(v, d, inv_freq, p0 + t);
-        }
+    for (int b = 0; b < f->n_items; b++)
+        for (int64_t t = 0; t < f->it[b].n; t++)
+            for (int64_t h = 0; h < heads; h++) {
+                float *v = x + ((f->it[b].off + t) * heads + h) * d;
+                kern_rmsnorm(v, v, w, d, eps);
+                if (inv_freq)
+                    kern_rope(v, d, inv_freq, f->it[b].p0 + t);
+            }
 }
 
-/* Scratch of one forward call. */
-struct fwd {
-    struct runner *r;
-    int64_t n, p0;
-    float **k_new, **v_new;      /* [L] -> [n, G·d] for KV-owning layers */
-};
-
-/* §3.5: a[n, H] -> attention output [n, H]. */
-static int attention(struct fwd *f, int64_t i, float *a, const uint8_t *key_mask, struct err *e)
+/* §3.5: a[N, H] -> attention output [N, H]. */
+static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
 {
     struct runner *r = f->r;
     const struct gp_config *c = &r->m->cfg;
     const struct cfg_layer *ly = &c->layers[i];
     const struct layer_weights *L = &r->m->layers[i];
-    int64_t n = f->n, Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
+    int64_t N = f->N, Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
     float eps = (float)c->rms_eps;
     const double *rope = r->inv_freq[ly->type];
-    float *q = malloc((size_t)(n * Nq * d) * sizeof *q);   /* [n, Nq, d] */
-    float *o = malloc((size_t)(n * Nq * d) * sizeof *o);   /* [n, Nq, d] */
-    if (!q || !o) {
-        free(q);
-        free(o);
-        return err_set(e, ERR_NOMEM, "attention buffers");
+    float *q = malloc((size_t)(N * Nq * d) * sizeof *q);       /* [N, Nq, d] */
+    float *o = malloc((size_t)(N * Nq * d) * sizeof *o);       /* [N, Nq, d] */
+    float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
+    float *v = malloc((size_t)(N * G * d) * sizeof *v);        /* [N, G, d] */
+    int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
+    if (rc == ERR_OK) {
+        kern_matmul(&r->kt, &L->q, a, N, q, r->threads);                 /* Q = a·Wqᵀ */
+        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope);              /* q_norm, RoPE */
     }
-    kern_matmul(&r->kt, &L->q, a, n, q, r->threads);                   /* Q = a·Wqᵀ */
-    heads_norm_rope(q, n, Nq, d, L->q_norm, eps, rope, f->p0);         /* q_norm, RoPE */
-    if (!ly->shared) {
-        float *k = f->k_new[i], *v = f->v_new[i];                       /* [n, G, d] */
-        kern_matmul(&r->kt, &L->k, a, n, k, r->threads);               /* K_raw = a·Wkᵀ */
+    if (rc == ERR_OK && !ly->shared) {
+        kern_matmul(&r->kt, &L->k, a, N, k, r->threads);                 /* K_raw = a·Wkᵀ */
         if (ly->k_eq_v)
-            memcpy(v, k, (size_t)(n * G * d) * sizeof *v);             /* V_raw = K_raw (k_eq_v) */
+            memcpy(v, k, (size_t)(N * G * d) * sizeof *v);               /* V_raw = K_raw (k_eq_v) */
         else
-            kern_matmul(&r->kt, &L->v, a, n, v, r->threads);           /* V_raw = a·Wvᵀ */
-        heads_norm_rope(k, n, G, d, L->k_norm, eps, rope, f->p0);      /* k_norm, RoPE */
-        heads_norm_rope(v, n, G, d, NULL, eps, NULL, f->p0);           /* v_norm (no weight, no RoPE) */
+            kern_matmul(&r->kt, &L->v, a, N, v, r->threads);             /* V_raw = a·Wvᵀ */
+        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope);               /* k_norm, RoPE */
+        heads_norm_rope(f, v, G, d, NULL, eps, NULL);                    /* v_norm (no weight, no RoPE) */
+        for (int b = 0; b < f->n_items && rc == ERR_OK; b++) {           /* the chunk's entries, as stored */
+            struct step_item *it = &f->it[b];
+            const struct kv_fmt *fmt = &it->s->cache[i].fmt;
+            if ((rc = kv_rows_alloc(fmt, &it->pending[i], it->n, e)) != ERR_OK)
+                break;
+            for (int64_t t = 0; t < it->n; t++)
+                kv_rows_put(fmt, &it->pending[i], t, it->p0 + t, k + (it->off + t) * G * d, v + (it->off + t) * G * d);
+        }
     }
-    int src = ly->kv_src;                                              /* self, or the source layer */
-    struct attn_job j = {.q = q, .out = o, .kv = {&r->cache[src], f->k_new[src], f->v_new[src]}, .n = n,
-                         .p0 = f->p0, .Nq = Nq, .d = d, .group = Nq / G,
-                         .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .key_mask = key_mask};
-    kern_parallel(r->threads, n * Nq, attn_task, &j);
-    kern_matmul(&r->kt, &L->o, o, n, a, r->threads);                   /* a = O·Woᵀ */
+    if (rc == ERR_OK) {
+        struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = Nq / G,
+                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0};
+        kern_parallel(r->threads, N * Nq, attn_task, &j);                 /* softmax(Q·Kᵀ)·V per head */
+        kern_matmul(&r->kt, &L->o, o, N, a, r->threads);                 /* a = O·Woᵀ */
+    }
     free(q);
     free(o);
-    return ERR_OK;
+    free(k);
+    free(v);
+    return rc;
 }
 
 /* ---- feed-forward ---- */
@@ -367,116 +411,146 @@ static int check_tokens(const struct gp_config *c, const int32_t *tokens, int64_
     return ERR_OK;
 }
 
-int runner_forward(struct runner *r, const int32_t *tokens, int64_t n, float *logits, bool all_rows,
-                   const uint8_t *key_mask, struct err *e)
+/* Appends each item's chunk entries to its sequence's caches (§4). */
+static int commit(struct fwd *f, struct err *e)
+{
+    const struct gp_config *c = &f->r->m->cfg;
+    for (int b = 0; b < f->n_items; b++) {
+        struct step_item *it = &f->it[b];
+        for (int64_t i = 0; i < c->n_layers; i++) {
+            struct kv_cache *kc = &it->s->cache[i];
+            if (c->layers[i].shared)
+                continue;
+            int rc = kv_cache_reserve(kc, it->p0 + it->n, e);
+            if (rc != ERR_OK)
+                return rc;
+            for (int64_t t = 0; t < it->n; t++)
+                kv_rows_copy(&kc->fmt, &kc->rows, kv_cache_slot(kc, it->p0 + t), &it->pending[i], t, it->p0 + t);
+        }
+        it->s->pos = it->p0 + it->n;
+    }
+    return ERR_OK;
+}
+
+int runner_step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
+                struct err *e)
 {
     const struct model *m = r->m;
     const struct gp_config *c = &m->cfg;
-    int64_t H = c->hidden_size, V = c->vocab_size, Lc = c->n_layers, p0 = r->pos;
+    int64_t H = c->hidden_size, V = c->vocab_size, Lc = c->n_layers, N = 0;
     float eps = (float)c->rms_eps;
-    int rc = check_tokens(c, tokens, n, e);
-    if (rc != ERR_OK || n <= 0)
-        return rc;
-    struct fwd f = {r, n, p0, calloc((size_t)Lc, sizeof(float *)), calloc((size_t)Lc, sizeof(float *))};
-    float *x = malloc((size_t)(n * H) * sizeof *x);                      /* residual stream [n, H] */
-    float *a = malloc((size_t)(n * H) * sizeof *a);                      /* branch [n, H] */
-    float *ple = c->ple_dim ? malloc((size_t)(n * Lc * c->ple_dim) * sizeof *ple) : NULL; /* [n, L, P] */
-    float *g = c->ple_dim ? malloc((size_t)(n * c->ple_dim) * sizeof *g) : NULL;          /* [n, P] */
-    if (!f.k_new || !f.v_new || !x || !a || (c->ple_dim && (!ple || !g))) {
-        rc = err_set(e, ERR_NOMEM, "forward buffers for %lld tokens", (long long)n);
-        goto out;
+    struct fwd f = {r, calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *f.it), n_items, 0};
+    int32_t *tokens = NULL;
+    float *x = NULL, *a = NULL, *ple = NULL, *g = NULL;
+    int rc = f.it ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
+    for (int b = 0; b < n_items && rc == ERR_OK; b++) {
+        const struct runner_item *in = &items[b];
+        if (in->seq < 0 || in->seq >= r->n_seq || in->n <= 0)
+            rc = err_set(e, ERR_USAGE, "batch item %d: sequence %d of %d, %lld tokens", b, in->seq, r->n_seq,
+                         (long long)in->n);
+        for (int q = 0; q < b && rc == ERR_OK; q++)
+            if (items[q].seq == in->seq)
+                rc = err_set(e, ERR_USAGE, "batch items %d and %d continue the same sequence %d", q, b, in->seq);
+        if (rc == ERR_OK)
+            rc = check_tokens(c, in->tokens, in->n, e);
+        f.it[b] = (struct step_item){&r->seq[in->seq], N, in->n, r->seq[in->seq].pos, in->key_mask,
+                                     calloc((size_t)Lc, sizeof(struct kv_rows))};
+        if (rc == ERR_OK && !f.it[b].pending)
+            rc = err_set(e, ERR_NOMEM, "out of memory");
+        N += in->n;
     }
-    for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
-        if (c->layers[i].shared)
-            continue;
-        int64_t dim = r->cache[i].dim;
-        f.k_new[i] = malloc((size_t)(n * dim) * sizeof(float));
-        f.v_new[i] = malloc((size_t)(n * dim) * sizeof(float));
-        if (!f.k_new[i] || !f.v_new[i])
-            rc = err_set(e, ERR_NOMEM, "chunk K/V buffers");
-    }
+    f.N = N;
     if (rc != ERR_OK)
         goto out;
+    tokens = malloc((size_t)N * sizeof *tokens);                         /* [N] */
+    x = malloc((size_t)(N * H) * sizeof *x);                             /* residual stream [N, H] */
+    a = malloc((size_t)(N * H) * sizeof *a);                             /* branch [N, H] */
+    if (c->ple_dim) {
+        ple = malloc((size_t)(N * Lc * c->ple_dim) * sizeof *ple);       /* [N, L, P] */
+        g = malloc((size_t)(N * c->ple_dim) * sizeof *g);                /* [N, P] */
+    }
+    if (!tokens || !x || !a || (c->ple_dim && (!ple || !g))) {
+        rc = err_set(e, ERR_NOMEM, "forward buffers for %lld tokens", (long long)N);
+        goto out;
+    }
+    for (int b = 0; b < n_items; b++)
+        memcpy(tokens + f.it[b].off, items[b].tokens, (size_t)items[b].n * sizeof *tokens);
 
     float s_e = sqrtf((float)H);                                         /* §3.2 embedding scale √H */
-    for (int64_t t = 0; t < n; t++) {
+    for (int64_t t = 0; t < N; t++) {
         kern_row_f32(&m->embed, tokens[t], x + t * H);
         for (int64_t k = 0; k < H; k++)
             x[t * H + k] *= s_e;
     }
-    if (c->ple_dim && (rc = per_layer_inputs(r, tokens, x, n, ple, e)) != ERR_OK)
+    if (c->ple_dim && (rc = per_layer_inputs(r, tokens, x, N, ple, e)) != ERR_OK)
         goto out;
 
     for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
         const struct layer_weights *L = &m->layers[i];
-        for (int64_t t = 0; t < n; t++)
+        for (int64_t t = 0; t < N; t++)
             kern_rmsnorm(a + t * H, x + t * H, L->ln_in, H, eps);          /* 1. input_layernorm */
-        if ((rc = attention(&f, i, a, key_mask, e)) != ERR_OK)            /* 2. attention */
+        if ((rc = attention(&f, i, a, e)) != ERR_OK)                       /* 2. attention */
             break;
-        for (int64_t t = 0; t < n; t++) {
+        for (int64_t t = 0; t < N; t++) {
             kern_rmsnorm(a + t * H, a + t * H, L->ln_post_attn, H, eps);   /* 3. post_attention_layernorm */
             for (int64_t k = 0; k < H; k++)
                 x[t * H + k] += a[t * H + k];                              /* 4. residual */
         }
-        if ((rc = feed_forward(r, i, x, n, a, e)) != ERR_OK)               /* 5-6. feed-forward */
+        if ((rc = feed_forward(r, i, x, N, a, e)) != ERR_OK)               /* 5-6. feed-forward */
             break;
-        for (int64_t k = 0; k < n * H; k++)
+        for (int64_t k = 0; k < N * H; k++)
             x[k] += a[k];                                                  /* 7. residual */
         if (c->ple_dim) {                                                  /* 8. per-layer input gate */
             int64_t P = c->ple_dim;
-            kern_matmul(&r->kt, &L->ple_gate, x, n, g, r->threads);
-            for (int64_t t = 0; t < n; t++)
+            kern_matmul(&r->kt, &L->ple_gate, x, N, g, r->threads);
+            for (int64_t t = 0; t < N; t++)
                 for (int64_t k = 0; k < P; k++)
                     g[t * P + k] = kern_gelu(g[t * P + k]) * ple[(t * Lc + i) * P + k];
-            kern_matmul(&r->kt, &L->ple_proj, g, n, a, r->threads);
-            for (int64_t t = 0; t < n; t++) {
+            kern_matmul(&r->kt, &L->ple_proj, g, N, a, r->threads);
+            for (int64_t t = 0; t < N; t++) {
                 kern_rmsnorm(a + t * H, a + t * H, L->ln_post_ple, H, eps);
                 for (int64_t k = 0; k < H; k++)
                     x[t * H + k] += a[t * H + k];
             }
         }
-        for (int64_t k = 0; k < n * H; k++)
+        for (int64_t k = 0; k < N * H; k++)
             x[k] *= L->layer_scalar;                                       /* 9. layer_scalar */
     }
     if (rc != ERR_OK)
         goto out;
 
-    /* §3.9: final norm, tied head, soft-cap */
-    int64_t first = all_rows ? 0 : n - 1, rows = n - first;
-    for (int64_t t = first; t < n; t++)
-        kern_rmsnorm(a + (t - first) * H, x + t * H, m->final_norm, H, eps);
+    /* §3.9: final norm, tied head, soft-cap (every row, or each item's last) */
+    int64_t rows = 0;
+    for (int b = 0; b < n_items; b++)
+        for (int64_t t = all_rows ? 0 : f.it[b].n - 1; t < f.it[b].n; t++, rows++)
+            kern_rmsnorm(a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
     kern_matmul(&r->kt, &m->embed, a, rows, logits, r->threads);
     if (c->has_softcap) {
         float cap = (float)c->softcap;
         for (int64_t k = 0; k < rows * V; k++)
             logits[k] = cap * tanhf(logits[k] / cap);
     }
-
-    /* commit this chunk's keys and values to the caches (§4) */
-    for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
-        struct kv_cache *kc = &r->cache[i];
-        if (c->layers[i].shared || (rc = cache_reserve(kc, p0 + n, e)) != ERR_OK)
-            continue;
-        for (int64_t t = 0; t < n; t++) {
-            int64_t slot = kc->ring ? (p0 + t) % kc->cap : p0 + t;
-            memcpy(kc->k + slot * kc->dim, f.k_new[i] + t * kc->dim, (size_t)kc->dim * sizeof(float));
-            memcpy(kc->v + slot * kc->dim, f.v_new[i] + t * kc->dim, (size_t)kc->dim * sizeof(float));
-        }
-    }
-    if (rc == ERR_OK)
-        r->pos = p0 + n;
+    rc = commit(&f, e);
 out:
-    for (int64_t i = 0; f.k_new && i < Lc; i++) {
-        free(f.k_new[i]);
-        free(f.v_new[i]);
+    for (int b = 0; f.it && b < n_items; b++) {
+        for (int64_t i = 0; f.it[b].pending && i < Lc; i++)
+            kv_rows_free(&f.it[b].pending[i]);
+        free(f.it[b].pending);
     }
-    free(f.k_new);
-    free(f.v_new);
+    free(f.it);
+    free(tokens);
     free(x);
     free(a);
     free(ple);
     free(g);
     return rc;
+}
+
+int runner_forward(struct runner *r, const int32_t *tokens, int64_t n, float *logits, bool all_rows,
+                   const uint8_t *key_mask, struct err *e)
+{
+    struct runner_item it = {0, tokens, n, key_mask};
+    return runner_step(r, &it, 1, logits, all_rows, e);
 }
 
 int runner_prompt(struct runner *r, const int32_t *tokens, int64_t T, int64_t chunk, float *logits, float *last,

@@ -33,7 +33,7 @@ static float *run_logits(const char *model_path, const int32_t *tokens, int64_t 
     struct runner r;
     struct err e = {0};
     cr_assert_eq(model_open(&m, model_path, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(runner_init(&r, &m, threads, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
     int64_t V = m.cfg.vocab_size;
     float *logits = malloc((size_t)(T * V) * sizeof *logits);
     cr_assert(logits);
@@ -160,7 +160,7 @@ static void external(const char *name)
         struct model m;
         struct runner r;
         cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
-        cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
         V = m.cfg.vocab_size;
         float *logits = malloc((size_t)(T * V) * sizeof *logits);
         if (mode == 0) {
@@ -289,7 +289,7 @@ Test(runner, all_true_mask_equals_no_mask)
     memset(mask, 1, (size_t)(T * T));
     for (int with_mask = 0; with_mask < 2; with_mask++) {
         struct runner r;
-        cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
         cr_assert_eq(runner_forward(&r, s.seq[0], T, with_mask ? b : a, true, with_mask ? mask : NULL, &e), ERR_OK,
                      "%s", e.msg);
         runner_free(&r);
@@ -298,7 +298,7 @@ Test(runner, all_true_mask_equals_no_mask)
     /* and the mask is live: hiding key 0 from the last query changes its row */
     struct runner r;
     mask[(T - 1) * T + 0] = 0;
-    cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(runner_forward(&r, s.seq[0], T, b, true, mask, &e), ERR_OK, "%s", e.msg);
     cr_expect_neq(memcmp(a + (T - 1) * V, b + (T - 1) * V, (size_t)V * sizeof *a), 0, "a masked key had no effect");
     runner_free(&r);

@@ -1,0 +1,137 @@
+#include "runner/kvcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+
+void kv_fmt_init(struct kv_fmt *f, int64_t heads, int64_t d, int bits, int gs, int64_t qstart)
+{
+    memset(f, 0, sizeof *f);
+    f->heads = heads;
+    f->d = d;
+    f->bits = bits;
+    f->gs = gs;
+    f->qstart = qstart;
+    int64_t n = heads * d;
+    f->fbytes = (size_t)(2 * n) * sizeof(float);
+    if (bits)
+        f->qbytes = (size_t)(2 * n * bits / 8) + (size_t)(4 * (n / gs)) * sizeof(float);
+}
+
+/* Quantized entry layout: [K codes | V codes | K scales | K biases | V scales | V biases]. */
+static uint8_t *codes_at(const struct kv_fmt *f, uint8_t *e, int which)
+{
+    return e + (size_t)which * (size_t)(f->heads * f->d * f->bits / 8);
+}
+
+static float *params_at(const struct kv_fmt *f, uint8_t *e, int k)
+{
+    size_t n = (size_t)(f->heads * f->d), ng = n / (size_t)f->gs;
+    return (float *)(void *)(e + 2 * n * (size_t)f->bits / 8) + (size_t)k * ng;
+}
+
+/* One row of heads·d values as affine groups: codes, scales, biases. */
+static void quantize_row(const struct kv_fmt *f, const float *x, uint8_t *codes, float *scales, float *biases)
+{
+    int64_t n = f->heads * f->d, ng = n / f->gs;
+    uint8_t c[128];
+    memset(codes, 0, (size_t)(n * f->bits / 8));
+    for (int64_t g = 0; g < ng; g++) {
+        quant_affine_group(x + g * f->gs, f->gs, f->bits, c, &scales[g], &biases[g]);
+        quant_pack_codes(c, (size_t)f->gs, f->bits, (uint32_t *)(void *)(codes + g * f->gs * f->bits / 8));
+    }
+}
+
+void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_t pos, const float *k, const float *v)
+{
+    size_t n = (size_t)(f->heads * f->d);
+    if (!kv_fmt_quantized(f, pos)) {
+        float *dst = (float *)(void *)(r->f + (size_t)slot * f->fbytes);
+        memcpy(dst, k, n * sizeof *dst);
+        memcpy(dst + n, v, n * sizeof *dst);
+        return;
+    }
+    uint8_t *e = r->q + (size_t)slot * f->qbytes;
+    quantize_row(f, k, codes_at(f, e, 0), params_at(f, e, 0), params_at(f, e, 1));
+    quantize_row(f, v, codes_at(f, e, 1), params_at(f, e, 2), params_at(f, e, 3));
+}
+
+void kv_rows_get_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, float *k,
+                      float *v)
+{
+    int64_t d = f->d, n = f->heads * d;
+    if (!kv_fmt_quantized(f, pos)) {
+        const float *src = (const float *)(const void *)(r->f + (size_t)slot * f->fbytes);
+        memcpy(k, src + h * d, (size_t)d * sizeof *k);
+        memcpy(v, src + n + h * d, (size_t)d * sizeof *v);
+        return;
+    }
+    uint8_t *e = r->q + (size_t)slot * f->qbytes;
+    int64_t g0 = h * d / f->gs; /* groups never straddle heads: gs divides d */
+    size_t off = (size_t)(h * d * f->bits / 8);
+    dequant_affine_row(codes_at(f, e, 0) + off, params_at(f, e, 0) + g0, params_at(f, e, 1) + g0, DT_F32, (size_t)d,
+                       f->gs, f->bits, k);
+    dequant_affine_row(codes_at(f, e, 1) + off, params_at(f, e, 2) + g0, params_at(f, e, 3) + g0, DT_F32, (size_t)d,
+                       f->gs, f->bits, v);
+}
+
+void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
+                  int64_t sslot, int64_t pos)
+{
+    if (kv_fmt_quantized(f, pos))
+        memcpy(dst->q + (size_t)dslot * f->qbytes, src->q + (size_t)sslot * f->qbytes, f->qbytes);
+    else
+        memcpy(dst->f + (size_t)dslot * f->fbytes, src->f + (size_t)sslot * f->fbytes, f->fbytes);
+}
+
+int kv_rows_alloc(const struct kv_fmt *f, struct kv_rows *r, int64_t cap, struct err *e)
+{
+    /* float part only when some position can be float: no quantization, or a float prefix */
+    bool need_f = f->bits == 0 || f->qstart > 0;
+    uint8_t *nf = need_f ? realloc(r->f, (size_t)cap * f->fbytes) : NULL;
+    if (need_f && !nf)
+        return err_set(e, ERR_NOMEM, "cannot allocate a KV cache of %lld entries", (long long)cap);
+    if (need_f)
+        r->f = nf;
+    if (f->bits) {
+        uint8_t *nq = realloc(r->q, (size_t)cap * f->qbytes);
+        if (!nq)
+            return err_set(e, ERR_NOMEM, "cannot allocate a quantized KV cache of %lld entries", (long long)cap);
+        r->q = nq;
+    }
+    r->cap = cap;
+    return ERR_OK;
+}
+
+void kv_rows_free(struct kv_rows *r)
+{
+    free(r->f);
+    free(r->q);
+    memset(r, 0, sizeof *r);
+}
+
+int kv_cache_init(struct kv_cache *c, const struct kv_fmt *f, bool ring, int64_t window, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->fmt = *f;
+    c->ring = ring;
+    return ring ? kv_rows_alloc(f, &c->rows, window, e) : ERR_OK;
+}
+
+int kv_cache_reserve(struct kv_cache *c, int64_t npos, struct err *e)
+{
+    if (c->ring || npos <= c->rows.cap)
+        return ERR_OK;
+    return kv_rows_alloc(&c->fmt, &c->rows, (npos + 255) / 256 * 256, e);
+}
+
+void kv_cache_free(struct kv_cache *c)
+{
+    kv_rows_free(&c->rows);
+}
+
+size_t kv_cache_bytes(const struct kv_cache *c)
+{
+    return (size_t)c->rows.cap * ((c->rows.f ? c->fmt.fbytes : 0) + (c->rows.q ? c->fmt.qbytes : 0));
+}
