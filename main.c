@@ -24,7 +24,8 @@
 #include "fixtures/fixture.h"
 #include "golden/golden.h"
 #include "runner/forward.h"
-#include "runner/sample.h"
+#include "runner/prefix.h"
+#include "runner/session.h"
 #include "runner/tokens.h"
 #include "gp_config.h"
 
@@ -690,47 +691,54 @@ static int cmd_verify(int argc, char **argv)
 /* ---- run ---- */
 
 static const char run_help[] =
-    "usage: gempack run MODEL (--tokens IDS | --tokens-file F) [options]\n"
+    "usage: gempack run MODEL (--tokens IDS ... | --tokens-file F) [options]\n"
     "\n"
     "Runs the Gemma 4 forward pass of MODEL (a .gpk pack, or a checkpoint\n"
     "directory converted in memory without requantizing) on token ids.\n"
     "\n"
-    "  --tokens 2,17,99        the prompt's token ids\n"
-    "  --tokens-file F         ids from a JSON list, {\"tokens\": [...]}, an .npy, or\n"
+    "  --tokens 2,17,99        a prompt's token ids; repeat for a batch\n"
+    "  --tokens-file F         ids from a JSON list, {\"tokens\": [...]}, a JSON list of\n"
+    "                          lists (a batch), an .npy [T] or [B, T], or\n"
     "                          whitespace-separated integers\n"
-    "  --mode M                prefill (default: the prompt as one chunk), decode (one\n"
-    "                          token at a time through the caches) or chunked:N\n"
-    "  --dump-logits OUT.npz   tokens.npy int32 [T] and logits.npy float32 [T, V]:\n"
-    "                          one row per prompt position, after the soft-cap\n"
-    "  --generate N            then generate N tokens (greedy unless --temperature)\n"
-    "  --temperature X, --top-k K, --top-p P, --seed S   sampling (seeded)\n"
+    "  --mode M                prefill (default: each prompt as one chunk), decode (one\n"
+    "                          token at a time) or chunked:N; a batch advances together\n"
+    "  --dump-logits OUT.npz   tokens.npy int32 and logits.npy float32, one row per\n"
+    "                          prompt position after the soft-cap: [T] and [T, V] for\n"
+    "                          one prompt; [B, Tmax], [B, Tmax, V] and lengths.npy [B]\n"
+    "                          for a batch (rows past a prompt's end are zero)\n"
+    "  --generate N            then generate N tokens per prompt (greedy unless\n"
+    "                          --temperature)\n"
+    "  --temperature X, --top-k K, --top-p P, --seed S   sampling (prompt b uses S+b)\n"
+    "  --kv-bits 4|8           quantize the KV cache (MLX affine, per token and head)\n"
+    "  --kv-group-size 32|64|128  its group size (default 64; at most the head dim)\n"
+    "  --kv-start N            positions below N stay float (default 0)\n"
+    "  --kv-skip-last-full-attention on|off  keep the cache of the last KV-owning\n"
+    "                          full-attention layer in float (default: the pack's\n"
+    "                          recorded choice, else on)\n"
+    "  --prefix-cache          reuse the KV state of shared prompt prefixes (RAM only)\n"
+    "  --prefix-cache-dir DIR  also keep entries on disk in DIR, across runs\n"
+    "  --prefix-block N        tokens per prefix block (default 64)\n"
+    "  --prefix-cache-hot-bytes N  RAM the hot tier may hold (default 256 MiB)\n"
     "  --threads N             worker threads (default 1; results are identical\n"
     "                          for any N)\n"
     "  --kernels K             best (default: fused SIMD dequant kernels, every mode\n"
     "                          bitwise identical), scalar (the reference), or blas\n"
     "                          (OpenBLAS sgemm for multi-token steps: faster prefill,\n"
     "                          logits within ~1e-4 of the other modes)\n"
-    "  --json                  one JSON object on stdout (tokens, timings)\n"
+    "  --json                  one JSON object on stdout (tokens, timings, caches)\n"
     "  -h, --help              this text\n";
 
 struct run_opts {
     const char *dump;
-    int64_t chunk;             /* 0 prefill, 1 decode, N chunked */
-    int64_t generate;
-    float temperature, top_p;
-    int top_k;
-    uint64_t seed;
+    struct session_opts s;
+    struct kv_opts kv;
+    bool kv_skip_given;
+    bool prefix;
+    struct prefix_opts prefix_o;
     int threads;
     enum kern_level kernels;
     bool json;
 };
-
-static double seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool parse_mode(const char *s, int64_t *chunk)
 {
@@ -766,17 +774,78 @@ static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
     return -1;
 }
 
+/* The pack's recorded KV choice (manifest runtime), else on. */
+static bool pack_kv_skip_default(const struct model *m)
+{
+    struct json_object *rt, *v;
+    if (m->from_pack && json_object_object_get_ex(m->pack.manifest, "runtime", &rt) &&
+        json_object_object_get_ex(rt, "kv_skip_last_full_attention", &v) &&
+        json_object_get_type(v) == json_type_boolean)
+        return json_object_get_boolean(v);
+    return true;
+}
+
+static int dump_batch(const char *path, const struct token_seqs *s, const struct session_result *res, int64_t V,
+                      const struct model *m, struct err *e)
+{
+    struct json_object *meta = json_object_new_object();
+    json_object_object_add(meta, "producer", json_object_new_string("gempack run " GEMPACK_VERSION));
+    json_object_object_add(meta, "model_fingerprint", json_object_new_string(m->fingerprint));
+    json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+    int rc;
+    if (s->n == 1) {
+        rc = golden_write(path, s->seq[0], s->len[0], res->logits, V, meta, e);
+    } else {
+        int64_t B = s->n, T = res->tmax;
+        int32_t *tok = calloc((size_t)(B * T), sizeof *tok);
+        int32_t *len = malloc((size_t)B * sizeof *len);
+        uint8_t *tb = NULL, *lb = NULL, *nb = NULL;
+        size_t tl = 0, ll = 0, nl = 0;
+        rc = tok && len ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
+        for (int64_t b = 0; rc == ERR_OK && b < B; b++) {
+            memcpy(tok + b * T, s->seq[b], (size_t)s->len[b] * sizeof *tok);
+            len[b] = (int32_t)s->len[b];
+        }
+        uint64_t ts[2] = {(uint64_t)B, (uint64_t)T}, ls[3] = {(uint64_t)B, (uint64_t)T, (uint64_t)V},
+                 ns[1] = {(uint64_t)B};
+        if (rc == ERR_OK)
+            rc = npy_encode(DT_I32, ts, 2, tok, &tb, &tl, e);
+        if (rc == ERR_OK)
+            rc = npy_encode(DT_F32, ls, 3, res->logits, &lb, &ll, e);
+        if (rc == ERR_OK)
+            rc = npy_encode(DT_I32, ns, 1, len, &nb, &nl, e);
+        if (rc == ERR_OK) {
+            const char *ms = json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PRETTY);
+            struct npz_member mm[4] = {{"tokens.npy", tb, tl}, {"logits.npy", lb, ll}, {"lengths.npy", nb, nl},
+                                       {"meta.json", ms, strlen(ms)}};
+            rc = npz_write(path, mm, 4, e);
+        }
+        free(tok);
+        free(len);
+        free(tb);
+        free(lb);
+        free(nb);
+    }
+    json_object_put(meta);
+    return rc;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"tokens", required_argument, 0, 't'},   {"tokens-file", required_argument, 0, 'T'},
-        {"mode", required_argument, 0, 'm'},     {"dump-logits", required_argument, 0, 'd'},
-        {"generate", required_argument, 0, 'g'}, {"temperature", required_argument, 0, 'x'},
-        {"top-k", required_argument, 0, 'k'},    {"top-p", required_argument, 0, 'p'},
-        {"seed", required_argument, 0, 's'},     {"threads", required_argument, 0, 'n'},
-        {"kernels", required_argument, 0, 'K'},  {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},           {0}};
-    struct run_opts o = {.threads = 1, .top_p = 1.0f, .kernels = KERN_BEST};
+        {"tokens", required_argument, 0, 't'},      {"tokens-file", required_argument, 0, 'T'},
+        {"mode", required_argument, 0, 'm'},        {"dump-logits", required_argument, 0, 'd'},
+        {"generate", required_argument, 0, 'g'},    {"temperature", required_argument, 0, 'x'},
+        {"top-k", required_argument, 0, 'k'},       {"top-p", required_argument, 0, 'p'},
+        {"seed", required_argument, 0, 's'},        {"threads", required_argument, 0, 'n'},
+        {"kernels", required_argument, 0, 'K'},     {"json", no_argument, 0, 'j'},
+        {"kv-bits", required_argument, 0, 'b'},     {"kv-group-size", required_argument, 0, 'G'},
+        {"kv-start", required_argument, 0, 'S'},    {"kv-skip-last-full-attention", required_argument, 0, 'L'},
+        {"prefix-cache", no_argument, 0, 'P'},      {"prefix-cache-dir", required_argument, 0, 'D'},
+        {"prefix-block", required_argument, 0, 'B'}, {"prefix-cache-hot-bytes", required_argument, 0, 'H'},
+        {"help", no_argument, 0, 'h'},              {0}};
+    struct run_opts o = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
+                         .prefix_o = {.block = 64, .hot_limit = 256u << 20}};
     struct token_seqs seqs = {0};
     unsigned long long v;
     int c, code = EXIT_ERROR;
@@ -788,7 +857,7 @@ static int cmd_run(int argc, char **argv)
                 goto out;
             break;
         case 'm':
-            if (!parse_mode(optarg, &o.chunk)) {
+            if (!parse_mode(optarg, &o.s.chunk)) {
                 code = usage_error("run", "--mode %s: expected prefill, decode or chunked:N", optarg);
                 goto out;
             }
@@ -799,10 +868,10 @@ static int cmd_run(int argc, char **argv)
                 code = usage_error("run", "--generate %s: expected a count", optarg);
                 goto out;
             }
-            o.generate = (int64_t)v;
+            o.s.generate = (int64_t)v;
             break;
         case 'x':
-            if (!parse_float(optarg, 0.0f, 100.0f, &o.temperature)) {
+            if (!parse_float(optarg, 0.0f, 100.0f, &o.s.temperature)) {
                 code = usage_error("run", "--temperature %s: expected 0..100", optarg);
                 goto out;
             }
@@ -812,10 +881,10 @@ static int cmd_run(int argc, char **argv)
                 code = usage_error("run", "--top-k %s: expected a count", optarg);
                 goto out;
             }
-            o.top_k = (int)v;
+            o.s.top_k = (int)v;
             break;
         case 'p':
-            if (!parse_float(optarg, 0.0f, 1.0f, &o.top_p) || o.top_p <= 0.0f) {
+            if (!parse_float(optarg, 0.0f, 1.0f, &o.s.top_p) || o.s.top_p <= 0.0f) {
                 code = usage_error("run", "--top-p %s: expected (0, 1]", optarg);
                 goto out;
             }
@@ -825,7 +894,7 @@ static int cmd_run(int argc, char **argv)
                 code = usage_error("run", "--seed %s: expected a non-negative integer", optarg);
                 goto out;
             }
-            o.seed = v;
+            o.s.seed = v;
             break;
         case 'n':
             if (!parse_u64(optarg, 64, &v) || v < 1) {
@@ -842,6 +911,54 @@ static int cmd_run(int argc, char **argv)
                 goto out;
             }
             break;
+        case 'b':
+            if (strcmp(optarg, "4") && strcmp(optarg, "8")) {
+                code = usage_error("run", "--kv-bits %s: accepted values are 4 and 8", optarg);
+                goto out;
+            }
+            o.kv.bits = atoi(optarg);
+            break;
+        case 'G':
+            if (strcmp(optarg, "32") && strcmp(optarg, "64") && strcmp(optarg, "128")) {
+                code = usage_error("run", "--kv-group-size %s: accepted values are 32, 64 and 128", optarg);
+                goto out;
+            }
+            o.kv.group_size = atoi(optarg);
+            break;
+        case 'S':
+            if (!parse_u64(optarg, 1ull << 40, &v)) {
+                code = usage_error("run", "--kv-start %s: expected a non-negative position", optarg);
+                goto out;
+            }
+            o.kv.start = (int64_t)v;
+            break;
+        case 'L':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                code = usage_error("run", "--kv-skip-last-full-attention %s: accepted values are on and off", optarg);
+                goto out;
+            }
+            o.kv.skip_last_full = !strcmp(optarg, "on");
+            o.kv_skip_given = true;
+            break;
+        case 'P': o.prefix = true; break;
+        case 'D':
+            o.prefix = true;
+            o.prefix_o.cold_dir = optarg;
+            break;
+        case 'B':
+            if (!parse_u64(optarg, 1u << 20, &v) || v < 1) {
+                code = usage_error("run", "--prefix-block %s: expected a positive count", optarg);
+                goto out;
+            }
+            o.prefix_o.block = (int64_t)v;
+            break;
+        case 'H':
+            if (!parse_u64(optarg, 1ull << 40, &v)) {
+                code = usage_error("run", "--prefix-cache-hot-bytes %s: expected a byte count", optarg);
+                goto out;
+            }
+            o.prefix_o.hot_limit = (size_t)v;
+            break;
         case 'j': o.json = true; break;
         case 'h': fputs(run_help, stdout); code = 0; goto out;
         default: code = usage_error("run", "%s", "invalid option"); goto out;
@@ -851,73 +968,97 @@ static int cmd_run(int argc, char **argv)
         code = usage_error("run", "%s", "expected exactly one MODEL (.gpk or checkpoint directory)");
         goto out;
     }
-    if (seqs.n != 1 || seqs.len[0] == 0) {
-        code = usage_error("run", "%s", "give one non-empty prompt with --tokens or --tokens-file");
+    if (seqs.n < 1) {
+        code = usage_error("run", "%s", "give a prompt with --tokens or --tokens-file");
+        goto out;
+    }
+    for (int b = 0; b < seqs.n; b++)
+        if (seqs.len[b] == 0) {
+            code = usage_error("run", "%s", "every prompt needs at least one token");
+            goto out;
+        }
+    if (o.dump && o.prefix) {
+        code = usage_error("run", "%s", "--dump-logits needs every position's logits, which a prefix-cache hit skips; "
+                                        "use one or the other");
         goto out;
     }
     struct model m;
     struct runner r = {0};
+    struct prefix_cache pc = {0};
+    struct session_result res = {0};
     struct err e = {0};
-    float *logits = NULL, *last = NULL;
-    int32_t *gen = NULL;
     if (model_open(&m, argv[optind], &e) != ERR_OK) {
         code = fail(&e);
         goto out;
     }
-    int64_t T = seqs.len[0], V = m.cfg.vocab_size;
-    int rc = runner_init(&r, &m, o.threads, o.kernels, NULL, 1, &e);
-    logits = o.dump ? malloc((size_t)(T * V) * sizeof *logits) : NULL;
-    last = malloc((size_t)V * sizeof *last);
-    gen = malloc((size_t)(o.generate ? o.generate : 1) * sizeof *gen);
-    if (rc == ERR_OK && (!last || !gen || (o.dump && !logits)))
-        rc = err_set(&e, ERR_NOMEM, "cannot allocate logits for %lld positions", (long long)T);
-    double t0 = seconds();
+    if (!o.kv_skip_given)
+        o.kv.skip_last_full = pack_kv_skip_default(&m);
+    int64_t V = m.cfg.vocab_size;
+    int rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
+    if (rc == ERR_OK && o.prefix) {
+        rc = prefix_init(&pc, &r, &o.prefix_o, &e);
+        o.s.pc = &pc;
+    }
+    o.s.all_logits = o.dump != NULL;
     if (rc == ERR_OK)
-        rc = runner_prompt(&r, seqs.seq[0], T, o.chunk, logits, last, &e);
-    double t1 = seconds();
-    struct sampler smp;
-    sampler_init(&smp, o.temperature, o.top_k, o.top_p, o.seed);
-    for (int64_t k = 0; rc == ERR_OK && k < o.generate; k++) {
-        gen[k] = sampler_next(&smp, last, V);
-        if (k + 1 < o.generate)
-            rc = runner_forward(&r, &gen[k], 1, last, false, NULL, &e);
-    }
-    double t2 = seconds();
-    if (rc == ERR_OK && o.dump) {
-        struct json_object *meta = json_object_new_object();
-        json_object_object_add(meta, "producer", json_object_new_string("gempack run " GEMPACK_VERSION));
-        json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
-        json_object_object_add(meta, "dtype", json_object_new_string("float32"));
-        rc = golden_write(o.dump, seqs.seq[0], T, logits, V, meta, &e);
-        json_object_put(meta);
-    }
+        rc = session_run(&r, &seqs, &o.s, &res, &e);
+    if (rc == ERR_OK && o.dump)
+        rc = dump_batch(o.dump, &seqs, &res, V, &m, &e);
+    for (size_t i = 0; i < pc.n_warnings; i++)
+        fprintf(stderr, "gempack run: warning: %s\n", pc.warnings[i]);
     if (rc == ERR_OK) {
-        double pf = t1 > t0 ? (double)T / (t1 - t0) : 0.0;
-        double dc = o.generate > 1 && t2 > t1 ? (double)(o.generate - 1) / (t2 - t1) : 0.0;
+        double pf = res.prefill_s > 0 ? (double)res.prefill_tokens / res.prefill_s : 0.0;
+        double dc = res.decode_tokens && res.decode_s > 0 ? (double)res.decode_tokens / res.decode_s : 0.0;
+        size_t cache_bytes = 0;
+        for (int b = 0; b < seqs.n; b++)
+            cache_bytes += runner_cache_bytes(&r, b);
         FILE *out = o.json ? stderr : stdout;
-        fprintf(out, "prompt %lld tokens in %.3f s (%.1f tokens/s, %s kernels, %d thread%s)\n", (long long)T, t1 - t0,
-                pf, r.kt.name, o.threads, o.threads == 1 ? "" : "s");
-        if (o.generate) {
+        fprintf(out, "%d prompt%s, %lld tokens in %.3f s (%.1f tokens/s, %s kernels, %d thread%s)\n", seqs.n,
+                seqs.n == 1 ? "" : "s", (long long)res.prefill_tokens, res.prefill_s, pf, r.kt.name, o.threads,
+                o.threads == 1 ? "" : "s");
+        for (int b = 0; b < seqs.n && o.s.generate; b++) {
             fprintf(out, "generated:");
-            for (int64_t k = 0; k < o.generate; k++)
-                fprintf(out, " %d", gen[k]);
+            if (seqs.n > 1)
+                fprintf(out, " [%d]", b);
+            for (int64_t k = 0; k < o.s.generate; k++)
+                fprintf(out, " %d", res.generated[b * o.s.generate + k]);
             fprintf(out, "\n");
-            if (o.generate > 1)
-                fprintf(out, "decode %.1f tokens/s\n", dc);
         }
+        if (res.decode_tokens)
+            fprintf(out, "decode %.1f tokens/s\n", dc);
+        if (o.prefix)
+            fprintf(out, "prefix cache: %lld tokens restored, hot %zu bytes, cold %llu bytes\n",
+                    (long long)pc.hit_tokens, pc.hot_bytes, (unsigned long long)prefix_cold_bytes(&pc));
         if (o.json) {
             struct json_object *j = json_object_new_object(), *g = json_object_new_array();
-            for (int64_t k = 0; k < o.generate; k++)
-                json_object_array_add(g, json_object_new_int(gen[k]));
+            for (int b = 0; b < seqs.n; b++) {
+                struct json_object *row = json_object_new_array();
+                for (int64_t k = 0; k < o.s.generate; k++)
+                    json_object_array_add(row, json_object_new_int(res.generated[b * o.s.generate + k]));
+                json_object_array_add(g, row);
+            }
             json_object_object_add(j, "schema", json_object_new_string("gempack.run/1"));
-            json_object_object_add(j, "prompt_tokens", json_object_new_int64(T));
-            json_object_object_add(j, "generated", g);
-            json_object_object_add(j, "prefill_seconds", json_object_new_double(t1 - t0));
+            json_object_object_add(j, "sequences", json_object_new_int(seqs.n));
+            json_object_object_add(j, "prompt_tokens", json_object_new_int64(res.prefill_tokens));
+            json_object_object_add(j, "generated", seqs.n == 1 ? json_object_get(json_object_array_get_idx(g, 0)) : json_object_get(g));
+            json_object_put(g);
+            json_object_object_add(j, "prefill_seconds", json_object_new_double(res.prefill_s));
             json_object_object_add(j, "prefill_tokens_per_s", json_object_new_double(pf));
             json_object_object_add(j, "decode_tokens_per_s", json_object_new_double(dc));
             json_object_object_add(j, "bytes_per_token", json_object_new_int64((int64_t)m.weight_bytes));
             json_object_object_add(j, "threads", json_object_new_int(o.threads));
             json_object_object_add(j, "kernels", json_object_new_string(r.kt.name));
+            struct json_object *kv = json_object_new_object();
+            json_object_object_add(kv, "bits", json_object_new_int(o.kv.bits));
+            json_object_object_add(kv, "group_size", json_object_new_int(o.kv.group_size));
+            json_object_object_add(kv, "start", json_object_new_int64(o.kv.start));
+            json_object_object_add(kv, "skip_last_full_attention", json_object_new_boolean(o.kv.skip_last_full));
+            json_object_object_add(kv, "float_layer", r.kv_float_layer >= 0 ? json_object_new_int(r.kv_float_layer) : NULL);
+            json_object_object_add(kv, "cache_bytes", json_object_new_int64((int64_t)cache_bytes));
+            json_object_object_add(j, "kv_cache", kv);
+            json_object_object_add(j, "prefix_cache_hit_tokens", json_object_new_int64(pc.hit_tokens));
+            json_object_object_add(j, "prefix_cache_hot_bytes", json_object_new_int64((int64_t)pc.hot_bytes));
+            json_object_object_add(j, "prefix_cache_cold_bytes", json_object_new_int64((int64_t)prefix_cold_bytes(&pc)));
             print_json(j);
             json_object_put(j);
         }
@@ -925,9 +1066,8 @@ static int cmd_run(int argc, char **argv)
     } else {
         code = fail(&e);
     }
-    free(logits);
-    free(last);
-    free(gen);
+    session_result_free(&res);
+    prefix_free(&pc);
     runner_free(&r);
     model_close(&m);
 out:

@@ -166,6 +166,8 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, co
     json_object_object_add(f, "options", options_json(o));
     json_object_object_add(rt, "skip_last_full_attention", json_object_new_boolean(o->plan.skip_last_full));
     json_object_object_add(rt, "last_full_attention_layer", json_object_new_int(cfg_last_full_layer(&r->cfg)));
+    /* the run-time default of --kv-skip-last-full-attention for this pack */
+    json_object_object_add(rt, "kv_skip_last_full_attention", json_object_new_boolean(true));
     json_object_object_add(f, "runtime", rt);
     if (o->plan.qat_lattice) {
         struct json_object *l = json_object_new_object();

@@ -57,7 +57,7 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
     if (rc != ERR_OK)
         return rc;
     r->kv_float_layer = -1;
-    for (int64_t i = 0; r->kv.skip_last_full && i < c->first_shared; i++)
+    for (int64_t i = 0; r->kv.skip_last_full && r->kv.bits && i < c->first_shared; i++)
         if (c->layers[i].type == LT_FULL)
             r->kv_float_layer = (int)i; /* the source of every KV-shared full-attention layer */
     r->seq = calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof *r->seq);

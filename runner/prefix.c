@@ -1,0 +1,397 @@
+#include "runner/prefix.h"
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/bytes.h"
+#include "core/fileio.h"
+#include "core/sha256.h"
+
+/* Cold file: 64-byte header, then the payload.
+ *   0 u8[8] "GPKCACHE"   8 u32 version (1)   12 u32 header crc32 of [16, 64)
+ *   16 u8[32] key        48 u64 payload bytes   56 u32 payload crc32   60 u32 zero */
+#define COLD_MAGIC "GPKCACHE"
+#define COLD_VERSION 1
+#define COLD_HEADER 64
+#define COLD_MAX_PAYLOAD (16ull << 30)
+
+struct prefix_entry {
+    uint8_t key[32];
+    uint8_t *payload;
+    size_t bytes;
+    struct prefix_entry *prev, *next;
+};
+
+__attribute__((format(printf, 2, 3))) static void warn(struct prefix_cache *pc, const char *fmt, ...)
+{
+    char buf[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **w = realloc(pc->warnings, (pc->n_warnings + 1) * sizeof *w);
+    if (!w)
+        return;
+    pc->warnings = w;
+    if ((w[pc->n_warnings] = strdup(buf)))
+        pc->n_warnings++;
+}
+
+int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct prefix_opts *o, struct err *e)
+{
+    memset(pc, 0, sizeof *pc);
+    if (o->block <= 0)
+        return err_set(e, ERR_USAGE, "--prefix-block %lld: expected a positive block size", (long long)o->block);
+    pc->o = *o;
+    if (o->cold_dir) {
+        int rc = fio_mkdirs(o->cold_dir, e);
+        if (rc != ERR_OK)
+            return rc;
+    }
+    char ns[256];
+    snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld", COLD_VERSION,
+             r->m->fingerprint, r->kv.bits, r->kv.group_size, (long long)r->kv.start, r->kv.skip_last_full,
+             (long long)o->block);
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, ns, strlen(ns));
+    sha256_final(&h, pc->ns);
+    return ERR_OK;
+}
+
+static void unlink_entry(struct prefix_cache *pc, struct prefix_entry *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        pc->lru = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void push_front(struct prefix_cache *pc, struct prefix_entry *x)
+{
+    x->next = pc->lru;
+    x->prev = NULL;
+    if (pc->lru)
+        pc->lru->prev = x;
+    pc->lru = x;
+}
+
+static void drop(struct prefix_cache *pc, struct prefix_entry *x)
+{
+    unlink_entry(pc, x);
+    pc->hot_bytes -= x->bytes;
+    free(x->payload);
+    free(x);
+}
+
+void prefix_free(struct prefix_cache *pc)
+{
+    if (!pc)
+        return;
+    while (pc->lru)
+        drop(pc, pc->lru);
+    for (size_t i = 0; i < pc->n_warnings; i++)
+        free(pc->warnings[i]);
+    free(pc->warnings);
+    memset(pc, 0, sizeof *pc);
+}
+
+/* key_i = sha256(key_{i-1} || tokens of block i), key_{-1} = namespace. */
+static void next_key(const uint8_t prev[32], const int32_t *tokens, int64_t n, uint8_t out[32])
+{
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, prev, 32);
+    for (int64_t t = 0; t < n; t++) {
+        uint8_t b[4];
+        wr_u32le(b, (uint32_t)tokens[t]);
+        sha256_update(&h, b, 4);
+    }
+    sha256_final(&h, out);
+}
+
+static char *cold_path(const struct prefix_cache *pc, const uint8_t key[32])
+{
+    char name[80];
+    for (int i = 0; i < 32; i++)
+        snprintf(name + 2 * i, 3, "%02x", key[i]);
+    snprintf(name + 64, sizeof name - 64, ".gpkc");
+    return fio_join(pc->o.cold_dir, name);
+}
+
+/* Hot tier insert (evicting the least recently used); takes the payload. */
+static void hot_put(struct prefix_cache *pc, const uint8_t key[32], uint8_t *payload, size_t bytes)
+{
+    if (bytes > pc->o.hot_limit) {
+        free(payload);
+        return;
+    }
+    while (pc->lru && pc->hot_bytes + bytes > pc->o.hot_limit) {
+        struct prefix_entry *tail = pc->lru;
+        while (tail->next)
+            tail = tail->next;
+        drop(pc, tail);
+    }
+    struct prefix_entry *x = calloc(1, sizeof *x);
+    if (!x) {
+        free(payload);
+        return;
+    }
+    memcpy(x->key, key, 32);
+    x->payload = payload;
+    x->bytes = bytes;
+    pc->hot_bytes += bytes;
+    push_front(pc, x);
+}
+
+/* A cold entry, validated; NULL (with a warning when the file was bad) on a miss. */
+static uint8_t *cold_get(struct prefix_cache *pc, const uint8_t key[32], size_t *bytes)
+{
+    if (!pc->o.cold_dir)
+        return NULL;
+    char *path = cold_path(pc, key);
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        free(path);
+        return NULL;
+    }
+    uint8_t h[COLD_HEADER], *payload = NULL;
+    const char *why = NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || fread(h, 1, COLD_HEADER, f) != COLD_HEADER) {
+        why = "shorter than its header";
+    } else if (memcmp(h, COLD_MAGIC, 8) || rd_u32le(h + 8) != COLD_VERSION) {
+        why = "not a gempack prefix-cache entry of this version";
+    } else if (rd_u32le(h + 12) != (uint32_t)crc32(0, h + 16, COLD_HEADER - 16)) {
+        why = "header CRC mismatch";
+    } else if (memcmp(h + 16, key, 32)) {
+        why = "stale: its key does not match its name";
+    } else {
+        uint64_t n = rd_u64le(h + 48);
+        if (n > COLD_MAX_PAYLOAD || (uint64_t)st.st_size != COLD_HEADER + n) {
+            why = "size does not match its header";
+        } else if (!(payload = malloc(n ? (size_t)n : 1)) || fread(payload, 1, (size_t)n, f) != (size_t)n) {
+            why = "unreadable payload";
+        } else if ((uint32_t)crc32(0, payload, (uInt)n) != rd_u32le(h + 56)) {
+            why = "payload CRC mismatch";
+        } else {
+            *bytes = (size_t)n;
+        }
+    }
+    fclose(f);
+    if (why) {
+        warn(pc, "prefix cache: discarded %s (%s)", path, why);
+        unlink(path);
+        free(payload);
+        payload = NULL;
+    }
+    free(path);
+    return payload;
+}
+
+static void cold_put(struct prefix_cache *pc, const uint8_t key[32], const uint8_t *payload, size_t bytes)
+{
+    if (!pc->o.cold_dir)
+        return;
+    uint8_t *buf = malloc(COLD_HEADER + bytes);
+    char *path = cold_path(pc, key);
+    struct err e;
+    if (buf && path) {
+        memset(buf, 0, COLD_HEADER);
+        memcpy(buf, COLD_MAGIC, 8);
+        wr_u32le(buf + 8, COLD_VERSION);
+        memcpy(buf + 16, key, 32);
+        wr_u64le(buf + 48, bytes);
+        wr_u32le(buf + 56, (uint32_t)crc32(0, payload, (uInt)bytes));
+        wr_u32le(buf + 12, (uint32_t)crc32(0, buf + 16, COLD_HEADER - 16));
+        memcpy(buf + COLD_HEADER, payload, bytes);
+        if (fio_write_file(path, buf, COLD_HEADER + bytes, &e) != ERR_OK)
+            warn(pc, "prefix cache: could not write %s: %s", path, e.msg);
+    }
+    free(buf);
+    free(path);
+}
+
+/* The entry of `key`, hot first (refreshing its recency), then cold
+ * (promoted to hot). An entry too large for the hot tier is returned in
+ * *owned, which the caller frees. */
+static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], size_t *bytes, uint8_t **owned)
+{
+    *owned = NULL;
+    for (struct prefix_entry *x = pc->lru; x; x = x->next)
+        if (!memcmp(x->key, key, 32)) {
+            unlink_entry(pc, x);
+            push_front(pc, x);
+            *bytes = x->bytes;
+            return x->payload;
+        }
+    uint8_t *p = cold_get(pc, key, bytes);
+    if (p && *bytes > pc->o.hot_limit)
+        return *owned = p;
+    if (p)
+        hot_put(pc, key, p, *bytes);
+    return p;
+}
+
+/* ---- snapshots ---- */
+
+static size_t entry_bytes(const struct kv_fmt *f, int64_t pos)
+{
+    return kv_fmt_quantized(f, pos) ? f->qbytes : f->fbytes;
+}
+
+static uint8_t *entry_ptr(struct kv_cache *c, int64_t pos)
+{
+    int64_t slot = kv_cache_slot(c, pos);
+    return kv_fmt_quantized(&c->fmt, pos) ? c->rows.q + (size_t)slot * c->fmt.qbytes
+                                           : c->rows.f + (size_t)slot * c->fmt.fbytes;
+}
+
+/* Positions a block entry holds for layer i: the block's own positions for a
+ * full layer, the ring contents at the boundary for a sliding one. */
+static void span(const struct runner *r, int64_t i, int64_t start, int64_t end, int64_t *p0, int64_t *p1)
+{
+    int64_t W = r->m->cfg.sliding_window;
+    bool ring = r->m->cfg.layers[i].type == LT_SLIDING;
+    *p0 = ring ? (end - W > 0 ? end - W : 0) : start;
+    *p1 = end;
+}
+
+/* Serializes (or, with restore, deserializes) a block's state. */
+static int block_io(struct runner *r, int seq, int64_t start, int64_t end, uint8_t *payload, size_t *bytes,
+                    bool restore, bool last_block, struct err *e)
+{
+    const struct gp_config *c = &r->m->cfg;
+    size_t o = 0;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        if (c->layers[i].shared)
+            continue;
+        struct kv_cache *kc = &r->seq[seq].cache[i];
+        int64_t p0, p1;
+        span(r, i, start, end, &p0, &p1);
+        bool write = !restore || !kc->ring || last_block;
+        if (restore && write) {
+            int rc = kv_cache_reserve(kc, end, e);
+            if (rc != ERR_OK)
+                return rc;
+        }
+        for (int64_t p = p0; p < p1; p++) {
+            size_t n = entry_bytes(&kc->fmt, p);
+            if (payload && write)
+                memcpy(restore ? entry_ptr(kc, p) : payload + o, restore ? payload + o : entry_ptr(kc, p), n);
+            o += n;
+        }
+    }
+    *bytes = o;
+    return ERR_OK;
+}
+
+int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int32_t *tokens, int64_t T, float *last,
+                  struct err *e)
+{
+    int64_t B = pc->o.block, pos = 0;
+    uint8_t key[32];
+    memcpy(key, pc->ns, 32);
+    if (r->seq[seq].pos != 0)
+        return err_set(e, ERR_USAGE, "prefix cache: sequence %d is not empty", seq);
+    /* restore the longest run of cached blocks, leaving at least one token */
+    for (int64_t end = B; end < T; end += B) {
+        uint8_t k[32];
+        size_t bytes, expect;
+        uint8_t *owned, *owned_next;
+        next_key(key, tokens + end - B, B, k);
+        const uint8_t *p = lookup(pc, k, &bytes, &owned);
+        if (!p)
+            break;
+        int rc = block_io(r, seq, end - B, end, NULL, &expect, true, false, e);
+        if (rc == ERR_OK && bytes != expect) {
+            warn(pc, "prefix cache: entry for tokens [0, %lld) holds %zu bytes, expected %zu; ignored", (long long)end,
+                 bytes, expect);
+            free(owned);
+            break;
+        }
+        bool last_block = end + B >= T; /* sliding rings come from the final block only */
+        if (rc == ERR_OK && !last_block) {
+            uint8_t nk[32];
+            size_t nb;
+            next_key(k, tokens + end, B, nk);
+            last_block = !lookup(pc, nk, &nb, &owned_next);
+            free(owned_next);
+        }
+        if (rc == ERR_OK)
+            rc = block_io(r, seq, end - B, end, (uint8_t *)p, &bytes, true, last_block, e);
+        free(owned);
+        if (rc != ERR_OK)
+            return rc;
+        memcpy(key, k, 32);
+        pos = end;
+        r->seq[seq].pos = end;
+        if (last_block)
+            break;
+    }
+    pc->hit_tokens += pos;
+    /* compute the rest, stopping at every block boundary to store its state */
+    int64_t V = r->m->cfg.vocab_size;
+    float *tmp = malloc((size_t)V * sizeof *tmp);
+    if (!tmp)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    int rc = ERR_OK;
+    while (pos < T && rc == ERR_OK) {
+        int64_t next = (pos / B + 1) * B, n = (next < T ? next : T) - pos;
+        struct runner_item it = {seq, tokens + pos, n, NULL};
+        rc = runner_step(r, &it, 1, pos + n == T ? last : tmp, false, e);
+        pos += n;
+        if (rc == ERR_OK && pos % B == 0) {
+            uint8_t k[32], *owned;
+            size_t bytes, have;
+            next_key(key, tokens + pos - B, B, k);
+            memcpy(key, k, 32);
+            bool cached = lookup(pc, k, &have, &owned) != NULL;
+            free(owned);
+            if (cached)
+                continue;
+            block_io(r, seq, pos - B, pos, NULL, &bytes, false, false, e);
+            uint8_t *payload = malloc(bytes ? bytes : 1);
+            if (!payload) {
+                rc = err_set(e, ERR_NOMEM, "prefix cache: cannot allocate %zu bytes", bytes);
+                break;
+            }
+            block_io(r, seq, pos - B, pos, payload, &bytes, false, false, e);
+            cold_put(pc, k, payload, bytes);
+            hot_put(pc, k, payload, bytes);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+uint64_t prefix_cold_bytes(const struct prefix_cache *pc)
+{
+    if (!pc->o.cold_dir)
+        return 0;
+    DIR *d = opendir(pc->o.cold_dir);
+    uint64_t total = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 5 || strcmp(de->d_name + n - 5, ".gpkc"))
+            continue;
+        char *p = fio_join(pc->o.cold_dir, de->d_name);
+        struct stat st;
+        if (p && stat(p, &st) == 0)
+            total += (uint64_t)st.st_size;
+        free(p);
+    }
+    if (d)
+        closedir(d);
+    return total;
+}

@@ -1,0 +1,42 @@
+/* session.h - one `gempack run`: prompts (one or a batch), then generation.
+ *
+ * Prefill: the prompts advance together, one chunk of each per step (the
+ * whole prompt, or `chunk` tokens at a time), their matmuls batched; with a
+ * prefix cache each prompt goes through it instead (prefix_prompt). Decode:
+ * one token of every sequence per step. Each sequence's logits are bitwise
+ * those of running it alone (runner/forward.h). */
+#ifndef GP_SESSION_H
+#define GP_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runner/forward.h"
+#include "runner/prefix.h"
+#include "runner/tokens.h"
+
+struct session_opts {
+    int64_t chunk;             /* 0: whole prompts; N: N tokens per step */
+    int64_t generate;          /* tokens to generate per sequence */
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;             /* sequence b samples with seed + b */
+    bool all_logits;           /* keep every prompt position's logits */
+    struct prefix_cache *pc;   /* NULL: no prefix cache */
+};
+
+struct session_result {
+    int n;                     /* sequences */
+    int64_t *len;              /* [n] prompt lengths */
+    int64_t tmax;
+    float *logits;             /* all_logits: [n, tmax, V], rows past a prompt's end zero */
+    int32_t *generated;        /* [n, generate] */
+    double prefill_s, decode_s;
+    int64_t prefill_tokens, decode_tokens;
+};
+
+int session_run(struct runner *r, const struct token_seqs *s, const struct session_opts *o,
+                struct session_result *res, struct err *e);
+void session_result_free(struct session_result *res);
+
+#endif
