@@ -220,31 +220,31 @@ static bool has_magic(const char *path, const char *magic, size_t len)
 /* An .npz: every member, with dtype and shape for .npy members; meta.json shown. */
 static int inspect_npz(const char *path, bool json)
 {
-    char **names;
-    size_t n;
+    struct npz z;
     struct err e = {0};
-    if (npz_list(path, &names, &n, &e) != ERR_OK)
+    if (npz_open(&z, path, &e) != ERR_OK)
         return fail(&e);
     FILE *out = json ? stderr : stdout;
     struct json_object *o = json_object_new_object(), *members = json_object_new_array(), *meta = NULL;
     int code = 0;
-    fprintf(out, "%s: npz archive, %zu members\n", path, n);
-    for (size_t i = 0; i < n && code == 0; i++) {
+    fprintf(out, "%s: npz archive, %zu members\n", path, z.n);
+    for (size_t i = 0; i < z.n && code == 0; i++) {
+        const char *name = npz_name(&z, i);
         uint8_t *buf;
         size_t len;
-        if (npz_read(path, names[i], &buf, &len, &e) != ERR_OK) {
+        if (npz_get(&z, name, &buf, &len, &e) != ERR_OK) {
             code = fail(&e);
             break;
         }
         struct json_object *m = json_object_new_object();
-        json_object_object_add(m, "name", json_object_new_string(names[i]));
+        json_object_object_add(m, "name", json_object_new_string(name));
         json_object_object_add(m, "bytes", json_object_new_int64((int64_t)len));
-        size_t nl = strlen(names[i]);
+        size_t nl = strlen(name);
         struct npy a;
-        if (nl > 4 && !strcmp(names[i] + nl - 4, ".npy") && npy_parse(buf, len, names[i], &a, &e) == ERR_OK) {
+        if (nl > 4 && !strcmp(name + nl - 4, ".npy") && npy_parse(buf, len, name, &a, &e) == ERR_OK) {
             char shape[160];
             shape_format(shape, sizeof shape, a.shape, a.rank);
-            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", names[i], dtype_name(a.dtype), shape, len);
+            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", name, dtype_name(a.dtype), shape, len);
             json_object_object_add(m, "dtype", json_object_new_string(dtype_name(a.dtype)));
             struct json_object *sh = json_object_new_array();
             for (int d = 0; d < a.rank; d++)
@@ -252,16 +252,14 @@ static int inspect_npz(const char *path, bool json)
             json_object_object_add(m, "shape", sh);
             npy_free(&a);
         } else {
-            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", names[i], "raw", "-", len);
-            if (!strcmp(names[i], "meta.json") && jsonx_parse((const char *)buf, len, &meta, &e) == ERR_OK)
+            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", name, "raw", "-", len);
+            if (!strcmp(name, "meta.json") && !meta && jsonx_parse((const char *)buf, len, &meta, &e) == ERR_OK)
                 fprintf(out, "  meta.json: %s\n", json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN));
         }
         json_object_array_add(members, m);
         free(buf);
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    npz_close(&z);
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
     json_object_object_add(o, "path", json_object_new_string(path));
     json_object_object_add(o, "kind", json_object_new_string("npz"));

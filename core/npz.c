@@ -252,52 +252,83 @@ int npz_write(const char *path, const struct npz_member *m, size_t n, struct err
     return rc;
 }
 
-static zip_t *open_zip(const char *path, struct err *e)
+int npz_open(struct npz *z, const char *path, struct err *e)
 {
+    memset(z, 0, sizeof *z);
     int zerr;
     zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
     if (!za) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
-        err_set(e, zerr == ZIP_ER_NOENT || zerr == ZIP_ER_OPEN ? ERR_IO : ERR_FORMAT, "%s: not a readable .npz: %s",
-                path, zip_error_strerror(&ze));
+        int rc = err_set(e, zerr == ZIP_ER_NOENT || zerr == ZIP_ER_OPEN ? ERR_IO : ERR_FORMAT,
+                         "%s: not a readable .npz: %s", path, zip_error_strerror(&ze));
         zip_error_fini(&ze);
+        return rc;
     }
-    return za;
+    zip_int64_t n = zip_get_num_entries(za, 0);
+    if (n < 0 || n > NPZ_MAX_MEMBERS) {
+        zip_discard(za);
+        return err_set(e, ERR_RANGE, "%s: %lld members, expected at most %d", path, (long long)n, NPZ_MAX_MEMBERS);
+    }
+    z->path = strdup(path);
+    if (!z->path) {
+        zip_discard(za);
+        return err_set(e, ERR_NOMEM, "out of memory");
+    }
+    z->za = za;
+    z->n = (size_t)n;
+    return ERR_OK;
 }
 
-int npz_read(const char *path, const char *name, uint8_t **buf, size_t *len, struct err *e)
+void npz_close(struct npz *z)
+{
+    if (!z)
+        return;
+    if (z->za)
+        zip_discard(z->za);
+    free(z->path);
+    memset(z, 0, sizeof *z);
+}
+
+const char *npz_name(const struct npz *z, size_t i)
+{
+    const char *s = zip_get_name(z->za, (zip_uint64_t)i, 0);
+    return s ? s : "";
+}
+
+bool npz_has(const struct npz *z, const char *name)
+{
+    return zip_name_locate(z->za, name, 0) >= 0;
+}
+
+int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e)
 {
     *buf = NULL;
-    zip_t *za = open_zip(path, e);
-    if (!za)
-        return e ? (int)e->code : ERR_FORMAT;
     int rc = ERR_OK;
-    zip_int64_t idx = zip_name_locate(za, name, 0);
+    zip_int64_t idx = zip_name_locate(z->za, name, 0);
     zip_stat_t st;
     if (idx < 0) {
-        rc = err_set(e, ERR_FORMAT, "%s: no member %s", path, name);
-    } else if (zip_stat_index(za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
-        rc = err_set(e, ERR_FORMAT, "%s: cannot stat member %s", path, name);
+        rc = err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name);
+    } else if (zip_stat_index(z->za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
+        rc = err_set(e, ERR_FORMAT, "%s: cannot stat member %s", z->path, name);
     } else if (st.size > NPZ_MAX_MEMBER) {
-        rc = err_set(e, ERR_RANGE, "%s: member %s declares %llu bytes, above the %llu-byte limit", path, name,
+        rc = err_set(e, ERR_RANGE, "%s: member %s declares %llu bytes, above the %llu-byte limit", z->path, name,
                      (unsigned long long)st.size, NPZ_MAX_MEMBER);
     } else {
-        zip_file_t *f = zip_fopen_index(za, (zip_uint64_t)idx, 0);
+        zip_file_t *f = zip_fopen_index(z->za, (zip_uint64_t)idx, 0);
         *buf = malloc(st.size ? (size_t)st.size : 1);
         if (!f || !*buf) {
-            rc = err_set(e, f ? ERR_NOMEM : ERR_FORMAT, "%s: cannot open member %s", path, name);
+            rc = err_set(e, f ? ERR_NOMEM : ERR_FORMAT, "%s: cannot open member %s", z->path, name);
         } else {
             zip_int64_t got = zip_fread(f, *buf, st.size);
             if (got != (zip_int64_t)st.size)
-                rc = err_set(e, ERR_FORMAT, "%s: member %s: read %lld of %llu bytes (%s)", path, name, (long long)got,
-                             (unsigned long long)st.size, zip_file_strerror(f));
+                rc = err_set(e, ERR_FORMAT, "%s: member %s: read %lld of %llu bytes (%s)", z->path, name,
+                             (long long)got, (unsigned long long)st.size, zip_file_strerror(f));
             *len = (size_t)st.size;
         }
         if (f)
             zip_fclose(f);
     }
-    zip_discard(za);
     if (rc != ERR_OK) {
         free(*buf);
         *buf = NULL;
@@ -305,38 +336,28 @@ int npz_read(const char *path, const char *name, uint8_t **buf, size_t *len, str
     return rc;
 }
 
-int npz_list(const char *path, char ***names, size_t *n, struct err *e)
+int npz_get_array(const struct npz *z, const char *name, struct npy *out, struct err *e)
 {
-    *names = NULL;
-    *n = 0;
-    zip_t *za = open_zip(path, e);
-    if (!za)
-        return e ? (int)e->code : ERR_FORMAT;
-    zip_int64_t count = zip_get_num_entries(za, 0);
-    *names = calloc(count > 0 ? (size_t)count : 1, sizeof **names);
-    int rc = *names ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
-    for (zip_int64_t i = 0; rc == ERR_OK && i < count; i++) {
-        const char *s = zip_get_name(za, (zip_uint64_t)i, 0);
-        if (!s || !((*names)[i] = strdup(s)))
-            rc = err_set(e, ERR_FORMAT, "%s: cannot read entry %lld's name", path, (long long)i);
-        else
-            (*n)++;
-    }
-    zip_discard(za);
+    uint8_t *buf;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    int rc = npz_get(z, name, &buf, &len, e);
+    if (rc != ERR_OK)
+        return rc;
+    char what[512];
+    snprintf(what, sizeof what, "%s: %s", z->path, name);
+    rc = npy_parse(buf, len, what, out, e);
+    free(buf);
     return rc;
 }
 
 int npz_read_array(const char *path, const char *name, struct npy *out, struct err *e)
 {
-    uint8_t *buf;
-    size_t len;
+    struct npz z;
     memset(out, 0, sizeof *out);
-    int rc = npz_read(path, name, &buf, &len, e);
-    if (rc != ERR_OK)
-        return rc;
-    char what[512];
-    snprintf(what, sizeof what, "%s: %s", path, name);
-    rc = npy_parse(buf, len, what, out, e);
-    free(buf);
+    int rc = npz_open(&z, path, e);
+    if (rc == ERR_OK)
+        rc = npz_get_array(&z, name, out, e);
+    npz_close(&z);
     return rc;
 }

@@ -10,6 +10,7 @@
 #ifndef GP_NPZ_H
 #define GP_NPZ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,13 +44,30 @@ struct npz_member {
 
 int npz_write(const char *path, const struct npz_member *m, size_t n, struct err *e);
 
-/* Reads member `name` (CRC checked by libzip). ERR_FORMAT if absent. *buf malloc'ed. */
-int npz_read(const char *path, const char *name, uint8_t **buf, size_t *len, struct err *e);
+#define NPZ_MAX_MEMBERS 4096
 
-/* Member names of an archive (malloc'ed array of malloc'ed strings). */
-int npz_list(const char *path, char ***names, size_t *n, struct err *e);
+/* An archive opened for reading (consistency checked; at most
+ * NPZ_MAX_MEMBERS entries). Close it with npz_close. */
+struct npz {
+    char *path;
+    void *za;                     /* zip_t */
+    size_t n;                     /* members */
+};
 
-/* Convenience: npz_read + npy_parse. */
+int npz_open(struct npz *z, const char *path, struct err *e);
+void npz_close(struct npz *z);
+
+/* Name of member i (< z->n); borrowed. */
+const char *npz_name(const struct npz *z, size_t i);
+bool npz_has(const struct npz *z, const char *name);
+
+/* Member `name` (CRC checked by libzip). ERR_FORMAT if absent. *buf malloc'ed. */
+int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e);
+
+/* npz_get + npy_parse. */
+int npz_get_array(const struct npz *z, const char *name, struct npy *out, struct err *e);
+
+/* Convenience: open, read one array, close. */
 int npz_read_array(const char *path, const char *name, struct npy *out, struct err *e);
 
 #endif

@@ -8,11 +8,12 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 
-int golden_read(const char *path, struct golden *g, struct err *e)
+/* Reads the golden's members from an open archive. */
+static int read_members(const struct npz *z, struct golden *g, struct err *e)
 {
-    memset(g, 0, sizeof *g);
+    const char *path = z->path;
     struct npy tok, lg;
-    int rc = npz_read_array(path, "tokens.npy", &tok, e);
+    int rc = npz_get_array(z, "tokens.npy", &tok, e);
     if (rc != ERR_OK)
         return rc;
     if ((tok.dtype != DT_I32 && tok.dtype != DT_I64) || tok.rank != 1) {
@@ -25,7 +26,6 @@ int golden_read(const char *path, struct golden *g, struct err *e)
         int64_t v = tok.dtype == DT_I32 ? ((int32_t *)tok.data)[t] : ((int64_t *)tok.data)[t];
         if (v < 0 || v > INT32_MAX) {
             npy_free(&tok);
-            golden_free(g);
             return err_set(e, ERR_FORMAT, "%s: tokens.npy[%lld] = %lld is not a token id", path, (long long)t,
                            (long long)v);
         }
@@ -34,47 +34,43 @@ int golden_read(const char *path, struct golden *g, struct err *e)
     npy_free(&tok);
     if (!g->tokens)
         return err_set(e, ERR_NOMEM, "out of memory");
-    struct err miss;
-    char **names = NULL;
-    size_t n_names = 0;
-    bool have_f64 = false; /* logits_f64.npy present: then it must be valid, never silently skipped */
-    if (npz_list(path, &names, &n_names, &miss) == ERR_OK)
-        for (size_t i = 0; i < n_names; i++)
-            have_f64 |= !strcmp(names[i], "logits_f64.npy");
-    for (size_t i = 0; i < n_names; i++)
-        free(names[i]);
-    free(names);
-    g->f64 = have_f64;
-    if ((rc = npz_read_array(path, have_f64 ? "logits_f64.npy" : "logits.npy", &lg, e)) != ERR_OK) {
-        golden_free(g);
+    /* logits_f64.npy, when present, must be valid: never silently skipped */
+    g->f64 = npz_has(z, "logits_f64.npy");
+    if ((rc = npz_get_array(z, g->f64 ? "logits_f64.npy" : "logits.npy", &lg, e)) != ERR_OK)
         return rc;
-    }
     if (lg.rank != 2 || (lg.dtype != DT_F32 && lg.dtype != DT_F64) || (int64_t)lg.shape[0] != g->T) {
         npy_free(&lg);
-        rc = err_set(e, ERR_FORMAT, "%s: logits must be float [T, V] with T = %lld tokens", path, (long long)g->T);
-        golden_free(g);
-        return rc;
+        return err_set(e, ERR_FORMAT, "%s: logits must be float [T, V] with T = %lld tokens", path, (long long)g->T);
     }
     g->V = (int64_t)lg.shape[1];
     g->logits = malloc((size_t)(lg.count ? lg.count : 1) * sizeof *g->logits);
     for (uint64_t k = 0; g->logits && k < lg.count; k++)
         g->logits[k] = lg.dtype == DT_F64 ? ((double *)lg.data)[k] : (double)((float *)lg.data)[k];
     npy_free(&lg);
-    if (!g->logits) {
-        golden_free(g);
+    if (!g->logits)
         return err_set(e, ERR_NOMEM, "out of memory");
-    }
+    if (!npz_has(z, "meta.json"))
+        return ERR_OK;
     uint8_t *meta;
     size_t mlen;
-    if (npz_read(path, "meta.json", &meta, &mlen, &miss) == ERR_OK) {
-        rc = jsonx_parse((const char *)meta, mlen, &g->meta, e);
-        free(meta);
-        if (rc != ERR_OK) {
-            golden_free(g);
-            return err_prefix(e, "%s: meta.json", path);
-        }
-    }
-    return ERR_OK;
+    if ((rc = npz_get(z, "meta.json", &meta, &mlen, e)) != ERR_OK)
+        return rc;
+    rc = jsonx_parse((const char *)meta, mlen, &g->meta, e);
+    free(meta);
+    return rc == ERR_OK ? ERR_OK : err_prefix(e, "%s: meta.json", path);
+}
+
+int golden_read(const char *path, struct golden *g, struct err *e)
+{
+    memset(g, 0, sizeof *g);
+    struct npz z;
+    int rc = npz_open(&z, path, e);
+    if (rc == ERR_OK)
+        rc = read_members(&z, g, e);
+    npz_close(&z);
+    if (rc != ERR_OK)
+        golden_free(g);
+    return rc;
 }
 
 void golden_free(struct golden *g)

@@ -85,6 +85,30 @@ static inline void row_params(const struct wmat *w, int64_t r, int64_t ng, float
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
+/* 32 4-bit codes at element j: low nibbles (even elements) into chain c,
+ * high nibbles (odd elements) into chain c+1, for each token. */
+AVX512 INLINE void q4_step512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
+                              __m512 (*aq)[4], int c)
+{
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j / 2)));
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+    for (int u = 0; u < tb; u++) {
+        const float *xt = xd + (t0 + u) * cols + j;
+        aq[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), lo, aq[u][c]);
+        aq[u][c + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), hi, aq[u][c + 1]);
+    }
+}
+
+/* 16 8-bit codes at element j into chain c, for each token. */
+AVX512 INLINE void q8_step512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
+                              __m512 (*aq)[4], int c)
+{
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j))));
+    for (int u = 0; u < tb; u++)
+        aq[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u][c]);
+}
+
 /* Rows [row0, row1) for tokens t0..t0+tb-1 (tb a constant after inlining). */
 AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
                             int64_t row0, int64_t row1, float *sc, float *bi)
@@ -100,31 +124,33 @@ AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *
             bsum[u] = 0.0f;
         }
         for (int64_t g = 0; g < ng; g++) {
-            __m512 aq[TB];
+            __m512 aq[TB][4]; /* four independent chains per token, summed pairwise per group */
             for (int u = 0; u < tb; u++)
-                aq[u] = _mm512_setzero_ps();
+                aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm512_setzero_ps();
+            int64_t j = g * gs, end = j + gs;
             if (w->bits == 4) {
-                for (int64_t j = g * gs; j < (g + 1) * gs; j += 32) {
-                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j / 2)));
-                    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
-                    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-                    for (int u = 0; u < tb; u++) {
-                        const float *xt = xd + (t0 + u) * cols + j;
-                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), lo, aq[u]);
-                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), hi, aq[u]);
-                    }
+                for (; j + 64 <= end; j += 64) {
+                    q4_step512(codes, xd, cols, t0, tb, j, aq, 0);
+                    q4_step512(codes, xd, cols, t0, tb, j + 32, aq, 2);
                 }
+                if (j < end)
+                    q4_step512(codes, xd, cols, t0, tb, j, aq, 0);
             } else {
-                for (int64_t j = g * gs; j < (g + 1) * gs; j += 16) {
-                    __m512 q = _mm512_cvtepi32_ps(
-                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j))));
-                    for (int u = 0; u < tb; u++)
-                        aq[u] = _mm512_fmadd_ps(_mm512_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u]);
+                for (; j + 64 <= end; j += 64) {
+                    q8_step512(codes, xd, cols, t0, tb, j, aq, 0);
+                    q8_step512(codes, xd, cols, t0, tb, j + 16, aq, 1);
+                    q8_step512(codes, xd, cols, t0, tb, j + 32, aq, 2);
+                    q8_step512(codes, xd, cols, t0, tb, j + 48, aq, 3);
+                }
+                if (j < end) {
+                    q8_step512(codes, xd, cols, t0, tb, j, aq, 0);
+                    q8_step512(codes, xd, cols, t0, tb, j + 16, aq, 1);
                 }
             }
             __m512 s = _mm512_set1_ps(sc[g]);
             for (int u = 0; u < tb; u++) {
-                acc[u] = _mm512_fmadd_ps(s, aq[u], acc[u]);
+                __m512 sum = _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3]));
+                acc[u] = _mm512_fmadd_ps(s, sum, acc[u]);
                 bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
             }
         }
@@ -172,25 +198,35 @@ void kern_matvec_q8_avx512(const struct wmat *w, const float *x, int64_t n, floa
     qdot_avx512(w, x, n, y, row0, row1);
 }
 
+AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
+                                __m512 (*acc)[4], int c)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
+    __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    for (int u = 0; u < tb; u++)
+        acc[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+}
+
 AVX512 INLINE void bf16rows512(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
                                int64_t row1)
 {
     int64_t c16 = w->cols & ~(int64_t)15, cols = w->cols;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        __m512 acc[TB];
+        __m512 acc[TB][4]; /* four independent chains per token */
         for (int u = 0; u < tb; u++)
-            acc[u] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < c16; j += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
-            __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-            for (int u = 0; u < tb; u++)
-                acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
-        }
+            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 64 <= c16; j += 64)
+            for (int c = 0; c < 4; c++)
+                bf16_step512(row, x, cols, t0, tb, j + 16 * c, acc, c);
+        for (int c = 0; j < c16; j += 16, c++)
+            bf16_step512(row, x, cols, t0, tb, j, acc, c);
         for (int u = 0; u < tb; u++) {
-            float s = _mm512_reduce_add_ps(acc[u]);
-            for (int64_t j = c16; j < cols; j++)
-                s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
+            float s = _mm512_reduce_add_ps(
+                _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3])));
+            for (int64_t k = c16; k < cols; k++)
+                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
             y[(t0 + u) * w->rows + r] = s;
         }
     }
@@ -221,6 +257,29 @@ AVX2 INLINE float hsum256(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* 16 4-bit codes at element j: low nibbles into chain c, high into c+1. */
+AVX2 INLINE void q4_step256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
+                            __m256 (*aq)[4], int c)
+{
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j / 2)));
+    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+    for (int u = 0; u < tb; u++) {
+        const float *xt = xd + (t0 + u) * cols + j;
+        aq[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), lo, aq[u][c]);
+        aq[u][c + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8), hi, aq[u][c + 1]);
+    }
+}
+
+/* 8 8-bit codes at element j into chain c. */
+AVX2 INLINE void q8_step256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
+                            __m256 (*aq)[4], int c)
+{
+    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j))));
+    for (int u = 0; u < tb; u++)
+        aq[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u][c]);
+}
+
 AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
                           int64_t row0, int64_t row1, float *sc, float *bi)
 {
@@ -235,31 +294,27 @@ AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xs
             bsum[u] = 0.0f;
         }
         for (int64_t g = 0; g < ng; g++) {
-            __m256 aq[TB];
+            __m256 aq[TB][4]; /* four independent chains per token, summed pairwise per group */
             for (int u = 0; u < tb; u++)
-                aq[u] = _mm256_setzero_ps();
+                aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm256_setzero_ps();
+            int64_t j = g * gs, end = j + gs;
             if (w->bits == 4) {
-                for (int64_t j = g * gs; j < (g + 1) * gs; j += 16) {
-                    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j / 2)));
-                    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
-                    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-                    for (int u = 0; u < tb; u++) {
-                        const float *xt = xd + (t0 + u) * cols + j;
-                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), lo, aq[u]);
-                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8), hi, aq[u]);
-                    }
+                for (; j + 32 <= end; j += 32) {
+                    q4_step256(codes, xd, cols, t0, tb, j, aq, 0);
+                    q4_step256(codes, xd, cols, t0, tb, j + 16, aq, 2);
                 }
             } else {
-                for (int64_t j = g * gs; j < (g + 1) * gs; j += 8) {
-                    __m256 q = _mm256_cvtepi32_ps(
-                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j))));
-                    for (int u = 0; u < tb; u++)
-                        aq[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u]);
+                for (; j + 32 <= end; j += 32) {
+                    q8_step256(codes, xd, cols, t0, tb, j, aq, 0);
+                    q8_step256(codes, xd, cols, t0, tb, j + 8, aq, 1);
+                    q8_step256(codes, xd, cols, t0, tb, j + 16, aq, 2);
+                    q8_step256(codes, xd, cols, t0, tb, j + 24, aq, 3);
                 }
             }
             __m256 s = _mm256_set1_ps(sc[g]);
             for (int u = 0; u < tb; u++) {
-                acc[u] = _mm256_fmadd_ps(s, aq[u], acc[u]);
+                __m256 sum = _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3]));
+                acc[u] = _mm256_fmadd_ps(s, sum, acc[u]);
                 bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
             }
         }
@@ -307,25 +362,34 @@ void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float 
     qdot_avx2(w, x, n, y, row0, row1);
 }
 
+AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
+                              __m256 (*acc)[4], int c)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
+    __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    for (int u = 0; u < tb; u++)
+        acc[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+}
+
 AVX2 INLINE void bf16rows256(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
                              int64_t row1)
 {
     int64_t c8 = w->cols & ~(int64_t)7, cols = w->cols;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        __m256 acc[TB];
+        __m256 acc[TB][4]; /* four independent chains per token */
         for (int u = 0; u < tb; u++)
-            acc[u] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < c8; j += 8) {
-            __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
-            __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-            for (int u = 0; u < tb; u++)
-                acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u]);
-        }
+            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 32 <= c8; j += 32)
+            for (int c = 0; c < 4; c++)
+                bf16_step256(row, x, cols, t0, tb, j + 8 * c, acc, c);
+        for (int c = 0; j < c8; j += 8, c++)
+            bf16_step256(row, x, cols, t0, tb, j, acc, c);
         for (int u = 0; u < tb; u++) {
-            float s = hsum256(acc[u]);
-            for (int64_t j = c8; j < cols; j++)
-                s += x[(t0 + u) * cols + j] * bf16_to_f32((uint16_t)(row[2 * j] | row[2 * j + 1] << 8));
+            float s = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), _mm256_add_ps(acc[u][2], acc[u][3])));
+            for (int64_t k = c8; k < cols; k++)
+                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
             y[(t0 + u) * w->rows + r] = s;
         }
     }

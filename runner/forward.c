@@ -453,6 +453,8 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
                 rc = err_set(e, ERR_USAGE, "batch items %d and %d continue the same sequence %d", q, b, in->seq);
         if (rc == ERR_OK)
             rc = check_tokens(c, in->tokens, in->n, e);
+        if (rc != ERR_OK)
+            break; /* in->seq may be out of range: touch nothing */
         f.it[b] = (struct step_item){&r->seq[in->seq], N, in->n, r->seq[in->seq].pos, in->key_mask,
                                      calloc((size_t)Lc, sizeof(struct kv_rows))};
         if (rc == ERR_OK && !f.it[b].pending)

@@ -303,11 +303,16 @@ int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int3
     memcpy(key, pc->ns, 32);
     if (r->seq[seq].pos != 0)
         return err_set(e, ERR_USAGE, "prefix cache: sequence %d is not empty", seq);
-    /* restore the longest run of cached blocks, leaving at least one token */
+    /* restore the longest run of cached blocks, leaving at least one token:
+     * each block's full-attention entries as it is found; the sliding rings
+     * from the last block restored, of which we keep a private copy (a later
+     * lookup may evict it from the hot tier) */
+    uint8_t *ring_src = NULL;
+    size_t ring_bytes = 0;
     for (int64_t end = B; end < T; end += B) {
         uint8_t k[32];
         size_t bytes, expect;
-        uint8_t *owned, *owned_next;
+        uint8_t *owned;
         next_key(key, tokens + end - B, B, k);
         const uint8_t *p = lookup(pc, k, &bytes, &owned);
         if (!p)
@@ -319,24 +324,30 @@ int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int3
             free(owned);
             break;
         }
-        bool last_block = end + B >= T; /* sliding rings come from the final block only */
-        if (rc == ERR_OK && !last_block) {
-            uint8_t nk[32];
-            size_t nb;
-            next_key(k, tokens + end, B, nk);
-            last_block = !lookup(pc, nk, &nb, &owned_next);
-            free(owned_next);
-        }
+        uint8_t *mine = owned ? owned : malloc(bytes ? bytes : 1);
+        if (rc == ERR_OK && !mine)
+            rc = err_set(e, ERR_NOMEM, "prefix cache: cannot allocate %zu bytes", bytes);
+        if (rc == ERR_OK && !owned)
+            memcpy(mine, p, bytes);
         if (rc == ERR_OK)
-            rc = block_io(r, seq, end - B, end, (uint8_t *)p, &bytes, true, last_block, e);
-        free(owned);
-        if (rc != ERR_OK)
+            rc = block_io(r, seq, end - B, end, mine, &bytes, true, false, e);
+        if (rc != ERR_OK) {
+            free(mine);
+            free(ring_src);
             return rc;
+        }
+        free(ring_src);
+        ring_src = mine;
+        ring_bytes = bytes;
         memcpy(key, k, 32);
         pos = end;
         r->seq[seq].pos = end;
-        if (last_block)
-            break;
+    }
+    if (ring_src) {
+        int rc = block_io(r, seq, pos - B, pos, ring_src, &ring_bytes, true, true, e);
+        free(ring_src);
+        if (rc != ERR_OK)
+            return rc;
     }
     pc->hit_tokens += pos;
     /* compute the rest, stopping at every block boundary to store its state */
