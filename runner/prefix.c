@@ -55,9 +55,11 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
             return rc;
     }
     char ns[256];
-    snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld", COLD_VERSION,
-             r->m->fingerprint, r->kv.bits, r->kv.group_size, (long long)r->kv.start, r->kv.skip_last_full,
-             (long long)o->block);
+    /* the kernels too: scalar, avx2, avx512 and BLAS round differently, and a
+     * state computed by one must not be restored into a run of another */
+    snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s",
+             COLD_VERSION, r->m->fingerprint, r->kv.bits, r->kv.group_size, (long long)r->kv.start,
+             r->kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "");
     struct sha256 h;
     sha256_init(&h);
     sha256_update(&h, ns, strlen(ns));

@@ -7,8 +7,9 @@
  * layers a frozen copy of the ring (the last W entries) at that boundary —
  * copies, never references to live buffers. An entry's key is a hash chain
  * over the namespace (model fingerprint, KV representation: bits, group,
- * float start, skip-last) and every token up to the boundary, so any
- * mismatch is a miss and float and quantized state never mix.
+ * float start, skip-last; block size; kernels, whose rounding differs) and
+ * every token up to the boundary, so any mismatch is a miss and float and
+ * quantized state never mix.
  *
  * Hot tier: entries in RAM, bounded bytes, least recently used evicted.
  * Cold tier (optional directory): one file per entry, written atomically

@@ -195,5 +195,110 @@ expect 2 "golden check --threads 0" -- "$G" golden check --threads 0 "$E" "$T/se
 expect 0 "inspect a golden npz --json" -- "$G" inspect --json "$(dirname "$0")/../golden/data/e2b-bf16.npz"
 ok "npz members listed with shapes" -- test "$(json_field "$T/out" "[m.get('shape') for m in d['members'] if m['name']=='logits.npy'][0]")" = "[24, 512]"
 
+# issue 5: quantized KV cache, batches, prefix cache
+# --kv-bits accepts 4 and 8 only, refused before any work: a nonexistent model
+# path gives the usage error (exit 2, the accepted values), not a file error
+for bad in 0 3 16 x; do
+    expect 2 "run --kv-bits $bad refused" -- "$G" run "$T/no-such-model" --tokens 2,3 --kv-bits $bad
+    ok "--kv-bits $bad: message lists 4 and 8" -- grep -q -- "--kv-bits $bad: accepted values are 4 and 8" "$T/err"
+    ok "--kv-bits $bad: refused before opening the model" -- test "$(grep -c "no-such-model" "$T/err")" = 0
+done
+expect 2 "run --kv-group-size 48 refused" -- "$G" run "$T/no-such-model" --tokens 2,3 --kv-group-size 48
+ok "--kv-group-size message lists 32, 64 and 128" -- grep -q "32, 64 and 128" "$T/err"
+expect 2 "run --kv-skip-last-full-attention maybe refused" -- "$G" run "$T/no-such-model" --tokens 2,3 --kv-skip-last-full-attention maybe
+ok "--kv-skip-last-full-attention message lists on and off" -- grep -q "on and off" "$T/err"
+expect 2 "the same model path without --kv-bits: a file error" -- "$G" run "$T/no-such-model" --tokens 2,3
+ok "file error names the path" -- grep -q "no-such-model" "$T/err"
+
+# --kv-bits 8: reported in --json; KLD against the float cache within the issue's bar
+expect 0 "run --json (float cache)" -- "$G" run "$E" --tokens-file "$E/tokens.json" --json
+cp "$T/out" "$T/kvf.json"
+expect 0 "run --kv-bits 8 --json" -- "$G" run "$E" --tokens-file "$E/tokens.json" --kv-bits 8 --json
+cp "$T/out" "$T/kv8.json"
+ok "kv_cache.bits 8" -- test "$(json_field "$T/kv8.json" "d['kv_cache']['bits']")" = 8
+ok "kv_cache.float_layer 4 (skip-last on by default)" -- test "$(json_field "$T/kv8.json" "d['kv_cache']['float_layer']")" = 4
+ok "float run: kv_cache.bits 0, no float layer" -- test "$(json_field "$T/kvf.json" "(d['kv_cache']['bits'], d['kv_cache']['float_layer'])")" = "(0, None)"
+ok "kv 8 cache smaller than float" -- test "$(json_field "$T/kv8.json" "d['kv_cache']['cache_bytes']")" -lt "$(json_field "$T/kvf.json" "d['kv_cache']['cache_bytes']")"
+expect 0 "run --kv-bits 4 --kv-skip-last-full-attention off --json" -- "$G" run "$E" --tokens-file "$E/tokens.json" --kv-bits 4 --kv-skip-last-full-attention off --kv-group-size 32 --json
+ok "kv 4 skip off: bits 4, group 32, no float layer" -- test "$(json_field "$T/out" "(d['kv_cache']['bits'], d['kv_cache']['group_size'], d['kv_cache']['float_layer'])")" = "(4, 32, None)"
+expect 0 "run --kv-bits 8 --dump-logits" -- "$G" run "$E" --tokens-file "$E/tokens.json" --kv-bits 8 --dump-logits "$T/kv8.npz"
+ok "kv 8 vs float cache: mean KLD < 1e-3, top-1 >= 95 %" -- $PY -c '
+import sys, numpy as np
+a = np.load(sys.argv[1])["logits"].astype(np.float64); b = np.load(sys.argv[2])["logits"].astype(np.float64)
+lp = a - a.max(1, keepdims=True); lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+lq = b - b.max(1, keepdims=True); lq -= np.log(np.exp(lq).sum(1, keepdims=True))
+kl = (np.exp(lp) * (lp - lq)).sum(1)
+assert 0 < kl.mean() < 1e-3, kl.mean()
+assert (a.argmax(1) == b.argmax(1)).mean() >= 0.95
+' "$T/pre.npz" "$T/kv8.npz"
+
+# batches: repeated --tokens and a JSON list of lists; --dump-logits [B, Tmax, V]
+P0=$(json_field "$E/tokens.json" "','.join(map(str, d['tokens']))")
+P1=$(json_field "$E/tokens.json" "','.join(map(str, d['tokens'][17:][::-1]))")
+P2=$(json_field "$E/tokens.json" "','.join(map(str, d['tokens'][3:16]))")
+printf '[[%s], [%s], [%s]]\n' "$P0" "$P1" "$P2" >"$T/batch.json"
+expect 0 "run a batch: repeated --tokens" -- "$G" run "$E" --tokens "$P0" --tokens "$P1" --tokens "$P2" --dump-logits "$T/batch-t.npz"
+expect 0 "run a batch: JSON list of lists, chunked:5" -- "$G" run "$E" --tokens-file "$T/batch.json" --mode chunked:5 --dump-logits "$T/batch-f.npz"
+expect 0 "run a batch: decode mode, 2 threads" -- "$G" run "$E" --tokens-file "$T/batch.json" --mode decode --threads 2 --dump-logits "$T/batch-d.npz"
+for i in 0 1 2; do
+    P="P$i"
+    expect 0 "run prompt $i alone" -- "$G" run "$E" --tokens "${!P}" --dump-logits "$T/single$i.npz"
+done
+for f in batch-t batch-f batch-d; do
+    ok "$f: logits [3, 24, 512], lengths, zero rows past each end, each prompt = alone within 1e-5" -- $PY -c '
+import sys, numpy as np
+z = np.load(sys.argv[1]); l, n, t = z["logits"], z["lengths"], z["tokens"]
+assert l.dtype == np.float32 and l.shape == (3, 24, 512), (l.dtype, l.shape)
+assert n.tolist() == [24, 7, 13], n
+assert t.shape == (3, 24)
+for b in range(3):
+    s = np.load(sys.argv[2 + b])
+    assert t[b, :n[b]].tolist() == s["tokens"].tolist()
+    assert (l[b, n[b]:] == 0).all(), b
+    d = np.abs(l[b, :n[b]].astype(np.float64) - s["logits"]).max()
+    assert d <= 1e-5, (b, d)
+' "$T/$f.npz" "$T/single0.npz" "$T/single1.npz" "$T/single2.npz"
+done
+expect 0 "batch --generate 4 --json" -- "$G" run "$E" --tokens "$P0" --tokens "$P1" --generate 4 --json
+ok "batch --json: one generated list per prompt" -- test "$(json_field "$T/out" "(d['sequences'], len(d['generated']), len(d['generated'][1]))")" = "(2, 2, 4)"
+g1=$(json_field "$T/out" "d['generated'][1]")
+expect 0 "prompt 1 alone --generate 4 --json" -- "$G" run "$E" --tokens "$P1" --generate 4 --json
+ok "batched generation = alone" -- test "$(json_field "$T/out" "d['generated']")" = "$g1"
+
+# prefix cache: two runs on one directory; hot only; a corrupt entry
+LONG=$(json_field "$E/tokens.json" "','.join(map(str, d['tokens'] + d['tokens'][::-1]))")
+expect 0 "run without a prefix cache --generate 4 --json" -- "$G" run "$E" --tokens "$LONG" --generate 4 --json
+gen_ref=$(json_field "$T/out" "d['generated']")
+PC=(--prefix-cache-dir "$T/pc" --prefix-block 8 --generate 4 --json)
+expect 0 "prefix cache dir: first run" -- "$G" run "$E" --tokens "$LONG" "${PC[@]}"
+ok "first run: no hit, files written" -- test "$(json_field "$T/out" "(d['prefix_cache_hit_tokens'], d['prefix_cache_cold_bytes'] > 0)")" = "(0, True)"
+ok "first run: same tokens as without the cache" -- test "$(json_field "$T/out" "d['generated']")" = "$gen_ref"
+float_entry=$(ls "$T/pc"/*.gpkc | sed -n 3p)
+expect 0 "prefix cache dir: second run" -- "$G" run "$E" --tokens "$LONG" "${PC[@]}"
+ok "second run: prefix_cache_hit_tokens > 0" -- test "$(json_field "$T/out" "d['prefix_cache_hit_tokens']")" -gt 0
+ok "second run: prefix_cache_cold_bytes > 0" -- test "$(json_field "$T/out" "d['prefix_cache_cold_bytes']")" -gt 0
+ok "second run: prefix_cache_hot_bytes > 0" -- test "$(json_field "$T/out" "d['prefix_cache_hot_bytes']")" -gt 0
+ok "second run: same tokens as without the cache" -- test "$(json_field "$T/out" "d['generated']")" = "$gen_ref"
+expect 0 "prefix cache dir: a --kv-bits 4 run on the same directory" -- "$G" run "$E" --tokens "$LONG" "${PC[@]}" --kv-bits 4
+ok "kv 4 run: no hit from float entries" -- test "$(json_field "$T/out" "d['prefix_cache_hit_tokens']")" = 0
+expect 0 "prefix cache dir: float again after kv 4" -- "$G" run "$E" --tokens "$LONG" "${PC[@]}"
+ok "float again: hits, same tokens" -- test "$(json_field "$T/out" "(d['prefix_cache_hit_tokens'] > 0, d['generated'])")" = "(True, $gen_ref)"
+ok "a float entry to corrupt" -- test -s "$float_entry"
+printf '\x5a' | dd of="$float_entry" bs=1 seek=100 conv=notrunc status=none
+expect 0 "prefix cache dir: a corrupt entry" -- "$G" run "$E" --tokens "$LONG" "${PC[@]}"
+ok "corrupt entry: warning on stderr" -- grep -q "warning: prefix cache: discarded" "$T/err"
+ok "corrupt entry: same tokens" -- test "$(json_field "$T/out" "d['generated']")" = "$gen_ref"
+mkdir -p "$T/hotcwd"
+GA=$(cd "$(dirname "$G")" && pwd)/$(basename "$G")
+expect 0 "hot-only --prefix-cache, a batch sharing a prefix" -- env -C "$T/hotcwd" "$GA" run "$E" --tokens "$LONG" --tokens "$LONG" --prefix-cache --prefix-block 8 --generate 4 --json
+ok "hot only: prefix_cache_cold_bytes 0" -- test "$(json_field "$T/out" "d['prefix_cache_cold_bytes']")" = 0
+ok "hot only: the second prompt hits" -- test "$(json_field "$T/out" "d['prefix_cache_hit_tokens']")" -gt 0
+ok "hot only: same tokens for both prompts" -- test "$(json_field "$T/out" "d['generated']")" = "[$gen_ref, $gen_ref]"
+ok "hot only: nothing written in the working directory" -- test -z "$(ls -A "$T/hotcwd")"
+expect 2 "--dump-logits with --prefix-cache is a usage error" -- "$G" run "$E" --tokens "$LONG" --prefix-cache --dump-logits "$T/pcdump.npz"
+ok "no dump written" -- test ! -e "$T/pcdump.npz"
+expect 2 "--dump-logits with --prefix-cache-dir is a usage error" -- "$G" run "$E" --tokens "$LONG" --prefix-cache-dir "$T/pc2" --dump-logits "$T/pcdump.npz"
+ok "no cache directory created by a refused run" -- test ! -e "$T/pc2"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
