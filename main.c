@@ -1219,10 +1219,10 @@ static int golden_check(int argc, char **argv)
     struct model m;
     struct runner r = {0};
     struct err e = {0};
-    if (golden_read(argv[optind + 1], &g, &e) != ERR_OK)
+    if (model_open(&m, argv[optind], &e) != ERR_OK)
         return fail(&e);
-    if (model_open(&m, argv[optind], &e) != ERR_OK) {
-        golden_free(&g);
+    if (golden_read(argv[optind + 1], m.cfg.vocab_size, &g, &e) != ERR_OK) {
+        model_close(&m);
         return fail(&e);
     }
     int code = EXIT_ERROR, rc = ERR_OK;

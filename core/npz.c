@@ -301,6 +301,16 @@ bool npz_has(const struct npz *z, const char *name)
     return zip_name_locate(z->za, name, 0) >= 0;
 }
 
+int npz_size(const struct npz *z, const char *name, uint64_t *size, struct err *e)
+{
+    zip_int64_t idx = zip_name_locate(z->za, name, 0);
+    zip_stat_t st;
+    if (idx < 0 || zip_stat_index(z->za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+        return err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name);
+    *size = st.size;
+    return ERR_OK;
+}
+
 int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e)
 {
     *buf = NULL;

@@ -61,6 +61,9 @@ void npz_close(struct npz *z);
 const char *npz_name(const struct npz *z, size_t i);
 bool npz_has(const struct npz *z, const char *name);
 
+/* Declared (uncompressed) size of member `name`; ERR_FORMAT if absent. */
+int npz_size(const struct npz *z, const char *name, uint64_t *size, struct err *e);
+
 /* Member `name` (CRC checked by libzip). ERR_FORMAT if absent. *buf malloc'ed. */
 int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e);
 

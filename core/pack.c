@@ -8,24 +8,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "core/bytes.h"
+#include "core/crc.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/quant.h"
-
-static uint32_t crc_update(uint32_t crc, const void *data, uint64_t len)
-{
-    const uint8_t *p = data;
-    while (len) {
-        uInt take = len > (1u << 30) ? (1u << 30) : (uInt)len;
-        crc = (uint32_t)crc32(crc, p, take);
-        p += take;
-        len -= take;
-    }
-    return crc;
-}
 
 /* ---- writer ---- */
 
@@ -103,7 +91,7 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
     w->n++;
     w->open_tensor = true;
     w->written = 0;
-    w->crc = (uint32_t)crc32(0, Z_NULL, 0);
+    w->crc = 0;
     return ERR_OK;
 }
 
@@ -118,7 +106,7 @@ int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struc
     int rc = fio_write_all(w->fd, data, len, w->tmp, e);
     if (rc != ERR_OK)
         return rc;
-    w->crc = crc_update(w->crc, data, len);
+    w->crc = crc32_update(w->crc, data, len);
     w->written += len;
     w->pos += len;
     return ERR_OK;
@@ -204,8 +192,8 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     wr_u64le(h + 32, data_size);
     wr_u64le(h + 40, manifest_offset);
     wr_u64le(h + 48, mlen);
-    wr_u32le(h + 56, crc_update((uint32_t)crc32(0, Z_NULL, 0), js, mlen));
-    wr_u32le(h + 60, crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 60));
+    wr_u32le(h + 56, crc32_update(0, js, mlen));
+    wr_u32le(h + 60, crc32_update(0, h, 60));
     if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->tmp, strerror(errno));
         goto out;
@@ -344,10 +332,13 @@ static int check_quantized(struct pack *p, const char *module, struct json_objec
     const char *role[3] = {"weight", "scales", "biases"};
     const struct pack_tensor *t[3];
     for (int k = 0; k < 3; k++) {
+        /* the triplet is MODULE.weight/.scales/.biases: readers find it by those names */
+        char want[PACK_MAX_NAME + 16];
+        snprintf(want, sizeof want, "%s.%s", module, role[k]);
         if (!json_object_object_get_ex(q, role[k], &v) || json_object_get_type(v) != json_type_string ||
-            !(t[k] = pack_find(p, json_object_get_string(v))))
-            return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"].%s does not name a tensor of the pack", p->path,
-                           module, role[k]);
+            strcmp(json_object_get_string(v), want) || !(t[k] = pack_find(p, want)))
+            return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"].%s must name the pack's tensor %s", p->path, module,
+                           role[k], want);
     }
     int r = t[0]->rank;
     bool ok = t[0]->dtype == DT_U32 && r >= 2 && t[1]->rank == r && t[2]->rank == r &&
@@ -374,7 +365,7 @@ static int validate(struct pack *p, struct err *e)
                        memcmp(h + 1, "GPK", 3) == 0 ? "; line endings mangled by a text-mode transfer?" : "");
     uint16_t major = rd_u16le(h + 8);
     p->version_minor = rd_u16le(h + 10);
-    uint32_t hcrc = crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 60);
+    uint32_t hcrc = crc32_update(0, h, 60);
     if (rd_u32le(h + 60) != hcrc)
         return err_set(e, ERR_FORMAT, "%s: header CRC 0x%08x, computed 0x%08x (damaged header)", p->path,
                        rd_u32le(h + 60), hcrc);
@@ -404,12 +395,14 @@ static int validate(struct pack *p, struct err *e)
         return err_set(e, ERR_RANGE, "%s: manifest of %llu bytes exceeds the %u-byte limit", p->path,
                        (unsigned long long)p->manifest_size, PACK_MAX_MANIFEST);
     const char *ms = (const char *)p->map + p->manifest_offset;
-    uint32_t mcrc = crc_update((uint32_t)crc32(0, Z_NULL, 0), ms, p->manifest_size);
+    uint32_t mcrc = crc32_update(0, ms, p->manifest_size);
     if (rd_u32le(h + 56) != mcrc)
         return err_set(e, ERR_FORMAT, "%s: manifest CRC 0x%08x, computed 0x%08x (damaged manifest)", p->path,
                        rd_u32le(h + 56), mcrc);
     if (jsonx_parse(ms, (size_t)p->manifest_size, &p->manifest, e) != ERR_OK)
         return err_prefix(e, "%s: manifest", p->path);
+    if (jsonx_has_escaped_nul(ms, (size_t)p->manifest_size))
+        return err_set(e, ERR_FORMAT, "%s: manifest holds a string with an escaped NUL (\\u0000)", p->path);
     struct json_object *m = p->manifest, *v;
     if (json_object_get_type(m) != json_type_object)
         return err_set(e, ERR_FORMAT, "%s: manifest is a JSON %s, expected an object", p->path, jsonx_type_name(m));
@@ -568,7 +561,7 @@ int pack_verify(const struct pack *p, size_t *n_bad, struct err *e)
         if (i == p->n_tensors)
             break;
         const struct pack_tensor *t = &p->tensors[i];
-        uint32_t c = crc_update((uint32_t)crc32(0, Z_NULL, 0), pack_data(p, t), t->nbytes);
+        uint32_t c = crc32_update(0, pack_data(p, t), t->nbytes);
         if (c != t->crc32) {
             if (!first) {
                 first = t;

@@ -9,11 +9,19 @@
 #include "core/npz.h"
 
 /* Reads the golden's members from an open archive. */
-static int read_members(const struct npz *z, struct golden *g, struct err *e)
+#define GOLDEN_MAX_TOKENS (1u << 24)
+
+static int read_members(const struct npz *z, int64_t vocab, struct golden *g, struct err *e)
 {
     const char *path = z->path;
     struct npy tok, lg;
-    int rc = npz_get_array(z, "tokens.npy", &tok, e);
+    uint64_t size;
+    int rc = npz_size(z, "tokens.npy", &size, e);
+    if (rc == ERR_OK && size > 8ull * GOLDEN_MAX_TOKENS + 4096)
+        rc = err_set(e, ERR_RANGE, "%s: tokens.npy declares %llu bytes, more than %u tokens", path,
+                     (unsigned long long)size, GOLDEN_MAX_TOKENS);
+    if (rc == ERR_OK)
+        rc = npz_get_array(z, "tokens.npy", &tok, e);
     if (rc != ERR_OK)
         return rc;
     if ((tok.dtype != DT_I32 && tok.dtype != DT_I64) || tok.rank != 1) {
@@ -36,7 +44,15 @@ static int read_members(const struct npz *z, struct golden *g, struct err *e)
         return err_set(e, ERR_NOMEM, "out of memory");
     /* logits_f64.npy, when present, must be valid: never silently skipped */
     g->f64 = npz_has(z, "logits_f64.npy");
-    if ((rc = npz_get_array(z, g->f64 ? "logits_f64.npy" : "logits.npy", &lg, e)) != ERR_OK)
+    const char *lname = g->f64 ? "logits_f64.npy" : "logits.npy";
+    if ((rc = npz_size(z, lname, &size, e)) != ERR_OK)
+        return rc;
+    if (vocab > 0 && size > (uint64_t)g->T * (uint64_t)vocab * 8 + 4096)
+        return err_set(e, ERR_FORMAT, "%s: %s declares %llu bytes; %lld positions of a %lld-token vocabulary need at "
+                                      "most %llu: not a golden of this model",
+                       path, lname, (unsigned long long)size, (long long)g->T, (long long)vocab,
+                       (unsigned long long)((uint64_t)g->T * (uint64_t)vocab * 8 + 4096));
+    if ((rc = npz_get_array(z, lname, &lg, e)) != ERR_OK)
         return rc;
     if (lg.rank != 2 || (lg.dtype != DT_F32 && lg.dtype != DT_F64) || (int64_t)lg.shape[0] != g->T) {
         npy_free(&lg);
@@ -60,13 +76,13 @@ static int read_members(const struct npz *z, struct golden *g, struct err *e)
     return rc == ERR_OK ? ERR_OK : err_prefix(e, "%s: meta.json", path);
 }
 
-int golden_read(const char *path, struct golden *g, struct err *e)
+int golden_read(const char *path, int64_t vocab, struct golden *g, struct err *e)
 {
     memset(g, 0, sizeof *g);
     struct npz z;
     int rc = npz_open(&z, path, e);
     if (rc == ERR_OK)
-        rc = read_members(&z, g, e);
+        rc = read_members(&z, vocab, g, e);
     npz_close(&z);
     if (rc != ERR_OK)
         golden_free(g);

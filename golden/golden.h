@@ -22,7 +22,10 @@ struct golden {
     bool f64;                 /* logits came from logits_f64.npy */
 };
 
-int golden_read(const char *path, struct golden *g, struct err *e);
+/* vocab: the model's vocabulary when known (0: not known); the logits
+ * member must then fit T x vocab, checked before it is read, so a hostile
+ * file cannot make the reader allocate more. */
+int golden_read(const char *path, int64_t vocab, struct golden *g, struct err *e);
 void golden_free(struct golden *g);
 
 /* Writes tokens.npy, logits.npy and meta.json (`meta` is not consumed). */

@@ -60,6 +60,13 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
     for (int64_t i = 0; r->kv.skip_last_full && r->kv.bits && i < c->first_shared; i++)
         if (c->layers[i].type == LT_FULL)
             r->kv_float_layer = (int)i; /* the source of every KV-shared full-attention layer */
+    for (int64_t i = 0; r->kv.bits && i < c->first_shared; i++) {
+        int64_t d = c->layers[i].head_dim, gs = r->kv.group_size < d ? r->kv.group_size : d;
+        if ((gs != 32 && gs != 64 && gs != 128) || d % gs)
+            return err_set(e, ERR_UNSUPPORTED, "--kv-group-size %d: layer %lld's head dim %lld has no MLX group size "
+                                               "(32, 64, 128) that divides it",
+                           r->kv.group_size, (long long)i, (long long)d);
+    }
     r->seq = calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof *r->seq);
     if (!r->seq)
         return err_set(e, ERR_NOMEM, "cannot allocate %d sequences", n_seq);

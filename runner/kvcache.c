@@ -68,7 +68,7 @@ void kv_rows_get_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t s
         return;
     }
     uint8_t *e = r->q + (size_t)slot * f->qbytes;
-    int64_t g0 = h * d / f->gs; /* groups never straddle heads: gs divides d */
+    int64_t g0 = h * d / f->gs; /* groups never straddle heads: runner_init checks that gs divides d */
     size_t off = (size_t)(h * d * f->bits / 8);
     dequant_affine_row(codes_at(f, e, 0) + off, params_at(f, e, 0) + g0, params_at(f, e, 1) + g0, DT_F32, (size_t)d,
                        f->gs, f->bits, k);

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include "converter/check.h"
+#include "core/bytes.h"
+#include "core/crc.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/sha256.h"
@@ -110,6 +112,9 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
     va_end(ap);
     memset(w, 0, sizeof *w);
     struct srcq q = quant_of(m, module);
+    if (q.bits && (q.gs <= 0 || cols % q.gs || (cols * q.bits) % 32))
+        return err_set(e, ERR_FORMAT, "model: %s: %d-bit group %d cannot hold %lld input features", module, q.bits, q.gs,
+                       (long long)cols);
     struct src ws, ss, bs;
     snprintf(name, sizeof name, "%s.weight", module);
     if (!lookup(m, name, &ws))
@@ -141,7 +146,8 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
         uint64_t sexp[3] = {(uint64_t)experts, (uint64_t)rows, (uint64_t)(cols / q.gs)};
         const uint64_t *se = experts ? sexp : sexp + 1;
         if (!have_s || !have_b || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
-            bs.dtype != ss.dtype || !dtype_is_weight_float(ss.dtype))
+            bs.rank != rank || memcmp(bs.shape, se, (size_t)rank * sizeof *se) || bs.dtype != ss.dtype ||
+            !dtype_is_weight_float(ss.dtype))
             return err_set(e, ERR_FORMAT, "model: %s: scales/biases missing or not float [.., %lld, %lld]", module,
                            (long long)rows, (long long)(cols / q.gs));
         w->s = ss.data;
@@ -314,6 +320,27 @@ static int open_dir(struct model *m, const char *dir, struct err *e)
             snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
     }
     return rc;
+}
+
+void model_weights_fingerprint(const struct model *m, char out[65])
+{
+    if (m->from_pack) {
+        memcpy(out, m->fingerprint, 65);
+        return;
+    }
+    struct sha256 h;
+    uint8_t d[32];
+    sha256_init(&h);
+    for (size_t i = 0; i < m->ck.n_shards; i++) {
+        const struct st_file *f = &m->ck.shards[i];
+        uint8_t crc[4];
+        wr_u32le(crc, crc32_update(0, f->map + f->data_start, f->file_size - f->data_start));
+        sha256_update(&h, f->map, (size_t)f->data_start);
+        sha256_update(&h, crc, 4);
+    }
+    sha256_final(&h, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 int model_open(struct model *m, const char *path, struct err *e)

@@ -62,8 +62,15 @@ struct model {
     size_t n_owned, cap_owned;
     uint64_t weight_bytes;        /* matrix bytes one decode step reads (the PLE table, of which it
                                      reads one row, excluded; embed_tokens counted once, as the head) */
-    char fingerprint[65];         /* SHA-256 identifying the weights (pack manifest or source headers) */
+    char fingerprint[65];         /* pack: SHA-256 of the manifest, which holds every tensor's CRC, so it
+                                     identifies the weights; directory: SHA-256 of the safetensors headers,
+                                     which identifies the layout only */
 };
+
+/* A fingerprint of the weights themselves: the pack's (its manifest holds
+ * every tensor's CRC), or for a directory SHA-256 over the headers and the
+ * CRC-32 of each shard's data (reads every byte once). */
+void model_weights_fingerprint(const struct model *m, char out[65]);
 
 /* Opens a .gpk file or a checkpoint directory. *m must be model_close'd. */
 int model_open(struct model *m, const char *path, struct err *e);

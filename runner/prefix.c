@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "core/bytes.h"
+#include "core/crc.h"
 #include "core/fileio.h"
 #include "core/sha256.h"
 
@@ -54,11 +54,17 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
         if (rc != ERR_OK)
             return rc;
     }
-    char ns[256];
-    /* the kernels too: scalar, avx2, avx512 and BLAS round differently, and a
-     * state computed by one must not be restored into a run of another */
+    char ns[320], weights[65];
+    /* The weights themselves, not just the layout: entries on disk outlive
+     * this process and must never be restored into another model. The
+     * kernels too: scalar, avx2, avx512 and BLAS round differently, and a
+     * state computed by one must not be restored into a run of another. */
+    if (o->cold_dir)
+        model_weights_fingerprint(r->m, weights);
+    else
+        memcpy(weights, r->m->fingerprint, sizeof weights); /* one process, one model */
     snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s",
-             COLD_VERSION, r->m->fingerprint, r->kv.bits, r->kv.group_size, (long long)r->kv.start,
+             COLD_VERSION, weights, r->kv.bits, r->kv.group_size, (long long)r->kv.start,
              r->kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "");
     struct sha256 h;
     sha256_init(&h);
@@ -173,7 +179,7 @@ static uint8_t *cold_get(struct prefix_cache *pc, const uint8_t key[32], size_t 
         why = "shorter than its header";
     } else if (memcmp(h, COLD_MAGIC, 8) || rd_u32le(h + 8) != COLD_VERSION) {
         why = "not a gempack prefix-cache entry of this version";
-    } else if (rd_u32le(h + 12) != (uint32_t)crc32(0, h + 16, COLD_HEADER - 16)) {
+    } else if (rd_u32le(h + 12) != crc32_update(0, h + 16, COLD_HEADER - 16)) {
         why = "header CRC mismatch";
     } else if (memcmp(h + 16, key, 32)) {
         why = "stale: its key does not match its name";
@@ -183,7 +189,7 @@ static uint8_t *cold_get(struct prefix_cache *pc, const uint8_t key[32], size_t 
             why = "size does not match its header";
         } else if (!(payload = malloc(n ? (size_t)n : 1)) || fread(payload, 1, (size_t)n, f) != (size_t)n) {
             why = "unreadable payload";
-        } else if ((uint32_t)crc32(0, payload, (uInt)n) != rd_u32le(h + 56)) {
+        } else if (crc32_update(0, payload, n) != rd_u32le(h + 56)) {
             why = "payload CRC mismatch";
         } else {
             *bytes = (size_t)n;
@@ -213,8 +219,8 @@ static void cold_put(struct prefix_cache *pc, const uint8_t key[32], const uint8
         wr_u32le(buf + 8, COLD_VERSION);
         memcpy(buf + 16, key, 32);
         wr_u64le(buf + 48, bytes);
-        wr_u32le(buf + 56, (uint32_t)crc32(0, payload, (uInt)bytes));
-        wr_u32le(buf + 12, (uint32_t)crc32(0, buf + 16, COLD_HEADER - 16));
+        wr_u32le(buf + 56, crc32_update(0, payload, bytes));
+        wr_u32le(buf + 12, crc32_update(0, buf + 16, COLD_HEADER - 16));
         memcpy(buf + COLD_HEADER, payload, bytes);
         if (fio_write_file(path, buf, COLD_HEADER + bytes, &e) != ERR_OK)
             warn(pc, "prefix cache: could not write %s: %s", path, e.msg);

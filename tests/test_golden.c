@@ -126,7 +126,7 @@ Test(golden, write_read_round_trip)
     json_object_put(meta);
 
     struct golden g;
-    cr_assert_eq(golden_read(path, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(golden_read(path, 0, &g, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(g.T, T);
     cr_assert_eq(g.V, V);
     cr_assert_not(g.f64, "a golden_write file has float32 logits only");
@@ -180,7 +180,7 @@ Test(golden, committed_numpy_golden)
     char *path = golden_path();
     struct golden g;
     struct err e = {0};
-    cr_assert_eq(golden_read(path, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(golden_read(path, 0, &g, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(g.T, 24);
     cr_assert_eq(g.V, 512);
     cr_assert(g.f64, "logits_f64.npy must be preferred");
@@ -657,7 +657,7 @@ Test(golden, corrupt_goldens_rejected)
         write_golden(path, &table[i]);
         struct golden g;
         struct err e = {0};
-        int rc = golden_read(path, &g, &e);
+        int rc = golden_read(path, 0, &g, &e);
         cr_assert_neq(rc, ERR_OK, "%s: accepted", table[i].name);
         cr_assert_eq(rc, (int)e.code);
         cr_assert(strstr(e.msg, table[i].expect), "%s: message '%s' lacks '%s'", table[i].name, e.msg,
@@ -674,7 +674,7 @@ Test(golden, corrupt_goldens_rejected)
     write_golden(path, &ok);
     struct golden g;
     struct err e = {0};
-    cr_assert_eq(golden_read(path, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(golden_read(path, 0, &g, &e), ERR_OK, "%s", e.msg);
     cr_assert(g.T == 2 && g.V == 3 && g.tokens[0] == 0 && !g.f64 && g.meta == NULL);
     golden_free(&g);
     free(path);
@@ -693,18 +693,18 @@ Test(golden, corrupt_goldens_rejected)
         free(lb);
         free(fb);
     }
-    cr_assert_neq(golden_read(path, &g, &e), ERR_OK, "corrupt logits_f64.npy skipped");
+    cr_assert_neq(golden_read(path, 0, &g, &e), ERR_OK, "corrupt logits_f64.npy skipped");
     cr_assert(strstr(e.msg, "logits_f64.npy") && strstr(e.msg, "payload is 40 bytes"), "%s", e.msg);
     cr_assert_null(g.logits);
     free(path);
     /* not a zip at all; a missing file */
     path = th_write(dir, "text.npz", "hello, not a zip archive\n", 25);
-    int rc = golden_read(path, &g, &e);
+    int rc = golden_read(path, 0, &g, &e);
     cr_assert_eq(rc, ERR_FORMAT, "not a zip: rc %d (%s)", rc, e.msg);
     cr_assert(strstr(e.msg, "not a readable .npz") && strstr(e.msg, path), "%s", e.msg);
     free(path);
     path = fio_join(dir, "absent.npz");
-    rc = golden_read(path, &g, &e);
+    rc = golden_read(path, 0, &g, &e);
     cr_assert_eq(rc, ERR_IO, "missing file: rc %d (%s)", rc, e.msg);
     cr_assert(strstr(e.msg, path), "%s", e.msg);
     free(path);
@@ -714,7 +714,7 @@ Test(golden, corrupt_goldens_rejected)
     uint8_t *bytes = th_read(src, &len);
     cr_assert(bytes && len > 1000);
     path = th_write(dir, "truncated.npz", bytes, len / 2);
-    rc = golden_read(path, &g, &e);
+    rc = golden_read(path, 0, &g, &e);
     cr_assert_neq(rc, ERR_OK, "truncated archive accepted");
     cr_assert(strstr(e.msg, path), "%s", e.msg);
     free(path);

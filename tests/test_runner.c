@@ -65,7 +65,7 @@ static void expect_golden(const char *model_path, const char *golden_name)
     char *gp = golden_path(golden_name);
     struct golden g;
     struct err e = {0};
-    cr_assert_eq(golden_read(gp, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(golden_read(gp, 0, &g, &e), ERR_OK, "%s", e.msg);
     cr_assert(g.f64, "%s: goldens carry float64 logits", gp);
     int64_t V;
     float *logits = run_logits(model_path, g.tokens, g.T, 0, 1, &V);
@@ -327,7 +327,7 @@ Test(runner, q4_pack_kld_vs_float_golden, .timeout = 120)
     convert_free(&rep);
     char *gp = golden_path("e2b-bf16");
     struct golden g;
-    cr_assert_eq(golden_read(gp, &g, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(golden_read(gp, 0, &g, &e), ERR_OK, "%s", e.msg);
     int64_t V;
     float *logits = run_logits(pack, g.tokens, g.T, 0, 1, &V);
     struct golden_thresholds th = {-1, -1, -1, -1, -1, -1};
