@@ -41,6 +41,61 @@ static bool is_problem(enum check_kind k)
     return k != CHK_REDUNDANT;
 }
 
+static uint64_t group_hash(enum check_kind kind, const char *pattern, const char *expected, const char *found,
+                           const char *message)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)kind;
+    const char *parts[4] = {pattern, expected, found, message};
+    for (int k = 0; k < 4; k++)
+        for (const char *c = parts[k]; ; c++) {
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+            if (!*c)
+                break;
+        }
+    return h;
+}
+
+/* Open addressing over group indices (+1; 0 is empty), kept at most half full. */
+static struct check_group *group_find(const struct check_report *r, uint64_t hash, enum check_kind kind,
+                                      const char *pattern, const char *expected, const char *found,
+                                      const char *message)
+{
+    for (size_t i = hash & (r->index_cap - 1); r->index_cap && r->index[i]; i = (i + 1) & (r->index_cap - 1)) {
+        struct check_group *h = &r->groups[r->index[i] - 1];
+        if (h->kind == kind && !strcmp(h->pattern, pattern) && !strcmp(h->expected, expected) &&
+            !strcmp(h->found, found) && !strcmp(h->message, message))
+            return h;
+    }
+    return NULL;
+}
+
+static void group_index_add(struct check_report *r, uint64_t hash, int gi)
+{
+    if (2 * (size_t)r->n_indexed + 2 > r->index_cap) {
+        size_t cap = r->index_cap ? 2 * r->index_cap : 64;
+        int *v = calloc(cap, sizeof *v);
+        if (!v)
+            return; /* findings then simply stay ungrouped */
+        for (size_t i = 0; i < r->index_cap; i++) {
+            if (!r->index[i])
+                continue;
+            const struct check_group *h = &r->groups[r->index[i] - 1];
+            size_t j = group_hash(h->kind, h->pattern, h->expected, h->found, h->message) & (cap - 1);
+            while (v[j])
+                j = (j + 1) & (cap - 1);
+            v[j] = r->index[i];
+        }
+        free(r->index);
+        r->index = v;
+        r->index_cap = cap;
+    }
+    size_t i = hash & (r->index_cap - 1);
+    while (r->index[i])
+        i = (i + 1) & (r->index_cap - 1);
+    r->index[i] = gi + 1;
+    r->n_indexed++;
+}
+
 /* Records a finding; groups it with an identical one that differs only in layer. */
 __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r, enum check_kind kind,
                                                           const char *rel, int layer, const char *expected,
@@ -64,15 +119,9 @@ __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r
         r->n_problems++;
     else
         r->n_notes++;
-    struct check_group *g = NULL;
-    for (int i = 0; i < r->n_groups && layer >= 0; i++) {
-        struct check_group *h = &r->groups[i];
-        if (h->kind == kind && h->n_layers > 0 && !strcmp(h->pattern, pattern) && !strcmp(h->expected, expected) &&
-            !strcmp(h->found, found) && !strcmp(h->message, message)) {
-            g = h;
-            break;
-        }
-    }
+    /* findings that differ only by layer share a group, found through a hash index */
+    uint64_t hash = group_hash(kind, pattern, expected, found, message);
+    struct check_group *g = layer >= 0 ? group_find(r, hash, kind, pattern, expected, found, message) : NULL;
     if (!g) {
         if (r->n_groups == r->cap_groups) {
             int cap = r->cap_groups ? 2 * r->cap_groups : 32;
@@ -89,6 +138,8 @@ __attribute__((format(printf, 7, 8))) static void finding(struct check_report *r
         snprintf(g->expected, sizeof g->expected, "%s", expected);
         snprintf(g->found, sizeof g->found, "%s", found);
         snprintf(g->message, sizeof g->message, "%s", message);
+        if (layer >= 0)
+            group_index_add(r, hash, r->n_groups - 1);
     }
     if (layer >= 0) {
         /* keep the layer set sorted: text keys arrive in name order ("layers.11." < "layers.5.") */
@@ -397,6 +448,7 @@ void check_free(struct check_report *r)
     for (int i = 0; i < r->n_groups; i++)
         free(r->groups[i].layers);
     free(r->groups);
+    free(r->index);
     cfg_free(&r->cfg);
     ckpt_close(&r->ck);
     free(r->dir);

@@ -54,6 +54,9 @@ struct check_report {
     int ignored[NC_UNKNOWN + 1];      /* keys per non-text class */
     struct check_group *groups;
     int n_groups, cap_groups;
+    int *index;                       /* hash index of groups with layers (group index + 1) */
+    size_t index_cap;
+    int n_indexed;
     int n_problems, n_notes;          /* findings before collapsing */
 };
 

@@ -118,8 +118,12 @@ void kern_softmax(float *x, int64_t n);
 
 /* ---- threads ---- */
 
-/* Runs fn(arg, task) for task in [0, n_tasks) on up to `threads` threads.
- * Which thread runs which task does not affect any result. */
-void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task), void *arg);
+#define KERN_MAX_THREADS 64
+
+/* Runs fn(arg, task, worker) for task in [0, n_tasks) on
+ * kern_workers(threads, n_tasks) threads; `worker` (0-based) lets a task use
+ * per-thread scratch. Which thread runs which task does not affect any result. */
+void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg);
+int kern_workers(int threads, int64_t n_tasks);
 
 #endif

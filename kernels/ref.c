@@ -29,22 +29,35 @@ void kern_row_f32(const struct wmat *w, int64_t r, float *out)
         dtype_to_f32(w->dtype, row, out, (size_t)w->cols);
 }
 
+/* Up to 128 values of row r from column j (a whole group when quantized). */
+static void row_chunk(const struct wmat *w, int64_t r, int64_t j, int64_t len, float *out)
+{
+    const uint8_t *row = w->w + (size_t)r * w->row_stride;
+    if (w->quantized) {
+        size_t sb = dtype_table[w->dtype].bits / 8, g = (size_t)(j / w->gs);
+        dequant_affine_row(row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + g * sb,
+                           w->b + (size_t)r * w->srow_bytes + g * sb, w->dtype, (size_t)len, w->gs, w->bits, out);
+    } else {
+        dtype_to_f32(w->dtype, row + (size_t)j * (dtype_table[w->dtype].bits / 8), out, (size_t)len);
+    }
+}
+
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
-    float *row = malloc((size_t)w->cols * sizeof *row);
-    if (!row)
-        return;
-    for (int64_t r = row0; r < row1; r++) {
-        kern_row_f32(w, r, row);
+    float chunk[128]; /* no heap: the reference cannot fail */
+    int64_t step = w->quantized ? w->gs : 128;
+    for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {
             const float *xt = x + t * w->cols;
             float acc = 0.0f;
-            for (int64_t j = 0; j < w->cols; j++)
-                acc += xt[j] * row[j];
+            for (int64_t j = 0; j < w->cols; j += step) {
+                int64_t len = w->cols - j < step ? w->cols - j : step;
+                row_chunk(w, r, j, len, chunk);
+                for (int64_t k = 0; k < len; k++)
+                    acc += xt[j + k] * chunk[k];
+            }
             y[t * w->rows + r] = acc;
         }
-    }
-    free(row);
 }
 
 /* ---- element-wise ops ---- */
@@ -95,8 +108,17 @@ void kern_softmax(float *x, int64_t n)
 
 /* ---- threads ---- */
 
+int kern_workers(int threads, int64_t n_tasks)
+{
+    if (threads > KERN_MAX_THREADS)
+        threads = KERN_MAX_THREADS;
+    if (threads > n_tasks)
+        threads = (int)n_tasks;
+    return threads < 1 ? 1 : threads;
+}
+
 struct par {
-    void (*fn)(void *, int64_t);
+    void (*fn)(void *, int64_t, int);
     void *arg;
     int64_t n_tasks;
     int threads, id;
@@ -106,23 +128,20 @@ static void *par_main(void *p)
 {
     struct par *q = p;
     for (int64_t t = q->id; t < q->n_tasks; t += q->threads)
-        q->fn(q->arg, t);
+        q->fn(q->arg, t, q->id);
     return NULL;
 }
 
-void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task), void *arg)
+void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
 {
-    if (threads > n_tasks)
-        threads = (int)n_tasks;
+    threads = kern_workers(threads, n_tasks);
     if (threads <= 1) {
         for (int64_t t = 0; t < n_tasks; t++)
-            fn(arg, t);
+            fn(arg, t, 0);
         return;
     }
-    pthread_t tid[64];
-    struct par p[64];
-    if (threads > 64)
-        threads = 64;
+    pthread_t tid[KERN_MAX_THREADS];
+    struct par p[KERN_MAX_THREADS];
     for (int i = 0; i < threads; i++) {
         p[i] = (struct par){fn, arg, n_tasks, threads, i};
         if (i > 0 && pthread_create(&tid[i], NULL, par_main, &p[i]) != 0)
@@ -175,8 +194,9 @@ struct mm_job {
     float *y;
 };
 
-static void mm_task(void *arg, int64_t task)
+static void mm_task(void *arg, int64_t task, int worker)
 {
+    (void)worker;
     struct mm_job *j = arg;
     int64_t r0 = task * TILE_ROWS, r1 = r0 + TILE_ROWS < j->w->rows ? r0 + TILE_ROWS : j->w->rows;
     if (j->fn)

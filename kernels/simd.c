@@ -74,11 +74,22 @@ void kern_qinput_free(struct kern_qinput *in)
     in->buf = NULL;
 }
 
-/* One row's scales and biases as float. */
-static inline void row_params(const struct wmat *w, int64_t r, int64_t ng, float *sc, float *bi)
+/* Scale or bias g of a row, as float. */
+static inline float param(enum dtype t, const uint8_t *row, int64_t g)
 {
-    dtype_to_f32(w->dtype, w->s + (size_t)r * w->srow_bytes, sc, (size_t)ng);
-    dtype_to_f32(w->dtype, w->b + (size_t)r * w->srow_bytes, bi, (size_t)ng);
+    uint16_t h;
+    float f;
+    switch (t) {
+    case DT_BF16:
+        memcpy(&h, row + 2 * g, 2);
+        return bf16_to_f32(h);
+    case DT_F16:
+        memcpy(&h, row + 2 * g, 2);
+        return f16_to_f32(h);
+    default:
+        memcpy(&f, row + 4 * g, 4);
+        return f;
+    }
 }
 
 /* ---- AVX-512 ---- */
@@ -111,12 +122,12 @@ AVX512 INLINE void q8_step512(const uint8_t *codes, const float *xd, int64_t col
 
 /* Rows [row0, row1) for tokens t0..t0+tb-1 (tb a constant after inlining). */
 AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
-                            int64_t row0, int64_t row1, float *sc, float *bi)
+                            int64_t row0, int64_t row1)
 {
     int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        row_params(w, r, ng, sc, bi);
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         __m512 acc[TB];
         float bsum[TB];
         for (int u = 0; u < tb; u++) {
@@ -147,11 +158,12 @@ AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *
                     q8_step512(codes, xd, cols, t0, tb, j + 16, aq, 1);
                 }
             }
-            __m512 s = _mm512_set1_ps(sc[g]);
+            __m512 s = _mm512_set1_ps(param(w->dtype, sr, g));
+            float bias = param(w->dtype, br, g);
             for (int u = 0; u < tb; u++) {
                 __m512 sum = _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3]));
                 acc[u] = _mm512_fmadd_ps(s, sum, acc[u]);
-                bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
+                bsum[u] += bias * xsum[(t0 + u) * ng + g];
             }
         }
         for (int u = 0; u < tb; u++)
@@ -162,19 +174,14 @@ AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
-    int64_t ng = w->cols / w->gs;
-    float *sc = malloc((size_t)(2 * ng) * sizeof *sc), *bi = sc + ng;
-    if (!sc)
-        return;
     for (int64_t t0 = 0; t0 < n; t0 += TB) {
         switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: qrows512(w, in->xd, in->xsum, t0, 1, y, row0, row1, sc, bi); break;
-        case 2: qrows512(w, in->xd, in->xsum, t0, 2, y, row0, row1, sc, bi); break;
-        case 3: qrows512(w, in->xd, in->xsum, t0, 3, y, row0, row1, sc, bi); break;
-        default: qrows512(w, in->xd, in->xsum, t0, 4, y, row0, row1, sc, bi); break;
+        case 1: qrows512(w, in->xd, in->xsum, t0, 1, y, row0, row1); break;
+        case 2: qrows512(w, in->xd, in->xsum, t0, 2, y, row0, row1); break;
+        case 3: qrows512(w, in->xd, in->xsum, t0, 3, y, row0, row1); break;
+        default: qrows512(w, in->xd, in->xsum, t0, 4, y, row0, row1); break;
         }
     }
-    free(sc);
 }
 
 static void qdot_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
@@ -281,12 +288,12 @@ AVX2 INLINE void q8_step256(const uint8_t *codes, const float *xd, int64_t cols,
 }
 
 AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
-                          int64_t row0, int64_t row1, float *sc, float *bi)
+                          int64_t row0, int64_t row1)
 {
     int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        row_params(w, r, ng, sc, bi);
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         __m256 acc[TB];
         float bsum[TB];
         for (int u = 0; u < tb; u++) {
@@ -311,11 +318,12 @@ AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xs
                     q8_step256(codes, xd, cols, t0, tb, j + 24, aq, 3);
                 }
             }
-            __m256 s = _mm256_set1_ps(sc[g]);
+            __m256 s = _mm256_set1_ps(param(w->dtype, sr, g));
+            float bias = param(w->dtype, br, g);
             for (int u = 0; u < tb; u++) {
                 __m256 sum = _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3]));
                 acc[u] = _mm256_fmadd_ps(s, sum, acc[u]);
-                bsum[u] += bi[g] * xsum[(t0 + u) * ng + g];
+                bsum[u] += bias * xsum[(t0 + u) * ng + g];
             }
         }
         for (int u = 0; u < tb; u++)
@@ -326,19 +334,14 @@ AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xs
 AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
-    int64_t ng = w->cols / w->gs;
-    float *sc = malloc((size_t)(2 * ng) * sizeof *sc), *bi = sc + ng;
-    if (!sc)
-        return;
     for (int64_t t0 = 0; t0 < n; t0 += TB) {
         switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: qrows256(w, in->xd, in->xsum, t0, 1, y, row0, row1, sc, bi); break;
-        case 2: qrows256(w, in->xd, in->xsum, t0, 2, y, row0, row1, sc, bi); break;
-        case 3: qrows256(w, in->xd, in->xsum, t0, 3, y, row0, row1, sc, bi); break;
-        default: qrows256(w, in->xd, in->xsum, t0, 4, y, row0, row1, sc, bi); break;
+        case 1: qrows256(w, in->xd, in->xsum, t0, 1, y, row0, row1); break;
+        case 2: qrows256(w, in->xd, in->xsum, t0, 2, y, row0, row1); break;
+        case 3: qrows256(w, in->xd, in->xsum, t0, 3, y, row0, row1); break;
+        default: qrows256(w, in->xd, in->xsum, t0, 4, y, row0, row1); break;
         }
     }
-    free(sc);
 }
 
 static void qdot_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)

@@ -152,10 +152,12 @@ struct attn_job {
     float *out;                  /* [N, Nq, d] */
     int src;                     /* the layer whose entries are read */
     int64_t Nq, d, group, window; /* window 0: full attention */
+    float *scratch;              /* per worker: stride floats (scores, a key, a value) */
+    int64_t stride;
 };
 
 /* One (token, head): softmax(q·K) · V over the visible keys, in position order. */
-static void attn_task(void *arg, int64_t task)
+static void attn_task(void *arg, int64_t task, int worker)
 {
     const struct attn_job *j = arg;
     const struct fwd *f = j->f;
@@ -169,9 +171,7 @@ static void attn_task(void *arg, int64_t task)
     const struct kv_rows *pend = &it->pending[j->src];
     const float *q = j->q + (row * j->Nq + h) * d;
     float *o = j->out + (row * j->Nq + h) * d;
-    float *s = malloc((size_t)(P - k0 + 1 + 2 * d) * sizeof *s), *kb = s + (P - k0 + 1), *vb = kb + d;
-    if (!s)
-        return;
+    float *s = j->scratch + worker * j->stride, *kb = s + (P - k0 + 1), *vb = kb + d;
     float m = -INFINITY;
     for (int64_t p = k0; p <= P; p++) {
         float *sp = &s[p - k0];
@@ -206,7 +206,6 @@ static void attn_task(void *arg, int64_t task)
         for (int64_t i = 0; i < d; i++)
             o[i] += w * vb[i];
     }
-    free(s);
 }
 
 /* Per-head RMSNorm (weighted or not) and optional RoPE of x[N, heads, d]. */
@@ -259,12 +258,21 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
                 kv_rows_put(fmt, &it->pending[i], t, it->p0 + t, k + (it->off + t) * G * d, v + (it->off + t) * G * d);
         }
     }
+    int64_t keys = 0; /* most keys a query sees */
+    for (int b = 0; b < f->n_items; b++)
+        keys = f->it[b].p0 + f->it[b].n > keys ? f->it[b].p0 + f->it[b].n : keys;
+    int workers = kern_workers(r->threads, N * Nq);
+    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (keys + 2 * d)) * sizeof *scratch) : NULL;
+    if (rc == ERR_OK && !scratch)
+        rc = err_set(e, ERR_NOMEM, "attention scratch for %lld keys", (long long)keys);
     if (rc == ERR_OK) {
         struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = Nq / G,
-                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0};
-        kern_parallel(r->threads, N * Nq, attn_task, &j);                 /* softmax(Q·Kᵀ)·V per head */
+                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .scratch = scratch,
+                             .stride = keys + 2 * d};
+        kern_parallel(workers, N * Nq, attn_task, &j);                   /* softmax(Q·Kᵀ)·V per head */
         kern_matmul(&r->kt, &L->o, o, N, a, r->threads);                 /* a = O·Woᵀ */
     }
+    free(scratch);
     free(q);
     free(o);
     free(k);
@@ -301,36 +309,34 @@ static int moe_token(struct runner *r, const struct layer_weights *L, const floa
 {
     const struct gp_config *c = &r->m->cfg;
     int64_t H = c->hidden_size, E = c->n_experts, K = c->top_k;
-    float *z = malloc((size_t)(H + E) * sizeof *z), *logit = z ? z + H : NULL; /* [H] normed input, [E] logits */
-    if (!z)
-        return err_set(e, ERR_NOMEM, "router buffers");
-    /* router: unweighted RMSNorm × scale × H^-½, logits, softmax over all experts */
-    kern_rmsnorm(z, resid, NULL, H, (float)c->rms_eps);
-    float hs = (float)(1.0 / sqrt((double)H));
-    for (int64_t k = 0; k < H; k++)
-        z[k] = z[k] * L->router_scale[k] * hs;
-    kern_matmul(&r->kt, &L->router, z, 1, logit, 1);
-    kern_softmax(logit, E);
-    /* top-k by probability (ties: lower expert index), renormalized, × per_expert_scale */
-    int64_t top[64];
-    float w[64], sum = 0.0f;
-    for (int64_t k = 0; k < K && k < 64; k++) {
-        int64_t best = -1;
-        for (int64_t x = 0; x < E; x++) {
-            bool taken = false;
-            for (int64_t q = 0; q < k; q++)
-                taken |= top[q] == x;
-            if (!taken && (best < 0 || logit[x] > logit[best]))
-                best = x;
+    float *z = malloc((size_t)(H + E + K) * sizeof *z);     /* [H] normed input, [E] logits, [K] weights */
+    int64_t *top = malloc((size_t)K * sizeof *top);          /* [K] chosen experts */
+    uint8_t *taken = calloc((size_t)E, 1);                  /* [E] */
+    float *eo = malloc((size_t)H * sizeof *eo);             /* [H] one expert's output */
+    int rc = z && top && taken && eo ? ERR_OK : err_set(e, ERR_NOMEM, "router buffers");
+    float *logit = rc == ERR_OK ? z + H : NULL, *w = rc == ERR_OK ? z + H + E : NULL, sum = 0.0f;
+    if (rc == ERR_OK) {
+        /* router: unweighted RMSNorm × scale × H^-½, logits, softmax over all experts */
+        kern_rmsnorm(z, resid, NULL, H, (float)c->rms_eps);
+        float hs = (float)(1.0 / sqrt((double)H));
+        for (int64_t k = 0; k < H; k++)
+            z[k] = z[k] * L->router_scale[k] * hs;
+        kern_matmul(&r->kt, &L->router, z, 1, logit, 1);
+        kern_softmax(logit, E);
+        /* top-k by probability (ties: lower expert index), renormalized, × per_expert_scale */
+        for (int64_t k = 0; k < K; k++) {
+            int64_t best = -1;
+            for (int64_t x = 0; x < E; x++)
+                if (!taken[x] && (best < 0 || logit[x] > logit[best]))
+                    best = x;
+            taken[best] = 1;
+            top[k] = best;
+            w[k] = logit[best];
+            sum += w[k];
         }
-        top[k] = best;
-        w[k] = logit[best];
-        sum += w[k];
+        memset(out, 0, (size_t)H * sizeof *out);
     }
-    memset(out, 0, (size_t)H * sizeof *out);
-    float *eo = malloc((size_t)H * sizeof *eo);
-    int rc = eo ? ERR_OK : err_set(e, ERR_NOMEM, "expert buffer");
-    for (int64_t k = 0; k < K && k < 64 && rc == ERR_OK; k++) {
+    for (int64_t k = 0; k < K && rc == ERR_OK; k++) {
         float wk = w[k] / sum * L->per_expert_scale[top[k]];
         struct wmat g = kern_wmat_expert(&L->ex_gate, top[k]), u = kern_wmat_expert(&L->ex_up, top[k]),
                     dn = kern_wmat_expert(&L->ex_down, top[k]);
@@ -338,6 +344,8 @@ static int moe_token(struct runner *r, const struct layer_weights *L, const floa
         for (int64_t x = 0; rc == ERR_OK && x < H; x++)
             out[x] += wk * eo[x];
     }
+    free(top);
+    free(taken);
     free(eo);
     free(z);
     return rc;

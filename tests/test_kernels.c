@@ -803,8 +803,9 @@ Test(kernels, token_independent_bits, .timeout = 60)
         tmat_free(&mats[i]);
 }
 
-static void count_task(void *arg, int64_t task)
+static void count_task(void *arg, int64_t task, int worker)
 {
+    (void)worker;
     ((int *)arg)[task]++;
 }
 

@@ -665,7 +665,7 @@ static const struct corrupt_case cases[] = {
     {"duplicate name", m_e_dup, ERR_FORMAT, "'tok.weight' is listed twice", NULL, NULL},
     {"empty name", m_e_name_empty, ERR_FORMAT, "tensors[1].name", NULL, NULL},
     {"crc32 out of range", m_e_crc_range, ERR_FORMAT, "'tok.weight'", "crc32", NULL},
-    {"quantized missing tensor", m_e_q_missing, ERR_FORMAT, "quantized[\"m\"].scales", "does not name a tensor",
+    {"quantized missing tensor", m_e_q_missing, ERR_FORMAT, "quantized[\"m\"].scales", "must name the pack's tensor m.scales",
      NULL},
     {"quantized shapes", m_e_q_shape, ERR_FORMAT, "quantized[\"m\"]", "disagree", NULL},
     {"quantized group", m_e_q_group, ERR_FORMAT, "quantized[\"m\"]", "disagree", NULL},
