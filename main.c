@@ -669,8 +669,8 @@ static int cmd_verify(int argc, char **argv)
     struct pack p;
     struct err e = {0};
     int rc = pack_open(&p, argv[optind], &e);
-    if (rc == ERR_IO)
-        return fail(&e);
+    if (rc != ERR_OK && rc != ERR_FORMAT && rc != ERR_RANGE)
+        return fail(&e); /* unreadable, a newer version, an unknown feature: not a checksum verdict */
     if (rc != ERR_OK) {
         fprintf(stderr, "gempack verify: FAILED: %s\n", e.msg);
         return EXIT_VERDICT;

@@ -1,7 +1,11 @@
 #include "converter/convert.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "converter/check.h"
 #include "core/fileio.h"
@@ -400,6 +404,44 @@ out:
     return rc;
 }
 
+/* The MLX directory is written under "<out>.tmp.<pid>" and renamed into
+ * place at the end, so a failed or interrupted export leaves nothing under
+ * the output name; an existing non-empty output directory is refused rather
+ * than mixed with (mlx-lm loads every model*.safetensors it finds). */
+static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o, struct err *e)
+{
+    struct stat st;
+    if (stat(o->out, &st) == 0) {
+        DIR *d = S_ISDIR(st.st_mode) ? opendir(o->out) : NULL;
+        struct dirent *de;
+        bool empty = d != NULL;
+        while (d && (de = readdir(d)))
+            empty &= !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        if (d)
+            closedir(d);
+        if (!empty)
+            return err_set(e, ERR_USAGE, "%s exists and is not an empty directory; choose a new output directory",
+                           o->out);
+    }
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->out, (long)getpid()) >= (int)sizeof tmp)
+        return err_set(e, ERR_RANGE, "%s: path too long", o->out);
+    struct stat tst;
+    if (stat(tmp, &tst) == 0)
+        fio_rmtree(tmp, NULL); /* a leftover of a crashed run with a recycled pid */
+    struct convert_opts to = *o;
+    to.out = tmp;
+    int rc = write_mlx(r, &to, e);
+    if (rc == ERR_OK) {
+        rmdir(o->out); /* the empty directory, if any */
+        if (rename(tmp, o->out) != 0)
+            rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", tmp, o->out, strerror(errno));
+    }
+    if (rc != ERR_OK)
+        fio_rmtree(tmp, NULL);
+    return rc;
+}
+
 /* ---- the command ---- */
 
 int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *o, struct err *e)
@@ -440,7 +482,7 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         rc = plan_build(&r->norm, &r->cfg, &o->plan, &r->plan, e);
     if (rc == ERR_OK && !o->dry_run) {
         r->out = strdup(o->out);
-        rc = o->format_mlx ? write_mlx(r, o, e) : write_pack(r, o, cfg_text, cfg_len, e);
+        rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, cfg_text, cfg_len, e);
         r->written = rc == ERR_OK;
     }
     free(cfg_text);

@@ -78,12 +78,10 @@ static uint64_t numel(const struct norm_tensor *t)
 /* Output bytes of an item: codes + scales + biases, or the float tensor. */
 static uint64_t item_bytes(const struct plan_item *it)
 {
-    const struct norm_tensor *t = it->nt;
-    uint64_t n = numel(t), in = t->shape[t->rank - 1];
+    uint64_t n = numel(it->nt);
     if (!it->quantized_out)
         return n * dtype_table[it->dtype].bits / 8;
     uint64_t groups = n / (uint64_t)it->group_size;
-    (void)in;
     return n * (uint64_t)it->bits / 8 + 2 * groups * dtype_table[it->dtype].bits / 8;
 }
 
@@ -96,8 +94,7 @@ __attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, cons
 }
 
 /* Decides one quantizable tensor. */
-static int decide(struct plan_item *it, const struct gp_config *c, const struct plan_opts *o, int last_full,
-                  struct err *e)
+static int decide(struct plan_item *it, const struct plan_opts *o, int last_full, struct err *e)
 {
     const struct norm_tensor *t = it->nt;
     uint64_t in = t->shape[t->rank - 1];
@@ -110,7 +107,6 @@ static int decide(struct plan_item *it, const struct gp_config *c, const struct 
     const struct plan_rule *rq = match(o->quantize, o->n_quantize, t->name);
     const struct plan_rule *rd = match(o->keep_dense, o->n_keep_dense, t->name);
     bool ple = !strcmp(t->module, "per_layer_model_projection");
-    (void)c;
 
     if (o->skip_last_full && t->layer == last_full) {
         why(it, "--skip-last-full-attention (layer %d): source precision", last_full);
@@ -178,7 +174,7 @@ int plan_build(const struct normalized *n, const struct gp_config *c, const stru
         struct plan_item *it = &p->items[p->n++];
         it->nt = &n->t[i];
         if (n->t[i].module[0]) {
-            int rc = decide(it, c, o, last_full, e);
+            int rc = decide(it, o, last_full, e);
             if (rc != ERR_OK) {
                 plan_free(p);
                 return rc;

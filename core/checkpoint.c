@@ -11,7 +11,6 @@
 #include "core/jsonx.h"
 
 #define INDEX_MAX_BYTES (64u << 20)
-#define MAX_SHARDS 100000
 
 static int cmp_ct(const void *a, const void *b)
 {

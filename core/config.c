@@ -130,8 +130,7 @@ static void get_number(struct diag *d, struct json_object *o, const char *key, c
                 json_object_to_json_string(v));
 }
 
-static void parse_rope(struct diag *d, struct json_object *rp, const char *type_name, enum layer_type lt,
-                       struct cfg_rope *r)
+static void parse_rope(struct diag *d, struct json_object *rp, const char *type_name, struct cfg_rope *r)
 {
     char scope[96];
     snprintf(scope, sizeof scope, "%srope_parameters.%s.", d->scope, type_name);
@@ -167,7 +166,6 @@ static void parse_rope(struct diag *d, struct json_object *rp, const char *type_
     get_number(d, o, "factor", scope, OPTIONAL, 1.0, &r->factor);
     if (r->factor <= 0)
         problem(d, "%sfactor: %g, expected > 0", scope, r->factor);
-    (void)lt;
 }
 
 /* --- quantization metadata (formats.md §3) --- */
@@ -458,14 +456,13 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
         for (int64_t i = 0; i < c->n_layers; i++) {
             struct json_object *s = json_object_array_get_idx(lt, (size_t)i);
             const char *v = json_object_get_type(s) == json_type_string ? json_object_get_string(s) : "";
-            if (!strcmp(v, "sliding_attention"))
-                c->layers[i].type = LT_SLIDING;
-            else if (!strcmp(v, "full_attention"))
-                c->layers[i].type = LT_FULL;
-            else
+            if (!strcmp(v, "sliding_attention") || !strcmp(v, "full_attention")) {
+                c->layers[i].type = !strcmp(v, "full_attention") ? LT_FULL : LT_SLIDING;
+                any[c->layers[i].type] = true;
+            } else {
                 problem(&d, "%slayer_types[%lld]: %s, expected \"sliding_attention\" or \"full_attention\"", d.scope,
                         (long long)i, json_object_to_json_string(s));
-            any[c->layers[i].type] = true;
+            }
         }
     }
 
@@ -505,7 +502,7 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     } else {
         for (int k = 0; k < 2; k++)
             if (any[k])
-                parse_rope(&d, rp, layer_type_name((enum layer_type)k), (enum layer_type)k, &c->rope[k]);
+                parse_rope(&d, rp, layer_type_name((enum layer_type)k), &c->rope[k]);
     }
 
     parse_quant(&d, root, t, &c->quant);

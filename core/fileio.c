@@ -68,7 +68,8 @@ int fio_tmp_create(const char *path, char **final_path, char **tmp_path, int *fd
         return err_set(e, ERR_NOMEM, "%s: cannot allocate a path", path);
     }
     snprintf(*tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    *fd = open(*tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* a leftover from a crashed writer with a recycled pid is simply replaced */
+    *fd = open(*tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (*fd < 0) {
         int rc = err_set(e, ERR_IO, "%s: cannot create: %s", *tmp_path, strerror(errno));
         free(*final_path);

@@ -1,7 +1,6 @@
 /* fileio.h - whole reads/writes and the atomic-write protocol.
  *
- * Every output file goes through fio_tmp_create ("<path>.tmp.<pid>", created
- * exclusively) and fio_commit (fsync, rename over the final name, fsync the
+ * Every output file goes through fio_tmp_create ("<path>.tmp.<pid>") and fio_commit (fsync, rename over the final name, fsync the
  * directory), so an interrupted writer never leaves a partial file under the
  * final name. */
 #ifndef GP_FILEIO_H

@@ -184,7 +184,7 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
     }
 }
 
-static void qdot_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
     if (kern_qinput_prepare(w, x, n, 32, &in) != ERR_OK) {
@@ -195,15 +195,6 @@ static void qdot_avx512(const struct wmat *w, const float *x, int64_t n, float *
     kern_qinput_free(&in);
 }
 
-void kern_matvec_q4_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    qdot_avx512(w, x, n, y, row0, row1);
-}
-
-void kern_matvec_q8_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    qdot_avx512(w, x, n, y, row0, row1);
-}
 
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                                 __m512 (*acc)[4], int c)
@@ -344,7 +335,7 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
     }
 }
 
-static void qdot_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
     if (kern_qinput_prepare(w, x, n, 16, &in) != ERR_OK) {
@@ -355,15 +346,6 @@ static void qdot_avx2(const struct wmat *w, const float *x, int64_t n, float *y,
     kern_qinput_free(&in);
 }
 
-void kern_matvec_q4_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    qdot_avx2(w, x, n, y, row0, row1);
-}
-
-void kern_matvec_q8_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    qdot_avx2(w, x, n, y, row0, row1);
-}
 
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                               __m256 (*acc)[4], int c)

@@ -419,10 +419,12 @@ static int per_layer_inputs(struct runner *r, const int32_t *tokens, const float
 
 static int check_tokens(const struct gp_config *c, const int32_t *tokens, int64_t n, struct err *e)
 {
+    int64_t limit = c->ple_dim && c->ple_vocab < c->vocab_size ? c->ple_vocab : c->vocab_size;
     for (int64_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->vocab_size || (c->ple_dim && tokens[t] >= c->ple_vocab))
-            return err_set(e, ERR_RANGE, "token %d at index %lld is outside the vocabulary [0, %lld)", tokens[t],
-                           (long long)t, (long long)c->vocab_size);
+        if (tokens[t] < 0 || tokens[t] >= limit)
+            return err_set(e, ERR_RANGE, "token %d at index %lld is outside [0, %lld) (vocab_size %lld%s)", tokens[t],
+                           (long long)t, (long long)limit, (long long)c->vocab_size,
+                           limit < c->vocab_size ? ", and the per-layer-input table is smaller" : "");
     return ERR_OK;
 }
 

@@ -136,13 +136,12 @@ static char *cold_path(const struct prefix_cache *pc, const uint8_t key[32])
     return fio_join(pc->o.cold_dir, name);
 }
 
-/* Hot tier insert (evicting the least recently used); takes the payload. */
-static void hot_put(struct prefix_cache *pc, const uint8_t key[32], uint8_t *payload, size_t bytes)
+/* Hot tier insert (evicting the least recently used). True when the tier
+ * took the payload; false (too large, or out of memory) leaves it to the caller. */
+static bool hot_put(struct prefix_cache *pc, const uint8_t key[32], uint8_t *payload, size_t bytes)
 {
-    if (bytes > pc->o.hot_limit) {
-        free(payload);
-        return;
-    }
+    if (bytes > pc->o.hot_limit)
+        return false;
     while (pc->lru && pc->hot_bytes + bytes > pc->o.hot_limit) {
         struct prefix_entry *tail = pc->lru;
         while (tail->next)
@@ -150,15 +149,14 @@ static void hot_put(struct prefix_cache *pc, const uint8_t key[32], uint8_t *pay
         drop(pc, tail);
     }
     struct prefix_entry *x = calloc(1, sizeof *x);
-    if (!x) {
-        free(payload);
-        return;
-    }
+    if (!x)
+        return false;
     memcpy(x->key, key, 32);
     x->payload = payload;
     x->bytes = bytes;
     pc->hot_bytes += bytes;
     push_front(pc, x);
+    return true;
 }
 
 /* A cold entry, validated; NULL (with a warning when the file was bad) on a miss. */
@@ -230,7 +228,7 @@ static void cold_put(struct prefix_cache *pc, const uint8_t key[32], const uint8
 }
 
 /* The entry of `key`, hot first (refreshing its recency), then cold
- * (promoted to hot). An entry too large for the hot tier is returned in
+ * (promoted to hot). An entry the hot tier could not take is returned in
  * *owned, which the caller frees. */
 static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], size_t *bytes, uint8_t **owned)
 {
@@ -243,11 +241,24 @@ static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], siz
             return x->payload;
         }
     uint8_t *p = cold_get(pc, key, bytes);
-    if (p && *bytes > pc->o.hot_limit)
-        return *owned = p;
-    if (p)
-        hot_put(pc, key, p, *bytes);
+    if (p && !hot_put(pc, key, p, *bytes))
+        *owned = p;
     return p;
+}
+
+/* Whether `key` is cached, without loading a cold entry. */
+static bool cached(struct prefix_cache *pc, const uint8_t key[32])
+{
+    for (struct prefix_entry *x = pc->lru; x; x = x->next)
+        if (!memcmp(x->key, key, 32))
+            return true;
+    if (!pc->o.cold_dir)
+        return false;
+    char *path = cold_path(pc, key);
+    struct stat st;
+    bool yes = path && stat(path, &st) == 0;
+    free(path);
+    return yes;
 }
 
 /* ---- snapshots ---- */
@@ -370,13 +381,11 @@ int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int3
         rc = runner_step(r, &it, 1, pos + n == T ? last : tmp, false, e);
         pos += n;
         if (rc == ERR_OK && pos % B == 0) {
-            uint8_t k[32], *owned;
-            size_t bytes, have;
+            uint8_t k[32];
+            size_t bytes;
             next_key(key, tokens + pos - B, B, k);
             memcpy(key, k, 32);
-            bool cached = lookup(pc, k, &have, &owned) != NULL;
-            free(owned);
-            if (cached)
+            if (cached(pc, k))
                 continue;
             block_io(r, seq, pos - B, pos, NULL, &bytes, false, false, e);
             uint8_t *payload = malloc(bytes ? bytes : 1);
@@ -386,7 +395,8 @@ int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int3
             }
             block_io(r, seq, pos - B, pos, payload, &bytes, false, false, e);
             cold_put(pc, k, payload, bytes);
-            hot_put(pc, k, payload, bytes);
+            if (!hot_put(pc, k, payload, bytes))
+                free(payload);
         }
     }
     free(tmp);

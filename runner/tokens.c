@@ -188,7 +188,7 @@ int tokens_read_file(const char *path, struct token_seqs *s, struct err *e)
 {
     char *buf;
     size_t len;
-    int rc = jsonx_read_file(path, 256u << 20, &buf, &len, e);
+    int rc = jsonx_read_file(path, TOKENS_FILE_MAX, &buf, &len, e);
     if (rc != ERR_OK)
         return rc;
     rc = tokens_parse((const uint8_t *)buf, len, path, s, e);

@@ -12,7 +12,8 @@
 
 #include "core/err.h"
 
-#define TOKENS_MAX (1 << 24)    /* ids per file, all sequences together */
+#define TOKENS_MAX (1 << 20)    /* ids per file, all sequences together */
+#define TOKENS_FILE_MAX (32u << 20) /* bytes of a token file: bounds the JSON tree too */
 #define TOKENS_MAX_SEQS 4096
 
 struct token_seqs {

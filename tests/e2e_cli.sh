@@ -300,5 +300,11 @@ ok "no dump written" -- test ! -e "$T/pcdump.npz"
 expect 2 "--dump-logits with --prefix-cache-dir is a usage error" -- "$G" run "$E" --tokens "$LONG" --prefix-cache-dir "$T/pc2" --dump-logits "$T/pcdump.npz"
 ok "no cache directory created by a refused run" -- test ! -e "$T/pc2"
 
+# MLX export: never into a non-empty directory, never a partial directory
+mkdir -p "$T/occupied" && echo x > "$T/occupied/model-00001-of-00002.safetensors"
+expect 2 "MLX export refuses a non-empty directory" -- "$G" convert "$T/e2b" --format mlx -o "$T/occupied"
+ok "the occupied directory is untouched" -- test "$(ls "$T/occupied")" = "model-00001-of-00002.safetensors"
+ok "no temporary directory left behind" -- test -z "$(ls -d "$T"/occupied.tmp.* 2>/dev/null)"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

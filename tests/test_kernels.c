@@ -288,9 +288,9 @@ static bool have_blas(void)
 #endif
 
 static const struct path paths[] = {
-    {"q4_avx2", kern_matvec_q4_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q8_avx2, WK_Q8, 2},
-    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q4_avx512, WK_Q4, 5},
-    {"q8_avx512", kern_matvec_q8_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
+    {"q4_avx2", kern_matvec_q_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q_avx2, WK_Q8, 2},
+    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q_avx512, WK_Q4, 5},
+    {"q8_avx512", kern_matvec_q_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
     {"blas", BLAS_FN, WK_ANY, 9},
 };
 
@@ -697,9 +697,9 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx512)
-        return w->bits == 4 ? kern_matvec_q4_avx512 : kern_matvec_q8_avx512;
+        return kern_matvec_q_avx512;
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx2)
-        return w->bits == 4 ? kern_matvec_q4_avx2 : kern_matvec_q8_avx2;
+        return kern_matvec_q_avx2;
     if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
         return t->matvec_bf16;
     return kern_matmul_ref;
