@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 
 #define TB 4 /* tokens sharing one decode of a weight row */
+#define PARAMS_MAX 256 /* scales and biases of a row converted at once */
 #define INLINE static inline __attribute__((always_inline))
 
 bool kern_cpu_has_avx2(void)
@@ -74,112 +75,125 @@ void kern_qinput_free(struct kern_qinput *in)
     in->buf = NULL;
 }
 
-/* Scale or bias g of a row, as float. */
-static inline float param(enum dtype t, const uint8_t *row, int64_t g)
-{
-    uint16_t h;
-    float f;
-    switch (t) {
-    case DT_BF16:
-        memcpy(&h, row + 2 * g, 2);
-        return bf16_to_f32(h);
-    case DT_F16:
-        memcpy(&h, row + 2 * g, 2);
-        return f16_to_f32(h);
-    default:
-        memcpy(&f, row + 4 * g, 4);
-        return f;
-    }
-}
-
 /* ---- AVX-512 ---- */
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
-/* 32 4-bit codes at element j: low nibbles (even elements) into chain c,
- * high nibbles (odd elements) into chain c+1, for each token. */
-AVX512 INLINE void q4_step512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
-                              __m512 (*aq)[4], int c)
+/* 32 4-bit codes (16 bytes at c): low nibbles (even elements) into chain k,
+ * high nibbles (odd elements) into chain k+1, for each token; x points at
+ * token t0's de-interleaved inputs of the same 32 elements. */
+AVX512 INLINE void q4_step512(const uint8_t *c, const float *x, int64_t cols, int tb, __m512 (*aq)[4], int k)
 {
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j / 2)));
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
     __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
     __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
     for (int u = 0; u < tb; u++) {
-        const float *xt = xd + (t0 + u) * cols + j;
-        aq[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), lo, aq[u][c]);
-        aq[u][c + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), hi, aq[u][c + 1]);
+        aq[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols), lo, aq[u][k]);
+        aq[u][k + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols + 16), hi, aq[u][k + 1]);
     }
 }
 
-/* 16 8-bit codes at element j into chain c, for each token. */
-AVX512 INLINE void q8_step512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
-                              __m512 (*aq)[4], int c)
+/* 16 8-bit codes at c into chain k, for each token. */
+AVX512 INLINE void q8_step512(const uint8_t *c, const float *x, int64_t cols, int tb, __m512 (*aq)[4], int k)
 {
-    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + j))));
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
     for (int u = 0; u < tb; u++)
-        aq[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u][c]);
+        aq[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols), q, aq[u][k]);
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1 (tb a constant after inlining). */
-AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
-                            int64_t row0, int64_t row1)
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
+ * after inlining, so every loop over a group unrolls. */
+/* Group g of a row into accumulator a (a constant), for each token. */
+AVX512 INLINE void qgroup512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, const int tb, const int gs,
+                          const int bits, int64_t g, float scale, __m512 (*acc)[4], const int a)
 {
-    int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
+    const uint8_t *cg = codes + (size_t)(g * gs * bits / 8);
+    const float *xg = xd + t0 * cols + g * gs;
+    __m512 aq[TB][4]; /* four independent chains per token, summed pairwise */
+    for (int u = 0; u < tb; u++)
+        aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm512_setzero_ps();
+    if (bits == 4)
+        for (int k = 0; k < gs / 32; k++)
+            q4_step512(cg + 16 * k, xg + 32 * k, cols, tb, aq, (k & 1) * 2);
+    else
+        for (int k = 0; k < gs / 16; k++)
+            q8_step512(cg + 16 * k, xg + 16 * k, cols, tb, aq, k & 3);
+    __m512 s = _mm512_set1_ps(scale);
+    for (int u = 0; u < tb; u++)
+        acc[u][a] = _mm512_fmadd_ps(s, _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
+}
+
+AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
+                            float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t cols = w->cols, ng = cols / gs;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    float sc[PARAMS_MAX], bi[PARAMS_MAX];
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        __m512 acc[TB];
-        float bsum[TB];
-        for (int u = 0; u < tb; u++) {
-            acc[u] = _mm512_setzero_ps();
-            bsum[u] = 0.0f;
-        }
-        for (int64_t g = 0; g < ng; g++) {
-            __m512 aq[TB][4]; /* four independent chains per token, summed pairwise per group */
-            for (int u = 0; u < tb; u++)
-                aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm512_setzero_ps();
-            int64_t j = g * gs, end = j + gs;
-            if (w->bits == 4) {
-                for (; j + 64 <= end; j += 64) {
-                    q4_step512(codes, xd, cols, t0, tb, j, aq, 0);
-                    q4_step512(codes, xd, cols, t0, tb, j + 32, aq, 2);
-                }
-                if (j < end)
-                    q4_step512(codes, xd, cols, t0, tb, j, aq, 0);
-            } else {
-                for (; j + 64 <= end; j += 64) {
-                    q8_step512(codes, xd, cols, t0, tb, j, aq, 0);
-                    q8_step512(codes, xd, cols, t0, tb, j + 16, aq, 1);
-                    q8_step512(codes, xd, cols, t0, tb, j + 32, aq, 2);
-                    q8_step512(codes, xd, cols, t0, tb, j + 48, aq, 3);
-                }
-                if (j < end) {
-                    q8_step512(codes, xd, cols, t0, tb, j, aq, 0);
-                    q8_step512(codes, xd, cols, t0, tb, j + 16, aq, 1);
-                }
+        /* four accumulators per token (group g goes to g mod 4): a single chain would
+         * serialize on the FMA latency from one group to the next */
+        __m512 acc[TB][4];
+        float bsum[TB][4];
+        for (int u = 0; u < tb; u++)
+            for (int a = 0; a < 4; a++) {
+                acc[u][a] = _mm512_setzero_ps();
+                bsum[u][a] = 0.0f;
             }
-            __m512 s = _mm512_set1_ps(param(w->dtype, sr, g));
-            float bias = param(w->dtype, br, g);
-            for (int u = 0; u < tb; u++) {
-                __m512 sum = _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3]));
-                acc[u] = _mm512_fmadd_ps(s, sum, acc[u]);
-                bsum[u] += bias * xsum[(t0 + u) * ng + g];
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
+            dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
+            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            int64_t gl = 0;
+            for (; gl + 4 <= nb; gl += 4) {
+                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 0, sc[gl + 0], acc, 0);
+                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 1, sc[gl + 1], acc, 1);
+                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 2, sc[gl + 2], acc, 2);
+                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 3, sc[gl + 3], acc, 3);
+            }
+            for (; gl < nb; gl++)
+                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl, sc[gl], acc, 0);
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, in four partial sums */
+                const float *xs = xsum + (t0 + u) * ng + g0;
+                int64_t k = 0;
+                for (; k + 4 <= nb; k += 4) {
+                    bsum[u][0] += bi[k] * xs[k];
+                    bsum[u][1] += bi[k + 1] * xs[k + 1];
+                    bsum[u][2] += bi[k + 2] * xs[k + 2];
+                    bsum[u][3] += bi[k + 3] * xs[k + 3];
+                }
+                for (; k < nb; k++)
+                    bsum[u][0] += bi[k] * xs[k];
             }
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(acc[u]) + bsum[u];
+            y[(t0 + u) * w->rows + r] =
+                _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3]))) +
+                ((bsum[u][0] + bsum[u][1]) + (bsum[u][2] + bsum[u][3]));
     }
 }
+
+/* One instantiation per (group size, bits) for a constant tb. */
+#define QROWS_DISPATCH(fn, tb)                                                                                         \
+    switch (w->gs * 16 + w->bits) {                                                                                  \
+    case 32 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 32, 4); break;                                \
+    case 64 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 64, 4); break;                                \
+    case 128 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 128, 4); break;                              \
+    case 32 * 16 + 8: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 32, 8); break;                                \
+    case 64 * 16 + 8: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 64, 8); break;                                \
+    default: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 128, 8); break;                                        \
+    }
 
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
     for (int64_t t0 = 0; t0 < n; t0 += TB) {
         switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: qrows512(w, in->xd, in->xsum, t0, 1, y, row0, row1); break;
-        case 2: qrows512(w, in->xd, in->xsum, t0, 2, y, row0, row1); break;
-        case 3: qrows512(w, in->xd, in->xsum, t0, 3, y, row0, row1); break;
-        default: qrows512(w, in->xd, in->xsum, t0, 4, y, row0, row1); break;
+        case 1: QROWS_DISPATCH(qrows512, 1); break;
+        case 2: QROWS_DISPATCH(qrows512, 2); break;
+        case 3: QROWS_DISPATCH(qrows512, 3); break;
+        default: QROWS_DISPATCH(qrows512, 4); break;
         }
     }
 }
@@ -255,70 +269,94 @@ AVX2 INLINE float hsum256(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* 16 4-bit codes at element j: low nibbles into chain c, high into c+1. */
-AVX2 INLINE void q4_step256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
-                            __m256 (*aq)[4], int c)
+/* 16 4-bit codes (8 bytes at c): low nibbles into chain k, high into k+1. */
+AVX2 INLINE void q4_step256(const uint8_t *c, const float *x, int64_t cols, int tb, __m256 (*aq)[4], int k)
 {
-    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j / 2)));
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
     __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
     __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
     for (int u = 0; u < tb; u++) {
-        const float *xt = xd + (t0 + u) * cols + j;
-        aq[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), lo, aq[u][c]);
-        aq[u][c + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8), hi, aq[u][c + 1]);
+        aq[u][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols), lo, aq[u][k]);
+        aq[u][k + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols + 8), hi, aq[u][k + 1]);
     }
 }
 
-/* 8 8-bit codes at element j into chain c. */
-AVX2 INLINE void q8_step256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, int tb, int64_t j,
-                            __m256 (*aq)[4], int c)
+/* 8 8-bit codes at c into chain k. */
+AVX2 INLINE void q8_step256(const uint8_t *c, const float *x, int64_t cols, int tb, __m256 (*aq)[4], int k)
 {
-    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j))));
+    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c)));
     for (int u = 0; u < tb; u++)
-        aq[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xd + (t0 + u) * cols + j), q, aq[u][c]);
+        aq[u][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols), q, aq[u][k]);
 }
 
-AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, int tb, float *y,
-                          int64_t row0, int64_t row1)
+/* Group g of a row into accumulator a (a constant), for each token. */
+AVX2 INLINE void qgroup256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, const int tb, const int gs,
+                          const int bits, int64_t g, float scale, __m256 (*acc)[4], const int a)
 {
-    int64_t ng = w->cols / w->gs, cols = w->cols, gs = w->gs;
+    const uint8_t *cg = codes + (size_t)(g * gs * bits / 8);
+    const float *xg = xd + t0 * cols + g * gs;
+    __m256 aq[TB][4]; /* four independent chains per token, summed pairwise */
+    for (int u = 0; u < tb; u++)
+        aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm256_setzero_ps();
+    if (bits == 4)
+        for (int k = 0; k < gs / 16; k++)
+            q4_step256(cg + 8 * k, xg + 16 * k, cols, tb, aq, (k & 1) * 2);
+    else
+        for (int k = 0; k < gs / 8; k++)
+            q8_step256(cg + 8 * k, xg + 8 * k, cols, tb, aq, k & 3);
+    __m256 s = _mm256_set1_ps(scale);
+    for (int u = 0; u < tb; u++)
+        acc[u][a] = _mm256_fmadd_ps(s, _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
+}
+
+AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
+                          float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t cols = w->cols, ng = cols / gs;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    float sc[PARAMS_MAX], bi[PARAMS_MAX];
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        __m256 acc[TB];
-        float bsum[TB];
-        for (int u = 0; u < tb; u++) {
-            acc[u] = _mm256_setzero_ps();
-            bsum[u] = 0.0f;
-        }
-        for (int64_t g = 0; g < ng; g++) {
-            __m256 aq[TB][4]; /* four independent chains per token, summed pairwise per group */
-            for (int u = 0; u < tb; u++)
-                aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm256_setzero_ps();
-            int64_t j = g * gs, end = j + gs;
-            if (w->bits == 4) {
-                for (; j + 32 <= end; j += 32) {
-                    q4_step256(codes, xd, cols, t0, tb, j, aq, 0);
-                    q4_step256(codes, xd, cols, t0, tb, j + 16, aq, 2);
-                }
-            } else {
-                for (; j + 32 <= end; j += 32) {
-                    q8_step256(codes, xd, cols, t0, tb, j, aq, 0);
-                    q8_step256(codes, xd, cols, t0, tb, j + 8, aq, 1);
-                    q8_step256(codes, xd, cols, t0, tb, j + 16, aq, 2);
-                    q8_step256(codes, xd, cols, t0, tb, j + 24, aq, 3);
-                }
+        /* four accumulators per token (group g goes to g mod 4): a single chain would
+         * serialize on the FMA latency from one group to the next */
+        __m256 acc[TB][4];
+        float bsum[TB][4];
+        for (int u = 0; u < tb; u++)
+            for (int a = 0; a < 4; a++) {
+                acc[u][a] = _mm256_setzero_ps();
+                bsum[u][a] = 0.0f;
             }
-            __m256 s = _mm256_set1_ps(param(w->dtype, sr, g));
-            float bias = param(w->dtype, br, g);
-            for (int u = 0; u < tb; u++) {
-                __m256 sum = _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3]));
-                acc[u] = _mm256_fmadd_ps(s, sum, acc[u]);
-                bsum[u] += bias * xsum[(t0 + u) * ng + g];
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
+            dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
+            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            int64_t gl = 0;
+            for (; gl + 4 <= nb; gl += 4) {
+                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 0, sc[gl + 0], acc, 0);
+                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 1, sc[gl + 1], acc, 1);
+                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 2, sc[gl + 2], acc, 2);
+                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 3, sc[gl + 3], acc, 3);
+            }
+            for (; gl < nb; gl++)
+                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl, sc[gl], acc, 0);
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, in four partial sums */
+                const float *xs = xsum + (t0 + u) * ng + g0;
+                int64_t k = 0;
+                for (; k + 4 <= nb; k += 4) {
+                    bsum[u][0] += bi[k] * xs[k];
+                    bsum[u][1] += bi[k + 1] * xs[k + 1];
+                    bsum[u][2] += bi[k + 2] * xs[k + 2];
+                    bsum[u][3] += bi[k + 3] * xs[k + 3];
+                }
+                for (; k < nb; k++)
+                    bsum[u][0] += bi[k] * xs[k];
             }
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = hsum256(acc[u]) + bsum[u];
+            y[(t0 + u) * w->rows + r] =
+                hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), _mm256_add_ps(acc[u][2], acc[u][3]))) +
+                ((bsum[u][0] + bsum[u][1]) + (bsum[u][2] + bsum[u][3]));
     }
 }
 
@@ -327,10 +365,10 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
 {
     for (int64_t t0 = 0; t0 < n; t0 += TB) {
         switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: qrows256(w, in->xd, in->xsum, t0, 1, y, row0, row1); break;
-        case 2: qrows256(w, in->xd, in->xsum, t0, 2, y, row0, row1); break;
-        case 3: qrows256(w, in->xd, in->xsum, t0, 3, y, row0, row1); break;
-        default: qrows256(w, in->xd, in->xsum, t0, 4, y, row0, row1); break;
+        case 1: QROWS_DISPATCH(qrows256, 1); break;
+        case 2: QROWS_DISPATCH(qrows256, 2); break;
+        case 3: QROWS_DISPATCH(qrows256, 3); break;
+        default: QROWS_DISPATCH(qrows256, 4); break;
         }
     }
 }

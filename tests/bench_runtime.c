@@ -1,0 +1,303 @@
+/* bench_runtime.c - speed figures beside the machine limits they are held to
+ * (meson test --benchmark; one mode per benchmark entry):
+ *
+ *   limits    read bandwidth (a STREAM-like read of 1 GiB, 1 and 2 threads) and
+ *             OpenBLAS sgemm GFLOP/s (1 and 2 threads)
+ *   decode B  decode tokens/s of an E2B-shaped B-bit pack (fixture --variant e2b
+ *             --full-size --layout mlx --quant B, converted), 1 and 2 threads,
+ *             bytes of weights read per token, % of the bandwidth bound
+ *   prefill   prefill tokens/s at a 512-token prompt (4-bit pack), 1 and 2
+ *             threads, GFLOP/s and % of the sgemm bound
+ *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
+ *             and peak RSS against the largest tensor + 256 MiB
+ *
+ * Every limit is measured in the same run as the figure compared with it.
+ * Fixtures are generated once into BENCH_DATA (deterministic). Targets
+ * (issue "Performance"): decode ≥ 90 % of bandwidth on 2 threads, prefill
+ * ≥ 60 % of sgemm, convert ≥ 1 GB/s with RSS ≤ largest tensor + 256 MiB. The
+ * exit status is 0 when the figures were measured; PASS/MISS is printed. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "converter/convert.h"
+#include "core/fileio.h"
+#include "fixtures/fixture.h"
+#include "runner/forward.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- machine limits ---- */
+
+struct rd_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+};
+
+static void *rd_main(void *arg)
+{
+    struct rd_job *j = arg;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) {
+        a += j->p[i];
+        b += j->p[i + 1];
+        c += j->p[i + 2];
+        d += j->p[i + 3];
+    }
+    j->sum = a + b + c + d;
+    return NULL;
+}
+
+/* Best of 5 reads of `bytes` split over `threads`, in GB/s. */
+static double read_bandwidth(int threads)
+{
+    size_t bytes = 1ull << 30, n = bytes / 8;
+    uint64_t *m = malloc(bytes);
+    if (!m)
+        return 0;
+    memset(m, 1, bytes);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        struct rd_job j[2];
+        pthread_t t[2];
+        double t0 = now();
+        for (int k = 0; k < threads; k++) {
+            j[k] = (struct rd_job){m + k * (n / (size_t)threads), n / (size_t)threads, 0};
+            pthread_create(&t[k], NULL, rd_main, &j[k]);
+        }
+        for (int k = 0; k < threads; k++)
+            pthread_join(t[k], NULL);
+        double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(m);
+    return (double)bytes / best / 1e9;
+}
+
+static double sgemm_gflops(int threads)
+{
+    int M = 512, N = 1536, K = 1536;
+    float *a = calloc((size_t)M * K, 4), *b = calloc((size_t)N * K, 4), *c = calloc((size_t)M * N, 4);
+    if (!a || !b || !c)
+        return 0;
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        b[i] = (float)(i % 5) * 0.1f;
+    openblas_set_num_threads(threads);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    openblas_set_num_threads(1);
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * M * N * K / best / 1e9;
+}
+
+/* ---- fixtures ---- */
+
+static const char *data_dir(void)
+{
+    return BENCH_DATA;
+}
+
+/* DIR/NAME fixture (made once), converted to DIR/NAME.gpk (made once). */
+static int ensure(const char *name, int quant, bool pack, char *out, size_t len)
+{
+    char dir[4096];
+    struct stat st;
+    struct err e = {0};
+    snprintf(dir, sizeof dir, "%s/%s", data_dir(), name);
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "bench: making %s (once)...\n", dir);
+        struct fixture_opts o = {.variant = "e2b", .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant,
+                                 .group_size = 64, .shards = 1, .full_size = true, .out_dir = dir};
+        struct fixture_summary s;
+        if (fio_mkdirs(data_dir(), &e) != ERR_OK || fixture_make(&o, &s, &e) != ERR_OK) {
+            fprintf(stderr, "bench: %s\n", e.msg);
+            return 1;
+        }
+    }
+    snprintf(out, len, "%s%s", dir, pack ? ".gpk" : "");
+    if (pack && stat(out, &st) != 0) {
+        struct convert_opts co = {.align = 4096, .plan = {.group_size = 64}, .out = out};
+        struct convert_report r;
+        int rc = convert_run(&r, dir, &co, &e);
+        convert_free(&r);
+        if (rc != ERR_OK) {
+            fprintf(stderr, "bench: %s\n", e.msg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- runs ---- */
+
+static int decode(int bits)
+{
+    char pack[4200], name[32];
+    snprintf(name, sizeof name, "e2b-q%d", bits);
+    if (ensure(name, bits, true, pack, sizeof pack))
+        return 1;
+    struct model m;
+    struct err e = {0};
+    if (model_open(&m, pack, &e) != ERR_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token\n", bits, pack,
+           (double)m.weight_bytes / 1e6);
+    for (int threads = 1; threads <= 2; threads++) {
+        double bw = read_bandwidth(threads);
+        struct runner r;
+        if (runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e) != ERR_OK)
+            return 1;
+        int32_t tok[16];
+        for (int i = 0; i < 16; i++)
+            tok[i] = 2 + 37 * i;
+        float *logits = malloc((size_t)m.cfg.vocab_size * sizeof *logits);
+        runner_prompt(&r, tok, 16, 0, NULL, logits, &e);
+        int steps = 8;
+        double t0 = now();
+        for (int k = 0; k < steps; k++) {
+            int32_t next = 3 + k;
+            runner_forward(&r, &next, 1, logits, false, NULL, &e);
+        }
+        double tps = steps / (now() - t0), bound = bw * 1e9 / (double)m.weight_bytes;
+        printf("  %d thread%s: %.2f tokens/s; read bandwidth %.2f GB/s -> bound %.2f tokens/s: %.1f %% of the bound "
+               "(target >= 90 %% on 2 threads: %s)\n",
+               threads, threads == 1 ? " " : "s", tps, bw, bound, 100.0 * tps / bound,
+               threads == 2 ? (tps >= 0.9 * bound ? "PASS" : "MISS") : "-");
+        free(logits);
+        runner_free(&r);
+    }
+    model_close(&m);
+    return 0;
+}
+
+static int prefill(void)
+{
+    char pack[4200];
+    if (ensure("e2b-q4", 4, true, pack, sizeof pack))
+        return 1;
+    struct model m;
+    struct err e = {0};
+    if (model_open(&m, pack, &e) != ERR_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    /* FLOPs per token: 2 per weight of every matrix a token multiplies */
+    double flop_tok = 2.0 * (double)m.weight_bytes / 0.5625; /* 4-bit g64 with bf16 scales: 4.5 bits/weight */
+    int T = 512;
+    int32_t *tok = malloc((size_t)T * sizeof *tok);
+    for (int i = 0; i < T; i++)
+        tok[i] = 2 + (int32_t)((i * 7919) % 262000);
+    printf("prefill, E2B-shaped 4-bit pack, %d-token prompt (%.2f GFLOP per token in matmuls)\n", T, flop_tok / 1e9);
+    for (int threads = 1; threads <= 2; threads++) {
+        double peak = sgemm_gflops(threads);
+        for (int k = 0; k < 2; k++) {
+            enum kern_level lv = k ? KERN_BLAS : KERN_BEST;
+            struct runner r;
+            if (runner_init(&r, &m, threads, lv, NULL, 1, &e) != ERR_OK)
+                return 1;
+            float *last = malloc((size_t)m.cfg.vocab_size * sizeof *last);
+            double t0 = now();
+            int rc = runner_prompt(&r, tok, T, 0, NULL, last, &e);
+            double dt = now() - t0, gf = flop_tok * T / dt / 1e9;
+            if (rc != ERR_OK)
+                fprintf(stderr, "%s\n", e.msg);
+            printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %% "
+                   "(target >= 60 %%: %s)\n",
+                   threads, threads == 1 ? " " : "s", k ? "blas" : "best", T / dt, gf, peak, 100.0 * gf / peak,
+                   gf >= 0.6 * peak ? "PASS" : "MISS");
+            free(last);
+            runner_free(&r);
+        }
+    }
+    free(tok);
+    model_close(&m);
+    return 0;
+}
+
+static int convert_bench(void)
+{
+    char dir[4200], out[4300];
+    if (ensure("e2b-bf16", 0, false, dir, sizeof dir))
+        return 1;
+    snprintf(out, sizeof out, "%s/e2b-bf16-to-q4.gpk", data_dir());
+    uint64_t input = 0, largest = 0;
+    struct ckpt ck;
+    struct err e = {0};
+    if (ckpt_open(&ck, dir, ST_HEADER_ONLY, &e) != ERR_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    for (size_t i = 0; i < ck.n_shards; i++)
+        input += ck.shards[i].file_size;
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        uint64_t b = ck.tensors[i].t->end - ck.tensors[i].t->begin;
+        largest = b > largest ? b : largest;
+    }
+    ckpt_close(&ck);
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct convert_opts co = {.align = 4096, .plan = {.bits = 4, .group_size = 64}, .out = out};
+        struct convert_report r;
+        int rc = convert_run(&r, dir, &co, &e);
+        if (rc != ERR_OK)
+            fprintf(stderr, "%s\n", e.msg);
+        _exit(rc == ERR_OK ? 0 : 1);
+    }
+    int status;
+    struct rusage ru;
+    wait4(pid, &status, 0, &ru);
+    double dt = now() - t0, gbs = (double)input / dt / 1e9;
+    double rss = (double)ru.ru_maxrss * 1024.0, limit = (double)largest + 256.0 * 1048576.0;
+    printf("convert, E2B-shaped bf16 checkpoint (%.2f GB) to 4-bit: %.1f s, %.2f GB/s of input (target >= 1: %s); "
+           "peak RSS %.0f MB, largest tensor %.0f MB + 256 MiB = %.0f MB (%s)\n",
+           (double)input / 1e9, dt, gbs, gbs >= 1.0 ? "PASS" : "MISS", rss / 1e6, (double)largest / 1e6, limit / 1e6,
+           rss <= limit ? "PASS" : "MISS");
+    unlink(out);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "limits";
+    if (!strcmp(mode, "limits")) {
+        for (int t = 1; t <= 2; t++)
+            printf("read bandwidth, %d thread%s: %.2f GB/s (1 GiB, best of 5)\n", t, t == 1 ? "" : "s",
+                   read_bandwidth(t));
+        for (int t = 1; t <= 2; t++)
+            printf("OpenBLAS sgemm 512x1536x1536, %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", sgemm_gflops(t));
+        return 0;
+    }
+    if (!strcmp(mode, "decode"))
+        return decode(argc > 2 ? atoi(argv[2]) : 4);
+    if (!strcmp(mode, "prefill"))
+        return prefill();
+    if (!strcmp(mode, "convert"))
+        return convert_bench();
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill|convert\n");
+    return 2;
+}
