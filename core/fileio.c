@@ -56,25 +56,25 @@ char *fio_join(const char *dir, const char *name)
     return s;
 }
 
-int fio_tmp_create(const char *path, char **final_path, char **tmp_path, int *fd, struct err *e)
+int fio_out_open(struct fio_out *o, const char *path, struct err *e)
 {
-    *final_path = strdup(path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
     size_t n = strlen(path) + 32;
-    *tmp_path = malloc(n);
-    if (!*final_path || !*tmp_path) {
-        free(*final_path);
-        free(*tmp_path);
-        *final_path = *tmp_path = NULL;
+    o->path = strdup(path);
+    o->tmp = malloc(n);
+    if (!o->path || !o->tmp) {
+        fio_out_abort(o);
         return err_set(e, ERR_NOMEM, "%s: cannot allocate a path", path);
     }
-    snprintf(*tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(o->tmp, n, "%s.tmp.%ld", path, (long)getpid());
     /* a leftover from a crashed writer with a recycled pid is simply replaced */
-    *fd = open(*tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (*fd < 0) {
-        int rc = err_set(e, ERR_IO, "%s: cannot create: %s", *tmp_path, strerror(errno));
-        free(*final_path);
-        free(*tmp_path);
-        *final_path = *tmp_path = NULL;
+    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        int rc = err_set(e, ERR_IO, "%s: cannot create: %s", o->tmp, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        fio_out_abort(o);
         return rc;
     }
     return ERR_OK;
@@ -98,39 +98,49 @@ static void fsync_parent(const char *path)
     }
 }
 
-int fio_commit(int fd, const char *tmp, const char *path, struct err *e)
+int fio_out_commit(struct fio_out *o, struct err *e)
 {
     int rc = ERR_OK;
-    if (fsync(fd) != 0)
-        rc = err_set(e, ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == ERR_OK)
-        rc = err_set(e, ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (rc == ERR_OK && rename(tmp, path) != 0)
-        rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (rc != ERR_OK) {
-        unlink(tmp);
-        return rc;
+    if (fsync(o->fd) != 0)
+        rc = err_set(e, ERR_IO, "%s: fsync failed: %s", o->tmp, strerror(errno));
+    if (close(o->fd) != 0 && rc == ERR_OK)
+        rc = err_set(e, ERR_IO, "%s: close failed: %s", o->tmp, strerror(errno));
+    o->fd = -1;
+    if (rc == ERR_OK && rename(o->tmp, o->path) != 0)
+        rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
+    if (rc == ERR_OK) {
+        fsync_parent(o->path);
+        free(o->tmp);
+        o->tmp = NULL; /* nothing left to remove */
     }
-    fsync_parent(path);
-    return ERR_OK;
+    fio_out_abort(o);
+    return rc;
+}
+
+void fio_out_abort(struct fio_out *o)
+{
+    if (!o)
+        return;
+    if (o->tmp) {
+        if (o->fd >= 0)
+            close(o->fd);
+        unlink(o->tmp);
+    }
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
 }
 
 int fio_write_file(const char *path, const void *data, size_t len, struct err *e)
 {
-    char *fin, *tmp;
-    int fd;
-    int rc = fio_tmp_create(path, &fin, &tmp, &fd, e);
-    if (rc != ERR_OK)
-        return rc;
-    rc = fio_write_all(fd, data, len, tmp, e);
-    if (rc == ERR_OK) {
-        rc = fio_commit(fd, tmp, fin, e);
-    } else {
-        close(fd);
-        unlink(tmp);
-    }
-    free(fin);
-    free(tmp);
+    struct fio_out o;
+    int rc = fio_out_open(&o, path, e);
+    if (rc == ERR_OK)
+        rc = fio_write_all(o.fd, data, len, o.tmp, e);
+    if (rc == ERR_OK)
+        return fio_out_commit(&o, e);
+    fio_out_abort(&o);
     return rc;
 }
 

@@ -1,8 +1,9 @@
 /* fileio.h - whole reads/writes and the atomic-write protocol.
  *
- * Every output file goes through fio_tmp_create ("<path>.tmp.<pid>") and fio_commit (fsync, rename over the final name, fsync the
- * directory), so an interrupted writer never leaves a partial file under the
- * final name. */
+ * Every output file is written as "<path>.tmp.<pid>" (fio_out_open) and
+ * committed by fsync, rename over the final name and fsync of the directory
+ * (fio_out_commit), so an interrupted writer never leaves a partial file
+ * under the final name. */
 #ifndef GP_FILEIO_H
 #define GP_FILEIO_H
 
@@ -14,13 +15,21 @@
 int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path, struct err *e);
 int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e);
 
-/* Creates the temporary file for `path`. *final_path and *tmp_path are
- * malloc'ed copies owned by the caller. */
-int fio_tmp_create(const char *path, char **final_path, char **tmp_path, int *fd, struct err *e);
+/* A file being written under its temporary name "<path>.tmp.<pid>". */
+struct fio_out {
+    char *path, *tmp;              /* owned; tmp NULL when nothing is open */
+    int fd;
+};
 
-/* fsync(fd), close(fd), rename(tmp, path), fsync of the directory. On
- * failure the temporary file is removed. fd is closed in every case. */
-int fio_commit(int fd, const char *tmp, const char *path, struct err *e);
+/* Creates the temporary file. On failure *o is left empty (abort is safe). */
+int fio_out_open(struct fio_out *o, const char *path, struct err *e);
+
+/* fsync, close, rename over the final name, fsync the directory; on failure
+ * the temporary file is removed. *o is emptied in every case. */
+int fio_out_commit(struct fio_out *o, struct err *e);
+
+/* Closes and removes the temporary file; safe on an empty or committed *o. */
+void fio_out_abort(struct fio_out *o);
 
 /* Writes a whole small file atomically (config.json, index.json, ...). */
 int fio_write_file(const char *path, const void *data, size_t len, struct err *e);

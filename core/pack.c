@@ -20,11 +20,11 @@
 int pack_writer_open(struct pack_writer *w, const char *path, uint32_t alignment, struct err *e)
 {
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->out.fd = -1;
     if (alignment < 64 || alignment > 65536 || (alignment & (alignment - 1)))
         return err_set(e, ERR_USAGE, "alignment %u: expected a power of two from 64 to 65536", alignment);
     w->align = alignment;
-    int rc = fio_tmp_create(path, &w->path, &w->tmp, &w->fd, e);
+    int rc = fio_out_open(&w->out, path, e);
     if (rc != ERR_OK)
         return rc;
     /* header placeholder and padding up to data_offset = alignment */
@@ -33,7 +33,7 @@ int pack_writer_open(struct pack_writer *w, const char *path, uint32_t alignment
         pack_writer_abort(w);
         return err_set(e, ERR_NOMEM, "cannot allocate %u bytes", alignment);
     }
-    rc = fio_write_all(w->fd, zeros, alignment, w->tmp, e);
+    rc = fio_write_all(w->out.fd, zeros, alignment, w->out.tmp, e);
     free(zeros);
     if (rc != ERR_OK)
         pack_writer_abort(w);
@@ -45,7 +45,7 @@ static int write_zeros(struct pack_writer *w, uint64_t n, struct err *e)
     static const uint8_t zeros[4096];
     while (n) {
         size_t take = n > sizeof zeros ? sizeof zeros : (size_t)n;
-        int rc = fio_write_all(w->fd, zeros, take, w->tmp, e);
+        int rc = fio_write_all(w->out.fd, zeros, take, w->out.tmp, e);
         if (rc != ERR_OK)
             return rc;
         n -= take;
@@ -58,9 +58,9 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
                       struct err *e)
 {
     if (w->open_tensor)
-        return err_set(e, ERR_USAGE, "%s: tensor '%s' begun before the previous one ended", w->tmp, name);
+        return err_set(e, ERR_USAGE, "%s: tensor '%s' begun before the previous one ended", w->out.tmp, name);
     if (rank < 0 || rank > PACK_MAX_RANK || strlen(name) == 0 || strlen(name) > PACK_MAX_NAME)
-        return err_set(e, ERR_USAGE, "%s: tensor '%s': rank %d or name length out of range", w->tmp, name, rank);
+        return err_set(e, ERR_USAGE, "%s: tensor '%s': rank %d or name length out of range", w->out.tmp, name, rank);
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 256;
         struct pack_tensor *t = realloc(w->t, cap * sizeof *t);
@@ -71,7 +71,7 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
     }
     uint64_t aligned;
     if (!ck_align_u64(w->pos, w->align, &aligned))
-        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->tmp);
+        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->out.tmp);
     int rc = write_zeros(w, aligned - w->pos, e);
     if (rc != ERR_OK)
         return rc;
@@ -98,12 +98,12 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
 int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struct err *e)
 {
     if (!w->open_tensor)
-        return err_set(e, ERR_USAGE, "%s: %zu bytes written outside a tensor (no pack_writer_begin)", w->tmp, len);
+        return err_set(e, ERR_USAGE, "%s: %zu bytes written outside a tensor (no pack_writer_begin)", w->out.tmp, len);
     struct pack_tensor *t = &w->t[w->n - 1];
     if (w->written + len > t->nbytes)
-        return err_set(e, ERR_USAGE, "%s: %zu bytes beyond tensor '%s' (%llu bytes)", w->tmp, len, t->name,
+        return err_set(e, ERR_USAGE, "%s: %zu bytes beyond tensor '%s' (%llu bytes)", w->out.tmp, len, t->name,
                        (unsigned long long)t->nbytes);
-    int rc = fio_write_all(w->fd, data, len, w->tmp, e);
+    int rc = fio_write_all(w->out.fd, data, len, w->out.tmp, e);
     if (rc != ERR_OK)
         return rc;
     w->crc = crc32_update(w->crc, data, len);
@@ -115,10 +115,10 @@ int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struc
 int pack_writer_end(struct pack_writer *w, struct err *e)
 {
     if (!w->open_tensor)
-        return err_set(e, ERR_USAGE, "%s: pack_writer_end without an open tensor", w->tmp);
+        return err_set(e, ERR_USAGE, "%s: pack_writer_end without an open tensor", w->out.tmp);
     struct pack_tensor *t = &w->t[w->n - 1];
     if (w->written != t->nbytes)
-        return err_set(e, ERR_USAGE, "%s: tensor '%s' got %llu of %llu bytes", w->tmp, t->name,
+        return err_set(e, ERR_USAGE, "%s: tensor '%s' got %llu of %llu bytes", w->out.tmp, t->name,
                        (unsigned long long)w->written, (unsigned long long)t->nbytes);
     t->crc32 = w->crc;
     w->open_tensor = false;
@@ -145,7 +145,7 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     int rc = ERR_OK;
     if (w->open_tensor) {
         json_object_put(fields);
-        return err_set(e, ERR_USAGE, "%s: finished with tensor '%s' still open", w->tmp, w->t[w->n - 1].name);
+        return err_set(e, ERR_USAGE, "%s: finished with tensor '%s' still open", w->out.tmp, w->t[w->n - 1].name);
     }
     struct json_object *m = json_object_new_object();
     json_object_object_add(m, "format", json_object_new_string("gempack"));
@@ -175,12 +175,12 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     const char *js = json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t mlen = strlen(js);
     if (mlen > PACK_MAX_MANIFEST) {
-        rc = err_set(e, ERR_RANGE, "%s: manifest of %zu bytes exceeds the %u-byte limit", w->tmp, mlen,
+        rc = err_set(e, ERR_RANGE, "%s: manifest of %zu bytes exceeds the %u-byte limit", w->out.tmp, mlen,
                      PACK_MAX_MANIFEST);
         goto out;
     }
     uint64_t data_offset = w->align, data_size = w->pos, manifest_offset = data_offset + data_size;
-    if ((rc = fio_write_all(w->fd, js, mlen, w->tmp, e)) != ERR_OK)
+    if ((rc = fio_write_all(w->out.fd, js, mlen, w->out.tmp, e)) != ERR_OK)
         goto out;
     uint8_t h[PACK_HEADER_SIZE] = {0};
     memcpy(h, PACK_MAGIC, 8);
@@ -194,16 +194,11 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     wr_u64le(h + 48, mlen);
     wr_u32le(h + 56, crc32_update(0, js, mlen));
     wr_u32le(h + 60, crc32_update(0, h, 60));
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-        rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->tmp, strerror(errno));
+    if (pwrite(w->out.fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->out.tmp, strerror(errno));
         goto out;
     }
-    rc = fio_commit(w->fd, w->tmp, w->path, e);
-    w->fd = -1;
-    if (rc == ERR_OK) {
-        free(w->tmp);
-        w->tmp = NULL;
-    }
+    rc = fio_out_commit(&w->out, e);
 out:
     json_object_put(m);
     pack_writer_abort(w);
@@ -214,17 +209,12 @@ void pack_writer_abort(struct pack_writer *w)
 {
     if (!w)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->tmp)
-        unlink(w->tmp);
+    fio_out_abort(&w->out);
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     free(w->t);
-    free(w->tmp);
-    free(w->path);
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->out.fd = -1;
 }
 
 /* ---- reader ---- */

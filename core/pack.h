@@ -27,6 +27,7 @@
 
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/fileio.h"
 
 #define PACK_MAGIC "\x89GPK\r\n\x1a\n"
 #define PACK_HEADER_SIZE 64
@@ -50,8 +51,7 @@ struct pack_tensor {
 /* ---- writer ---- */
 
 struct pack_writer {
-    char *path, *tmp;
-    int fd;
+    struct fio_out out;
     uint32_t align;
     uint64_t pos;                   /* bytes written after data_offset */
     struct pack_tensor *t;

@@ -335,7 +335,7 @@ int st_writer_open(struct st_writer *w, const char *path, const struct st_writer
                    const char *const *meta_kv, size_t n_meta, bool header_only, struct err *e)
 {
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->out.fd = -1;
     w->header_only = header_only;
     w->sizes = calloc(n ? n : 1, sizeof *w->sizes);
     if (!w->sizes)
@@ -378,9 +378,9 @@ int st_writer_open(struct st_writer *w, const char *path, const struct st_writer
     wr_u64le(hdr, padded);
     memcpy(hdr + 8, js, jlen);
     memset(hdr + 8 + jlen, ' ', padded - jlen);
-    rc = fio_tmp_create(path, &w->path, &w->tmp, &w->fd, e);
+    rc = fio_out_open(&w->out, path, e);
     if (rc == ERR_OK)
-        rc = fio_write_all(w->fd, hdr, 8 + padded, w->tmp, e);
+        rc = fio_write_all(w->out.fd, hdr, 8 + padded, w->out.tmp, e);
     free(hdr);
     if (rc != ERR_OK)
         goto fail;
@@ -398,11 +398,11 @@ int st_writer_write(struct st_writer *w, const void *data, size_t len, struct er
     size_t left = len;
     while (left) {
         if (w->cur >= w->n)
-            return err_set(e, ERR_USAGE, "%s: %zu bytes written past the last declared tensor", w->tmp, left);
+            return err_set(e, ERR_USAGE, "%s: %zu bytes written past the last declared tensor", w->out.tmp, left);
         uint64_t room = w->sizes[w->cur] - w->cur_written;
         size_t take = left < room ? left : (size_t)room;
         if (!w->header_only) {
-            int rc = fio_write_all(w->fd, p, take, w->tmp, e);
+            int rc = fio_write_all(w->out.fd, p, take, w->out.tmp, e);
             if (rc != ERR_OK)
                 return rc;
         }
@@ -422,13 +422,8 @@ int st_writer_finish(struct st_writer *w, struct err *e)
     while (w->cur < w->n && w->sizes[w->cur] == 0)
         w->cur++;
     if (!w->header_only && w->cur != w->n)
-        return err_set(e, ERR_USAGE, "%s: only %zu of %zu declared tensors were written", w->tmp, w->cur, w->n);
-    int rc = fio_commit(w->fd, w->tmp, w->path, e);
-    w->fd = -1;
-    if (rc == ERR_OK) {
-        free(w->tmp);
-        w->tmp = NULL;
-    }
+        return err_set(e, ERR_USAGE, "%s: only %zu of %zu declared tensors were written", w->out.tmp, w->cur, w->n);
+    int rc = fio_out_commit(&w->out, e);
     st_writer_abort(w);
     return rc;
 }
@@ -437,13 +432,8 @@ void st_writer_abort(struct st_writer *w)
 {
     if (!w)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->tmp)
-        unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
+    fio_out_abort(&w->out);
     free(w->sizes);
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->out.fd = -1;
 }

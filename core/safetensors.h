@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/fileio.h"
 
 #define ST_MAX_RANK 8
 #define ST_MAX_HEADER 100000000ull /* as the reference: larger is HeaderTooLarge */
@@ -90,8 +91,7 @@ struct st_writer_tensor {
 };
 
 struct st_writer {
-    char *path, *tmp;
-    int fd;
+    struct fio_out out;
     uint64_t *sizes;              /* byte size of each declared tensor */
     size_t n, cur;                /* tensors declared, tensor being written */
     uint64_t cur_written;         /* bytes of tensor `cur` written so far */
