@@ -363,6 +363,16 @@ void plan_stream_free(struct stream_state *st)
     memset(st, 0, sizeof *st);
 }
 
+/* The source pages of a streamed tensor leave the resident set (the whole
+ * checkpoint is mapped; conversion must stay near one tensor in memory). */
+static void release_sources(const struct ckpt *ck, const struct norm_tensor *t)
+{
+    const struct ckpt_tensor *src[3] = {t->w, t->s, t->b};
+    for (int k = 0; k < 3; k++)
+        if (src[k])
+            st_release(&ck->shards[src[k]->shard], src[k]->t);
+}
+
 int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state *st, sink_fn sink, void *ctx,
                 struct err *e)
 {
@@ -375,7 +385,9 @@ int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state
         const uint8_t *data;
         if ((rc = st_data(&ck->shards[src->shard], src->t, &data, e)) != ERR_OK)
             return rc;
-        return sink(ctx, data, (size_t)(src->t->end - src->t->begin), e);
+        rc = sink(ctx, data, (size_t)(src->t->end - src->t->begin), e);
+        st_release(&ck->shards[src->shard], src->t);
+        return rc;
     }
     if (o->part != PART_WEIGHT) {
         if (!st->scales)
@@ -423,5 +435,6 @@ int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state
     }
     free(row);
     free(buf);
+    release_sources(ck, t);
     return rc;
 }

@@ -329,6 +329,18 @@ int st_data(const struct st_file *f, const struct st_tensor *t, const uint8_t **
     return ERR_OK;
 }
 
+void st_release(const struct st_file *f, const struct st_tensor *t)
+{
+    if (!f->map_len)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(f->map + f->data_start + t->begin), b = (uintptr_t)(f->map + f->data_start + t->end);
+    a = (a + page - 1) & ~(page - 1);
+    b &= ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* ---- writer ---- */
 
 int st_writer_open(struct st_writer *w, const char *path, const struct st_writer_tensor *t, size_t n,

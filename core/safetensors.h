@@ -79,6 +79,11 @@ const char *st_meta_get(const struct st_file *f, const char *key);
  * Fails for header-only or truncated files. */
 int st_data(const struct st_file *f, const struct st_tensor *t, const uint8_t **out, struct err *e);
 
+/* Drops the tensor's pages from this process (madvise DONTNEED on the
+ * read-only mapping; they are read again from the file if touched), so a
+ * pass that streams a large checkpoint keeps its resident memory bounded. */
+void st_release(const struct st_file *f, const struct st_tensor *t);
+
 /* Streaming writer: the header is fixed up front, then tensor bytes are
  * appended in the declared order. Output goes to "<path>.tmp.<pid>", is
  * fsync'ed and renamed over `path` by st_writer_finish; st_writer_abort
