@@ -126,7 +126,9 @@ static int ensure(const char *name, int quant, bool pack, char *out, size_t len)
     struct stat st;
     struct err e = {0};
     snprintf(dir, sizeof dir, "%s/%s", data_dir(), name);
-    if (stat(dir, &st) != 0) {
+    char done[4200];
+    snprintf(done, sizeof done, "%s/config.json", dir); /* written last: a complete fixture */
+    if (stat(done, &st) != 0) {
         fprintf(stderr, "bench: making %s (once)...\n", dir);
         struct fixture_opts o = {.variant = "e2b", .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant,
                                  .group_size = 64, .shards = 1, .full_size = true, .out_dir = dir};
