@@ -507,6 +507,8 @@ static const char convert_help[] =
     "                            sits on it exactly (scale d, bias -8d)\n"
     "  --text-only               MLX export without vision/audio towers\n"
     "  --align N                 pack data alignment, 64..65536 (default 4096)\n"
+    "  --threads N               quantization threads, 1..64 (default 1; the output\n"
+    "                            bytes are identical for any N)\n"
     "  --dry-run                 print the per-tensor plan and totals; write nothing\n"
     "  --json                    the report as JSON on stdout\n"
     "  -h, --help                this text\n";
@@ -543,8 +545,9 @@ static int cmd_convert(int argc, char **argv)
         {"allow-requantize", no_argument, 0, 'r'},  {"qat-lattice", no_argument, 0, 'l'},
         {"text-only", no_argument, 0, 't'},         {"align", required_argument, 0, 'a'},
         {"dry-run", no_argument, 0, 'd'},           {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},              {0}};
-    struct convert_opts o = {.align = 4096, .plan = {.group_size = 64}};
+        {"threads", required_argument, 0, 'n'},     {"help", no_argument, 0, 'h'},
+        {0}};
+    struct convert_opts o = {.align = 4096, .threads = 1, .plan = {.group_size = 64}};
     bool json = false, gs_given = false;
     unsigned long long v;
     struct err e = {0};
@@ -599,6 +602,13 @@ static int cmd_convert(int argc, char **argv)
                 goto out;
             }
             o.align = (uint32_t)v;
+            break;
+        case 'n':
+            if (!parse_u64(optarg, 64, &v) || v < 1) {
+                code = usage_error("convert", "--threads %s: expected 1..64", optarg);
+                goto out;
+            }
+            o.threads = (int)v;
             break;
         case 'd': o.dry_run = true; break;
         case 'j': json = true; break;

@@ -129,7 +129,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, co
     if (rc != ERR_OK)
         return rc;
     struct pack_writer w;
-    struct stream_state st = {0};
+    struct stream_state st = {.threads = o->threads};
     if ((rc = pack_writer_open(&w, o->out, o->align, e)) != ERR_OK) {
         free(out);
         return rc;
@@ -270,7 +270,7 @@ struct mlx_out {
 };
 
 static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t n, int shard, const char *path,
-                           struct err *e)
+                           int threads, struct err *e)
 {
     size_t k = 0;
     struct st_writer_tensor *wt = calloc(n ? n : 1, sizeof *wt);
@@ -284,7 +284,7 @@ static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t 
         }
     static const char *const meta[] = {"format", "mlx"};
     struct st_writer w;
-    struct stream_state st = {0};
+    struct stream_state st = {.threads = threads};
     int rc = st_writer_open(&w, path, wt, k, meta, 1, false, e);
     free(wt);
     for (size_t i = 0; i < n && rc == ERR_OK; i++) {
@@ -363,7 +363,7 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
         else
             snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, shards);
         char *path = fio_join(o->out, fname);
-        rc = path ? write_mlx_shard(r, mo, n, k, path, e) : err_set(e, ERR_NOMEM, "out of memory");
+        rc = path ? write_mlx_shard(r, mo, n, k, path, o->threads, e) : err_set(e, ERR_NOMEM, "out of memory");
         free(path);
     }
     if (rc != ERR_OK)

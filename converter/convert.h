@@ -23,6 +23,7 @@ struct convert_opts {
     bool text_only;         /* --text-only: drop towers from the MLX export */
     bool dry_run;           /* plan only, write nothing */
     uint32_t align;         /* pack alignment (default 4096) */
+    int threads;            /* quantization workers (default 1; same bytes for any count) */
     const char *out;
 };
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/quant.h"
+#include "kernels/kernels.h"
 
 int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct err *e)
 {
@@ -277,14 +278,26 @@ int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struc
     return ERR_OK;
 }
 
-/* Row r of the logical float tensor (split halves of a fused source applied). */
-static int source_row_f32(const struct ckpt *ck, const struct norm_tensor *t, uint64_t r, float *row, struct err *e)
+/* The source bytes of a tensor, resolved (and bounds-checked) once. */
+struct source {
+    const struct norm_tensor *t;
+    const uint8_t *w, *s, *b;
+};
+
+static int source_open(const struct ckpt *ck, const struct norm_tensor *t, struct source *src, struct err *e)
 {
+    *src = (struct source){.t = t};
+    int rc = st_data(&ck->shards[t->w->shard], t->w->t, &src->w, e);
+    if (rc == ERR_OK && t->q.quantized && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK)
+        rc = st_data(&ck->shards[t->b->shard], t->b->t, &src->b, e);
+    return rc;
+}
+
+/* Row r of the logical float tensor (split halves of a fused source applied). */
+static void source_row_f32(const struct source *src, uint64_t r, float *row)
+{
+    const struct norm_tensor *t = src->t;
     uint64_t cols = t->shape[t->rank - 1];
-    const uint8_t *base;
-    int rc = st_data(&ck->shards[t->w->shard], t->w->t, &base, e);
-    if (rc != ERR_OK)
-        return rc;
     if (!t->q.quantized) {
         uint64_t src_r = r;
         if (t->split) {
@@ -292,18 +305,13 @@ static int source_row_f32(const struct ckpt *ck, const struct norm_tensor *t, ui
             src_r = ex * 2 * M + m + (t->split == 2 ? M : 0);
         }
         unsigned esz = dtype_table[t->w->t->dtype].bits / 8;
-        dtype_to_f32(t->w->t->dtype, base + src_r * cols * esz, row, (size_t)cols);
-        return ERR_OK;
+        dtype_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (size_t)cols);
+        return;
     }
-    const uint8_t *sb, *bb;
-    if ((rc = st_data(&ck->shards[t->s->shard], t->s->t, &sb, e)) != ERR_OK ||
-        (rc = st_data(&ck->shards[t->b->shard], t->b->t, &bb, e)) != ERR_OK)
-        return rc;
     uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
     unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
-    dequant_affine_row(base + r * words * 4, sb + r * ng * ssz, bb + r * ng * ssz, t->s->t->dtype, (size_t)cols,
-                       t->q.group_size, t->q.bits, row);
-    return ERR_OK;
+    dequant_affine_row(src->w + r * words * 4, src->s + r * ng * ssz, src->b + r * ng * ssz, t->s->t->dtype,
+                       (size_t)cols, t->q.group_size, t->q.bits, row);
 }
 
 /* QAT "q4_0" lattice (DESIGN.md §6): a group of 32 that sits exactly on
@@ -360,7 +368,7 @@ void plan_stream_free(struct stream_state *st)
 {
     free(st->scales);
     free(st->biases);
-    memset(st, 0, sizeof *st);
+    *st = (struct stream_state){.threads = st->threads};
 }
 
 /* The source pages of a streamed tensor leave the resident set (the whole
@@ -371,6 +379,93 @@ static void release_sources(const struct ckpt *ck, const struct norm_tensor *t)
     for (int k = 0; k < 3; k++)
         if (src[k])
             st_release(&ck->shards[src[k]->shard], src[k]->t);
+}
+
+/* Rows are quantized in parallel a block at a time and written in row order,
+ * so the output does not depend on the thread count. */
+#define BLOCK_BYTES ((size_t)16 << 20) /* f32 rows per block: bounds the extra memory */
+
+struct qblock {
+    const struct source *src;
+    struct plan_item *it;
+    struct stream_state *st;
+    uint64_t r0;
+    size_t cols, ng, ssz, row_bytes;
+    float *scratch;          /* [workers][cols] */
+    uint8_t *out;            /* [block][row_bytes] packed codes */
+    uint64_t *groups, *exact; /* [block] lattice counts, summed after the block */
+};
+
+static void quant_task(void *arg, int64_t task, int worker)
+{
+    struct qblock *b = arg;
+    uint64_t r = b->r0 + (uint64_t)task;
+    float *row = b->scratch + (size_t)worker * b->cols; /* [cols] */
+    uint32_t *words = (uint32_t *)(void *)(b->out + (size_t)task * b->row_bytes);
+    uint8_t *sc = b->st->scales + r * b->ng * b->ssz, *bi = b->st->biases + r * b->ng * b->ssz;
+    source_row_f32(b->src, r, row);
+    b->groups[task] = b->exact[task] = 0;
+    if (b->it->lattice)
+        lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
+    else
+        quant_affine_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
+}
+
+static int stream_quantized(const struct source *src, struct plan_item *it, struct stream_state *st, uint64_t rows,
+                            uint64_t cols, sink_fn sink, void *ctx, struct err *e)
+{
+    plan_stream_free(st);
+    size_t ng = (size_t)(cols / (uint64_t)it->group_size), ssz = dtype_table[it->dtype].bits / 8;
+    size_t row_bytes = quant_row_words((size_t)cols, it->bits) * 4;
+    uint64_t block = BLOCK_BYTES / ((size_t)cols * sizeof(float));
+    block = block < 1 ? 1 : block > rows ? rows : block;
+    int workers = kern_workers(st->threads, (int64_t)block);
+    st->nbytes = (size_t)rows * ng * ssz;
+    st->scales = malloc(st->nbytes ? st->nbytes : 1);
+    st->biases = malloc(st->nbytes ? st->nbytes : 1);
+    struct qblock b = {.src = src, .it = it, .st = st, .cols = (size_t)cols, .ng = ng, .ssz = ssz,
+                       .row_bytes = row_bytes,
+                       .scratch = malloc((size_t)workers * (size_t)cols * sizeof(float)),
+                       .out = malloc((size_t)block * row_bytes),
+                       .groups = malloc((size_t)block * sizeof(uint64_t)),
+                       .exact = malloc((size_t)block * sizeof(uint64_t))};
+    int rc = ERR_OK;
+    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact)
+        rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu rows of %llu for quantization", src->t->name,
+                     (unsigned long long)block, (unsigned long long)cols);
+    for (b.r0 = 0; b.r0 < rows && rc == ERR_OK; b.r0 += block) {
+        uint64_t n = rows - b.r0 < block ? rows - b.r0 : block;
+        kern_parallel(workers, (int64_t)n, quant_task, &b);
+        for (uint64_t i = 0; i < n; i++) {
+            it->lattice_groups += b.groups[i];
+            it->lattice_exact += b.exact[i];
+        }
+        rc = sink(ctx, b.out, (size_t)n * row_bytes, e);
+    }
+    free(b.scratch);
+    free(b.out);
+    free(b.groups);
+    free(b.exact);
+    return rc;
+}
+
+static int stream_float(const struct source *src, const struct plan_item *it, uint64_t rows, uint64_t cols,
+                        sink_fn sink, void *ctx, struct err *e)
+{
+    unsigned esz = dtype_table[it->dtype].bits / 8;
+    float *row = malloc((size_t)cols * sizeof *row);       /* [cols] */
+    uint8_t *buf = malloc((size_t)cols * esz);             /* [cols] in the output dtype */
+    int rc = ERR_OK;
+    if (!row || !buf)
+        rc = err_set(e, ERR_NOMEM, "%s: cannot allocate a row of %llu", src->t->name, (unsigned long long)cols);
+    for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
+        source_row_f32(src, r, row);
+        dtype_from_f32(it->dtype, row, buf, (size_t)cols);
+        rc = sink(ctx, buf, (size_t)cols * esz, e);
+    }
+    free(row);
+    free(buf);
+    return rc;
 }
 
 int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state *st, sink_fn sink, void *ctx,
@@ -397,44 +492,13 @@ int plan_stream(const struct ckpt *ck, struct out_tensor *o, struct stream_state
     uint64_t rows = 1, cols = t->shape[t->rank - 1];
     for (int k = 0; k + 1 < t->rank; k++)
         rows *= t->shape[k];
-    float *row = malloc((size_t)cols * sizeof *row);
-    uint8_t *buf = malloc((size_t)cols * 4);
-    if (!row || !buf) {
-        free(row);
-        free(buf);
-        return err_set(e, ERR_NOMEM, "%s: cannot allocate a row of %llu", o->name, (unsigned long long)cols);
-    }
-    rc = ERR_OK;
-    if (it->quantized_out) {
-        plan_stream_free(st);
-        size_t ng = (size_t)(cols / (uint64_t)it->group_size), ssz = dtype_table[it->dtype].bits / 8;
-        st->nbytes = (size_t)rows * ng * ssz;
-        st->scales = malloc(st->nbytes ? st->nbytes : 1);
-        st->biases = malloc(st->nbytes ? st->nbytes : 1);
-        if (!st->scales || !st->biases)
-            rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %zu scale bytes", o->name, st->nbytes);
-        for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
-            if ((rc = source_row_f32(ck, t, r, row, e)) != ERR_OK)
-                break;
-            if (it->lattice)
-                lattice_row(row, (size_t)cols, it->dtype, (uint32_t *)(void *)buf, st->scales + r * ng * ssz,
-                            st->biases + r * ng * ssz, &it->lattice_groups, &it->lattice_exact);
-            else
-                quant_affine_row(row, (size_t)cols, it->group_size, it->bits, it->dtype, (uint32_t *)(void *)buf,
-                                 st->scales + r * ng * ssz, st->biases + r * ng * ssz);
-            rc = sink(ctx, buf, quant_row_words((size_t)cols, it->bits) * 4, e);
-        }
-    } else {
-        unsigned esz = dtype_table[it->dtype].bits / 8;
-        for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
-            if ((rc = source_row_f32(ck, t, r, row, e)) != ERR_OK)
-                break;
-            dtype_from_f32(it->dtype, row, buf, (size_t)cols);
-            rc = sink(ctx, buf, (size_t)cols * esz, e);
-        }
-    }
-    free(row);
-    free(buf);
+    struct source src;
+    if ((rc = source_open(ck, t, &src, e)) != ERR_OK)
+        return rc;
+    if (it->quantized_out)
+        rc = stream_quantized(&src, it, st, rows, cols, sink, ctx, e);
+    else
+        rc = stream_float(&src, it, rows, cols, sink, ctx, e);
     release_sources(ck, t);
     return rc;
 }

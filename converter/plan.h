@@ -101,6 +101,7 @@ typedef int (*sink_fn)(void *ctx, const void *data, size_t len, struct err *e);
 struct stream_state {
     uint8_t *scales, *biases;
     size_t nbytes;
+    int threads; /* quantization workers; the output does not depend on it */
 };
 int plan_stream(const struct ckpt *ck, struct out_tensor *t, struct stream_state *st, sink_fn sink, void *ctx,
                 struct err *e);

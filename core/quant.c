@@ -67,7 +67,17 @@ static void put_code(uint32_t *words, size_t i, int bits, uint32_t code)
 void quant_pack_codes(const uint8_t *codes, size_t n, int bits, uint32_t *words)
 {
     memset(words, 0, quant_row_words(n, bits) * sizeof *words);
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    if (32 % bits == 0) { /* 2, 4, 8 bits: whole words hold whole codes */
+        size_t per = 32 / (size_t)bits;
+        for (; i + per <= n; i += per) {
+            uint32_t v = 0;
+            for (size_t k = 0; k < per; k++)
+                v |= (uint32_t)codes[i + k] << (k * (size_t)bits);
+            words[i / per] = v;
+        }
+    }
+    for (; i < n; i++)
         put_code(words, i, bits, codes[i]);
 }
 
@@ -121,9 +131,12 @@ static uint32_t code_of(float w, float scale, float bias, int bits)
 
 void quant_affine_group(const float *w, int gs, int bits, uint8_t *codes, float *scale, float *bias)
 {
-    group_params(w, gs, bits, scale, bias);
+    float s, b; /* locals: the codes stores cannot alias them */
+    group_params(w, gs, bits, &s, &b);
     for (int j = 0; j < gs; j++)
-        codes[j] = (uint8_t)code_of(w[j], *scale, *bias, bits);
+        codes[j] = (uint8_t)code_of(w[j], s, b, bits);
+    *scale = s;
+    *bias = b;
 }
 
 static size_t float_size(enum dtype t) { return t == DT_F32 ? 4 : 2; }
@@ -131,14 +144,13 @@ static size_t float_size(enum dtype t) { return t == DT_F32 ? 4 : 2; }
 void quant_affine_row(const float *w, size_t k, int gs, int bits, enum dtype sdt,
                       uint32_t *words, void *scales, void *biases)
 {
-    size_t ssz = float_size(sdt), ng = k / (size_t)gs;
-    memset(words, 0, quant_row_words(k, bits) * sizeof *words);
+    size_t ssz = float_size(sdt), ng = k / (size_t)gs, gwords = (size_t)gs * (size_t)bits / 32;
+    uint8_t codes[QUANT_MAX_GROUP];
     for (size_t g = 0; g < ng; g++) {
         const float *wg = w + g * (size_t)gs;
         float scale, bias;
-        group_params(wg, gs, bits, &scale, &bias);
-        for (int j = 0; j < gs; j++)
-            put_code(words, g * (size_t)gs + (size_t)j, bits, code_of(wg[j], scale, bias, bits));
+        quant_affine_group(wg, gs, bits, codes, &scale, &bias);
+        quant_pack_codes(codes, (size_t)gs, bits, words + g * gwords); /* gs * bits is a multiple of 32 */
         dtype_from_f32(sdt, &scale, (uint8_t *)scales + g * ssz, 1);
         dtype_from_f32(sdt, &bias, (uint8_t *)biases + g * ssz, 1);
     }

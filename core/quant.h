@@ -45,7 +45,9 @@ uint32_t quant_code_at(const uint8_t *row_bytes, size_t i, int bits);
  * storage dtype; codes are computed with these unrounded values). */
 void quant_affine_group(const float *w, int gs, int bits, uint8_t *codes, float *scale, float *bias);
 
-/* Quantizes a row of k values (k a multiple of gs): packed words
+#define QUANT_MAX_GROUP 128
+
+/* Quantizes a row of k values (k a multiple of gs, gs 32, 64 or 128): packed words
  * (k*bits/32), and k/gs scales and biases stored in `sdt` (F32/F16/BF16) as
  * little-endian bytes. */
 void quant_affine_row(const float *w, size_t k, int gs, int bits, enum dtype sdt,
