@@ -418,7 +418,8 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     size_t ng = (size_t)(cols / (uint64_t)it->group_size), ssz = dtype_table[it->dtype].bits / 8;
     size_t row_bytes = quant_row_words((size_t)cols, it->bits) * 4;
     uint64_t block = BLOCK_BYTES / ((size_t)cols * sizeof(float));
-    block = block < 1 ? 1 : block > rows ? rows : block;
+    block = block > rows ? rows : block;
+    block = block < 1 ? 1 : block; /* >= 1 even for a tensor of 0 rows */
     int workers = kern_workers(st->threads, (int64_t)block);
     st->nbytes = (size_t)rows * ng * ssz;
     st->scales = malloc(st->nbytes ? st->nbytes : 1);
