@@ -93,8 +93,9 @@ expect 0 "convert e2b to a 4-bit pack" -- "$G" convert "$T/e2b" --bits 4 --align
 expect 0 "verify the pack" -- "$G" verify "$T/e2b-q4.gpk"
 expect 0 "inspect the pack --json" -- "$G" inspect --json "$T/e2b-q4.gpk"
 ok "pack manifest records bits" -- test "$(json_field "$T/out" "d['manifest']['options']['bits']")" = 4
-expect 0 "convert again" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/e2b-q4-again.gpk"
+expect 0 "convert again, 2 threads" -- "$G" convert "$T/e2b" --bits 4 --align 64 --threads 2 -o "$T/e2b-q4-again.gpk"
 ok "packs byte-identical" -- cmp -s "$T/e2b-q4.gpk" "$T/e2b-q4-again.gpk"
+expect 2 "convert --threads 0" -- "$G" convert "$T/e2b" --threads 0 -o "$T/never.gpk"
 cp "$T/e2b-q4.gpk" "$T/flipped.gpk"
 size=$(stat -c %s "$T/flipped.gpk")
 printf '\x5a' | dd of="$T/flipped.gpk" bs=1 seek=$((size / 3)) conv=notrunc status=none
