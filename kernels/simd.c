@@ -113,8 +113,6 @@ AVX512 INLINE void q8_step512(const uint8_t *c, const float *x, int64_t cols, in
         aq[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols), q, aq[u][k]);
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
- * after inlining, so every loop over a group unrolls. */
 /* Group g of a row into accumulator a (a constant), for each token. */
 AVX512 INLINE void qgroup512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, const int tb, const int gs,
                           const int bits, int64_t g, float scale, __m512 (*acc)[4], const int a)
@@ -135,6 +133,8 @@ AVX512 INLINE void qgroup512(const uint8_t *codes, const float *xd, int64_t cols
         acc[u][a] = _mm512_fmadd_ps(s, _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
 }
 
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
+ * after inlining, so every loop over a group unrolls. */
 AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
                             float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
@@ -321,6 +321,8 @@ AVX2 INLINE void qgroup256(const uint8_t *codes, const float *xd, int64_t cols, 
         acc[u][a] = _mm256_fmadd_ps(s, _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
 }
 
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
+ * after inlining, so every loop over a group unrolls. */
 AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
                           float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
