@@ -45,22 +45,23 @@ typedef void (*matmul_fn)(const struct wmat *w, const float *x, int64_t n, float
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
 /* Input prepared once per matmul for the fused quantized kernels: per-group
- * input sums and, for 4-bit, the input de-interleaved in blocks of `blk`. */
+ * input sums, and the input rearranged to the lanes of the packed codes and
+ * scaled by their place values (see simd.c). */
 struct kern_qinput {
-    const float *xd;          /* [n, cols] (x itself unless 4-bit) */
+    const float *xd;          /* [n, stride]: cols rounded up to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
+    int64_t stride;
     float *buf;               /* owned */
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
-int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, int blk, struct kern_qinput *in);
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in);
 void kern_qinput_free(struct kern_qinput *in);
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */
     qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
-    int qblk;                 /* its 4-bit de-interleave block */
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for n > 1 (KERN_BLAS) */
 };

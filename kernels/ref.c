@@ -1,6 +1,5 @@
 /* ref.c - scalar reference of every op, the dispatch table and threads. */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,45 +116,6 @@ int kern_workers(int threads, int64_t n_tasks)
     return threads < 1 ? 1 : threads;
 }
 
-struct par {
-    void (*fn)(void *, int64_t, int);
-    void *arg;
-    int64_t n_tasks;
-    int threads, id;
-};
-
-static void *par_main(void *p)
-{
-    struct par *q = p;
-    for (int64_t t = q->id; t < q->n_tasks; t += q->threads)
-        q->fn(q->arg, t, q->id);
-    return NULL;
-}
-
-void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
-{
-    threads = kern_workers(threads, n_tasks);
-    if (threads <= 1) {
-        for (int64_t t = 0; t < n_tasks; t++)
-            fn(arg, t, 0);
-        return;
-    }
-    pthread_t tid[KERN_MAX_THREADS];
-    struct par p[KERN_MAX_THREADS];
-    for (int i = 0; i < threads; i++) {
-        p[i] = (struct par){fn, arg, n_tasks, threads, i};
-        if (i > 0 && pthread_create(&tid[i], NULL, par_main, &p[i]) != 0)
-            p[i].id = -1; /* could not start: run its tasks below */
-    }
-    par_main(&p[0]);
-    for (int i = 1; i < threads; i++) {
-        if (p[i].id >= 0)
-            pthread_join(tid[i], NULL);
-        else
-            par_main(&(struct par){fn, arg, n_tasks, threads, i});
-    }
-}
-
 /* ---- dispatch ---- */
 
 void kern_init(struct kern_table *t, enum kern_level level)
@@ -171,12 +131,10 @@ void kern_init(struct kern_table *t, enum kern_level level)
     if (kern_cpu_has_avx512()) {
         t->name = "avx512";
         t->qdot = kern_qdot_avx512;
-        t->qblk = 32;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
         t->qdot = kern_qdot_avx2;
-        t->qblk = 16;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
 }
@@ -216,7 +174,7 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
     else
 #endif
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
-        kern_qinput_prepare(w, x, n, t->qblk, &qin) == ERR_OK) {
+        kern_qinput_prepare(w, x, n, &qin) == ERR_OK) {
         j.fn = NULL; /* the input is prepared once and read by every tile */
         j.qdot = t->qdot;
         j.qin = &qin;

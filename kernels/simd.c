@@ -1,12 +1,17 @@
 /* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
  *
  * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
- * the form MLX's own kernels use. The q·x products of a group accumulate in a
- * vector, the scaled group results accumulate in a second vector across the
- * row, and one reduction ends the row; the bias terms use per-group input
- * sums computed once per call. 4-bit rows are read 16 bytes (32 codes) at a
- * time: low nibbles are the even elements, high nibbles the odd ones, so the
- * input is de-interleaved once per call to match.
+ * the form MLX's own kernels use; the bias terms use per-group input sums
+ * computed once per call. Codes are read as 32-bit words, 16 words (one
+ * AVX-512 vector, two AVX2 vectors) at a time: lane l holds word l, and code
+ * k of every lane is isolated with one AND of the mask (2^bits − 1)·2^(bits·k)
+ * (the top code with one shift) and converted to float, which is then
+ * q·2^(bits·k) exactly. So that no shift back is needed, the input is
+ * rearranged once per call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k),
+ * W = 32/bits codes per word (a power-of-two scaling, exact), zero-padded
+ * to whole blocks of 16 words. The q·x products of a block accumulate in two
+ * chains, are multiplied by the group scales of their lanes, and accumulate
+ * in two vectors across the row; one reduction ends the row.
  *
  * bf16 weights: Σ x·w with the same vector accumulation.
  *
@@ -16,6 +21,7 @@
  * per-function target attributes and chosen at run time (no -march flag).
  * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +29,10 @@
 #include "core/err.h"
 #include "kernels/kernels.h"
 
+
+
+
+#define PREFETCH 4096 /* bytes ahead in the code stream: the row after next, for E2B-sized rows */
 #define TB 4 /* tokens sharing one decode of a weight row */
 #define PARAMS_MAX 256 /* scales and biases of a row converted at once */
 #define INLINE static inline __attribute__((always_inline))
@@ -40,10 +50,11 @@ bool kern_cpu_has_avx512(void)
            __builtin_cpu_supports("avx512vl") && kern_cpu_has_avx2();
 }
 
-int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, int blk, struct kern_qinput *in)
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in)
 {
-    int64_t ng = w->cols / w->gs, cols = w->cols;
-    float *buf = malloc((size_t)(n * ng + (w->bits == 4 ? n * cols : 0)) * sizeof *buf);
+    const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
+    const int64_t stride = (cols + blk - 1) / blk * blk;
+    float *buf = malloc((size_t)(n * ng + n * stride) * sizeof *buf);
     in->buf = buf;
     if (!buf)
         return ERR_NOMEM;
@@ -55,17 +66,19 @@ int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, int blk
             buf[t * ng + g] = s;
         }
     in->xsum = buf;
-    in->xd = x;
-    if (w->bits == 4) {
-        float *xd = buf + n * ng;
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t b = 0; b < cols; b += blk)
-                for (int64_t k = 0; k < blk / 2; k++) {
-                    xd[t * cols + b + k] = x[t * cols + b + 2 * k];
-                    xd[t * cols + b + blk / 2 + k] = x[t * cols + b + 2 * k + 1];
+    float *xd = buf + n * ng;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t b = 0; b < stride; b += blk)
+            for (int64_t k = 0; k < per_word; k++) {
+                /* the top code is shifted down, the others keep their place value */
+                float unit = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
+                for (int64_t l = 0; l < 16; l++) {
+                    int64_t j = b + per_word * l + k;
+                    xd[t * stride + b + 16 * k + l] = j < cols ? x[t * cols + j] * unit : 0.0f;
                 }
-        in->xd = xd;
-    }
+            }
+    in->xd = xd;
+    in->stride = stride;
     return ERR_OK;
 }
 
@@ -79,122 +92,114 @@ void kern_qinput_free(struct kern_qinput *in)
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
-/* A row's scales or biases as float32 (bf16 widened 16 at a time). */
+/* A row's scales or biases as float32, 16 at a time (bf16 and f16 widened,
+ * the last 16 through a masked load), then 16 zeros: dst holds n + 16. */
 AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
 {
-    int64_t i = 0;
-    if (t == DT_BF16)
-        for (; i + 16 <= n; i += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * i));
-            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-        }
-    dtype_to_f32(t, src + (size_t)i * (dtype_table[t].bits / 8), dst + i, (size_t)(n - i));
-}
-
-/* 32 4-bit codes (16 bytes at c): low nibbles (even elements) into chain k,
- * high nibbles (odd elements) into chain k+1, for each token; x points at
- * token t0's de-interleaved inputs of the same 32 elements. */
-AVX512 INLINE void q4_step512(const uint8_t *c, const float *x, int64_t cols, int tb, __m512 (*aq)[4], int k)
-{
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c));
-    __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
-    __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-    for (int u = 0; u < tb; u++) {
-        aq[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols), lo, aq[u][k]);
-        aq[u][k + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols + 16), hi, aq[u][k + 1]);
+    _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
+    if (t != DT_BF16 && t != DT_F16 && t != DT_F32) {
+        dtype_to_f32(t, src, dst, (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v;
+        if (t == DT_F32)
+            v = _mm512_maskz_loadu_ps(m, src + 4 * i);
+        else if (t == DT_F16)
+            v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + 2 * i));
+        else
+            v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + 2 * i)), 16));
+        _mm512_storeu_ps(dst + i, v);
     }
 }
 
-/* 16 8-bit codes at c into chain k, for each token. */
-AVX512 INLINE void q8_step512(const uint8_t *c, const float *x, int64_t cols, int tb, __m512 (*aq)[4], int k)
-{
-    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)c)));
-    for (int u = 0; u < tb; u++)
-        aq[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + u * cols), q, aq[u][k]);
-}
+/* Lane l's group, counted from the block's first group. */
+#define GROUP_OF_LANE(l) ((32 / bits) * (l) / gs)
 
-/* Group g of a row into accumulator a (a constant), for each token. */
-AVX512 INLINE void qgroup512(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, const int tb, const int gs,
-                          const int bits, int64_t g, float scale, __m512 (*acc)[4], const int a)
+/* One block of 16 words (m: the words present) for each token: the q·x
+ * products in two chains, summed, times each lane's group scale sv, into
+ * accumulator a (a constant). xb: token t0's rearranged input of the block. */
+AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int64_t stride, const int tb,
+                             const int bits, __m512 sv, __m512 (*acc)[2], const int a)
 {
-    const uint8_t *cg = codes + (size_t)(g * gs * bits / 8);
-    const float *xg = xd + t0 * cols + g * gs;
-    __m512 aq[TB][4]; /* four independent chains per token, summed pairwise */
+    const int per_word = 32 / bits;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m512i v = _mm512_maskz_loadu_epi32(m, c);
+    __m512 p[TB][2];
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++) {
+        __m512i qi = k == per_word - 1 ? _mm512_srli_epi32(v, 32 - bits)
+                                       : _mm512_and_si512(v, _mm512_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
+        __m512 q = _mm512_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        for (int u = 0; u < tb; u++) {
+            __m512 xv = _mm512_loadu_ps(xb + u * stride + 16 * k);
+            p[u][k & 1] = k < 2 ? _mm512_mul_ps(xv, q) : _mm512_fmadd_ps(xv, q, p[u][k & 1]);
+        }
+    }
     for (int u = 0; u < tb; u++)
-        aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm512_setzero_ps();
-    if (bits == 4)
-        for (int k = 0; k < gs / 32; k++)
-            q4_step512(cg + 16 * k, xg + 32 * k, cols, tb, aq, (k & 1) * 2);
-    else
-        for (int k = 0; k < gs / 16; k++)
-            q8_step512(cg + 16 * k, xg + 16 * k, cols, tb, aq, k & 3);
-    __m512 s = _mm512_set1_ps(scale);
-    for (int u = 0; u < tb; u++)
-        acc[u][a] = _mm512_fmadd_ps(s, _mm512_add_ps(_mm512_add_ps(aq[u][0], aq[u][1]), _mm512_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
+        acc[u][a] = _mm512_fmadd_ps(_mm512_add_ps(p[u][0], p[u][1]), sv, acc[u][a]);
 }
 
 /* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
- * after inlining, so every loop over a group unrolls. */
-AVX512 INLINE void qrows512(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
-                            float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+ * after inlining, so every loop over a block unrolls. */
+AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                            int64_t row0, int64_t row1, const int gs, const int bits)
 {
-    const int64_t cols = w->cols, ng = cols / gs;
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, stride = in->stride;
     const size_t psize = dtype_table[w->dtype].bits / 8;
-    float sc[PARAMS_MAX], bi[PARAMS_MAX];
+    const __m512i gidx = _mm512_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                           GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
+                                           GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                           GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
+    float sc[PARAMS_MAX + 16], bi[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        /* four accumulators per token (group g goes to g mod 4): a single chain would
-         * serialize on the FMA latency from one group to the next */
-        __m512 acc[TB][4];
-        float bsum[TB][4];
+        __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
-            for (int a = 0; a < 4; a++) {
-                acc[u][a] = _mm512_setzero_ps();
-                bsum[u][a] = 0.0f;
-            }
+            acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
             params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
-            int64_t gl = 0;
-            for (; gl + 4 <= nb; gl += 4) {
-                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 0, sc[gl + 0], acc, 0);
-                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 1, sc[gl + 1], acc, 1);
-                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 2, sc[gl + 2], acc, 2);
-                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 3, sc[gl + 3], acc, 3);
+            const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
+            const float *xb = in->xd + t0 * stride;
+            int64_t j = j0;
+            for (; j + 2 * blk <= j1; j += 2 * blk) {
+                qblock512(codes + j * bits / 8, 0xFFFF, xb + j, stride, tb, bits,
+                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
+                qblock512(codes + (j + blk) * bits / 8, 0xFFFF, xb + j + blk, stride, tb, bits,
+                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j + blk - j0) / gs)), acc, 1);
             }
-            for (; gl < nb; gl++)
-                qgroup512(codes, xd, cols, t0, tb, gs, bits, g0 + gl, sc[gl], acc, 0);
-            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, in four partial sums */
-                const float *xs = xsum + (t0 + u) * ng + g0;
-                int64_t k = 0;
-                for (; k + 4 <= nb; k += 4) {
-                    bsum[u][0] += bi[k] * xs[k];
-                    bsum[u][1] += bi[k + 1] * xs[k + 1];
-                    bsum[u][2] += bi[k + 2] * xs[k + 2];
-                    bsum[u][3] += bi[k + 3] * xs[k + 3];
+            for (; j < j1; j += blk) {
+                int64_t words = (j1 - j) / per_word;
+                qblock512(codes + j * bits / 8, words >= 16 ? 0xFFFF : (__mmask16)((1u << words) - 1), xb + j, stride,
+                          tb, bits, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
+            }
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, 16 groups a step */
+                const float *xs = in->xsum + (t0 + u) * ng + g0;
+                for (int64_t k = 0; k < nb; k += 16) {
+                    __mmask16 m = nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
+                    bacc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(m, xs + k), bacc[u]);
                 }
-                for (; k < nb; k++)
-                    bsum[u][0] += bi[k] * xs[k];
             }
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] =
-                _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3]))) +
-                ((bsum[u][0] + bsum[u][1]) + (bsum[u][2] + bsum[u][3]));
+            y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), bacc[u]));
     }
 }
 
 /* One instantiation per (group size, bits) for a constant tb. */
 #define QROWS_DISPATCH(fn, tb)                                                                                         \
     switch (w->gs * 16 + w->bits) {                                                                                  \
-    case 32 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 32, 4); break;                                \
-    case 64 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 64, 4); break;                                \
-    case 128 * 16 + 4: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 128, 4); break;                              \
-    case 32 * 16 + 8: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 32, 8); break;                                \
-    case 64 * 16 + 8: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 64, 8); break;                                \
-    default: fn(w, in->xd, in->xsum, t0, tb, y, row0, row1, 128, 8); break;                                        \
+    case 32 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 32, 4); break;                                                \
+    case 64 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 64, 4); break;                                                \
+    case 128 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 128, 4); break;                                              \
+    case 32 * 16 + 8: fn(w, in, t0, tb, y, row0, row1, 32, 8); break;                                                \
+    case 64 * 16 + 8: fn(w, in, t0, tb, y, row0, row1, 64, 8); break;                                                \
+    default: fn(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                        \
     }
 
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -213,7 +218,7 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, 32, &in) != ERR_OK) {
+    if (kern_qinput_prepare(w, x, n, &in) != ERR_OK) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }
@@ -281,96 +286,79 @@ AVX2 INLINE float hsum256(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* 16 4-bit codes (8 bytes at c): low nibbles into chain k, high into k+1. */
-AVX2 INLINE void q4_step256(const uint8_t *c, const float *x, int64_t cols, int tb, __m256 (*aq)[4], int k)
+/* Half h of a block of 16 words (words: how many of its 8 are present) for
+ * each token: the q·x products in two chains, summed, times each lane's
+ * group scale sv, into accumulator h. */
+AVX2 INLINE void qhalf256(const uint8_t *c, int64_t words, const float *xb, int64_t stride, const int tb,
+                          const int bits, __m256 sv, __m256 (*acc)[2], const int h)
 {
-    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c));
-    __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
-    __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-    for (int u = 0; u < tb; u++) {
-        aq[u][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols), lo, aq[u][k]);
-        aq[u][k + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols + 8), hi, aq[u][k + 1]);
+    const int per_word = 32 / bits;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m256i v = words >= 8 ? _mm256_loadu_si256((const __m256i *)(const void *)c)
+                                 : _mm256_maskload_epi32((const int *)(const void *)c,
+                                                         _mm256_cmpgt_epi32(_mm256_set1_epi32((int)words),
+                                                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    __m256 p[TB][2];
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++) {
+        __m256i qi = k == per_word - 1 ? _mm256_srli_epi32(v, 32 - bits)
+                                       : _mm256_and_si256(v, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
+        __m256 q = _mm256_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        for (int u = 0; u < tb; u++) {
+            __m256 xv = _mm256_loadu_ps(xb + u * stride + 16 * k + 8 * h);
+            p[u][k & 1] = k < 2 ? _mm256_mul_ps(xv, q) : _mm256_fmadd_ps(xv, q, p[u][k & 1]);
+        }
     }
-}
-
-/* 8 8-bit codes at c into chain k. */
-AVX2 INLINE void q8_step256(const uint8_t *c, const float *x, int64_t cols, int tb, __m256 (*aq)[4], int k)
-{
-    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)c)));
     for (int u = 0; u < tb; u++)
-        aq[u][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u * cols), q, aq[u][k]);
-}
-
-/* Group g of a row into accumulator a (a constant), for each token. */
-AVX2 INLINE void qgroup256(const uint8_t *codes, const float *xd, int64_t cols, int64_t t0, const int tb, const int gs,
-                          const int bits, int64_t g, float scale, __m256 (*acc)[4], const int a)
-{
-    const uint8_t *cg = codes + (size_t)(g * gs * bits / 8);
-    const float *xg = xd + t0 * cols + g * gs;
-    __m256 aq[TB][4]; /* four independent chains per token, summed pairwise */
-    for (int u = 0; u < tb; u++)
-        aq[u][0] = aq[u][1] = aq[u][2] = aq[u][3] = _mm256_setzero_ps();
-    if (bits == 4)
-        for (int k = 0; k < gs / 16; k++)
-            q4_step256(cg + 8 * k, xg + 16 * k, cols, tb, aq, (k & 1) * 2);
-    else
-        for (int k = 0; k < gs / 8; k++)
-            q8_step256(cg + 8 * k, xg + 8 * k, cols, tb, aq, k & 3);
-    __m256 s = _mm256_set1_ps(scale);
-    for (int u = 0; u < tb; u++)
-        acc[u][a] = _mm256_fmadd_ps(s, _mm256_add_ps(_mm256_add_ps(aq[u][0], aq[u][1]), _mm256_add_ps(aq[u][2], aq[u][3])), acc[u][a]);
+        acc[u][h] = _mm256_fmadd_ps(_mm256_add_ps(p[u][0], p[u][1]), sv, acc[u][h]);
 }
 
 /* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
- * after inlining, so every loop over a group unrolls. */
-AVX2 INLINE void qrows256(const struct wmat *w, const float *xd, const float *xsum, int64_t t0, const int tb,
-                          float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+ * after inlining, so every loop over a block unrolls. */
+AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                          int64_t row0, int64_t row1, const int gs, const int bits)
 {
-    const int64_t cols = w->cols, ng = cols / gs;
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, stride = in->stride;
     const size_t psize = dtype_table[w->dtype].bits / 8;
-    float sc[PARAMS_MAX], bi[PARAMS_MAX];
+    const __m256i gidx0 = _mm256_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                            GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7));
+    const __m256i gidx1 = _mm256_setr_epi32(GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                            GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
+    float sc[PARAMS_MAX + 8], bi[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        /* four accumulators per token (group g goes to g mod 4): a single chain would
-         * serialize on the FMA latency from one group to the next */
-        __m256 acc[TB][4];
-        float bsum[TB][4];
+        __m256 acc[TB][2], bacc[TB]; /* first and second halves of the blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
-            for (int a = 0; a < 4; a++) {
-                acc[u][a] = _mm256_setzero_ps();
-                bsum[u][a] = 0.0f;
-            }
+            acc[u][0] = acc[u][1] = bacc[u] = _mm256_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
             dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
-            int64_t gl = 0;
-            for (; gl + 4 <= nb; gl += 4) {
-                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 0, sc[gl + 0], acc, 0);
-                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 1, sc[gl + 1], acc, 1);
-                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 2, sc[gl + 2], acc, 2);
-                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl + 3, sc[gl + 3], acc, 3);
+            memset(sc + nb, 0, 8 * sizeof *sc);
+            memset(bi + nb, 0, 8 * sizeof *bi);
+            const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
+            const float *xb = in->xd + t0 * stride;
+            for (int64_t j = j0; j < j1; j += blk) {
+                int64_t words = (j1 - j) / per_word;
+                __m256 s8 = _mm256_loadu_ps(sc + (j - j0) / gs);
+                qhalf256(codes + j * bits / 8, words, xb + j, stride, tb, bits, _mm256_permutevar8x32_ps(s8, gidx0),
+                         acc, 0);
+                if (words > 8)
+                    qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits,
+                             _mm256_permutevar8x32_ps(s8, gidx1), acc, 1);
             }
-            for (; gl < nb; gl++)
-                qgroup256(codes, xd, cols, t0, tb, gs, bits, g0 + gl, sc[gl], acc, 0);
-            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, in four partial sums */
-                const float *xs = xsum + (t0 + u) * ng + g0;
-                int64_t k = 0;
-                for (; k + 4 <= nb; k += 4) {
-                    bsum[u][0] += bi[k] * xs[k];
-                    bsum[u][1] += bi[k + 1] * xs[k + 1];
-                    bsum[u][2] += bi[k + 2] * xs[k + 2];
-                    bsum[u][3] += bi[k + 3] * xs[k + 3];
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, 8 groups a step */
+                const float *xs = in->xsum + (t0 + u) * ng + g0;
+                for (int64_t k = 0; k < nb; k += 8) {
+                    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    bacc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + k), _mm256_maskload_ps(xs + k, m), bacc[u]);
                 }
-                for (; k < nb; k++)
-                    bsum[u][0] += bi[k] * xs[k];
             }
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] =
-                hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), _mm256_add_ps(acc[u][2], acc[u][3]))) +
-                ((bsum[u][0] + bsum[u][1]) + (bsum[u][2] + bsum[u][3]));
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), bacc[u]));
     }
 }
 
@@ -390,7 +378,7 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
 void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, 16, &in) != ERR_OK) {
+    if (kern_qinput_prepare(w, x, n, &in) != ERR_OK) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }

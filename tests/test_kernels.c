@@ -45,6 +45,8 @@
 #include <criterion/logging.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,9 +374,10 @@ static void quant_grid(const struct path *p, int bits)
     uint64_t seed = 1;
     for (size_t g = 0; g < LEN(gs_grid); g++) {
         int gs = gs_grid[g];
-        int64_t cols_grid[] = {gs, 3 * gs, 5 * gs, 384};
+        /* 293 groups: more than the SIMD kernels convert at once (256), ending in a partial block */
+        int64_t cols_grid[] = {gs, 3 * gs, 5 * gs, 384, 293 * gs};
         for (size_t c = 0; c < LEN(cols_grid); c++)
-            for (size_t r = 0; r < LEN(rows_grid); r++)
+            for (size_t r = 0; r < (c == LEN(cols_grid) - 1 ? 2 : LEN(rows_grid)); r++) /* long rows: 1 and 3 */
                 for (size_t d = 0; d < LEN(sdt_grid); d++) {
                     struct tmat t;
                     make_quant(&t, rows_grid[r], cols_grid[c], bits, gs, sdt_grid[d], seed++);
@@ -648,10 +651,10 @@ Test(kernels, init_tables)
     kern_init(&t, KERN_BEST);
     if (kern_cpu_has_avx512()) {
         cr_assert_str_eq(t.name, "avx512");
-        cr_assert(t.qdot == kern_qdot_avx512 && t.qblk == 32 && t.matvec_bf16 == kern_matvec_bf16_avx512);
+        cr_assert(t.qdot == kern_qdot_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
     } else if (kern_cpu_has_avx2()) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && t.qblk == 16 && t.matvec_bf16 == kern_matvec_bf16_avx2);
+        cr_assert(t.qdot == kern_qdot_avx2 && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }
@@ -659,7 +662,7 @@ Test(kernels, init_tables)
     struct kern_table tb;
     kern_init(&tb, KERN_BLAS); /* KERN_BEST plus sgemm when built with OpenBLAS */
     cr_assert_str_eq(tb.name, t.name);
-    cr_assert(tb.qdot == t.qdot && tb.qblk == t.qblk && tb.matvec_bf16 == t.matvec_bf16);
+    cr_assert(tb.qdot == t.qdot && tb.matvec_bf16 == t.matvec_bf16);
 #ifdef HAVE_BLAS_KERNELS
     cr_assert(tb.blas);
 #else
@@ -676,11 +679,11 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, 16, kern_matvec_bf16_avx2, false};
+        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, 32, kern_matvec_bf16_avx512, false};
+        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -803,22 +806,66 @@ Test(kernels, token_independent_bits, .timeout = 60)
         tmat_free(&mats[i]);
 }
 
-static void count_task(void *arg, int64_t task, int worker)
+struct counts {
+    atomic_int seen[64];
+    int max_worker;     /* workers must be < this */
+    atomic_int bad_worker;
+    bool nest;          /* each task also runs a 3-task kern_parallel (the pool is busy: runs inline) */
+};
+
+static void inner_task(void *arg, int64_t task, int worker)
 {
-    (void)worker;
-    ((int *)arg)[task]++;
+    (void)task;
+    if (worker != 0) /* a nested call runs in the calling thread */
+        atomic_fetch_add(&((struct counts *)arg)->bad_worker, 1);
 }
 
+static void count_task(void *arg, int64_t task, int worker)
+{
+    struct counts *c = arg;
+    atomic_fetch_add(&c->seen[task], 1);
+    if (worker < 0 || worker >= c->max_worker)
+        atomic_fetch_add(&c->bad_worker, 1);
+    if (c->nest)
+        kern_parallel(2, 3, inner_task, c);
+}
+
+/* One round; the number of problems: a task not run exactly once, a worker
+ * index out of range (no assert here: it also runs off the test's thread). */
+static int parallel_round(int threads, int64_t n, bool nest)
+{
+    struct counts c = {.max_worker = kern_workers(threads, n), .nest = nest};
+    kern_parallel(threads, n, count_task, &c);
+    int bad = atomic_load(&c.bad_worker);
+    for (int64_t k = 0; k < 64; k++)
+        bad += atomic_load(&c.seen[k]) != (k < n ? 1 : 0);
+    return bad;
+}
+
+static void *parallel_rounds(void *arg)
+{
+    int *bad = arg;
+    for (int round = 0; round < 200; round++)
+        *bad += parallel_round(1 + round % 4, round % 64, false);
+    return NULL;
+}
+
+/* The persistent pool: thread counts going up and down (workers that sit a
+ * job out), nested calls, and two threads calling at once (one finds the
+ * pool busy and runs its tasks itself). */
 Test(kernels, parallel_runs_every_task_once)
 {
     for (int threads = 1; threads <= 5; threads++)
-        for (int64_t n = 0; n <= 11; n++) {
-            int seen[11] = {0};
-            kern_parallel(threads, n, count_task, seen);
-            for (int64_t k = 0; k < 11; k++)
-                cr_assert_eq(seen[k], k < n ? 1 : 0, "threads %d tasks %lld: task %lld ran %d times", threads,
-                             (long long)n, (long long)k, seen[k]);
-        }
+        for (int64_t n = 0; n <= 11; n++)
+            cr_assert_eq(parallel_round(threads, n, false), 0, "threads %d, %lld tasks", threads, (long long)n);
+    for (int round = 0; round < 300; round++)
+        cr_assert_eq(parallel_round(1 + (round * 7) % 5, (round * 13) % 64, round % 3 == 0), 0, "round %d", round);
+    pthread_t other;
+    int bad[2] = {0, 0};
+    cr_assert_eq(pthread_create(&other, NULL, parallel_rounds, &bad[1]), 0);
+    parallel_rounds(&bad[0]);
+    pthread_join(other, NULL);
+    cr_assert_eq(bad[0] + bad[1], 0, "two threads calling kern_parallel at once: %d problems", bad[0] + bad[1]);
 }
 
 Test(kernels, row_f32)

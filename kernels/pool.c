@@ -1,0 +1,134 @@
+/* pool.c - kern_parallel on persistent worker threads.
+ *
+ * Decode runs hundreds of small matrix products per token; starting threads
+ * for each one cost more than the product itself. Workers are started on
+ * first use (up to the largest thread count asked for), wait for a new
+ * generation of work by spinning briefly and then sleeping on a condition
+ * variable, take tasks from a shared counter, and are stopped and joined at
+ * exit. One kern_parallel runs on the pool at a time; a call that finds it
+ * busy (another thread, or a task calling kern_parallel) runs its tasks
+ * itself. Which thread runs a task never changes a result. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "kernels/kernels.h"
+
+#define SPINS 4000 /* polls of a flag before sleeping: ~0.1-1 ms */
+
+static struct {
+    pthread_mutex_t busy;           /* held by the kern_parallel using the pool */
+    pthread_mutex_t mu;             /* guards the sleeps below */
+    pthread_cond_t wake, done;
+    pthread_t tid[KERN_MAX_THREADS];
+    int started;                    /* workers 1..started exist */
+    uint_fast64_t start_gen;        /* the generation before the job new workers are started for */
+    bool stop;
+    atomic_uint_fast64_t gen;       /* job number << 8 | its helper count: read in one load, a worker
+                                       sees a job's participants with the job */
+    atomic_int_fast64_t next;       /* next task of the job */
+    atomic_int pending;             /* helpers still working on the job */
+    void (*fn)(void *, int64_t, int);
+    void *arg;
+    int64_t n_tasks;
+} pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static void run_tasks(int worker)
+{
+    int64_t t;
+    while ((t = atomic_fetch_add(&pool.next, 1)) < pool.n_tasks)
+        pool.fn(pool.arg, t, worker);
+}
+
+static void *worker_main(void *p)
+{
+    int id = (int)(intptr_t)p;
+    uint_fast64_t seen = pool.start_gen; /* not gen: the job may already have been posted */
+    for (;;) {
+        for (int i = 0; i < SPINS && atomic_load(&pool.gen) == seen; i++)
+            sched_yield();
+        pthread_mutex_lock(&pool.mu);
+        while (atomic_load(&pool.gen) == seen && !pool.stop)
+            pthread_cond_wait(&pool.wake, &pool.mu);
+        bool stop = pool.stop;
+        pthread_mutex_unlock(&pool.mu);
+        if (stop)
+            return NULL;
+        seen = atomic_load(&pool.gen);
+        if (id > (int)(seen & 0xFF))
+            continue; /* not a helper of this job */
+        run_tasks(id);
+        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
+            pthread_mutex_lock(&pool.mu);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.mu);
+        }
+    }
+}
+
+static void pool_stop(void)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = true;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 1; i <= pool.started; i++)
+        pthread_join(pool.tid[i], NULL);
+    pool.started = 0;
+}
+
+/* A child of fork() has none of the workers: it starts with an empty pool. */
+static void pool_forget(void)
+{
+    pthread_mutex_init(&pool.busy, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.started = 0;
+}
+
+/* Starts workers up to `helpers`; returns how many exist. Called with busy held. */
+static int pool_grow(int helpers)
+{
+    static bool hooked;
+    if (!hooked && helpers > 0) {
+        if (atexit(pool_stop) != 0 || pthread_atfork(NULL, NULL, pool_forget) != 0)
+            return 0;
+        hooked = true;
+    }
+    pool.start_gen = atomic_load(&pool.gen);
+    while (pool.started < helpers &&
+           pthread_create(&pool.tid[pool.started + 1], NULL, worker_main, (void *)(intptr_t)(pool.started + 1)) == 0)
+        pool.started++;
+    return pool.started < helpers ? pool.started : helpers;
+}
+
+void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
+{
+    threads = kern_workers(threads, n_tasks);
+    if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+        for (int64_t t = 0; t < n_tasks; t++)
+            fn(arg, t, 0);
+        return;
+    }
+    int helpers = pool_grow(threads - 1);
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n_tasks = n_tasks;
+    atomic_store(&pool.next, 0);
+    atomic_store(&pool.pending, helpers);
+    pthread_mutex_lock(&pool.mu);
+    atomic_store(&pool.gen, ((atomic_load(&pool.gen) >> 8) + 1) << 8 | (uint_fast64_t)helpers);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    run_tasks(0);
+    for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
+        sched_yield();
+    pthread_mutex_lock(&pool.mu);
+    while (atomic_load(&pool.pending) > 0)
+        pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool.busy);
+}
