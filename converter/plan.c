@@ -305,7 +305,7 @@ static void source_row_f32(const struct source *src, uint64_t r, float *row)
             src_r = ex * 2 * M + m + (t->split == 2 ? M : 0);
         }
         unsigned esz = dtype_table[t->w->t->dtype].bits / 8;
-        dtype_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (size_t)cols);
+        kern_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (int64_t)cols);
         return;
     }
     uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
@@ -408,7 +408,7 @@ static void quant_task(void *arg, int64_t task, int worker)
     if (b->it->lattice)
         lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
-        quant_affine_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
+        kern_quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
 }
 
 static int stream_quantized(const struct source *src, struct plan_item *it, struct stream_state *st, uint64_t rows,

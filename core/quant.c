@@ -94,15 +94,9 @@ uint32_t quant_code_at(const uint8_t *row_bytes, size_t i, int bits)
 
 /* ---- quantization (mlx/backend/cpu/quantized.cpp `quantize`) */
 
-/* Scale and bias of one group, before rounding to the storage dtype. */
-static void group_params(const float *w, int gs, int bits, float *scale, float *bias)
+void quant_params_from_range(float wmin, float wmax, int bits, float *scale, float *bias)
 {
     const float n_bins = (float)((1 << bits) - 1);
-    float wmin = INFINITY, wmax = -INFINITY;
-    for (int j = 0; j < gs; j++) {
-        wmax = wmax < w[j] ? w[j] : wmax; /* std::max / std::min semantics */
-        wmin = w[j] < wmin ? w[j] : wmin;
-    }
     bool mask = fabsf(wmin) > fabsf(wmax);
     float s = (wmax - wmin) / n_bins;
     s = s < 1e-7f ? 1e-7f : s;
@@ -116,6 +110,17 @@ static void group_params(const float *w, int gs, int bits, float *scale, float *
     }
     *scale = s;
     *bias = b;
+}
+
+/* Scale and bias of one group, before rounding to the storage dtype. */
+static void group_params(const float *w, int gs, int bits, float *scale, float *bias)
+{
+    float wmin = INFINITY, wmax = -INFINITY;
+    for (int j = 0; j < gs; j++) {
+        wmax = wmax < w[j] ? w[j] : wmax; /* std::max / std::min semantics */
+        wmin = w[j] < wmin ? w[j] : wmin;
+    }
+    quant_params_from_range(wmin, wmax, bits, scale, bias);
 }
 
 static uint32_t code_of(float w, float scale, float bias, int bits)

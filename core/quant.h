@@ -40,6 +40,10 @@ void quant_pack_codes(const uint8_t *codes, size_t n, int bits, uint32_t *words)
  * row (any alignment). */
 uint32_t quant_code_at(const uint8_t *row_bytes, size_t i, int bits);
 
+/* Scale and bias of a group from its minimum and maximum (NaN never taken
+ * by either), before rounding to the storage dtype. */
+void quant_params_from_range(float wmin, float wmax, int bits, float *scale, float *bias);
+
 /* Quantizes one group of gs float32 values with the MLX CPU algorithm.
  * Writes gs codes, and the float32 scale and bias (before rounding to the
  * storage dtype; codes are computed with these unrounded values). */

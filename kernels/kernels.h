@@ -99,6 +99,19 @@ bool kern_cpu_has_avx512(void);
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_blas_init(void);
 
+/* ---- quantization (convert) ---- */
+
+/* quant_affine_row (core/quant.h, the definition) on the fastest path this
+ * CPU has; the output is bit-identical on every path. */
+void kern_quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
+                    void *biases);
+void kern_quant_row_avx512(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words,
+                           void *scales, void *biases);
+
+/* dtype_to_f32 (core/dtype.h) on the fastest path this CPU has. */
+void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n);
+void kern_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
+
 /* ---- element-wise and row ops (scalar; the definitions) ---- */
 
 /* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed. */

@@ -116,6 +116,25 @@ int kern_workers(int threads, int64_t n_tasks)
     return threads < 1 ? 1 : threads;
 }
 
+/* ---- quantization ---- */
+
+void kern_quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
+                    void *biases)
+{
+    if (kern_cpu_has_avx512())
+        kern_quant_row_avx512(w, k, gs, bits, sdt, words, scales, biases);
+    else
+        quant_affine_row(w, k, gs, bits, sdt, words, scales, biases);
+}
+
+void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n)
+{
+    if (kern_cpu_has_avx512())
+        kern_to_f32_avx512(t, src, dst, n);
+    else
+        dtype_to_f32(t, src, dst, (size_t)n);
+}
+
 /* ---- dispatch ---- */
 
 void kern_init(struct kern_table *t, enum kern_level level)

@@ -27,6 +27,7 @@
 
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/quant.h"
 #include "kernels/kernels.h"
 
 
@@ -92,17 +93,28 @@ void kern_qinput_free(struct kern_qinput *in)
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
-/* A row's scales or biases as float32, 16 at a time (bf16 and f16 widened,
- * the last 16 through a masked load), then 16 zeros: dst holds n + 16. */
-AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
+/* n F32/F16/BF16 values as float32, 16 at a time (the last 16 through a
+ * masked load); other dtypes through dtype_to_f32. */
+AVX512 void kern_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
 {
-    _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
     if (t != DT_BF16 && t != DT_F16 && t != DT_F32) {
         dtype_to_f32(t, src, dst, (size_t)n);
         return;
     }
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v;
+        if (t == DT_F32)
+            v = _mm512_loadu_ps(src + 4 * i);
+        else if (t == DT_F16)
+            v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * i)));
+        else
+            v = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * i))), 16));
+        _mm512_storeu_ps(dst + i, v);
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         __m512 v;
         if (t == DT_F32)
             v = _mm512_maskz_loadu_ps(m, src + 4 * i);
@@ -110,8 +122,15 @@ AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64
             v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + 2 * i));
         else
             v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + 2 * i)), 16));
-        _mm512_storeu_ps(dst + i, v);
+        _mm512_mask_storeu_ps(dst + i, m, v);
     }
+}
+
+/* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
+AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
+{
+    kern_to_f32_avx512(t, src, dst, n);
+    _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
 }
 
 /* Lane l's group, counted from the block's first group. */
@@ -429,5 +448,55 @@ AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n,
         case 3: bf16rows256(w, x, t0, 3, y, row0, row1); break;
         default: bf16rows256(w, x, t0, 4, y, row0, row1); break;
         }
+    }
+}
+
+/* ---- MLX affine quantizer (convert) ---- */
+
+/* quant_affine_row with the per-weight work 16 lanes at a time: the group's
+ * minimum and maximum with the same comparisons as the scalar loop, then
+ * (w − bias) / scale, round to nearest even, clamp (NaN to 0) — the same
+ * IEEE operations in the same order, so codes, scales and biases are
+ * bit-identical to the scalar quantizer (tests/test_kernels.c). */
+AVX512 void kern_quant_row_avx512(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words,
+                                  void *scales, void *biases)
+{
+    const size_t ssz = dtype_table[sdt].bits / 8, ng = k / (size_t)gs, gwords = (size_t)gs * (size_t)bits / 32;
+    const __m512 n_bins = _mm512_set1_ps((float)((1 << bits) - 1));
+    uint8_t codes[QUANT_MAX_GROUP];
+    for (size_t g = 0; g < ng; g++) {
+        const float *wg = w + g * (size_t)gs;
+        __m512 mx = _mm512_set1_ps(-INFINITY), mn = _mm512_set1_ps(INFINITY);
+        for (int j = 0; j < gs; j += 16) {
+            __m512 x = _mm512_loadu_ps(wg + j);
+            mx = _mm512_max_ps(x, mx); /* x > mx ? x : mx: a NaN x is skipped, as in the scalar loop */
+            mn = _mm512_min_ps(x, mn);
+        }
+        float scale, bias;
+        quant_params_from_range(_mm512_reduce_min_ps(mn), _mm512_reduce_max_ps(mx), bits, &scale, &bias);
+        const __m512 s = _mm512_set1_ps(scale), b = _mm512_set1_ps(bias);
+        uint8_t *out = (uint8_t *)(words + g * gwords);
+        for (int j = 0; j < gs; j += 16) {
+            __m512 q = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(wg + j), b), s);
+            q = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm512_min_ps(_mm512_max_ps(q, _mm512_setzero_ps()), n_bins); /* max(NaN, 0) is 0 */
+            __m128i c = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)); /* 16 codes, one per byte */
+            if (bits == 8) {
+                _mm_storeu_si128((__m128i *)(void *)(out + j), c);
+            } else if (bits == 4) { /* byte i = c[2i] | c[2i+1] << 4: the LSB-first stream */
+                c = _mm_packus_epi16(_mm_maddubs_epi16(c, _mm_set1_epi16(16 << 8 | 1)), _mm_setzero_si128());
+                _mm_storel_epi64((__m128i *)(void *)(out + j / 2), c);
+            } else if (bits == 2) { /* pairs into nibbles, then nibble pairs into bytes */
+                c = _mm_packus_epi16(_mm_maddubs_epi16(c, _mm_set1_epi16(4 << 8 | 1)), _mm_setzero_si128());
+                c = _mm_packus_epi16(_mm_maddubs_epi16(c, _mm_set1_epi16(16 << 8 | 1)), _mm_setzero_si128());
+                _mm_storeu_si32(out + j / 4, c);
+            } else {
+                _mm_storeu_si128((__m128i *)(void *)(codes + j), c);
+            }
+        }
+        if (bits != 8 && bits != 4 && bits != 2)
+            quant_pack_codes(codes, (size_t)gs, bits, words + g * gwords);
+        dtype_from_f32(sdt, &scale, (uint8_t *)scales + g * ssz, 1);
+        dtype_from_f32(sdt, &bias, (uint8_t *)biases + g * ssz, 1);
     }
 }

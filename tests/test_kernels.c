@@ -810,13 +810,13 @@ struct counts {
     atomic_int seen[64];
     int max_worker;     /* workers must be < this */
     atomic_int bad_worker;
-    bool nest;          /* each task also runs a 3-task kern_parallel (the pool is busy: runs inline) */
+    bool nest;          /* each task also runs a 3-task kern_parallel (inline when the pool is busy) */
 };
 
 static void inner_task(void *arg, int64_t task, int worker)
 {
     (void)task;
-    if (worker != 0) /* a nested call runs in the calling thread */
+    if (worker < 0 || worker >= kern_workers(2, 3))
         atomic_fetch_add(&((struct counts *)arg)->bad_worker, 1);
 }
 
@@ -1001,4 +1001,86 @@ Test(kernels, rope)
     const double f1[1] = {M_PI / 2};
     kern_rope(w, 2, f1, 1000000);
     cr_assert(fabsf(w[0] - 1.0f) <= 1e-6f && fabsf(w[1]) <= 1e-6f, "(%g, %g)", (double)w[0], (double)w[1]);
+}
+
+/* ------------------------------------------------------------------ quantizer */
+
+/* The AVX-512 quantizer gives the scalar quantizer's bytes (words, scales,
+ * biases) for every bits/group/scale dtype, on rows with wide magnitudes,
+ * ties at .5, constant groups, zeros of both signs, subnormals, infinities
+ * and NaNs. */
+Test(kernels, quant_row_avx512_bit_exact)
+{
+    if (!kern_cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    enum { K = 1024 };
+    static const int bits_grid[] = {2, 3, 4, 5, 6, 8};
+    static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, INFINITY, -INFINITY, NAN, 0.5f, 1.5f, -2.5f};
+    uint64_t s = 77;
+    float w[K];
+    size_t cases = 0, nonzero = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        for (size_t i = 0; i < K; i++) {
+            uint64_t r = rng_next(&s);
+            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 40) - 20);
+            if (trial % 3 == 1 && r % 11 == 0)
+                v = special[(r >> 8) % LEN(special)];
+            if (trial % 3 == 2)
+                v = (float)(int)((r >> 16) % 7) * 0.25f; /* many exact ties and constant runs */
+            w[i] = v;
+        }
+        for (size_t b = 0; b < LEN(bits_grid); b++)
+            for (size_t g = 0; g < LEN(gs_grid); g++)
+                for (size_t d = 0; d < LEN(sdt_grid); d++) {
+                    int bits = bits_grid[b], gs = gs_grid[g];
+                    enum dtype sdt = sdt_grid[d];
+                    size_t nw = quant_row_words(K, bits), np = K / (size_t)gs * dtype_table[sdt].bits / 8;
+                    uint32_t w1[K], w2[K];
+                    uint8_t s1[K * 4], s2[K * 4], b1[K * 4], b2[K * 4];
+                    memset(w2, 0xAB, sizeof w2);
+                    quant_affine_row(w, K, gs, bits, sdt, w1, s1, b1);
+                    kern_quant_row_avx512(w, K, gs, bits, sdt, w2, s2, b2);
+                    cr_assert(memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, np) == 0 && memcmp(b1, b2, np) == 0,
+                              "trial %d, %d bits, group %d, %s scales: AVX-512 bytes differ from the scalar quantizer",
+                              trial, bits, gs, dtype_name(sdt));
+                    for (size_t i = 0; i < nw; i++)
+                        nonzero += w1[i] != 0;
+                    cases++;
+                }
+    }
+    cr_assert_eq(cases, 24 * LEN(bits_grid) * LEN(gs_grid) * LEN(sdt_grid));
+    cr_assert_gt(nonzero, cases, "the rows quantize to real codes");
+    uint32_t words[K];
+    uint8_t sc[K], bi[K];
+    kern_quant_row(w, K, 64, 4, DT_BF16, words, sc, bi); /* the dispatcher takes the same path */
+    uint32_t ref[K];
+    uint8_t rs[K], rb[K];
+    quant_affine_row(w, K, 64, 4, DT_BF16, ref, rs, rb);
+    cr_assert(memcmp(words, ref, quant_row_words(K, 4) * 4) == 0);
+}
+
+/* kern_to_f32_avx512 widens like dtype_to_f32 (bitwise; NaNs only need to
+ * stay NaNs) for every length around the 16-lane steps. */
+Test(kernels, to_f32_avx512_matches_dtype_to_f32)
+{
+    if (!kern_cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    uint8_t src[4 * 64];
+    uint64_t s = 5;
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)rng_next(&s);
+    for (size_t d = 0; d < LEN(dts); d++)
+        for (int64_t n = 0; n <= 40; n++) {
+            float a[64], b[64];
+            memset(b, 0x5A, sizeof b);
+            dtype_to_f32(dts[d], src, a, (size_t)n);
+            kern_to_f32_avx512(dts[d], src, b, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i])), "%s n %lld: value %lld",
+                          dtype_name(dts[d]), (long long)n, (long long)i);
+            uint32_t guard;
+            memcpy(&guard, &b[n], 4);
+            cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
+        }
 }
