@@ -5,6 +5,7 @@
  * Exit codes: 0 success; 1 a negative verdict (check: not loadable);
  * 2 usage error, unreadable input or any other failure. */
 #include <getopt.h>
+#include <signal.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1321,6 +1322,9 @@ int main(int argc, char **argv)
     } cmds[] = {{"check", cmd_check},     {"inspect", cmd_inspect}, {"fixture", cmd_fixture},
                 {"convert", cmd_convert}, {"verify", cmd_verify},   {"run", cmd_run},
                 {"golden", cmd_golden}};
+    /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
+     * message and a removed temp file, not as a kill by SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_ERROR : 0;

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
-          libcriterion-dev libopenblas-dev python3 python3-numpy)
+          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time)
 if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,21 @@ int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path,
     return ERR_OK;
 }
 
+void fio_crash_point(void)
+{
+    static _Atomic long long at = -1, seen;
+    if (at < 0) {
+        const char *s = getenv("GEMPACK_CRASH_AT");
+        at = s ? atoll(s) : 0;
+    }
+    if (at > 0 && ++seen == at)
+        raise(SIGKILL);
+}
+
 int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e)
 {
     const uint8_t *p = buf;
+    fio_crash_point();
     while (len) {
         ssize_t r = write(fd, p, len);
         if (r < 0 && errno == EINTR)
@@ -101,14 +114,17 @@ static void fsync_parent(const char *path)
 int fio_out_commit(struct fio_out *o, struct err *e)
 {
     int rc = ERR_OK;
+    fio_crash_point();
     if (fsync(o->fd) != 0)
         rc = err_set(e, ERR_IO, "%s: fsync failed: %s", o->tmp, strerror(errno));
     if (close(o->fd) != 0 && rc == ERR_OK)
         rc = err_set(e, ERR_IO, "%s: close failed: %s", o->tmp, strerror(errno));
     o->fd = -1;
+    fio_crash_point();
     if (rc == ERR_OK && rename(o->tmp, o->path) != 0)
         rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
     if (rc == ERR_OK) {
+        fio_crash_point();
         fsync_parent(o->path);
         free(o->tmp);
         o->tmp = NULL; /* nothing left to remove */

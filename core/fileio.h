@@ -12,6 +12,12 @@
 
 #include "core/err.h"
 
+/* Fault injection for tests/crash_safety.sh: with GEMPACK_CRASH_AT=N in the
+ * environment, the process kills itself with SIGKILL at the N-th crash point
+ * (before each write, fsync and rename of an output, and after the rename).
+ * Without it, nothing happens. */
+void fio_crash_point(void);
+
 int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path, struct err *e);
 int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e);
 

@@ -2,16 +2,43 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Values the parser would build: one per '{', '[', ',' or ':' outside strings
+ * (every value but the root follows one of them), plus the root. */
+static size_t count_values(const char *buf, size_t len)
+{
+    size_t n = 1;
+    bool str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                str = false;
+        } else if (c == '"') {
+            str = true;
+        } else {
+            n += c == '{' || c == '[' || c == ',' || c == ':';
+        }
+    }
+    return n;
+}
 
 int jsonx_parse(const char *buf, size_t len, struct json_object **out, struct err *e)
 {
     *out = NULL;
     if (len > (size_t)INT32_MAX)
         return err_set(e, ERR_RANGE, "JSON text of %zu bytes exceeds the 2 GiB parser limit", len);
+    size_t values = count_values(buf, len);
+    if (values > JSONX_MAX_VALUES) /* json-c needs ~250 bytes per value: refuse before building them */
+        return err_set(e, ERR_RANGE, "JSON text of %zu bytes holds about %zu values, above the limit of %d", len,
+                       values, JSONX_MAX_VALUES);
     struct json_tokener *tok = json_tokener_new_ex(JSONX_MAX_DEPTH);
     if (!tok)
         return err_set(e, ERR_NOMEM, "cannot allocate a JSON tokener");

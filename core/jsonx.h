@@ -15,6 +15,7 @@
 
 /* Nesting depth accepted by every reader (json-c's default is 32). */
 #define JSONX_MAX_DEPTH 32
+#define JSONX_MAX_VALUES 1000000 /* ~250 MB of parsed objects at most */
 
 /* Parses exactly `len` bytes as one JSON value (strict mode, UTF-8
  * validated, leading/trailing whitespace allowed, anything else after the

@@ -194,6 +194,7 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     wr_u64le(h + 48, mlen);
     wr_u32le(h + 56, crc32_update(0, js, mlen));
     wr_u32le(h + 60, crc32_update(0, h, 60));
+    fio_crash_point();
     if (pwrite(w->out.fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->out.tmp, strerror(errno));
         goto out;

@@ -123,7 +123,7 @@ static int parse_header(struct st_file *f, const char *hdr, bool allow_truncated
         goto out;
     }
     size_t n = (size_t)json_object_object_length(root);
-    if (n > ST_MAX_TENSORS + 1) {
+    if (n - (json_object_object_get_ex(root, "__metadata__", NULL) ? 1 : 0) > ST_MAX_TENSORS) {
         rc = err_set(e, ERR_RANGE, "%s: %zu header entries, above the limit of %d tensors", f->path, n,
                      ST_MAX_TENSORS);
         goto out;

@@ -21,7 +21,7 @@
 
 #define ST_MAX_RANK 8
 #define ST_MAX_HEADER 100000000ull /* as the reference: larger is HeaderTooLarge */
-#define ST_MAX_TENSORS 1000000
+#define ST_MAX_TENSORS 100000 /* real checkpoints: a few thousand per file */
 #define ST_MAX_NAME 1024
 
 struct st_tensor {

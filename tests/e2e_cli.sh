@@ -1,11 +1,19 @@
 #!/bin/bash
-# e2e_cli.sh GEMPACK - the command line as users script it: exit codes,
-# --help on every command, JSON output, determinism of fixtures.
+# e2e_cli.sh GEMPACK [valgrind] - the command line as users script it: exit
+# codes, --help on every command, JSON output, determinism of fixtures. With
+# "valgrind", every gempack command runs under valgrind memcheck, and any
+# memory error or leak makes it exit 97 (so its check fails).
 set -u
 G="$1"
 T=$(mktemp -d "${TMPDIR:-/tmp}/gempack-e2e-XXXXXX")
 trap 'rm -rf "$T"' EXIT
 pass=0 fail=0
+if [ "${2:-}" = valgrind ]; then
+    printf '#!/bin/sh\nexec valgrind -q --error-exitcode=97 --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all "%s" "$@"\n' \
+        "$(cd "$(dirname "$G")" && pwd)/$(basename "$G")" >"$T/gempack-vg"
+    chmod +x "$T/gempack-vg"
+    G="$T/gempack-vg"
+fi
 
 # expect CODE DESCRIPTION -- COMMAND...
 expect() {
