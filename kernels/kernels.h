@@ -33,7 +33,8 @@ struct wmat {
 /* The view of expert e of a 3-D weight. */
 struct wmat kern_wmat_expert(const struct wmat *w, int64_t e);
 
-/* Dequantizes / converts row r of W into out[cols] (embedding lookups). */
+/* Dequantizes / converts row r of W into out[cols] (embedding lookups, the
+ * sgemm tiles); bit-identical to dequant_affine_row / dtype_to_f32 on every path. */
 void kern_row_f32(const struct wmat *w, int64_t r, float *out);
 
 /* ---- matrix products: y[n, rows] = x[n, cols] · Wᵀ ---- */
@@ -58,12 +59,22 @@ typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int6
 int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in);
 void kern_qinput_free(struct kern_qinput *in);
 
+/* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
+ * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
+ * lanes l and l + w added for w = 8, 4, 2, 1. The SIMD versions are that
+ * order exactly, so every level gives the same bits. */
+typedef float (*dot_fn)(const float *a, const float *b, int64_t n);
+float kern_dot_ref(const float *a, const float *b, int64_t n);
+float kern_dot_avx2(const float *a, const float *b, int64_t n);
+float kern_dot_avx512(const float *a, const float *b, int64_t n);
+
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */
     qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
-    bool blas;                /* sgemm for n > 1 (KERN_BLAS) */
+    bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
+    dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
 };
 
 enum kern_level {
@@ -95,7 +106,12 @@ bool kern_cpu_has_avx2(void);
 bool kern_cpu_has_avx512(void);
 
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS; only
- * built when OpenBLAS is found). kern_blas_init makes OpenBLAS single-threaded. */
+ * built when OpenBLAS is found). kern_matmul uses it for steps of at least
+ * KERN_BLAS_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
+ * take the fused kernels: sgemm pads every call to 128 tokens).
+ * kern_blas_init makes OpenBLAS single-threaded. */
+#define KERN_BLAS_MIN_TOKENS 32
+#define KERN_BLAS_ROWS 128
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_blas_init(void);
 
@@ -111,6 +127,10 @@ void kern_quant_row_avx512(const float *w, size_t k, int gs, int bits, enum dtyp
 /* dtype_to_f32 (core/dtype.h) on the fastest path this CPU has. */
 void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n);
 void kern_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
+
+/* dequant_affine_row (core/quant.h) for 2-, 4- and 8-bit codes, bit-identical. */
+void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt,
+                             int64_t k, int gs, int bits, float *out);
 
 /* ---- element-wise and row ops (scalar; the definitions) ---- */
 

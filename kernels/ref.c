@@ -21,7 +21,10 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
 void kern_row_f32(const struct wmat *w, int64_t r, float *out)
 {
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
-    if (w->quantized)
+    if (w->quantized && (w->bits == 2 || w->bits == 4 || w->bits == 8) && kern_cpu_has_avx512())
+        kern_dequant_row_avx512(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
+                                w->cols, w->gs, w->bits, out);
+    else if (w->quantized)
         dequant_affine_row(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
                            (size_t)w->cols, w->gs, w->bits, out);
     else
@@ -135,12 +138,24 @@ void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n)
         dtype_to_f32(t, src, dst, (size_t)n);
 }
 
+float kern_dot_ref(const float *a, const float *b, int64_t n)
+{
+    float lane[16] = {0};
+    for (int64_t i = 0; i < n; i++)
+        lane[i % 16] = fmaf(a[i], b[i], lane[i % 16]);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
+}
+
 /* ---- dispatch ---- */
 
 void kern_init(struct kern_table *t, enum kern_level level)
 {
     memset(t, 0, sizeof *t);
     t->name = "scalar";
+    t->dot = kern_dot_ref;
 #ifdef HAVE_BLAS_KERNELS
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
     t->blas = level == KERN_BLAS;
@@ -149,10 +164,12 @@ void kern_init(struct kern_table *t, enum kern_level level)
         return;
     if (kern_cpu_has_avx512()) {
         t->name = "avx512";
+        t->dot = kern_dot_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
+        t->dot = kern_dot_avx2;
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
@@ -163,6 +180,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
 
 struct mm_job {
     matmul_fn fn;             /* or, when NULL, qdot over the prepared input */
+    int64_t tile_rows;
     qdot_fn qdot;
     const struct kern_qinput *qin;
     const struct wmat *w;
@@ -175,7 +193,7 @@ static void mm_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     struct mm_job *j = arg;
-    int64_t r0 = task * TILE_ROWS, r1 = r0 + TILE_ROWS < j->w->rows ? r0 + TILE_ROWS : j->w->rows;
+    int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
     else
@@ -184,13 +202,13 @@ static void mm_task(void *arg, int64_t task, int worker)
 
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
-    struct mm_job j = {kern_matmul_ref, NULL, NULL, w, x, n, y};
+    struct mm_job j = {kern_matmul_ref, TILE_ROWS, NULL, NULL, w, x, n, y};
     struct kern_qinput qin = {0};
-    int64_t tasks = (w->rows + TILE_ROWS - 1) / TILE_ROWS;
 #ifdef HAVE_BLAS_KERNELS
-    if (n > 1 && t->blas)
+    if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
         j.fn = kern_matmul_blas;
-    else
+        j.tile_rows = KERN_BLAS_ROWS;
+    } else
 #endif
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
         kern_qinput_prepare(w, x, n, &qin) == ERR_OK) {
@@ -200,6 +218,6 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j.fn = t->matvec_bf16;
     }
-    kern_parallel(threads, tasks, mm_task, &j);
+    kern_parallel(threads, (w->rows + j.tile_rows - 1) / j.tile_rows, mm_task, &j);
     kern_qinput_free(&qin);
 }

@@ -126,6 +126,56 @@ AVX512 void kern_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int
     }
 }
 
+/* dequant_affine_row for 2-, 4- and 8-bit codes (a word holds whole codes),
+ * 16 values a step: the step's words are spread to the lanes (lane l takes
+ * word l / per_word), shifted by (l % per_word)·bits and masked, converted,
+ * then scale·q + bias with a separate multiply and add, exactly as the
+ * scalar definition rounds. k is a multiple of gs (>= 32). */
+AVX512 void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt,
+                                    int64_t k, int gs, int bits, float *out)
+{
+    const int per_word = 32 / bits;
+    const size_t ssz = dtype_table[sdt].bits / 8;
+    int32_t wi[16], sh[16];
+    for (int l = 0; l < 16; l++) {
+        wi[l] = l / per_word;
+        sh[l] = (l % per_word) * bits;
+    }
+    const __m512i widx = _mm512_loadu_si512(wi), shift = _mm512_loadu_si512(sh);
+    const __m512i mask = _mm512_set1_epi32((int)((1u << bits) - 1));
+    const __mmask16 wmask = (__mmask16)((1u << (16 / per_word)) - 1); /* the words of 16 codes */
+    for (int64_t g = 0; g < k / gs; g++) {
+        float sc, bi;
+        dtype_to_f32(sdt, (const uint8_t *)scales + (size_t)g * ssz, &sc, 1);
+        dtype_to_f32(sdt, (const uint8_t *)biases + (size_t)g * ssz, &bi, 1);
+        const __m512 sv = _mm512_set1_ps(sc), bv = _mm512_set1_ps(bi);
+        for (int64_t i = g * gs; i < (g + 1) * gs; i += 16) {
+            __m512i words = _mm512_maskz_loadu_epi32(wmask, row + i * bits / 8);
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(widx, words), shift), mask);
+            _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_mul_ps(sv, _mm512_cvtepi32_ps(q)), bv));
+        }
+    }
+}
+
+/* kern_dot_ref's order: lane l of one vector is the reference's lane l; the
+ * tail comes through a masked load (0·0 added to a lane leaves it unchanged).
+ * The halving adds are the reference's w = 8, 4, 2, 1. */
+AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 /* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
 AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
 {
@@ -296,6 +346,28 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
 /* ---- AVX2 ---- */
 
 #define AVX2 __attribute__((target("avx2,fma")))
+
+/* kern_dot_ref's order on two vectors: lo holds lanes 0-7, hi lanes 8-15. */
+AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    }
+    if (i < n) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
+        __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane);
+        lo = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, mlo), _mm256_maskload_ps(b + i, mlo), lo);
+        hi = _mm256_fmadd_ps(_mm256_maskload_ps(a + i + 8, mhi), _mm256_maskload_ps(b + i + 8, mhi), hi);
+    }
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
 
 AVX2 INLINE float hsum256(__m256 v)
 {

@@ -183,10 +183,8 @@ static void attn_task(void *arg, int64_t task, int worker)
             kv_rows_get_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, kb, vb);
         else
             kv_rows_get_head(&cache->fmt, pend, p - it->p0, p, g, kb, vb);
-        float dot = 0.0f;
-        for (int64_t i = 0; i < d; i++)
-            dot += q[i] * kb[i];
-        *sp = dot; /* scale 1.0 (§3.5) */
+        float dot = f->r->kt.dot(q, kb, d); /* q·k, scale 1.0 (§3.5) */
+        *sp = dot;
         m = fmaxf(m, dot);
     }
     float sum = 0.0f;

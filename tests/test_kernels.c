@@ -679,11 +679,11 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false};
+        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false};
+        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -695,7 +695,7 @@ static size_t tables(struct kern_table *t, const char **label)
 /* The function kern_matmul should use for (table, w, n). */
 static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, int64_t n)
 {
-    if (n > 1 && t->blas)
+    if (n >= KERN_BLAS_MIN_TOKENS && t->blas)
         return BLAS_FN;
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
@@ -722,7 +722,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     make_float(&mats[5], 65, 7, DT_F16, 16);
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
-        static const int64_t ns[] = {1, 5, 17};
+        static const int64_t ns[] = {1, 5, 17, 40}; /* 40: sgemm's minimum of tokens passed */
         for (size_t ni = 0; ni < LEN(ns); ni++) {
             int64_t n = ns[ni];
             uint64_t s = 40 + i;
@@ -742,15 +742,14 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
                 assert_close(what, y[0], ref, mag, n, w->rows, 0, w->rows); /* every element written, close */
                 cr_assert_eq(memcmp(y[0], y[1], ny * sizeof(float)), 0, "%s: 1 vs 2 threads differ", what);
                 cr_assert_eq(memcmp(y[0], y[2], ny * sizeof(float)), 0, "%s: 1 vs 3 threads differ", what);
-                /* and it is the path the table selects, bit for bit. Not for
-                 * sgemm: its rounding depends on the width of the row tile it
-                 * is given (kern_matmul's 64-row tiles vs one call here). */
+                /* and it is the path the table selects, bit for bit (sgemm
+                 * called per tile: its rounding depends on the tile's width) */
                 matmul_fn fn = expected_fn(&tab[k], w, n);
                 cr_assert(fn);
-                if (fn != BLAS_FN) {
-                    fn(w, x, n, direct, 0, w->rows);
-                    cr_assert_eq(memcmp(y[0], direct, ny * sizeof(float)), 0, "%s: not the expected path", what);
-                }
+                int64_t tile = fn == BLAS_FN ? KERN_BLAS_ROWS : w->rows;
+                for (int64_t r0 = 0; r0 < w->rows; r0 += tile)
+                    fn(w, x, n, direct, r0, r0 + tile < w->rows ? r0 + tile : w->rows);
+                cr_assert_eq(memcmp(y[0], direct, ny * sizeof(float)), 0, "%s: not the expected path", what);
                 for (int th = 0; th < 3; th++)
                     free(y[th]);
             }
@@ -767,7 +766,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
 
 /* simd.c and blas.c promise that a token's result does not depend on the
  * other tokens of the call (prefill, chunked and decode give the same bits):
- * y[t] of a 17-token call (TB = 4 and BLAS_M = 16 blocks with remainders)
+ * y[t] of a 131-token call (TB = 4 and BLAS_M = 128 blocks with remainders)
  * must equal, bit for bit, the single-token call on x[t] — on every path. */
 Test(kernels, token_independent_bits, .timeout = 60)
 {
@@ -776,7 +775,7 @@ Test(kernels, token_independent_bits, .timeout = 60)
     make_quant(&mats[1], 7, 160, 8, 32, DT_F32, 22);
     make_float(&mats[2], 65, 257, DT_BF16, 23);
     make_float(&mats[3], 3, 33, DT_F16, 24);
-    const int64_t n = 17;
+    const int64_t n = 131;
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
         uint64_t s = 60 + i;
@@ -1057,6 +1056,72 @@ Test(kernels, quant_row_avx512_bit_exact)
     uint8_t rs[K], rb[K];
     quant_affine_row(w, K, 64, 4, DT_BF16, ref, rs, rb);
     cr_assert(memcmp(words, ref, quant_row_words(K, 4) * 4) == 0);
+}
+
+/* The dot products of attention: every path gives kern_dot_ref's bits, for
+ * every length around the 16-lane steps, on values spanning many magnitudes
+ * (where a different order would round differently); the reference itself is
+ * within float rounding of the exact sum. */
+Test(kernels, dot_paths_bitwise_equal_reference)
+{
+    enum { N = 80 };
+    float a[N], b[N];
+    uint64_t s = 17;
+    for (int i = 0; i < N; i++) {
+        a[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 24) - 12);
+        b[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t n = 0; n <= N; n++) {
+        float r = kern_dot_ref(a, b, n);
+        double exact = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            exact += (double)a[i] * (double)b[i];
+            mag += fabs((double)a[i] * (double)b[i]);
+        }
+        cr_assert(fabs((double)r - exact) <= 1e-6 * mag + 1e-30, "n %lld: %g vs %g", (long long)n, (double)r, exact);
+        if (kern_cpu_has_avx2()) {
+            float v = kern_dot_avx2(a, b, n);
+            cr_assert(memcmp(&r, &v, 4) == 0, "avx2 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
+        }
+        if (kern_cpu_has_avx512()) {
+            float v = kern_dot_avx512(a, b, n);
+            cr_assert(memcmp(&r, &v, 4) == 0, "avx512 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
+        }
+    }
+}
+
+/* kern_dequant_row_avx512 gives dequant_affine_row's bits (NaN scales only
+ * need to stay NaN) for 2/4/8 bits, every group size and scale dtype, on
+ * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
+Test(kernels, dequant_row_avx512_matches_reference)
+{
+    if (!kern_cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    static const int bitss[] = {2, 4, 8}, gss[] = {32, 64, 128};
+    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    enum { K = 384 };
+    uint8_t codes[K], sb[2][4 * K / 32];
+    uint64_t s = 9;
+    for (size_t i = 0; i < sizeof codes; i++)
+        codes[i] = (uint8_t)rng_next(&s);
+    for (int h = 0; h < 2; h++)
+        for (size_t i = 0; i < sizeof sb[h]; i++)
+            sb[h][i] = (uint8_t)rng_next(&s);
+    for (size_t b = 0; b < LEN(bitss); b++)
+        for (size_t g = 0; g < LEN(gss); g++)
+            for (size_t d = 0; d < LEN(dts); d++) {
+                float a[K + 1], v[K + 1];
+                memset(v, 0x5A, sizeof v);
+                dequant_affine_row(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], a);
+                kern_dequant_row_avx512(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], v);
+                for (int i = 0; i < K; i++)
+                    cr_assert(memcmp(&a[i], &v[i], 4) == 0 || (isnan(a[i]) && isnan(v[i])),
+                              "%d-bit group %d %s: value %d: %a vs %a", bitss[b], gss[g], dtype_name(dts[d]), i,
+                              (double)a[i], (double)v[i]);
+                uint32_t guard;
+                memcpy(&guard, &v[K], 4);
+                cr_assert_eq(guard, 0x5A5A5A5Au, "wrote past the end");
+            }
 }
 
 /* kern_to_f32_avx512 widens like dtype_to_f32 (bitwise; NaNs only need to

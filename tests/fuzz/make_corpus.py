@@ -71,8 +71,8 @@ put("index", "valid.json", json.dumps({"metadata": {"total_size": 2},
 put("index", "missing-shard.json", json.dumps({"weight_map": {"a": "model-00003-of-00002.safetensors"}}))
 
 
-def pack(tensors, align=64):
-    """A .gpk v1 image (docs/FORMAT.md) of (name, dtype, shape, bytes)."""
+def pack(tensors, align=64, extra=None):
+    """A .gpk v1 image (docs/FORMAT.md) of (name, dtype, shape, bytes) and extra manifest fields."""
     data, recs = b"", []
     for name, dt, shape, b in tensors:
         data += b"\0" * ((-len(data)) % align)
@@ -80,7 +80,7 @@ def pack(tensors, align=64):
                      "crc32": zlib.crc32(b)})
         data += b
     m = json.dumps({"format": "gempack", "version": [1, 0], "required_features": ["dtype:BF16"],
-                    "tensors": recs}, separators=(",", ":")).encode()
+                    "tensors": recs, **(extra or {})}, separators=(",", ":")).encode()
     hdr = bytearray(64)
     hdr[0:8] = b"\x89GPK\r\n\x1a\n"
     struct.pack_into("<HHIQQQQQI", hdr, 8, 1, 0, align, align + len(data) + len(m), align, len(data),
@@ -91,3 +91,8 @@ def pack(tensors, align=64):
 
 put("pack", "two-tensors.gpk", pack([("a.weight", "BF16", [2, 3], bytes(range(12))), ("norm.weight", "BF16", [5], bytes(10))]))
 put("pack", "empty.gpk", pack([]))
+put("pack", "quantized.gpk", pack([("m.weight", "U32", [2, 4], bytes(range(32))), ("m.scales", "BF16", [2, 1], bytes(4)),
+                                   ("m.biases", "BF16", [2, 1], bytes(4))],
+                                  extra={"quantized": {"m": {"mode": "affine", "bits": 4, "group_size": 32,
+                                                             "in_features": 32, "out_features": 2, "weight": "m.weight",
+                                                             "scales": "m.scales", "biases": "m.biases"}}}))
