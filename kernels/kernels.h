@@ -68,6 +68,11 @@ float kern_dot_ref(const float *a, const float *b, int64_t n);
 float kern_dot_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_avx512(const float *a, const float *b, int64_t n);
 
+/* y[i] += a·x[i] (a multiply, then an add: every path gives the same bits). */
+typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
+void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
+void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
+
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */
@@ -75,6 +80,7 @@ struct kern_table {
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
     dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
+    axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
 };
 
 enum kern_level {

@@ -149,6 +149,12 @@ float kern_dot_ref(const float *a, const float *b, int64_t n)
     return lane[0];
 }
 
+void kern_axpy_ref(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 /* ---- dispatch ---- */
 
 void kern_init(struct kern_table *t, enum kern_level level)
@@ -156,6 +162,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     memset(t, 0, sizeof *t);
     t->name = "scalar";
     t->dot = kern_dot_ref;
+    t->axpy = kern_axpy_ref;
 #ifdef HAVE_BLAS_KERNELS
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
     t->blas = level == KERN_BLAS;
@@ -165,6 +172,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     if (kern_cpu_has_avx512()) {
         t->name = "avx512";
         t->dot = kern_dot_avx512;
+        t->axpy = kern_axpy_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {

@@ -176,6 +176,19 @@ AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
+{
+    const __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(av, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                                      _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, x + i))));
+    }
+}
+
 /* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
 AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
 {

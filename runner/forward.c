@@ -152,7 +152,7 @@ struct attn_job {
     float *out;                  /* [N, Nq, d] */
     int src;                     /* the layer whose entries are read */
     int64_t Nq, d, group, window; /* window 0: full attention */
-    float *scratch;              /* per worker: stride floats (scores, a key, a value) */
+    float *scratch;              /* per worker: stride floats (scores, a decoded key or value) */
     int64_t stride;
 };
 
@@ -171,7 +171,7 @@ static void attn_task(void *arg, int64_t task, int worker)
     const struct kv_rows *pend = &it->pending[j->src];
     const float *q = j->q + (row * j->Nq + h) * d;
     float *o = j->out + (row * j->Nq + h) * d;
-    float *s = j->scratch + worker * j->stride, *kb = s + (P - k0 + 1), *vb = kb + d;
+    float *s = j->scratch + worker * j->stride, *kb = s + (P - k0 + 1); /* scores; a decoded key or value */
     float m = -INFINITY;
     for (int64_t p = k0; p <= P; p++) {
         float *sp = &s[p - k0];
@@ -179,11 +179,9 @@ static void attn_task(void *arg, int64_t task, int worker)
             *sp = -INFINITY;
             continue;
         }
-        if (p < it->p0)
-            kv_rows_get_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, kb, vb);
-        else
-            kv_rows_get_head(&cache->fmt, pend, p - it->p0, p, g, kb, vb);
-        float dot = f->r->kt.dot(q, kb, d); /* q·k, scale 1.0 (§3.5) */
+        const float *k = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 0, kb)
+                                    : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 0, kb);
+        float dot = f->r->kt.dot(q, k, d); /* q·k, scale 1.0 (§3.5) */
         *sp = dot;
         m = fmaxf(m, dot);
     }
@@ -197,12 +195,9 @@ static void attn_task(void *arg, int64_t task, int worker)
         float w = s[p - k0] / sum;
         if (w == 0.0f)
             continue;
-        if (p < it->p0)
-            kv_rows_get_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, kb, vb);
-        else
-            kv_rows_get_head(&cache->fmt, pend, p - it->p0, p, g, kb, vb);
-        for (int64_t i = 0; i < d; i++)
-            o[i] += w * vb[i];
+        const float *v = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 1, kb)
+                                    : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 1, kb);
+        f->r->kt.axpy(o, w, v, d); /* o += w·v */
     }
 }
 
@@ -260,13 +255,13 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     for (int b = 0; b < f->n_items; b++)
         keys = f->it[b].p0 + f->it[b].n > keys ? f->it[b].p0 + f->it[b].n : keys;
     int workers = kern_workers(r->threads, N * Nq);
-    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (keys + 2 * d)) * sizeof *scratch) : NULL;
+    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (keys + d)) * sizeof *scratch) : NULL;
     if (rc == ERR_OK && !scratch)
         rc = err_set(e, ERR_NOMEM, "attention scratch for %lld keys", (long long)keys);
     if (rc == ERR_OK) {
         struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = Nq / G,
                              .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .scratch = scratch,
-                             .stride = keys + 2 * d};
+                             .stride = keys + d};
         kern_parallel(workers, N * Nq, attn_task, &j);                   /* softmax(Q·Kᵀ)·V per head */
         kern_matmul(&r->kt, &L->o, o, N, a, r->threads);                 /* a = O·Woᵀ */
     }

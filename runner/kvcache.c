@@ -57,23 +57,18 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
     quantize_row(f, v, codes_at(f, e, 1), params_at(f, e, 2), params_at(f, e, 3));
 }
 
-void kv_rows_get_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, float *k,
-                      float *v)
+const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
+                          int which, float *buf)
 {
     int64_t d = f->d, n = f->heads * d;
-    if (!kv_fmt_quantized(f, pos)) {
-        const float *src = (const float *)(const void *)(r->f + (size_t)slot * f->fbytes);
-        memcpy(k, src + h * d, (size_t)d * sizeof *k);
-        memcpy(v, src + n + h * d, (size_t)d * sizeof *v);
-        return;
-    }
+    if (!kv_fmt_quantized(f, pos))
+        return (const float *)(const void *)(r->f + (size_t)slot * f->fbytes) + which * n + h * d;
     uint8_t *e = r->q + (size_t)slot * f->qbytes;
     int64_t g0 = h * d / f->gs; /* groups never straddle heads: runner_init checks that gs divides d */
     size_t off = (size_t)(h * d * f->bits / 8);
-    dequant_affine_row(codes_at(f, e, 0) + off, params_at(f, e, 0) + g0, params_at(f, e, 1) + g0, DT_F32, (size_t)d,
-                       f->gs, f->bits, k);
-    dequant_affine_row(codes_at(f, e, 1) + off, params_at(f, e, 2) + g0, params_at(f, e, 3) + g0, DT_F32, (size_t)d,
-                       f->gs, f->bits, v);
+    dequant_affine_row(codes_at(f, e, which) + off, params_at(f, e, 2 * which) + g0, params_at(f, e, 2 * which + 1) + g0,
+                       DT_F32, (size_t)d, f->gs, f->bits, buf);
+    return buf;
 }
 
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,

@@ -46,9 +46,11 @@ struct kv_rows {
 /* Stores position pos's K and V (heads·d floats each) into slot `slot`. */
 void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_t pos, const float *k, const float *v);
 
-/* Decodes head h of the entry in `slot` (position pos) into k[d], v[d]. */
-void kv_rows_get_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, float *k,
-                      float *v);
+/* Head h of the K (which 0) or V (which 1) row of the entry in `slot`
+ * (position pos), d floats: a pointer into the store when the position is
+ * kept in float, else decoded into buf[d] and buf returned. */
+const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
+                          int which, float *buf);
 
 /* Copies an entry between row stores of the same format. */
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,

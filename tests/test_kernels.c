@@ -679,11 +679,11 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2};
+        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512};
+        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -1087,6 +1087,33 @@ Test(kernels, dot_paths_bitwise_equal_reference)
             float v = kern_dot_avx512(a, b, n);
             cr_assert(memcmp(&r, &v, 4) == 0, "avx512 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
         }
+    }
+}
+
+/* o += w·v of attention: the AVX-512 path gives the reference's bits and
+ * leaves everything past n alone. */
+Test(kernels, axpy_avx512_bitwise_equal_reference)
+{
+    if (!kern_cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    enum { N = 40 };
+    float x[N], y0[N + 1] = {0};
+    uint64_t s = 23;
+    for (int i = 0; i < N; i++) {
+        x[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 24) - 12);
+        y0[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int64_t n = 0; n <= N; n++) {
+        float r[N + 1], v[N + 1];
+        memcpy(r, y0, sizeof r);
+        memcpy(v, y0, sizeof v);
+        r[n] = v[n] = 12345.0f;
+        kern_axpy_ref(r, 0.3f, x, n);
+        kern_axpy_avx512(v, 0.3f, x, n);
+        cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "n %lld", (long long)n);
+        cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
+        if (n > 0)
+            cr_assert(r[0] == y0[0] + 0.3f * x[0]);
     }
 }
 
