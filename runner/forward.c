@@ -152,16 +152,26 @@ struct attn_job {
     float *out;                  /* [N, Nq, d] */
     int src;                     /* the layer whose entries are read */
     int64_t Nq, d, group, window; /* window 0: full attention */
-    float *scratch;              /* per worker: stride floats (scores, a decoded key or value) */
-    int64_t stride;
+    int64_t blocks;              /* head blocks per KV head: ceil(group / ATTN_HEADS) */
+    float *scratch;              /* per worker: stride floats (ATTN_HEADS score rows of `keys`, a decoded key or value) */
+    int64_t keys, stride;
 };
 
-/* One (token, head): softmax(q·K) · V over the visible keys, in position order. */
+/* Query heads of one KV head handled by one task: each key and value row is
+ * read once for all of them. Every head's arithmetic is the same as alone. */
+#define ATTN_HEADS 4
+
+/* One token and a block of heads sharing a KV head: softmax(q·K) · V over
+ * the visible keys, in position order, for each head. */
 static void attn_task(void *arg, int64_t task, int worker)
 {
     const struct attn_job *j = arg;
     const struct fwd *f = j->f;
-    int64_t row = task / j->Nq, h = task % j->Nq, d = j->d, g = h / j->group;
+    const dot_fn dot = f->r->kt.dot;
+    const axpy_fn axpy = f->r->kt.axpy;
+    int64_t row = task / (j->Nq / j->group * j->blocks), rest = task % (j->Nq / j->group * j->blocks);
+    int64_t g = rest / j->blocks, h0 = g * j->group + rest % j->blocks * ATTN_HEADS, d = j->d;
+    int nh = (int)(g * j->group + j->group - h0 < ATTN_HEADS ? g * j->group + j->group - h0 : ATTN_HEADS);
     const struct step_item *it = f->it;
     while (row >= it->off + it->n)
         it++;
@@ -169,35 +179,47 @@ static void attn_task(void *arg, int64_t task, int worker)
     int64_t k0 = j->window ? (P - j->window + 1 > 0 ? P - j->window + 1 : 0) : 0;
     const struct kv_cache *cache = &it->s->cache[j->src];
     const struct kv_rows *pend = &it->pending[j->src];
-    const float *q = j->q + (row * j->Nq + h) * d;
-    float *o = j->out + (row * j->Nq + h) * d;
-    float *s = j->scratch + worker * j->stride, *kb = s + (P - k0 + 1); /* scores; a decoded key or value */
-    float m = -INFINITY;
+    const float *q = j->q + (row * j->Nq + h0) * d;          /* [nh, d] */
+    float *o = j->out + (row * j->Nq + h0) * d;              /* [nh, d] */
+    float *s = j->scratch + worker * j->stride;              /* [nh, keys] scores */
+    float *buf = s + ATTN_HEADS * j->keys;                   /* [d] a decoded key or value */
+    float m[ATTN_HEADS], sum[ATTN_HEADS];
+    for (int u = 0; u < nh; u++)
+        m[u] = -INFINITY;
     for (int64_t p = k0; p <= P; p++) {
-        float *sp = &s[p - k0];
         if (it->key_mask && !it->key_mask[t * (it->p0 + it->n) + p]) {
-            *sp = -INFINITY;
+            for (int u = 0; u < nh; u++)
+                s[u * j->keys + p - k0] = -INFINITY;
             continue;
         }
-        const float *k = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 0, kb)
-                                    : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 0, kb);
-        float dot = f->r->kt.dot(q, k, d); /* q·k, scale 1.0 (§3.5) */
-        *sp = dot;
-        m = fmaxf(m, dot);
+        const float *k = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 0, buf)
+                                    : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 0, buf);
+        for (int u = 0; u < nh; u++) {
+            float x = dot(q + u * d, k, d); /* q·k, scale 1.0 (§3.5) */
+            s[u * j->keys + p - k0] = x;
+            m[u] = fmaxf(m[u], x);
+        }
     }
-    float sum = 0.0f;
-    for (int64_t p = k0; p <= P; p++) {
-        s[p - k0] = s[p - k0] == -INFINITY ? 0.0f : expf(s[p - k0] - m);
-        sum += s[p - k0];
+    for (int u = 0; u < nh; u++) {
+        float *su = s + u * j->keys;
+        sum[u] = 0.0f;
+        for (int64_t p = k0; p <= P; p++) {
+            su[p - k0] = su[p - k0] == -INFINITY ? 0.0f : expf(su[p - k0] - m[u]);
+            sum[u] += su[p - k0];
+        }
     }
-    memset(o, 0, (size_t)d * sizeof *o);
+    memset(o, 0, (size_t)(nh * d) * sizeof *o);
     for (int64_t p = k0; p <= P; p++) {
-        float w = s[p - k0] / sum;
-        if (w == 0.0f)
-            continue;
-        const float *v = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 1, kb)
-                                    : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 1, kb);
-        f->r->kt.axpy(o, w, v, d); /* o += w·v */
+        const float *v = NULL;
+        for (int u = 0; u < nh; u++) {
+            float w = s[u * j->keys + p - k0] / sum[u];
+            if (w == 0.0f)
+                continue;
+            if (!v)
+                v = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 1, buf)
+                               : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, 1, buf);
+            axpy(o + u * d, w, v, d); /* o += w·v */
+        }
     }
 }
 
@@ -254,15 +276,16 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     int64_t keys = 0; /* most keys a query sees */
     for (int b = 0; b < f->n_items; b++)
         keys = f->it[b].p0 + f->it[b].n > keys ? f->it[b].p0 + f->it[b].n : keys;
-    int workers = kern_workers(r->threads, N * Nq);
-    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (keys + d)) * sizeof *scratch) : NULL;
+    int64_t group = Nq / G, blocks = (group + ATTN_HEADS - 1) / ATTN_HEADS, tasks = N * G * blocks;
+    int workers = kern_workers(r->threads, tasks);
+    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (ATTN_HEADS * keys + d)) * sizeof *scratch) : NULL;
     if (rc == ERR_OK && !scratch)
         rc = err_set(e, ERR_NOMEM, "attention scratch for %lld keys", (long long)keys);
     if (rc == ERR_OK) {
-        struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = Nq / G,
-                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .scratch = scratch,
-                             .stride = keys + d};
-        kern_parallel(workers, N * Nq, attn_task, &j);                   /* softmax(Q·Kᵀ)·V per head */
+        struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = group,
+                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .blocks = blocks,
+                             .scratch = scratch, .keys = keys, .stride = ATTN_HEADS * keys + d};
+        kern_parallel(workers, tasks, attn_task, &j);                    /* softmax(Q·Kᵀ)·V per head */
         kern_matmul(&r->kt, &L->o, o, N, a, r->threads);                 /* a = O·Woᵀ */
     }
     free(scratch);
