@@ -213,7 +213,7 @@ static void attn_task(void *arg, int64_t task, int worker)
         const float *v = NULL;
         for (int u = 0; u < nh; u++) {
             float w = s[u * j->keys + p - k0] / sum[u];
-            if (w == 0.0f)
+            if (w < 0x1p-100f) /* adds at most 2^-100·|v| per key; its w·v would be subnormal (slow) */
                 continue;
             if (!v)
                 v = p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, 1, buf)
