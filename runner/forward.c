@@ -298,6 +298,25 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
 
 /* ---- feed-forward ---- */
 
+/* g = gelu(g)·u element-wise, in tasks of GELU_TASK elements (tanhf is a
+ * noticeable share of a step; serial, it would leave the other threads idle). */
+#define GELU_TASK 2048
+
+struct gelu_job {
+    float *g;
+    const float *u;
+    int64_t n;
+};
+
+static void gelu_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const struct gelu_job *j = arg;
+    int64_t k1 = (task + 1) * GELU_TASK < j->n ? (task + 1) * GELU_TASK : j->n;
+    for (int64_t k = task * GELU_TASK; k < k1; k++)
+        j->g[k] = kern_gelu(j->g[k]) * j->u[k];
+}
+
 /* §3.7: out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ */
 static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, const struct wmat *wd, const float *z,
                int64_t n, float *out, struct err *e)
@@ -309,11 +328,11 @@ static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, c
         free(u);
         return err_set(e, ERR_NOMEM, "MLP buffers");
     }
-    kern_matmul(&r->kt, wg, z, n, g, r->threads);
-    kern_matmul(&r->kt, wu, z, n, u, r->threads);
-    for (int64_t k = 0; k < n * I; k++)
-        g[k] = kern_gelu(g[k]) * u[k];
-    kern_matmul(&r->kt, wd, g, n, out, r->threads);
+    kern_matmul(&r->kt, wg, z, n, g, r->threads);                        /* g[n, I] = z·Wgᵀ */
+    kern_matmul(&r->kt, wu, z, n, u, r->threads);                        /* u[n, I] = z·Wuᵀ */
+    struct gelu_job j = {g, u, n * I};
+    kern_parallel(r->threads, (n * I + GELU_TASK - 1) / GELU_TASK, gelu_task, &j); /* g = gelu(g)·u */
+    kern_matmul(&r->kt, wd, g, n, out, r->threads);                      /* out = g·Wdᵀ */
     free(g);
     free(u);
     return ERR_OK;
