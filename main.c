@@ -732,7 +732,7 @@ static const char run_help[] =
     "                          for any N)\n"
     "  --kernels K             best (default: fused SIMD dequant kernels, every mode\n"
     "                          bitwise identical), scalar (the reference), or blas\n"
-    "                          (OpenBLAS sgemm for multi-token steps: faster prefill,\n"
+    "                          (OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\n"
     "                          logits within ~1e-4 of the other modes)\n"
     "  --json                  one JSON object on stdout (tokens, timings, caches)\n"
     "  -h, --help              this text\n";
