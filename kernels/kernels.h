@@ -117,7 +117,7 @@ bool kern_cpu_has_avx512(void);
  * take the fused kernels: sgemm pads every call to 128 tokens).
  * kern_blas_init makes OpenBLAS single-threaded. */
 #define KERN_BLAS_MIN_TOKENS 32
-#define KERN_BLAS_ROWS 128
+#define KERN_BLAS_ROWS 256
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_blas_init(void);
 

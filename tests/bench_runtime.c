@@ -17,6 +17,7 @@
  * ≥ 60 % of sgemm, convert ≥ 1 GB/s with RSS ≤ largest tensor + 256 MiB. The
  * exit status is 0 when the figures were measured; PASS/MISS is printed. */
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,16 +216,28 @@ static int prefill(void)
         tok[i] = 2 + (int32_t)((i * 7919) % 262000);
     printf("prefill, E2B-shaped 4-bit pack, %d-token prompt (%.2f GFLOP per token in matmuls)\n", T, flop_tok / 1e9);
     for (int threads = 1; threads <= 2; threads++) {
-        double peak = sgemm_gflops(threads);
+        /* this VM's speed varies from run to run: the peak is the best of three
+         * sgemm measurements, and each prefill the best of `runs` */
+        double peak = 0.0;
+        for (int k = 0; k < 3; k++)
+            peak = fmax(peak, sgemm_gflops(threads));
         for (int k = 0; k < 2; k++) {
             enum kern_level lv = k ? KERN_BLAS : KERN_BEST;
+            int runs = k ? 3 : 1; /* the fused path takes minutes */
             struct runner r;
             if (runner_init(&r, &m, threads, lv, NULL, 1, &e) != ERR_OK)
                 return 1;
             float *last = malloc((size_t)m.cfg.vocab_size * sizeof *last);
-            double t0 = now();
-            int rc = runner_prompt(&r, tok, T, 0, NULL, last, &e);
-            double dt = now() - t0, gf = flop_tok * T / dt / 1e9;
+            runner_prompt(&r, tok, 1, 0, NULL, last, &e); /* every weight page read once before timing */
+            int rc = ERR_OK;
+            double dt = 1e30;
+            for (int run = 0; run < runs && rc == ERR_OK; run++) {
+                runner_reset(&r, 0);
+                double t0 = now();
+                rc = runner_prompt(&r, tok, T, 0, NULL, last, &e);
+                dt = fmin(dt, now() - t0);
+            }
+            double gf = flop_tok * T / dt / 1e9;
             if (rc != ERR_OK)
                 fprintf(stderr, "%s\n", e.msg);
             printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %% "

@@ -714,7 +714,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     const char *label[5];
     size_t nt = tables(tab, label);
     struct tmat mats[6];
-    make_quant(&mats[0], 130, 192, 4, 64, DT_BF16, 11);
+    make_quant(&mats[0], 300, 192, 4, 64, DT_BF16, 11); /* 300 rows: two sgemm tiles */
     make_quant(&mats[1], 130, 160, 8, 32, DT_F32, 12);
     make_quant(&mats[2], 200, 128, 3, 128, DT_F16, 13);
     make_float(&mats[3], 130, 257, DT_BF16, 14);
