@@ -169,9 +169,10 @@ static void attn_task(void *arg, int64_t task, int worker)
     const struct fwd *f = j->f;
     const dot_fn dot = f->r->kt.dot;
     const axpy_fn axpy = f->r->kt.axpy;
-    int64_t row = task / (j->Nq / j->group * j->blocks), rest = task % (j->Nq / j->group * j->blocks);
-    int64_t g = rest / j->blocks, h0 = g * j->group + rest % j->blocks * ATTN_HEADS, d = j->d;
-    int nh = (int)(g * j->group + j->group - h0 < ATTN_HEADS ? g * j->group + j->group - h0 : ATTN_HEADS);
+    int64_t per_row = j->Nq / j->group * j->blocks; /* tasks of one token: KV heads × head blocks */
+    int64_t row = task / per_row, g = task % per_row / j->blocks, d = j->d;
+    int64_t h0 = g * j->group + task % j->blocks * ATTN_HEADS, h1 = (g + 1) * j->group; /* g's heads end at h1 */
+    int nh = (int)(h1 - h0 < ATTN_HEADS ? h1 - h0 : ATTN_HEADS);
     const struct step_item *it = f->it;
     while (row >= it->off + it->n)
         it++;
