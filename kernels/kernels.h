@@ -46,51 +46,18 @@ typedef void (*matmul_fn)(const struct wmat *w, const float *x, int64_t n, float
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
 /* Input prepared once per matmul for the fused quantized kernels: per-group
- * input sums, and either the input rearranged to the lanes of the packed
- * codes and scaled by their place values (the float kernels, see simd.c), or
- * its fixed-point form (the VNNI kernels): each group g of a token's input
- * as integers T = rint(x·2^(20−e_g)), e_g the binary exponent that puts the
- * group's largest |x| in [2^(e_g−1), 2^e_g), so |T| <= 2^20 and
- * |x − T·unit_g| <= unit_g/2 = 2^−21·2^e_g. T is stored as three signed
- * bytes A, B, C with T = A·2^14 + B·2^7 + C (|A|, |B| <= 64, C in [−64, 63]),
- * laid out per block of 16 code words as the kernels read them (simd.c). */
+ * input sums, and the input rearranged to the lanes of the packed codes and
+ * scaled by their place values (see simd.c). */
 struct kern_qinput {
-    const float *xd;          /* float form: [n, stride], cols rounded up to blocks of 16 code words */
+    const float *xd;          /* [n, stride]: cols rounded up to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
     int64_t stride;
-    const int8_t *xp;         /* fixed-point form: [n, pstride] bytes */
-    const float *unit;        /* fixed-point form: [n, cols/gs], unit_g = 2^(e_g−20) */
-    int64_t pstride;
-    void *buf;                /* owned */
+    float *buf;               /* owned */
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
-/* ERR_NOMEM; and for the fixed-point form ERR_RANGE when x holds an Inf or a
- * NaN (kern_matmul then takes the float kernels, which carry them through). */
-int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fixed, struct kern_qinput *in);
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in);
 void kern_qinput_free(struct kern_qinput *in);
-
-/* The fixed-point kernels' blocks: 16 code words; per token and block, the
- * input bytes are 3 pieces × KERN_QFIX_HALVES(bits) × 64. Scales, biases and
- * the Σx terms are handled KERN_PARAMS_MAX groups at a time. */
-#define KERN_QFIX_HALVES(bits) ((bits) == 4 ? 2 : 1)
-#define KERN_PARAMS_MAX 256
-
-/* The definition of the fixed-point kernels, scalar: per row, sixteen lanes
- * (lane l of a block is its code word l); a lane's Σ q·T is exact in int32,
- * converted to float and fused-multiply-added, times scale_g·unit_g, into
- * accumulator (block index within its KERN_PARAMS_MAX-group chunk) mod 2;
- * the bias terms Σ_g bias_g·Σx_g into a third, sixteen groups a step; then
- * (acc0 + acc1) + bias lanes, reduced as kern_dot_ref reduces. */
-void kern_qdot_fix_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                       int64_t row1);
-void kern_qdot_fix_vnni(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                        int64_t row1);
-/* The same with the input prepared inside (tests; falls back to
- * kern_matmul_ref when preparation fails). */
-void kern_matvec_qfix_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
-void kern_matvec_qfix_vnni(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
-bool kern_cpu_has_vnni(void);
 
 /* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
  * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
@@ -108,14 +75,12 @@ void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
-    const char *name;         /* "scalar", "avx2", "avx512", "avx512-vnni" */
+    const char *name;         /* "scalar", "avx2", "avx512" */
     qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
     dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
     axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
-    qdot_fn qdot_fix;         /* fixed-point-input 4/8-bit kernel (AVX-512 VNNI), preferred over
-                                 qdot when set (NULL: none) */
 };
 
 enum kern_level {

@@ -62,78 +62,6 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
         }
 }
 
-/* ---- the fixed-point kernels' definition (kernels.h) ---- */
-
-/* T of code j of token t, from its three pieces. */
-static int32_t fix_T(const struct wmat *w, const struct kern_qinput *in, int64_t t, int64_t j)
-{
-    const int64_t blk = 16 * (32 / w->bits), halves = KERN_QFIX_HALVES(w->bits), i = j % blk;
-    const int8_t *p = in->xp + t * in->pstride + j / blk * 3 * halves * 64 + i % halves * 64 + i / halves;
-    return p[0] * 16384 + p[halves * 64] * 128 + p[2 * halves * 64];
-}
-
-/* Lanes l and l + w added for w = 8, 4, 2, 1. */
-static float hsum16(float *lane)
-{
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++)
-            lane[l] += lane[l + w];
-    return lane[0];
-}
-
-void kern_qdot_fix_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                       int64_t row1)
-{
-    const int per_word = 32 / w->bits, blk = 16 * per_word;
-    const int64_t ng = w->cols / w->gs, words = w->cols / per_word;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
-    float sc[KERN_PARAMS_MAX + 16], bi[KERN_PARAMS_MAX + 16], su[KERN_PARAMS_MAX + 16];
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        for (int64_t t = 0; t < n; t++) {
-            float acc[2][16] = {{0}}, bacc[16] = {0};
-            for (int64_t g0 = 0; g0 < ng; g0 += KERN_PARAMS_MAX) {
-                int64_t nb = ng - g0 < KERN_PARAMS_MAX ? ng - g0 : KERN_PARAMS_MAX;
-                memset(sc, 0, sizeof sc);
-                memset(bi, 0, sizeof bi);
-                dtype_to_f32(w->dtype, w->s + (size_t)r * w->srow_bytes + (size_t)g0 * psize, sc, (size_t)nb);
-                dtype_to_f32(w->dtype, w->b + (size_t)r * w->srow_bytes + (size_t)g0 * psize, bi, (size_t)nb);
-                for (int64_t k = 0; k < KERN_PARAMS_MAX + 16; k++)
-                    su[k] = k < nb ? sc[k] * in->unit[t * ng + g0 + k] : 0.0f;
-                for (int64_t j = g0 * w->gs; j < (g0 + nb) * w->gs; j += blk)
-                    for (int l = 0; l < 16; l++) {
-                        int64_t word = j / per_word + l;
-                        int32_t s = 0;
-                        for (int c = 0; word < words && c < per_word; c++)
-                            s += (int32_t)quant_code_at(codes, (size_t)(word * per_word + c), w->bits) *
-                                 fix_T(w, in, t, word * per_word + c);
-                        int64_t g = (j - g0 * w->gs) / w->gs + (int64_t)per_word * l / w->gs;
-                        float *a = &acc[(j - g0 * w->gs) / blk % 2][l];
-                        *a = fmaf((float)s, su[g], *a);
-                    }
-                const float *xs = in->xsum + t * ng + g0;
-                for (int64_t k = 0; k < nb; k += 16)
-                    for (int l = 0; l < 16; l++)
-                        bacc[l] = fmaf(bi[k + l], k + l < nb ? xs[k + l] : 0.0f, bacc[l]);
-            }
-            float lane[16];
-            for (int l = 0; l < 16; l++)
-                lane[l] = (acc[0][l] + acc[1][l]) + bacc[l];
-            y[t * w->rows + r] = hsum16(lane);
-        }
-    }
-}
-
-void kern_matvec_qfix_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, true, &in) != ERR_OK)
-        kern_matmul_ref(w, x, n, y, row0, row1);
-    else
-        kern_qdot_fix_ref(w, &in, n, y, row0, row1);
-    kern_qinput_free(&in);
-}
-
 /* ---- element-wise ops ---- */
 
 void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps)
@@ -215,7 +143,10 @@ float kern_dot_ref(const float *a, const float *b, int64_t n)
     float lane[16] = {0};
     for (int64_t i = 0; i < n; i++)
         lane[i % 16] = fmaf(a[i], b[i], lane[i % 16]);
-    return hsum16(lane);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
 }
 
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n)
@@ -244,10 +175,6 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->axpy = kern_axpy_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
-        if (kern_cpu_has_vnni()) {
-            t->name = "avx512-vnni";
-            t->qdot_fix = kern_qdot_fix_vnni;
-        }
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
         t->dot = kern_dot_avx2;
@@ -281,22 +208,6 @@ static void mm_task(void *arg, int64_t task, int worker)
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
-/* The fused kernel for w, its input prepared in qin (NULL: none serves w). */
-static qdot_fn fused_qdot(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n,
-                          struct kern_qinput *qin)
-{
-    if (!w->quantized || (w->bits != 4 && w->bits != 8))
-        return NULL;
-    if (t->qdot_fix) {
-        if (kern_qinput_prepare(w, x, n, true, qin) == ERR_OK)
-            return t->qdot_fix;
-        kern_qinput_free(qin); /* an Inf or NaN in x: the float kernel carries it through */
-    }
-    if (t->qdot && kern_qinput_prepare(w, x, n, false, qin) == ERR_OK)
-        return t->qdot;
-    return NULL;
-}
-
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
     struct mm_job j = {kern_matmul_ref, TILE_ROWS, NULL, NULL, w, x, n, y};
@@ -307,8 +218,10 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
         j.tile_rows = KERN_BLAS_ROWS;
     } else
 #endif
-    if ((j.qdot = fused_qdot(t, w, x, n, &qin))) {
+    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
+        kern_qinput_prepare(w, x, n, &qin) == ERR_OK) {
         j.fn = NULL; /* the input is prepared once and read by every tile */
+        j.qdot = t->qdot;
         j.qin = &qin;
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j.fn = t->matvec_bf16;

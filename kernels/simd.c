@@ -35,6 +35,7 @@
 
 #define PREFETCH 4096 /* bytes ahead in the code stream: the row after next, for E2B-sized rows */
 #define TB 4 /* tokens sharing one decode of a weight row */
+#define PARAMS_MAX 256 /* scales and biases of a row converted at once */
 #define INLINE static inline __attribute__((always_inline))
 
 bool kern_cpu_has_avx2(void)
@@ -50,99 +51,22 @@ bool kern_cpu_has_avx512(void)
            __builtin_cpu_supports("avx512vl") && kern_cpu_has_avx2();
 }
 
-/* Per-group input sums, in column order. */
-static void group_sums(const struct wmat *w, const float *x, int64_t n, float *xsum)
+int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in)
 {
-    const int64_t ng = w->cols / w->gs;
+    const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
+    const int64_t stride = (cols + blk - 1) / blk * blk;
+    float *buf = malloc((size_t)(n * ng + n * stride) * sizeof *buf);
+    in->buf = buf;
+    if (!buf)
+        return ERR_NOMEM;
     for (int64_t t = 0; t < n; t++)
         for (int64_t g = 0; g < ng; g++) {
             float s = 0.0f;
             for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++)
-                s += x[t * w->cols + j];
-            xsum[t * ng + g] = s;
+                s += x[t * cols + j];
+            buf[t * ng + g] = s;
         }
-}
-
-/* e with m in [2^(e−1), 2^e) (frexpf's exponent), read off the bits of a
- * normal m; 0 for m = 0. */
-static int exponent_of(float m)
-{
-    uint32_t u;
-    memcpy(&u, &m, sizeof u);
-    int biased = (int)(u >> 23);
-    if (biased == 0) {
-        int e = 0;
-        frexpf(m, &e); /* zero or subnormal */
-        return e;
-    }
-    return biased - 126;
-}
-
-/* The fixed-point form (kernels.h): unit per group, then T's pieces, code j
- * of block b at byte b·P + (piece·halves + half)·64 + i, where i is j's index
- * in the block (4-bit: half i mod 2, byte i / 2, so that the byte lines up
- * with the nibble's code byte; 8-bit: one half, byte i). The product
- * x·2^(20−e) is exact (a power of two; a result below 2^−126 rounds, but its
- * T is 0 either way), and adding and subtracting 1.5·2^23 rounds it to the
- * nearest integer, ties to even (|x·2^(20−e)| <= 2^20). */
-static int prepare_fixed(const struct wmat *w, const float *x, int64_t n, float *unit, int8_t *xp, int64_t pstride)
-{
-    const int64_t ng = w->cols / w->gs, halves = KERN_QFIX_HALVES(w->bits);
-    const int bshift = w->bits == 4 ? 7 : 6; /* blocks of 128 or 64 codes */
-    const float round = 12582912.0f; /* 1.5·2^23 */
-    for (int64_t t = 0; t < n; t++) {
-        const float *xt = x + t * w->cols;
-        int8_t *pt = xp + t * pstride;
-        for (int64_t g = 0; g < ng; g++) {
-            float m = 0.0f;
-            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
-                if (!isfinite(xt[j]))
-                    return ERR_RANGE;
-                m = fabsf(xt[j]) > m ? fabsf(xt[j]) : m;
-            }
-            int e = exponent_of(m);
-            unit[t * ng + g] = ldexpf(1.0f, e - 20);
-            /* 2^(20−e) as one float when it is one (e >= −106), else two steps */
-            float up = e >= -106 ? ldexpf(1.0f, 20 - e) : ldexpf(1.0f, 126), up2 = e >= -106 ? 1.0f : ldexpf(1.0f, -106 - e);
-            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
-                float v = xt[j] * up * up2;
-                int32_t T = (int32_t)((v + round) - round);
-                int32_t A = ((T + 8192 + (1 << 22)) >> 14) - 256; /* floor((T + 2^13) / 2^14), operand >= 0 */
-                int32_t R = T - A * 16384;
-                int32_t B = ((R + 64 + 8192) >> 7) - 64;          /* floor((R + 2^6) / 2^7) */
-                int32_t C = R - B * 128;
-                int64_t b = j >> bshift, i = j & ((1 << bshift) - 1);
-                int8_t *pb = pt + b * 3 * halves * 64 + (i & (halves - 1)) * 64 + (i >> (halves - 1));
-                pb[0] = (int8_t)A;
-                pb[halves * 64] = (int8_t)B;
-                pb[2 * halves * 64] = (int8_t)C;
-            }
-        }
-    }
-    return ERR_OK;
-}
-
-int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fixed, struct kern_qinput *in)
-{
-    const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
-    const int64_t nblocks = (cols + blk - 1) / blk, stride = nblocks * blk;
-    const int64_t pstride = nblocks * 3 * KERN_QFIX_HALVES(w->bits) * 64;
-    memset(in, 0, sizeof *in);
-    size_t floats = (size_t)(fixed ? 2 * n * ng : n * ng + n * stride);
-    float *buf = calloc(floats * sizeof(float) + (fixed ? (size_t)(n * pstride) : 0), 1); /* zero: padding */
-    in->buf = buf;
-    if (!buf)
-        return ERR_NOMEM;
-    group_sums(w, x, n, buf);
     in->xsum = buf;
-    if (fixed) {
-        float *unit = buf + n * ng;
-        int8_t *xp = (int8_t *)(unit + n * ng);
-        in->unit = unit;
-        in->xp = xp;
-        in->pstride = pstride;
-        return prepare_fixed(w, x, n, unit, xp, pstride);
-    }
     float *xd = buf + n * ng;
     for (int64_t t = 0; t < n; t++)
         for (int64_t b = 0; b < stride; b += blk)
@@ -233,15 +157,6 @@ AVX512 void kern_dequant_row_avx512(const uint8_t *row, const void *scales, cons
     }
 }
 
-/* Lanes l and l + w added for w = 8, 4, 2, 1: kern_dot_ref's reduction. */
-AVX512 INLINE float hsum512(__m512 v)
-{
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
 /* kern_dot_ref's order: lane l of one vector is the reference's lane l; the
  * tail comes through a masked load (0·0 added to a lane leaves it unchanged).
  * The halving adds are the reference's w = 8, 4, 2, 1. */
@@ -255,7 +170,10 @@ AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
     }
-    return hsum512(acc);
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
 AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
@@ -317,15 +235,15 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
                                            GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
                                            GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
                                            GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
-    float sc[KERN_PARAMS_MAX + 16], bi[KERN_PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
+    float sc[PARAMS_MAX + 16], bi[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
-        for (int64_t g0 = 0; g0 < ng; g0 += KERN_PARAMS_MAX) {
-            int64_t nb = ng - g0 < KERN_PARAMS_MAX ? ng - g0 : KERN_PARAMS_MAX;
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
             params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
@@ -382,7 +300,7 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, false, &in) != ERR_OK) {
+    if (kern_qinput_prepare(w, x, n, &in) != ERR_OK) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }
@@ -390,140 +308,6 @@ void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float
     kern_qinput_free(&in);
 }
 
-
-/* ---- AVX-512 VNNI: fixed-point input (kernels.h, kern_qdot_fix_ref) ---- */
-
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-
-bool kern_cpu_has_vnni(void)
-{
-    __builtin_cpu_init();
-    return kern_cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
-}
-
-/* One block of 16 words (m: the words present) for each token: a lane's
- * Σ q·T built as ((Σq·A)·2^7 + Σq·B)·2^7 + Σq·C with vpdpbusd (unsigned code
- * bytes times signed piece bytes, four products a lane), exact in int32
- * (|Σ| < 2^31 for 4 and 8 bits); converted, times the lane's scale·unit,
- * into accumulator a. su[u] + g: token t0 + u's scale·unit from the block's first group. */
-VNNI INLINE void qfix_block(const uint8_t *c, __mmask16 m, const int8_t *pb, int64_t pstride,
-                            const float (*su)[KERN_PARAMS_MAX + 16], int64_t g, __m512i gidx, const int tb,
-                            const int bits, __m512 (*acc)[2], const int a)
-{
-    const int halves = KERN_QFIX_HALVES(bits);
-    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
-    const __m512i v = _mm512_maskz_loadu_epi32(m, c);
-    __m512i q[2];
-    if (bits == 4) {
-        const __m512i nib = _mm512_set1_epi8(15);
-        q[0] = _mm512_and_si512(v, nib);                        /* code 2i of byte i */
-        q[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);  /* code 2i + 1 */
-    } else {
-        q[0] = q[1] = v;
-    }
-#pragma GCC unroll 4
-    for (int u = 0; u < tb; u++) {
-        const int8_t *p = pb + u * pstride;
-        __m512i s = _mm512_setzero_si512();
-#pragma GCC unroll 3
-        for (int k = 0; k < 3; k++) {
-            if (k)
-                s = _mm512_slli_epi32(s, 7);
-#pragma GCC unroll 2
-            for (int h = 0; h < halves; h++)
-                s = _mm512_dpbusd_epi32(s, q[h], _mm512_loadu_si512(p + (k * halves + h) * 64));
-        }
-        __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(su[u] + g));
-        acc[u][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sv, acc[u][a]);
-    }
-}
-
-/* Rows [row0, row1) for tokens t0..t0+tb-1 (tb, gs, bits constants after inlining). */
-VNNI INLINE void qfix_rows(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                           int64_t row0, int64_t row1, const int gs, const int bits)
-{
-    const int per_word = 32 / bits, blk = 16 * per_word, bbytes = 3 * KERN_QFIX_HALVES(bits) * 64;
-    const int64_t ng = w->cols / gs, words = w->cols / per_word;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
-    const __m512i gidx = _mm512_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
-                                           GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
-                                           GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
-                                           GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
-    /* scale·unit per token, then bias, zero past the row's groups (read by absent lanes) */
-    float sc[KERN_PARAMS_MAX + 16], bi[KERN_PARAMS_MAX + 16], su[TB][KERN_PARAMS_MAX + 16];
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        __m512 acc[TB][2], bacc[TB];
-        for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
-        for (int64_t g0 = 0; g0 < ng; g0 += KERN_PARAMS_MAX) {
-            int64_t nb = ng - g0 < KERN_PARAMS_MAX ? ng - g0 : KERN_PARAMS_MAX;
-            params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
-            params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
-            for (int u = 0; u < tb; u++)
-                for (int64_t k = 0; k < nb + 16; k += 16) {
-                    __mmask16 m = k >= nb ? 0 : nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
-                    _mm512_storeu_ps(su[u] + k, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + k),
-                                                              _mm512_maskz_loadu_ps(m, in->unit + (t0 + u) * ng + g0 + k)));
-                }
-            const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs;
-            /* blocks alternate between the two accumulators, in pairs so that
-             * the accumulator index is a constant */
-            const float(*sup)[KERN_PARAMS_MAX + 16] = (const float(*)[KERN_PARAMS_MAX + 16])su;
-            const int8_t *xp = in->xp + t0 * in->pstride;
-            int64_t j = j0;
-            for (; j + 2 * blk <= j1; j += 2 * blk) {
-                qfix_block(codes + j * bits / 8, 0xFFFF, xp + j / blk * bbytes, in->pstride, sup, (j - j0) / gs, gidx,
-                           tb, bits, acc, 0);
-                qfix_block(codes + (j + blk) * bits / 8, 0xFFFF, xp + (j + blk) / blk * bbytes, in->pstride, sup,
-                           (j + blk - j0) / gs, gidx, tb, bits, acc, 1);
-            }
-            for (int a = 0; a < 2 && j < j1; a++, j += blk) {
-                int64_t present = words - j / per_word;
-                __mmask16 m = present >= 16 ? 0xFFFF : (__mmask16)((1u << present) - 1);
-                if (a == 0)
-                    qfix_block(codes + j * bits / 8, m, xp + j / blk * bbytes, in->pstride, sup, (j - j0) / gs, gidx,
-                               tb, bits, acc, 0);
-                else
-                    qfix_block(codes + j * bits / 8, m, xp + j / blk * bbytes, in->pstride, sup, (j - j0) / gs, gidx,
-                               tb, bits, acc, 1);
-            }
-            for (int u = 0; u < tb; u++) { /* the bias terms, as in qrows512 */
-                const float *xs = in->xsum + (t0 + u) * ng + g0;
-                for (int64_t k = 0; k < nb; k += 16) {
-                    __mmask16 m = nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
-                    bacc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(m, xs + k), bacc[u]);
-                }
-            }
-        }
-        for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), bacc[u]));
-    }
-}
-
-VNNI void kern_qdot_fix_vnni(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                             int64_t row1)
-{
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: QROWS_DISPATCH(qfix_rows, 1); break;
-        case 2: QROWS_DISPATCH(qfix_rows, 2); break;
-        case 3: QROWS_DISPATCH(qfix_rows, 3); break;
-        default: QROWS_DISPATCH(qfix_rows, 4); break;
-        }
-    }
-}
-
-void kern_matvec_qfix_vnni(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, true, &in) != ERR_OK)
-        kern_matmul_ref(w, x, n, y, row0, row1);
-    else
-        kern_qdot_fix_vnni(w, &in, n, y, row0, row1);
-    kern_qinput_free(&in);
-}
 
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                                 __m512 (*acc)[4], int c)
@@ -645,15 +429,15 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
                                             GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7));
     const __m256i gidx1 = _mm256_setr_epi32(GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
                                             GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
-    float sc[KERN_PARAMS_MAX + 8], bi[KERN_PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
+    float sc[PARAMS_MAX + 8], bi[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         __m256 acc[TB][2], bacc[TB]; /* first and second halves of the blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = bacc[u] = _mm256_setzero_ps();
-        for (int64_t g0 = 0; g0 < ng; g0 += KERN_PARAMS_MAX) {
-            int64_t nb = ng - g0 < KERN_PARAMS_MAX ? ng - g0 : KERN_PARAMS_MAX;
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
             dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
             memset(sc + nb, 0, 8 * sizeof *sc);
@@ -698,7 +482,7 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
 void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     struct kern_qinput in;
-    if (kern_qinput_prepare(w, x, n, false, &in) != ERR_OK) {
+    if (kern_qinput_prepare(w, x, n, &in) != ERR_OK) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }

@@ -273,7 +273,7 @@ struct path {
     const char *name;
     matmul_fn fn;
     enum wkind kind;
-    int isa; /* 0 none, 2 AVX2, 5 AVX-512, 6 AVX-512 VNNI, 9 BLAS */
+    int isa; /* 0 none, 2 AVX2, 5 AVX-512, 9 BLAS */
 };
 
 static bool have_blas(void)
@@ -293,8 +293,6 @@ static const struct path paths[] = {
     {"q4_avx2", kern_matvec_q_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q_avx2, WK_Q8, 2},
     {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q_avx512, WK_Q4, 5},
     {"q8_avx512", kern_matvec_q_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
-    {"q4_fix_ref", kern_matvec_qfix_ref, WK_Q4, 0},   {"q8_fix_ref", kern_matvec_qfix_ref, WK_Q8, 0},
-    {"q4_vnni", kern_matvec_qfix_vnni, WK_Q4, 6},     {"q8_vnni", kern_matvec_qfix_vnni, WK_Q8, 6},
     {"blas", BLAS_FN, WK_ANY, 9},
 };
 
@@ -303,7 +301,6 @@ static bool path_available(const struct path *p)
     switch (p->isa) {
     case 2: return kern_cpu_has_avx2();
     case 5: return kern_cpu_has_avx512();
-    case 6: return kern_cpu_has_vnni();
     case 9: return p->fn && have_blas();
     default: return true;
     }
@@ -494,118 +491,7 @@ Test(kernels, bf16_avx2) { run_path("bf16_avx2"); }
 Test(kernels, q4_avx512) { run_path("q4_avx512"); }
 Test(kernels, q8_avx512) { run_path("q8_avx512"); }
 Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
-Test(kernels, q4_fix_ref) { run_path("q4_fix_ref"); }
-Test(kernels, q8_fix_ref) { run_path("q8_fix_ref"); }
-Test(kernels, q4_vnni) { run_path("q4_vnni"); }
-Test(kernels, q8_vnni) { run_path("q8_vnni"); }
 Test(kernels, blas, .timeout = 60) { run_path("blas"); }
-
-/* The fixed-point form of the input: for every element, T rebuilt from its
- * three bytes satisfies |T| <= 2^20 and |x − T·unit| <= unit/2, the pieces
- * are in range, and unit is 2^(e−20) with the group's largest |x| in
- * [2^(e−1), 2^e). Inputs of mixed magnitudes (2^-130 … 2^86, subnormals,
- * zeros, a zero group, negative values) in 4- and 8-bit layouts. */
-Test(kernels, fixed_point_input)
-{
-    for (int bits = 4; bits <= 8; bits += 4) {
-        const int gs = 32, per_word = 32 / bits, blk = 16 * per_word, halves = KERN_QFIX_HALVES(bits);
-        const int64_t cols = 5 * gs, ng = cols / gs, n = 2;
-        struct wmat w = {.quantized = true, .dtype = DT_F32, .bits = bits, .gs = gs, .rows = 1, .cols = cols};
-        float x[2 * 5 * 32];
-        uint64_t seed = 7;
-        for (int64_t i = 0; i < n * cols; i++) {
-            int64_t g = i / gs;
-            float mag = g == 1 ? 0.0f : ldexpf(1.0f, (int)((g * 37) % 200) - 100);
-            x[i] = rng_float(&seed) * mag * (i % 7 == 0 ? 1e-6f : 1.0f);
-        }
-        x[3] = ldexpf(1.0f, -90); /* a power of two as the group maximum: e = -89 */
-        for (int64_t j = 0; j < gs; j++)
-            if (j != 3)
-                x[j] = 0x1p-91f;
-        for (int64_t j = 0; j < gs; j++) /* token 1, group 0: subnormals under a maximum of 2^-118 (e = -117) */
-            x[cols + j] = j == 5 ? -0x1p-118f : rng_float(&seed) * 0x1p-130f;
-        struct kern_qinput in;
-        cr_assert_eq(kern_qinput_prepare(&w, x, n, true, &in), ERR_OK);
-        cr_assert_eq(in.pstride, (cols + blk - 1) / blk * 3 * halves * 64);
-        cr_assert_eq(in.unit[0], ldexpf(1.0f, -89 - 20));
-        cr_assert_eq(in.unit[ng], ldexpf(1.0f, -117 - 20));
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t g = 0; g < ng; g++) {
-                float m = 0.0f, unit = in.unit[t * ng + g];
-                for (int64_t j = g * gs; j < (g + 1) * gs; j++)
-                    m = fmaxf(m, fabsf(x[t * cols + j]));
-                if (m > 0)
-                    cr_assert(m < ldexpf(unit, 20) && m >= ldexpf(unit, 19), "t %lld g %lld: unit %g for max %g",
-                              (long long)t, (long long)g, (double)unit, (double)m);
-                for (int64_t j = g * gs; j < (g + 1) * gs; j++) {
-                    int64_t i = j % blk;
-                    const int8_t *p = in.xp + t * in.pstride + j / blk * 3 * halves * 64 + i % halves * 64 + i / halves;
-                    int A = p[0], B = p[halves * 64], C = p[2 * halves * 64];
-                    cr_assert(abs(A) <= 64 && abs(B) <= 64 && C >= -64 && C <= 63, "pieces %d %d %d", A, B, C);
-                    double T = A * 16384.0 + B * 128.0 + C, xv = x[t * cols + j], u = unit;
-                    cr_assert(fabs(T) <= 1048576.0);
-                    cr_assert(fabs(xv - T * u) <= 0.5 * u, "t %lld j %lld: x %.9g, T·unit %.9g", (long long)t,
-                              (long long)j, xv, T * u);
-                }
-            }
-        kern_qinput_free(&in);
-        /* Inf or NaN: no fixed-point form */
-        x[7] = INFINITY;
-        cr_assert_eq(kern_qinput_prepare(&w, x, n, true, &in), ERR_RANGE);
-        kern_qinput_free(&in);
-        x[7] = NAN;
-        cr_assert_eq(kern_qinput_prepare(&w, x, n, true, &in), ERR_RANGE);
-        kern_qinput_free(&in);
-    }
-}
-
-/* The VNNI kernel is its scalar definition bit for bit: every (gs, bits,
- * scales dtype) with rows of 1, 3, 5 and 293 groups (the last two end in a
- * partial block; 293 spans two KERN_PARAMS_MAX chunks), 1 to 5 tokens
- * (every TB remainder), and a sub-range of rows. */
-Test(kernels, vnni_bitwise_fix_ref, .timeout = 60)
-{
-    if (!kern_cpu_has_vnni())
-        cr_skip_test("no AVX-512 VNNI on this machine");
-    uint64_t seed = 600;
-    for (int bits = 4; bits <= 8; bits += 4)
-        for (size_t g = 0; g < LEN(gs_grid); g++)
-            for (size_t d = 0; d < LEN(sdt_grid); d++) {
-                int gs = gs_grid[g];
-                const int64_t cols_grid[] = {gs, 3 * gs, 5 * gs, 293 * gs};
-                for (size_t c = 0; c < LEN(cols_grid); c++) {
-                    struct tmat t;
-                    const int64_t rows = c == 3 ? 3 : 7;
-                    make_quant(&t, rows, cols_grid[c], bits, gs, sdt_grid[d], seed++);
-                    for (int64_t n = 1; n <= 5; n++) {
-                        float *x = rand_vec(&seed, (size_t)(n * t.m.cols));
-                        float *a = nan_vec((size_t)(n * rows)), *b = nan_vec((size_t)(n * rows));
-                        struct kern_qinput in;
-                        cr_assert_eq(kern_qinput_prepare(&t.m, x, n, true, &in), ERR_OK);
-                        kern_qdot_fix_ref(&t.m, &in, n, a, 0, rows);
-                        kern_qdot_fix_vnni(&t.m, &in, n, b, 0, rows);
-                        cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0,
-                                     "q%d g%d %s cols %lld n %lld: VNNI and its definition differ", bits, gs,
-                                     dtype_name(sdt_grid[d]), (long long)cols_grid[c], (long long)n);
-                        float *sub = nan_vec((size_t)(n * rows));
-                        kern_qdot_fix_vnni(&t.m, &in, n, sub, 1, rows - 1);
-                        for (int64_t k = 0; k < n * rows; k++) {
-                            int64_t r = k % rows;
-                            if (r >= 1 && r < rows - 1)
-                                cr_assert_eq(memcmp(&sub[k], &a[k], sizeof *a), 0, "sub-range row %lld", (long long)r);
-                            else
-                                cr_assert(isnan(sub[k]), "row %lld written outside the sub-range", (long long)r);
-                        }
-                        kern_qinput_free(&in);
-                        free(x);
-                        free(a);
-                        free(b);
-                        free(sub);
-                    }
-                    tmat_free(&t);
-                }
-            }
-}
 
 /* Runs every available path that serves w on a view (plus the reference). */
 static void all_paths_on_view(const struct wmat *w, const double *wd, const double *mag, int64_t pitch, int64_t r0,
@@ -761,12 +647,11 @@ Test(kernels, init_tables)
     struct kern_table t;
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
-    cr_assert(!t.qdot && !t.qdot_fix && !t.matvec_bf16 && !t.blas);
+    cr_assert(!t.qdot && !t.matvec_bf16 && !t.blas);
     kern_init(&t, KERN_BEST);
     if (kern_cpu_has_avx512()) {
-        cr_assert_str_eq(t.name, kern_cpu_has_vnni() ? "avx512-vnni" : "avx512");
+        cr_assert_str_eq(t.name, "avx512");
         cr_assert(t.qdot == kern_qdot_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
-        cr_assert(t.qdot_fix == (kern_cpu_has_vnni() ? kern_qdot_fix_vnni : NULL));
     } else if (kern_cpu_has_avx2()) {
         cr_assert_str_eq(t.name, "avx2");
         cr_assert(t.qdot == kern_qdot_avx2 && t.matvec_bf16 == kern_matvec_bf16_avx2);
@@ -777,7 +662,7 @@ Test(kernels, init_tables)
     struct kern_table tb;
     kern_init(&tb, KERN_BLAS); /* KERN_BEST plus sgemm when built with OpenBLAS */
     cr_assert_str_eq(tb.name, t.name);
-    cr_assert(tb.qdot == t.qdot && tb.qdot_fix == t.qdot_fix && tb.matvec_bf16 == t.matvec_bf16);
+    cr_assert(tb.qdot == t.qdot && tb.matvec_bf16 == t.matvec_bf16);
 #ifdef HAVE_BLAS_KERNELS
     cr_assert(tb.blas);
 #else
@@ -794,18 +679,11 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
-                                     NULL};
+        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512,
-                                     kern_axpy_avx512, NULL};
-    }
-    if (kern_cpu_has_vnni()) {
-        label[k] = "VNNI only";
-        t[k++] = (struct kern_table){"avx512-vnni", NULL, NULL, false, kern_dot_avx512, kern_axpy_avx512,
-                                     kern_qdot_fix_vnni};
+        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -821,8 +699,6 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
         return BLAS_FN;
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot_fix == kern_qdot_fix_vnni)
-        return kern_matvec_qfix_vnni;
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx512)
         return kern_matvec_q_avx512;
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx2)
@@ -834,8 +710,8 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
 
 Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
 {
-    struct kern_table tab[6];
-    const char *label[6];
+    struct kern_table tab[5];
+    const char *label[5];
     size_t nt = tables(tab, label);
     struct tmat mats[6];
     make_quant(&mats[0], 300, 192, 4, 64, DT_BF16, 11); /* 300 rows: two sgemm tiles */
@@ -1299,28 +1175,4 @@ Test(kernels, to_f32_avx512_matches_dtype_to_f32)
             memcpy(&guard, &b[n], 4);
             cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
         }
-}
-
-/* An Inf or a NaN in the input reaches the output through kern_matmul on
- * every table (the fixed-point kernels hand such inputs to the float ones),
- * and only in the rows it touches: all of them here. */
-Test(kernels, matmul_nonfinite_input)
-{
-    struct kern_table tab[6];
-    const char *label[6];
-    size_t nt = tables(tab, label);
-    struct tmat t;
-    make_quant(&t, 9, 128, 4, 64, DT_BF16, 21);
-    uint64_t s = 5;
-    float *x = rand_vec(&s, 2 * 128), y[18];
-    x[128 + 70] = NAN;
-    for (size_t k = 0; k < nt; k++) {
-        kern_matmul(&tab[k], &t.m, x, 2, y, 2);
-        for (int r = 0; r < 9; r++) {
-            cr_assert(isfinite(y[r]), "%s: token 0 row %d: %g", label[k], r, (double)y[r]);
-            cr_assert(isnan(y[9 + r]), "%s: token 1 row %d: %g, want NaN", label[k], r, (double)y[9 + r]);
-        }
-    }
-    free(x);
-    tmat_free(&t);
 }
