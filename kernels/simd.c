@@ -34,6 +34,7 @@
 
 
 #define PREFETCH 4096 /* bytes ahead in the code stream: the row after next, for E2B-sized rows */
+#define PARAMS_AHEAD 8 /* rows ahead in the scales and biases streams */
 #define TB 4 /* tokens sharing one decode of a weight row */
 #define PARAMS_MAX 256 /* scales and biases of a row converted at once */
 #define INLINE static inline __attribute__((always_inline))
@@ -239,6 +240,10 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        for (size_t o = 0; o < w->srow_bytes; o += 64) {
+            _mm_prefetch((const char *)sr + PARAMS_AHEAD * w->srow_bytes + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)br + PARAMS_AHEAD * w->srow_bytes + o, _MM_HINT_T0);
+        }
         __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
