@@ -10,6 +10,11 @@
  *             threads, GFLOP/s and % of the sgemm bound
  *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
  *             and peak RSS against the largest tensor + 256 MiB
+ *   kernel    the fused 4-bit matvec alone (kern_matmul, one token, g64, bf16
+ *             scales, 1536 columns like most E2B matrices): on a 512-row matrix
+ *             that stays in L2 (1 thread), and on a 512 MiB one from RAM (1 and
+ *             2 threads) against the read bandwidth — the kernel's ceiling,
+ *             apart from everything else a decode step does
  *
  * Every limit is measured in the same run as the figure compared with it.
  * Fixtures are generated once into BENCH_DATA (deterministic). Targets
@@ -31,6 +36,7 @@
 #include "converter/convert.h"
 #include "core/fileio.h"
 #include "fixtures/fixture.h"
+#include "kernels/kernels.h"
 #include "runner/forward.h"
 
 static double now(void)
@@ -301,6 +307,86 @@ static int convert_bench(void)
     return failed;
 }
 
+/* A synthetic [rows, 1536] 4-bit g64 matrix with bf16 scales and biases
+ * (deterministic bytes; the values do not matter to the speed). */
+struct synth {
+    struct wmat w;
+    uint8_t *mem;
+};
+
+static int synth_make(struct synth *m, int64_t rows)
+{
+    const int64_t cols = 1536, ng = cols / 64;
+    size_t codes = (size_t)(rows * cols / 2), params = (size_t)(rows * ng * 2);
+    m->mem = malloc(codes + 2 * params);
+    if (!m->mem)
+        return 1;
+    uint64_t z = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < codes; i++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        m->mem[i] = (uint8_t)(z >> 56);
+    }
+    for (size_t i = 0; i < 2 * params; i += 2) { /* bf16 scales 2^-7, then biases -2^-5 */
+        m->mem[codes + i] = 0;
+        m->mem[codes + i + 1] = i / params ? 0xBD : 0x3C;
+    }
+    m->w = (struct wmat){.quantized = true, .dtype = DT_BF16, .w = m->mem, .s = m->mem + codes,
+                         .b = m->mem + codes + params, .bits = 4, .gs = 64, .rows = rows, .cols = cols,
+                         .row_bytes = (size_t)cols / 2, .srow_bytes = (size_t)ng * 2, .row_stride = (size_t)cols / 2};
+    return 0;
+}
+
+/* Best seconds of `reps` kern_matmul calls. */
+static double time_matvec(const struct kern_table *t, const struct wmat *w, const float *x, float *y, int threads,
+                          int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        kern_matmul(t, w, x, 1, y, threads);
+        double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+static int kernel_bench(void)
+{
+    struct kern_table t;
+    kern_init(&t, KERN_BEST);
+    printf("fused 4-bit matvec (%s kernels), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
+           "biases\n",
+           t.name);
+    float x[1536];
+    for (int i = 0; i < 1536; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
+    static const int64_t rows[2] = {512, 699050}; /* 393 KB of codes: in L2; 512 MiB: from RAM */
+    for (int k = 0; k < 2; k++) {
+        struct synth m;
+        float *y = malloc((size_t)rows[k] * sizeof *y);
+        if (!y || synth_make(&m, rows[k])) {
+            free(y);
+            return 1;
+        }
+        double bytes = (double)rows[k] * (double)(m.w.row_bytes + 2 * m.w.srow_bytes);
+        if (k == 0) {
+            double dt = time_matvec(&t, &m.w, x, y, 1, 2000);
+            printf("  in L2 (%d rows, %.0f KB), 1 thread: %.2f GB/s, %.1f weights/ns\n", (int)rows[k], bytes / 1e3,
+                   bytes / dt / 1e9, (double)rows[k] * 1536.0 / dt / 1e9);
+        } else {
+            for (int threads = 1; threads <= 2; threads++) {
+                double bw = read_bandwidth(threads), dt = time_matvec(&t, &m.w, x, y, threads, 5);
+                printf("  from RAM (%.0f MB), %d thread%s: %.2f GB/s = %.1f %% of the read bandwidth (%.2f GB/s)\n",
+                       bytes / 1e6, threads, threads == 1 ? " " : "s", bytes / dt / 1e9, 100.0 * bytes / dt / 1e9 / bw,
+                       bw);
+            }
+        }
+        free(m.mem);
+        free(y);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "limits";
@@ -318,6 +404,8 @@ int main(int argc, char **argv)
         return prefill();
     if (!strcmp(mode, "convert"))
         return convert_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill|convert\n");
+    if (!strcmp(mode, "kernel"))
+        return kernel_bench();
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill|convert|kernel\n");
     return 2;
 }
