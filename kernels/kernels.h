@@ -73,6 +73,33 @@ typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
+/* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
+ * computed as x / (1 + e^(−2u)) (the same function; no cancellation for
+ * negative x). e^v: v = −2u clamped to ±87 (e^v stays a finite normal
+ * number), v = n·ln2 + r with n an integer, e^r by its Taylor polynomial
+ * of degree 7 (|r| ≤ ln2/2: error < 1e-8), times 2^n. Every step is one
+ * IEEE multiply, add, divide, min or max, no fused multiply-add, so the SIMD
+ * twins give the same bits (tests/test_kernels.c). */
+#define KERN_GELU_K 0.7978845608028654f /* √(2/π) */
+#define KERN_GELU_C 0.044715f
+#define KERN_GELU_VMAX 87.0f
+#define KERN_LOG2E 1.44269504088896341f
+#define KERN_LN2_HI 0.693359375f /* 355/512: n·KERN_LN2_HI is exact */
+#define KERN_LN2_LO -2.12194440054690583e-4f
+#define KERN_EXP_C2 (1.0f / 2.0f)
+#define KERN_EXP_C3 (1.0f / 6.0f)
+#define KERN_EXP_C4 (1.0f / 24.0f)
+#define KERN_EXP_C5 (1.0f / 120.0f)
+#define KERN_EXP_C6 (1.0f / 720.0f)
+#define KERN_EXP_C7 (1.0f / 5040.0f)
+float kern_gelu(float x);
+
+/* g[i] = gelu(g[i])·u[i]: kern_gelu_mul_ref and its SIMD twins, bit-identical. */
+typedef void (*gelu_mul_fn)(float *g, const float *u, int64_t n);
+void kern_gelu_mul_ref(float *g, const float *u, int64_t n);
+void kern_gelu_mul_avx2(float *g, const float *u, int64_t n);
+void kern_gelu_mul_avx512(float *g, const float *u, int64_t n);
+
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */
@@ -81,6 +108,7 @@ struct kern_table {
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
     dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
     axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
+    gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
 };
 
 enum kern_level {
@@ -142,9 +170,6 @@ void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void 
 
 /* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed. */
 void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
-
-/* tanh-approximated GELU. */
-float kern_gelu(float x);
 
 /* Rotate-half RoPE of one head vector x[d] with per-pair inverse
  * frequencies inv_freq[d/2] at position pos: pair (i, i + d/2) turns by the

@@ -74,10 +74,32 @@ void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps
         y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
 }
 
+/* The constants and steps of kern_gelu, shared with the SIMD twins. */
 float kern_gelu(float x)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    float inner = x + KERN_GELU_C * x * x * x;
+    float v = fminf(fmaxf(-2.0f * (KERN_GELU_K * inner), -KERN_GELU_VMAX), KERN_GELU_VMAX);
+    /* e^v = 2^n·e^r: n = v·log2(e) rounded to nearest (the 1.5·2^23 trick), r = v − n·ln2 in two parts */
+    float n = (v * KERN_LOG2E + 12582912.0f) - 12582912.0f;
+    float r = (v - n * KERN_LN2_HI) - n * KERN_LN2_LO;
+    float p = KERN_EXP_C7;
+    p = p * r + KERN_EXP_C6;
+    p = p * r + KERN_EXP_C5;
+    p = p * r + KERN_EXP_C4;
+    p = p * r + KERN_EXP_C3;
+    p = p * r + KERN_EXP_C2;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x / (1.0f + p * two_n);
+}
+
+void kern_gelu_mul_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        g[i] = kern_gelu(g[i]) * u[i];
 }
 
 void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos)
@@ -163,6 +185,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->name = "scalar";
     t->dot = kern_dot_ref;
     t->axpy = kern_axpy_ref;
+    t->gelu_mul = kern_gelu_mul_ref;
 #ifdef HAVE_BLAS_KERNELS
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
     t->blas = level == KERN_BLAS;
@@ -173,11 +196,13 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->name = "avx512";
         t->dot = kern_dot_avx512;
         t->axpy = kern_axpy_avx512;
+        t->gelu_mul = kern_gelu_mul_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
         t->dot = kern_dot_avx2;
+        t->gelu_mul = kern_gelu_mul_avx2;
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }

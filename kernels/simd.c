@@ -190,6 +190,47 @@ AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
     }
 }
 
+/* kern_gelu on 16 lanes, step for step (kernels.h). */
+AVX512 INLINE __m512 gelu512(__m512 x)
+{
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 inner = _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_C), x), x), x));
+    __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner));
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-KERN_GELU_VMAX)), _mm512_set1_ps(KERN_GELU_VMAX));
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(KERN_LOG2E)), magic), magic);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_HI))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_LO)));
+    __m512 p = _mm512_set1_ps(KERN_EXP_C7);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C5));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C2));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    __m512 two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(p, two_n)));
+}
+
+AVX512 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* four independent chains: each is one long dependency */
+        __m512 a = gelu512(_mm512_loadu_ps(g + i)), b = gelu512(_mm512_loadu_ps(g + i + 16));
+        __m512 c = gelu512(_mm512_loadu_ps(g + i + 32)), d = gelu512(_mm512_loadu_ps(g + i + 48));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(a, _mm512_loadu_ps(u + i)));
+        _mm512_storeu_ps(g + i + 16, _mm512_mul_ps(b, _mm512_loadu_ps(u + i + 16)));
+        _mm512_storeu_ps(g + i + 32, _mm512_mul_ps(c, _mm512_loadu_ps(u + i + 32)));
+        _mm512_storeu_ps(g + i + 48, _mm512_mul_ps(d, _mm512_loadu_ps(u + i + 48)));
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(gelu512(_mm512_loadu_ps(g + i)), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(gelu512(_mm512_maskz_loadu_ps(m, g + i)), _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 /* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
 AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
 {
@@ -385,6 +426,37 @@ AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* kern_gelu on 8 lanes, step for step (kernels.h). */
+AVX2 INLINE __m256 gelu256(__m256 x)
+{
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    __m256 inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_C), x), x), x));
+    __m256 v = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner));
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-KERN_GELU_VMAX)), _mm256_set1_ps(KERN_GELU_VMAX));
+    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(KERN_LOG2E)), magic), magic);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(v, _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_HI))),
+                             _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_LO)));
+    __m256 p = _mm256_set1_ps(KERN_EXP_C7);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C6));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C5));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(p, two_n)));
+}
+
+/* The tail (fewer than 8) through kern_gelu itself: the same bits. */
+AVX2 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(gelu256(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+    kern_gelu_mul_ref(g + i, u + i, n - i);
 }
 
 AVX2 INLINE float hsum256(__m256 v)

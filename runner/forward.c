@@ -299,11 +299,12 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
 
 /* ---- feed-forward ---- */
 
-/* g = gelu(g)·u element-wise, in tasks of GELU_TASK elements (tanhf is a
- * noticeable share of a step; serial, it would leave the other threads idle). */
-#define GELU_TASK 2048
+/* g = gelu(g)·u element-wise, in tasks of GELU_TASK elements: a decode step
+ * is one task, a prefill's millions of elements are spread over the threads. */
+#define GELU_TASK 16384
 
 struct gelu_job {
+    gelu_mul_fn gelu_mul;
     float *g;
     const float *u;
     int64_t n;
@@ -313,9 +314,8 @@ static void gelu_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const struct gelu_job *j = arg;
-    int64_t k1 = (task + 1) * GELU_TASK < j->n ? (task + 1) * GELU_TASK : j->n;
-    for (int64_t k = task * GELU_TASK; k < k1; k++)
-        j->g[k] = kern_gelu(j->g[k]) * j->u[k];
+    int64_t k0 = task * GELU_TASK, k1 = k0 + GELU_TASK < j->n ? k0 + GELU_TASK : j->n;
+    j->gelu_mul(j->g + k0, j->u + k0, k1 - k0);
 }
 
 /* §3.7: out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ */
@@ -331,7 +331,7 @@ static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, c
     }
     kern_matmul(&r->kt, wg, z, n, g, r->threads);                        /* g[n, I] = z·Wgᵀ */
     kern_matmul(&r->kt, wu, z, n, u, r->threads);                        /* u[n, I] = z·Wuᵀ */
-    struct gelu_job j = {g, u, n * I};
+    struct gelu_job j = {r->kt.gelu_mul, g, u, n * I};
     kern_parallel(r->threads, (n * I + GELU_TASK - 1) / GELU_TASK, gelu_task, &j); /* g = gelu(g)·u */
     kern_matmul(&r->kt, wd, g, n, out, r->threads);                      /* out = g·Wdᵀ */
     free(g);
@@ -559,8 +559,7 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
             int64_t P = c->ple_dim;
             kern_matmul(&r->kt, &L->ple_gate, x, N, g, r->threads);
             for (int64_t t = 0; t < N; t++)
-                for (int64_t k = 0; k < P; k++)
-                    g[t * P + k] = kern_gelu(g[t * P + k]) * ple[(t * Lc + i) * P + k];
+                r->kt.gelu_mul(g + t * P, ple + (t * Lc + i) * P, P);
             kern_matmul(&r->kt, &L->ple_proj, g, N, a, r->threads);
             for (int64_t t = 0; t < N; t++) {
                 kern_rmsnorm(a + t * H, a + t * H, L->ln_post_ple, H, eps);

@@ -679,11 +679,13 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref};
+        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
+                                     kern_gelu_mul_avx2};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512};
+        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512,
+                                     kern_gelu_mul_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -936,6 +938,70 @@ Test(kernels, gelu)
     cr_assert(fabsf(kern_gelu(-10.0f)) <= 1e-7f);
     /* the erf form differs: gelu_erf(1) = 0.8413447460685429, 1.5e-4 away */
     cr_assert_gt(fabs((double)kern_gelu(1.0f) - 0.8413447460685429), 1e-4);
+    cr_assert_eq(kern_gelu(INFINITY), INFINITY);
+    cr_assert(isnan(kern_gelu(NAN)));
+}
+
+/* kern_gelu against float64 over |x| from 2^-30 to 2^7, both signs. The
+ * float64 value is x / (1 + e^(−2u)), the same function as the tanh form,
+ * which loses every digit to cancellation in float64 below x ≈ −7. The bound
+ * grows with |v| = 2|u|: a rounding of u by δ moves e^(−2u) by 2δ relative
+ * (conditioning, not the exp; measured at most 1.6e-7·|v|); past the clamp (v > 87,
+ * x < −9.7, |gelu| < 1e-36) it is absolute. */
+Test(kernels, gelu_accuracy)
+{
+    double worst = 0.0;
+    for (int sign = -1; sign <= 1; sign += 2)
+        for (int e = -30; e < 7; e++)
+            for (int m = 0; m < 512; m++) {
+                float x = (float)sign * ldexpf(1.0f + (float)m / 512.0f, e);
+                double xd = x, v = -2.0 * 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
+                double want = xd / (1.0 + exp(v)), err = fabs((double)kern_gelu(x) - want);
+                double rel = 2.5e-7 * fmax(1.0, fabs(v));
+                cr_assert(err <= rel * fabs(want) || (v > 87.0 && err <= 1e-35), "gelu(%a) = %a, float64 %.17g",
+                          (double)x, (double)kern_gelu(x), want);
+                if (v < 87.0 && err / fabs(want) / fmax(1.0, fabs(v)) > worst)
+                    worst = err / fabs(want) / fmax(1.0, fabs(v));
+            }
+    cr_assert_gt(worst, 1e-8); /* a real comparison ran: not all exact */
+}
+
+/* g = gelu(g)·u on the SIMD paths gives the reference's bits for every
+ * length 0..40 (full vectors and tails) and for 4096 values, on ordinary
+ * values in [−12, 12] and on ±0, ±inf, NaN, huge and clamp-edge inputs, and
+ * writes nothing past n. */
+Test(kernels, gelu_mul_simd_bitwise_equal_reference)
+{
+    enum { N = 4096 };
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 1e-40f, -9.7f, -9.8f, 30.0f, -30.0f};
+    float g0[N + 1], u[N + 1];
+    uint64_t s = 31;
+    for (int i = 0; i <= N; i++) {
+        g0[i] = (float)(rng_next(&s) % 24001) / 1000.0f - 12.0f;
+        u[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    }
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        g0[3 * i + 1] = special[i];
+    const gelu_mul_fn simd[] = {kern_cpu_has_avx2() ? kern_gelu_mul_avx2 : NULL,
+                                kern_cpu_has_avx512() ? kern_gelu_mul_avx512 : NULL};
+    if (!simd[0] && !simd[1])
+        cr_skip_test("no AVX2 or AVX-512 on this CPU");
+    for (int f = 0; f < 2; f++)
+        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? N : n + 1) { /* 0..40, then N */
+            static float r[N + 1], v[N + 1];
+            memcpy(r, g0, sizeof r);
+            memcpy(v, g0, sizeof v);
+            r[n] = v[n] = 12345.0f;
+            kern_gelu_mul_ref(r, u, n);
+            simd[f](v, u, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
+                          "%s n %lld [%lld]: gelu(%a)·%a = %a, reference %a", f ? "avx512" : "avx2", (long long)n,
+                          (long long)i, (double)g0[i], (double)u[i], (double)v[i], (double)r[i]);
+            cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
+            if (n > 5)
+                cr_assert(r[5] == kern_gelu(g0[5]) * u[5]);
+        }
 }
 
 Test(kernels, softmax)
