@@ -73,16 +73,13 @@ typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
-/* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
- * computed as x / (1 + e^(−2u)) (the same function; no cancellation for
- * negative x). e^v: v = −2u clamped to ±87 (e^v stays a finite normal
- * number), v = n·ln2 + r with n an integer, e^r by its Taylor polynomial
- * of degree 7 (|r| ≤ ln2/2: error < 1e-8), times 2^n. Every step is one
- * IEEE multiply, add, divide, min or max, no fused multiply-add, so the SIMD
- * twins give the same bits (tests/test_kernels.c). */
-#define KERN_GELU_K 0.7978845608028654f /* √(2/π) */
-#define KERN_GELU_C 0.044715f
-#define KERN_GELU_VMAX 87.0f
+/* e^v without libm, for GELU and the soft-cap: v clamped to ±87 (e^v stays
+ * a finite normal number; NaN stays NaN), v = n·ln2 + r with n an integer,
+ * e^r − 1 by its Taylor polynomial of degree 7 (|r| ≤ ln2/2: error < 1e-8),
+ * e^v = 2^n·(1 + that). Every step is one IEEE multiply, add, divide or
+ * compare, no fused multiply-add, so the SIMD twins give the same bits
+ * (tests/test_kernels.c). */
+#define KERN_EXP_VMAX 87.0f
 #define KERN_LOG2E 1.44269504088896341f
 #define KERN_LN2_HI 0.693359375f /* 355/512: n·KERN_LN2_HI is exact */
 #define KERN_LN2_LO -2.12194440054690583e-4f
@@ -92,6 +89,12 @@ void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 #define KERN_EXP_C5 (1.0f / 120.0f)
 #define KERN_EXP_C6 (1.0f / 720.0f)
 #define KERN_EXP_C7 (1.0f / 5040.0f)
+
+/* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
+ * computed as x / (1 + e^(−2u)): the same function, without the tanh form's
+ * cancellation for negative x. */
+#define KERN_GELU_K 0.7978845608028654f /* √(2/π) */
+#define KERN_GELU_C 0.044715f
 float kern_gelu(float x);
 
 /* g[i] = gelu(g[i])·u[i]: kern_gelu_mul_ref and its SIMD twins, bit-identical. */
@@ -99,6 +102,17 @@ typedef void (*gelu_mul_fn)(float *g, const float *u, int64_t n);
 void kern_gelu_mul_ref(float *g, const float *u, int64_t n);
 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n);
 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n);
+
+/* Logit soft-cap cap·tanh(x/cap), tanh(z) computed as (e^(2z) − 1)/(e^(2z) + 1)
+ * with e^(2z) − 1 = 2^n·(1 + P) − 1 = 2^n·P + (2^n − 1) (P = e^r − 1: no
+ * cancellation for small z). */
+float kern_softcap(float x, float cap);
+
+/* x[i] = kern_softcap(x[i], cap): the reference and its SIMD twins, bit-identical. */
+typedef void (*softcap_fn)(float *x, float cap, int64_t n);
+void kern_softcap_ref(float *x, float cap, int64_t n);
+void kern_softcap_avx2(float *x, float cap, int64_t n);
+void kern_softcap_avx512(float *x, float cap, int64_t n);
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
@@ -109,6 +123,7 @@ struct kern_table {
     dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
     axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
     gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
+    softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
 };
 
 enum kern_level {

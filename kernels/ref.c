@@ -74,12 +74,18 @@ void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps
         y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
 }
 
-/* The constants and steps of kern_gelu, shared with the SIMD twins. */
-float kern_gelu(float x)
+/* v clamped to ±KERN_EXP_VMAX, NaN kept (the SIMD max/min order). */
+static float exp_clamp(float v)
 {
-    float inner = x + KERN_GELU_C * x * x * x;
-    float v = fminf(fmaxf(-2.0f * (KERN_GELU_K * inner), -KERN_GELU_VMAX), KERN_GELU_VMAX);
-    /* e^v = 2^n·e^r: n = v·log2(e) rounded to nearest (the 1.5·2^23 trick), r = v − n·ln2 in two parts */
+    v = v < -KERN_EXP_VMAX ? -KERN_EXP_VMAX : v;
+    return v > KERN_EXP_VMAX ? KERN_EXP_VMAX : v;
+}
+
+/* e^v = 2^n·(1 + P) for a clamped v: returns P = e^r − 1 and sets *two_n.
+ * n = v·log2(e) rounded to nearest (the 1.5·2^23 trick), r = v − n·ln2 in two
+ * parts, P by Horner ending in ·r (accurate relative to r). */
+static float exp_parts(float v, float *two_n)
+{
     float n = (v * KERN_LOG2E + 12582912.0f) - 12582912.0f;
     float r = (v - n * KERN_LN2_HI) - n * KERN_LN2_LO;
     float p = KERN_EXP_C7;
@@ -89,17 +95,34 @@ float kern_gelu(float x)
     p = p * r + KERN_EXP_C3;
     p = p * r + KERN_EXP_C2;
     p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return x / (1.0f + p * two_n);
+    uint32_t bits = (uint32_t)((n == n ? (int32_t)n : 0) + 127) << 23; /* NaN: P is NaN, any 2^n does */
+    memcpy(two_n, &bits, sizeof *two_n);
+    return p * r;
+}
+
+float kern_gelu(float x)
+{
+    float two_n, P = exp_parts(exp_clamp(-2.0f * (KERN_GELU_K * (x + KERN_GELU_C * x * x * x))), &two_n);
+    return x / (1.0f + (P + 1.0f) * two_n);
 }
 
 void kern_gelu_mul_ref(float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         g[i] = kern_gelu(g[i]) * u[i];
+}
+
+float kern_softcap(float x, float cap)
+{
+    float two_n, P = exp_parts(exp_clamp(2.0f * (x / cap)), &two_n);
+    float em = two_n * P + (two_n - 1.0f); /* e^(2z) − 1 */
+    return cap * (em / (em + 2.0f));
+}
+
+void kern_softcap_ref(float *x, float cap, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = kern_softcap(x[i], cap);
 }
 
 void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos)
@@ -186,6 +209,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->dot = kern_dot_ref;
     t->axpy = kern_axpy_ref;
     t->gelu_mul = kern_gelu_mul_ref;
+    t->softcap = kern_softcap_ref;
 #ifdef HAVE_BLAS_KERNELS
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
     t->blas = level == KERN_BLAS;
@@ -197,12 +221,14 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->dot = kern_dot_avx512;
         t->axpy = kern_axpy_avx512;
         t->gelu_mul = kern_gelu_mul_avx512;
+        t->softcap = kern_softcap_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (kern_cpu_has_avx2()) {
         t->name = "avx2";
         t->dot = kern_dot_avx2;
         t->gelu_mul = kern_gelu_mul_avx2;
+        t->softcap = kern_softcap_avx2;
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }

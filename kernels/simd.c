@@ -190,13 +190,12 @@ AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
     }
 }
 
-/* kern_gelu on 16 lanes, step for step (kernels.h). */
-AVX512 INLINE __m512 gelu512(__m512 x)
+/* exp_clamp and exp_parts of ref.c on 16 lanes, step for step: returns P,
+ * sets *two_n. max(lo, v) and min(hi, v) return v when it is NaN. */
+AVX512 INLINE __m512 exp_parts512(__m512 v, __m512 *two_n)
 {
     const __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 inner = _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_C), x), x), x));
-    __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner));
-    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-KERN_GELU_VMAX)), _mm512_set1_ps(KERN_GELU_VMAX));
+    v = _mm512_min_ps(_mm512_set1_ps(KERN_EXP_VMAX), _mm512_max_ps(_mm512_set1_ps(-KERN_EXP_VMAX), v));
     __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(KERN_LOG2E)), magic), magic);
     __m512 r = _mm512_sub_ps(_mm512_sub_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_HI))),
                              _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_LO)));
@@ -207,9 +206,44 @@ AVX512 INLINE __m512 gelu512(__m512 x)
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C3));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C2));
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
-    __m512 two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(p, two_n)));
+    *two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    return _mm512_mul_ps(p, r);
+}
+
+/* kern_gelu on 16 lanes, step for step. */
+AVX512 INLINE __m512 gelu512(__m512 x)
+{
+    __m512 inner = _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_C), x), x), x));
+    __m512 two_n, P = exp_parts512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner)), &two_n);
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_add_ps(P, _mm512_set1_ps(1.0f)), two_n)));
+}
+
+/* kern_softcap on 16 lanes, step for step. */
+AVX512 INLINE __m512 softcap512(__m512 x, __m512 cap)
+{
+    __m512 two_n, P = exp_parts512(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_div_ps(x, cap)), &two_n);
+    __m512 em = _mm512_add_ps(_mm512_mul_ps(two_n, P), _mm512_sub_ps(two_n, _mm512_set1_ps(1.0f)));
+    return _mm512_mul_ps(cap, _mm512_div_ps(em, _mm512_add_ps(em, _mm512_set1_ps(2.0f))));
+}
+
+AVX512 void kern_softcap_avx512(float *x, float cap, int64_t n)
+{
+    const __m512 c = _mm512_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* four independent chains, as in kern_gelu_mul_avx512 */
+        __m512 a = softcap512(_mm512_loadu_ps(x + i), c), b = softcap512(_mm512_loadu_ps(x + i + 16), c);
+        __m512 d = softcap512(_mm512_loadu_ps(x + i + 32), c), e = softcap512(_mm512_loadu_ps(x + i + 48), c);
+        _mm512_storeu_ps(x + i, a);
+        _mm512_storeu_ps(x + i + 16, b);
+        _mm512_storeu_ps(x + i + 32, d);
+        _mm512_storeu_ps(x + i + 48, e);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, softcap512(_mm512_loadu_ps(x + i), c));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, m, softcap512(_mm512_maskz_loadu_ps(m, x + i), c));
+    }
 }
 
 AVX512 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n)
@@ -428,13 +462,11 @@ AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-/* kern_gelu on 8 lanes, step for step (kernels.h). */
-AVX2 INLINE __m256 gelu256(__m256 x)
+/* exp_parts512 on 8 lanes. */
+AVX2 INLINE __m256 exp_parts256(__m256 v, __m256 *two_n)
 {
     const __m256 magic = _mm256_set1_ps(12582912.0f);
-    __m256 inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_C), x), x), x));
-    __m256 v = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner));
-    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-KERN_GELU_VMAX)), _mm256_set1_ps(KERN_GELU_VMAX));
+    v = _mm256_min_ps(_mm256_set1_ps(KERN_EXP_VMAX), _mm256_max_ps(_mm256_set1_ps(-KERN_EXP_VMAX), v));
     __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(KERN_LOG2E)), magic), magic);
     __m256 r = _mm256_sub_ps(_mm256_sub_ps(v, _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_HI))),
                              _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_LO)));
@@ -445,9 +477,29 @@ AVX2 INLINE __m256 gelu256(__m256 x)
     p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C3));
     p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C2));
     p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(p, two_n)));
+    *two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(p, r);
+}
+
+/* gelu512 on 8 lanes. */
+AVX2 INLINE __m256 gelu256(__m256 x)
+{
+    __m256 inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_C), x), x), x));
+    __m256 two_n, P = exp_parts256(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner)), &two_n);
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_add_ps(P, _mm256_set1_ps(1.0f)), two_n)));
+}
+
+/* softcap512 on 8 lanes; the tail through kern_softcap itself. */
+AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
+{
+    const __m256 c = _mm256_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 two_n, P = exp_parts256(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_div_ps(_mm256_loadu_ps(x + i), c)), &two_n);
+        __m256 em = _mm256_add_ps(_mm256_mul_ps(two_n, P), _mm256_sub_ps(two_n, _mm256_set1_ps(1.0f)));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(c, _mm256_div_ps(em, _mm256_add_ps(em, _mm256_set1_ps(2.0f)))));
+    }
+    kern_softcap_ref(x + i, cap, n - i);
 }
 
 /* The tail (fewer than 8) through kern_gelu itself: the same bits. */

@@ -579,11 +579,8 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
         for (int64_t t = all_rows ? 0 : f.it[b].n - 1; t < f.it[b].n; t++, rows++)
             kern_rmsnorm(a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
     kern_matmul(&r->kt, &m->embed, a, rows, logits, r->threads);
-    if (c->has_softcap) {
-        float cap = (float)c->softcap;
-        for (int64_t k = 0; k < rows * V; k++)
-            logits[k] = cap * tanhf(logits[k] / cap);
-    }
+    if (c->has_softcap)
+        r->kt.softcap(logits, (float)c->softcap, rows * V); /* cap·tanh(logits/cap) */
     rc = commit(&f, e);
 out:
     for (int b = 0; f.it && b < n_items; b++) {

@@ -680,12 +680,12 @@ static size_t tables(struct kern_table *t, const char **label)
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
-                                     kern_gelu_mul_avx2};
+                                     kern_gelu_mul_avx2, kern_softcap_avx2};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512,
-                                     kern_gelu_mul_avx512};
+                                     kern_gelu_mul_avx512, kern_softcap_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -942,6 +942,31 @@ Test(kernels, gelu)
     cr_assert(isnan(kern_gelu(NAN)));
 }
 
+/* cap·tanh(x/cap) against float64 over |x| from 2^-30 to 2^9 (cap 30, the
+ * Gemma value, and 2.5): within 4 ulp-sized steps of the result, ±cap at the
+ * ends, and NaN stays NaN (a NaN logit must not turn into −cap). */
+Test(kernels, softcap)
+{
+    const float caps[] = {30.0f, 2.5f};
+    double worst = 0.0;
+    for (int c = 0; c < 2; c++)
+        for (int sign = -1; sign <= 1; sign += 2)
+            for (int e = -30; e < 9; e++)
+                for (int m = 0; m < 256; m++) {
+                    float x = (float)sign * ldexpf(1.0f + (float)m / 256.0f, e);
+                    double want = (double)caps[c] * tanh((double)x / (double)caps[c]), got = kern_softcap(x, caps[c]);
+                    cr_assert(fabs(got - want) <= 5e-7 * fabs(want), "softcap(%a, %g) = %a, float64 %.17g", (double)x,
+                              (double)caps[c], got, want);
+                    if (fabs(got - want) / fabs(want) > worst)
+                        worst = fabs(got - want) / fabs(want);
+                }
+    cr_assert_gt(worst, 1e-8); /* a real comparison ran */
+    cr_assert_eq(kern_softcap(1e30f, 30.0f), 30.0f);
+    cr_assert_eq(kern_softcap(-INFINITY, 30.0f), -30.0f);
+    cr_assert_eq(kern_softcap(0.0f, 30.0f), 0.0f);
+    cr_assert(isnan(kern_softcap(NAN, 30.0f)));
+}
+
 /* kern_gelu against float64 over |x| from 2^-30 to 2^7, both signs. The
  * float64 value is x / (1 + e^(−2u)), the same function as the tanh form,
  * which loses every digit to cancellation in float64 below x ≈ −7. The bound
@@ -1001,6 +1026,38 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
             cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
             if (n > 5)
                 cr_assert(r[5] == kern_gelu(g0[5]) * u[5]);
+        }
+}
+
+/* The soft-cap's SIMD paths give the reference's bits, as GELU's above (the
+ * inputs scaled to logits' range, [−60, 60]). */
+Test(kernels, softcap_simd_bitwise_equal_reference)
+{
+    enum { N = 4096 };
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 1e-40f, 1e-7f, -3e-5f, 1305.0f, -1306.0f};
+    static float x0[N + 1];
+    uint64_t s = 37;
+    for (int i = 0; i <= N; i++)
+        x0[i] = (float)(rng_next(&s) % 120001) / 1000.0f - 60.0f;
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        x0[3 * i + 1] = special[i];
+    const softcap_fn simd[] = {kern_cpu_has_avx2() ? kern_softcap_avx2 : NULL,
+                               kern_cpu_has_avx512() ? kern_softcap_avx512 : NULL};
+    if (!simd[0] && !simd[1])
+        cr_skip_test("no AVX2 or AVX-512 on this CPU");
+    for (int f = 0; f < 2; f++)
+        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? N : n + 1) { /* 0..40, then N */
+            static float r[N + 1], v[N + 1];
+            memcpy(r, x0, sizeof r);
+            memcpy(v, x0, sizeof v);
+            r[n] = v[n] = 12345.0f;
+            kern_softcap_ref(r, 30.0f, n);
+            simd[f](v, 30.0f, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
+                          "%s n %lld [%lld]: softcap(%a) = %a, reference %a", f ? "avx512" : "avx2", (long long)n,
+                          (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
+            cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
         }
 }
 
