@@ -114,6 +114,11 @@ void kern_softcap_ref(float *x, float cap, int64_t n);
 void kern_softcap_avx2(float *x, float cap, int64_t n);
 void kern_softcap_avx512(float *x, float cap, int64_t n);
 
+/* The version of the kernels' arithmetic: bumped whenever a kernel's bits
+ * change (2: GELU and the soft-cap without libm), so that state saved by an
+ * older build (the cold prefix cache) is never restored into a newer one. */
+#define KERN_NUMERICS 2
+
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
     const char *name;         /* "scalar", "avx2", "avx512" */

@@ -58,14 +58,15 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
     /* The weights themselves, not just the layout: entries on disk outlive
      * this process and must never be restored into another model. The
      * kernels too: scalar, avx2, avx512 and BLAS round differently, and a
-     * state computed by one must not be restored into a run of another. */
+     * state computed by one must not be restored into a run of another, nor
+     * into a build whose kernels round differently (KERN_NUMERICS). */
     if (o->cold_dir)
         model_weights_fingerprint(r->m, weights);
     else
         memcpy(weights, r->m->fingerprint, sizeof weights); /* one process, one model */
-    snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s",
+    snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s|numerics=%d",
              COLD_VERSION, weights, r->kv.bits, r->kv.group_size, (long long)r->kv.start,
-             r->kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "");
+             r->kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "", KERN_NUMERICS);
     struct sha256 h;
     sha256_init(&h);
     sha256_update(&h, ns, strlen(ns));

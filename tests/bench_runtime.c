@@ -214,17 +214,22 @@ static int prefill(void)
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    /* FLOPs per token: 2 per weight of every matrix a token multiplies */
-    double flop_tok = 2.0 * (double)m.weight_bytes / 0.5625; /* 4-bit g64 with bf16 scales: 4.5 bits/weight */
+    /* FLOPs: 2 per weight of every matrix a token multiplies (4-bit g64 with
+     * bf16 scales: 4.5 bits a weight); the tied head only for the last position */
+    double w_head = (double)m.cfg.vocab_size * (double)m.cfg.hidden_size;
+    double flop_tok = 2.0 * ((double)m.weight_bytes / 0.5625 - w_head);
     int T = 512;
     int32_t *tok = malloc((size_t)T * sizeof *tok);
     for (int i = 0; i < T; i++)
         tok[i] = 2 + (int32_t)((i * 7919) % 262000);
-    printf("prefill, E2B-shaped 4-bit pack, %d-token prompt (%.2f GFLOP per token in matmuls)\n", T, flop_tok / 1e9);
+    printf("prefill, E2B-shaped 4-bit pack, %d-token prompt (%.2f GFLOP per token in matmuls, %.2f once for the "
+           "head)\n",
+           T, flop_tok / 1e9, 2.0 * w_head / 1e9);
     for (int threads = 1; threads <= 2; threads++) {
-        /* this VM's speed varies from run to run: the peak is the best of three
-         * sgemm measurements, and each prefill the best of `runs` */
-        double peak = 0.0;
+        /* this VM's speed varies from minute to minute: the peak is the best of
+         * three sgemm measurements before the prefills and three after, and
+         * each prefill the best of `runs` */
+        double peak = 0.0, gf[2] = {0.0, 0.0}, tps[2] = {0.0, 0.0};
         for (int k = 0; k < 3; k++)
             peak = fmax(peak, sgemm_gflops(threads));
         for (int k = 0; k < 2; k++) {
@@ -243,16 +248,20 @@ static int prefill(void)
                 rc = runner_prompt(&r, tok, T, 0, NULL, last, &e);
                 dt = fmin(dt, now() - t0);
             }
-            double gf = flop_tok * T / dt / 1e9;
+            gf[k] = (flop_tok * T + 2.0 * w_head) / dt / 1e9;
+            tps[k] = T / dt;
             if (rc != ERR_OK)
                 fprintf(stderr, "%s\n", e.msg);
-            printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %% "
-                   "(target >= 60 %%: %s)\n",
-                   threads, threads == 1 ? " " : "s", k ? "blas" : "best", T / dt, gf, peak, 100.0 * gf / peak,
-                   gf >= 0.6 * peak ? "PASS" : "MISS");
             free(last);
             runner_free(&r);
         }
+        for (int k = 0; k < 3; k++)
+            peak = fmax(peak, sgemm_gflops(threads));
+        for (int k = 0; k < 2; k++)
+            printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %% "
+                   "(target >= 60 %%: %s)\n",
+                   threads, threads == 1 ? " " : "s", k ? "blas" : "best", tps[k], gf[k], peak,
+                   100.0 * gf[k] / peak, gf[k] >= 0.6 * peak ? "PASS" : "MISS");
     }
     free(tok);
     model_close(&m);
