@@ -73,7 +73,7 @@ typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
-/* e^v without libm, for GELU and the soft-cap: v clamped to ±87 (e^v stays
+/* e^v without libm, for GELU and the soft-cap: v clamped to ±87 (2^n stays
  * a finite normal number; NaN stays NaN), v = n·ln2 + r with n an integer,
  * e^r − 1 by its Taylor polynomial of degree 7 (|r| ≤ ln2/2: error < 1e-8),
  * e^v = 2^n·(1 + that). Every step is one IEEE multiply, add, divide or
@@ -92,7 +92,8 @@ void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
 /* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
  * computed as x / (1 + e^(−2u)): the same function, without the tanh form's
- * cancellation for negative x. */
+ * cancellation for negative x. Past the clamp (−2u > 87, x < −9.7) the
+ * result is a zero of x's sign (|gelu| < |x|·e^−87 there). */
 #define KERN_GELU_K 0.7978845608028654f /* √(2/π) */
 #define KERN_GELU_C 0.044715f
 float kern_gelu(float x);

@@ -102,8 +102,9 @@ static float exp_parts(float v, float *two_n)
 
 float kern_gelu(float x)
 {
-    float two_n, P = exp_parts(exp_clamp(-2.0f * (KERN_GELU_K * (x + KERN_GELU_C * x * x * x))), &two_n);
-    return x / (1.0f + (P + 1.0f) * two_n);
+    float v = -2.0f * (KERN_GELU_K * (x + KERN_GELU_C * x * x * x)), two_n, P = exp_parts(exp_clamp(v), &two_n);
+    float y = x / (1.0f + (P + 1.0f) * two_n);
+    return v > KERN_EXP_VMAX ? copysignf(0.0f, x) : y; /* x < −9.7: |gelu| < |x|·e^−87, a signed zero */
 }
 
 void kern_gelu_mul_ref(float *g, const float *u, int64_t n)

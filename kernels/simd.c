@@ -214,8 +214,11 @@ AVX512 INLINE __m512 exp_parts512(__m512 v, __m512 *two_n)
 AVX512 INLINE __m512 gelu512(__m512 x)
 {
     __m512 inner = _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_C), x), x), x));
-    __m512 two_n, P = exp_parts512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner)), &two_n);
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_add_ps(P, _mm512_set1_ps(1.0f)), two_n)));
+    __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner));
+    __m512 two_n, P = exp_parts512(v, &two_n);
+    __m512 y = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_add_ps(P, _mm512_set1_ps(1.0f)), two_n)));
+    __m512 zero = _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v, _mm512_set1_ps(KERN_EXP_VMAX), _CMP_GT_OQ), zero);
 }
 
 /* kern_softcap on 16 lanes, step for step. */
@@ -485,8 +488,11 @@ AVX2 INLINE __m256 exp_parts256(__m256 v, __m256 *two_n)
 AVX2 INLINE __m256 gelu256(__m256 x)
 {
     __m256 inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_C), x), x), x));
-    __m256 two_n, P = exp_parts256(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner)), &two_n);
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_add_ps(P, _mm256_set1_ps(1.0f)), two_n)));
+    __m256 v = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner));
+    __m256 two_n, P = exp_parts256(v, &two_n);
+    __m256 y = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_add_ps(P, _mm256_set1_ps(1.0f)), two_n)));
+    __m256 zero = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    return _mm256_blendv_ps(y, zero, _mm256_cmp_ps(v, _mm256_set1_ps(KERN_EXP_VMAX), _CMP_GT_OQ));
 }
 
 /* softcap512 on 8 lanes; the tail through kern_softcap itself. */

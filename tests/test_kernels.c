@@ -940,6 +940,9 @@ Test(kernels, gelu)
     cr_assert_gt(fabs((double)kern_gelu(1.0f) - 0.8413447460685429), 1e-4);
     cr_assert_eq(kern_gelu(INFINITY), INFINITY);
     cr_assert(isnan(kern_gelu(NAN)));
+    /* past the clamp: a zero of x's sign, however large |x| (not x·e^-87) */
+    cr_assert(kern_gelu(-1e30f) == 0.0f && signbit(kern_gelu(-1e30f)));
+    cr_assert(kern_gelu(-INFINITY) == 0.0f && signbit(kern_gelu(-INFINITY)));
 }
 
 /* cap·tanh(x/cap) against float64 over |x| from 2^-30 to 2^9 (cap 30, the
@@ -992,7 +995,8 @@ Test(kernels, gelu_accuracy)
 }
 
 /* g = gelu(g)·u on the SIMD paths gives the reference's bits for every
- * length 0..40 (full vectors and tails) and for 4096 values, on ordinary
+ * length 0..40 (full vectors and tails), for 100 (every loop of the AVX-512
+ * path: 64 + 16 + a masked tail of 4) and for 4096 values, on ordinary
  * values in [−12, 12] and on ±0, ±inf, NaN, huge and clamp-edge inputs, and
  * writes nothing past n. */
 Test(kernels, gelu_mul_simd_bitwise_equal_reference)
@@ -1012,8 +1016,8 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
     for (int f = 0; f < 2; f++)
-        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? N : n + 1) { /* 0..40, then N */
-            static float r[N + 1], v[N + 1];
+        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? 100 : n == 100 ? N : n + 1) {
+            static float r[N + 1], v[N + 1]; /* n: 0..40, 100 (64 + 16 + a tail of 4), N */
             memcpy(r, g0, sizeof r);
             memcpy(v, g0, sizeof v);
             r[n] = v[n] = 12345.0f;
@@ -1030,7 +1034,7 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
 }
 
 /* The soft-cap's SIMD paths give the reference's bits, as GELU's above (the
- * inputs scaled to logits' range, [−60, 60]). */
+ * inputs scaled to logits' range, [−60, 60]; caps 30 and 2.5). */
 Test(kernels, softcap_simd_bitwise_equal_reference)
 {
     enum { N = 4096 };
@@ -1045,18 +1049,19 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
                                kern_cpu_has_avx512() ? kern_softcap_avx512 : NULL};
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
-    for (int f = 0; f < 2; f++)
-        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? N : n + 1) { /* 0..40, then N */
-            static float r[N + 1], v[N + 1];
+    const float caps[] = {30.0f, 2.5f};
+    for (int f = 0; f < 4; f++)
+        for (int64_t n = 0; n <= N && simd[f / 2]; n = n == 40 ? 100 : n == 100 ? N : n + 1) {
+            static float r[N + 1], v[N + 1]; /* n: 0..40, 100 (64 + 16 + a tail of 4), N */
             memcpy(r, x0, sizeof r);
             memcpy(v, x0, sizeof v);
             r[n] = v[n] = 12345.0f;
-            kern_softcap_ref(r, 30.0f, n);
-            simd[f](v, 30.0f, n);
+            kern_softcap_ref(r, caps[f % 2], n);
+            simd[f / 2](v, caps[f % 2], n);
             for (int64_t i = 0; i < n; i++)
                 cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
-                          "%s n %lld [%lld]: softcap(%a) = %a, reference %a", f ? "avx512" : "avx2", (long long)n,
-                          (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
+                          "%s cap %g n %lld [%lld]: softcap(%a) = %a, reference %a", f / 2 ? "avx512" : "avx2",
+                          (double)caps[f % 2], (long long)n, (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
             cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
         }
 }
