@@ -190,36 +190,43 @@ AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
     }
 }
 
-/* exp_clamp and exp_parts of ref.c on 16 lanes, step for step: returns P,
- * sets *two_n. max(lo, v) and min(hi, v) return v when it is NaN. */
-AVX512 INLINE __m512 exp_parts512(__m512 v, __m512 *two_n)
-{
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    v = _mm512_min_ps(_mm512_set1_ps(KERN_EXP_VMAX), _mm512_max_ps(_mm512_set1_ps(-KERN_EXP_VMAX), v));
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(KERN_LOG2E)), magic), magic);
-    __m512 r = _mm512_sub_ps(_mm512_sub_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_HI))),
-                             _mm512_mul_ps(n, _mm512_set1_ps(KERN_LN2_LO)));
-    __m512 p = _mm512_set1_ps(KERN_EXP_C7);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C6));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C5));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C4));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C3));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(KERN_EXP_C2));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
-    *two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
-    return _mm512_mul_ps(p, r);
-}
+/* exp_clamp and exp_parts of ref.c on a vector, step for step (one
+ * definition per width: P is _mm512 or _mm256): returns P = e^r − 1, sets
+ * *two_n. max(lo, v) and min(hi, v) return v when it is NaN. */
+#define EXP_PARTS(ATTR, name, T, P, cast_si_ps)                                                                      \
+    ATTR INLINE T name(T v, T *two_n)                                                                                \
+    {                                                                                                                \
+        const T magic = P##_set1_ps(12582912.0f);                                                                    \
+        v = P##_min_ps(P##_set1_ps(KERN_EXP_VMAX), P##_max_ps(P##_set1_ps(-KERN_EXP_VMAX), v));                        \
+        T n = P##_sub_ps(P##_add_ps(P##_mul_ps(v, P##_set1_ps(KERN_LOG2E)), magic), magic);                           \
+        T r = P##_sub_ps(P##_sub_ps(v, P##_mul_ps(n, P##_set1_ps(KERN_LN2_HI))), P##_mul_ps(n, P##_set1_ps(KERN_LN2_LO))); \
+        T p = P##_set1_ps(KERN_EXP_C7);                                                                              \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(KERN_EXP_C6));                                                  \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(KERN_EXP_C5));                                                  \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(KERN_EXP_C4));                                                  \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(KERN_EXP_C3));                                                  \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(KERN_EXP_C2));                                                  \
+        p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.0f));                                                         \
+        *two_n = cast_si_ps(P##_slli_epi32(P##_add_epi32(P##_cvtps_epi32(n), P##_set1_epi32(127)), 23));              \
+        return P##_mul_ps(p, r);                                                                                     \
+    }
 
-/* kern_gelu on 16 lanes, step for step. */
-AVX512 INLINE __m512 gelu512(__m512 x)
-{
-    __m512 inner = _mm512_add_ps(x, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KERN_GELU_C), x), x), x));
-    __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_mul_ps(_mm512_set1_ps(KERN_GELU_K), inner));
-    __m512 two_n, P = exp_parts512(v, &two_n);
-    __m512 y = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_add_ps(P, _mm512_set1_ps(1.0f)), two_n)));
-    __m512 zero = _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v, _mm512_set1_ps(KERN_EXP_VMAX), _CMP_GT_OQ), zero);
-}
+EXP_PARTS(AVX512, exp_parts512, __m512, _mm512, _mm512_castsi512_ps)
+
+/* kern_gelu on a vector, step for step (one definition per width); past the
+ * clamp (v > 87) a zero of x's sign, chosen by zero_of and select_gt. */
+#define GELU(ATTR, name, T, P, exp_parts, zero_of, select_gt)                                                         \
+    ATTR INLINE T name(T x)                                                                                          \
+    {                                                                                                                \
+        T inner = P##_add_ps(x, P##_mul_ps(P##_mul_ps(P##_mul_ps(P##_set1_ps(KERN_GELU_C), x), x), x));               \
+        T v = P##_mul_ps(P##_set1_ps(-2.0f), P##_mul_ps(P##_set1_ps(KERN_GELU_K), inner));                            \
+        T two_n, E = exp_parts(v, &two_n);                                                                           \
+        T y = P##_div_ps(x, P##_add_ps(P##_set1_ps(1.0f), P##_mul_ps(P##_add_ps(E, P##_set1_ps(1.0f)), two_n)));      \
+        return select_gt(v, P##_set1_ps(KERN_EXP_VMAX), y, zero_of(x));                                              \
+    }
+#define ZERO_OF512(x) _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)))
+#define SELECT_GT512(a, b, y, z) _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), z)
+GELU(AVX512, gelu512, __m512, _mm512, exp_parts512, ZERO_OF512, SELECT_GT512)
 
 /* kern_softcap on 16 lanes, step for step. */
 AVX512 INLINE __m512 softcap512(__m512 x, __m512 cap)
@@ -465,35 +472,11 @@ AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-/* exp_parts512 on 8 lanes. */
-AVX2 INLINE __m256 exp_parts256(__m256 v, __m256 *two_n)
-{
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    v = _mm256_min_ps(_mm256_set1_ps(KERN_EXP_VMAX), _mm256_max_ps(_mm256_set1_ps(-KERN_EXP_VMAX), v));
-    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(KERN_LOG2E)), magic), magic);
-    __m256 r = _mm256_sub_ps(_mm256_sub_ps(v, _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_HI))),
-                             _mm256_mul_ps(n, _mm256_set1_ps(KERN_LN2_LO)));
-    __m256 p = _mm256_set1_ps(KERN_EXP_C7);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C6));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C5));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C4));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C3));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(KERN_EXP_C2));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    *two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-    return _mm256_mul_ps(p, r);
-}
+EXP_PARTS(AVX2, exp_parts256, __m256, _mm256, _mm256_castsi256_ps)
 
-/* gelu512 on 8 lanes. */
-AVX2 INLINE __m256 gelu256(__m256 x)
-{
-    __m256 inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KERN_GELU_C), x), x), x));
-    __m256 v = _mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_mul_ps(_mm256_set1_ps(KERN_GELU_K), inner));
-    __m256 two_n, P = exp_parts256(v, &two_n);
-    __m256 y = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_add_ps(P, _mm256_set1_ps(1.0f)), two_n)));
-    __m256 zero = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
-    return _mm256_blendv_ps(y, zero, _mm256_cmp_ps(v, _mm256_set1_ps(KERN_EXP_VMAX), _CMP_GT_OQ));
-}
+#define ZERO_OF256(x) _mm256_and_ps(x, _mm256_set1_ps(-0.0f))
+#define SELECT_GT256(a, b, y, z) _mm256_blendv_ps(y, z, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
+GELU(AVX2, gelu256, __m256, _mm256, exp_parts256, ZERO_OF256, SELECT_GT256)
 
 /* softcap512 on 8 lanes; the tail through kern_softcap itself. */
 AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
