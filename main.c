@@ -733,7 +733,10 @@ static const char run_help[] =
     "  --kernels K             best (default: fused SIMD dequant kernels, every mode\n"
     "                          bitwise identical), scalar (the reference), or blas\n"
     "                          (OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\n"
-    "                          logits within ~1e-4 of the other modes)\n"
+    "                          logits within ~1e-4 of the other modes), or q8 (4/8-bit\n"
+    "                          weights times int8-quantized activations, llama.cpp's\n"
+    "                          trade: faster decode, approximate logits, still identical\n"
+    "                          for any --threads; not for golden checks)\n"
     "  --json                  one JSON object on stdout (tokens, timings, caches)\n"
     "  -h, --help              this text\n";
 
@@ -913,10 +916,13 @@ static int cmd_run(int argc, char **argv)
             o.threads = (int)v;
             break;
         case 'K':
-            if (!strcmp(optarg, "best") || !strcmp(optarg, "scalar") || !strcmp(optarg, "blas")) {
-                o.kernels = !strcmp(optarg, "best") ? KERN_BEST : !strcmp(optarg, "scalar") ? KERN_SCALAR : KERN_BLAS;
+            if (!strcmp(optarg, "best") || !strcmp(optarg, "scalar") || !strcmp(optarg, "blas") || !strcmp(optarg, "q8")) {
+                o.kernels = !strcmp(optarg, "best")     ? KERN_BEST
+                            : !strcmp(optarg, "scalar") ? KERN_SCALAR
+                            : !strcmp(optarg, "blas")   ? KERN_BLAS
+                                                        : KERN_Q8;
             } else {
-                code = usage_error("run", "--kernels %s: expected best, scalar or blas", optarg);
+                code = usage_error("run", "--kernels %s: expected best, scalar, blas or q8", optarg);
                 goto out;
             }
             break;

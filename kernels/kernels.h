@@ -59,6 +59,46 @@ typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int6
 int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in);
 void kern_qinput_free(struct kern_qinput *in);
 
+/* ---- int8 activations (KERN_Q8: opt-in, approximate) ----
+ *
+ * For 4- and 8-bit affine weights, llama.cpp's trade: each group of gs input
+ * values is quantized to int8, x ≈ d·xq with d = max|x|/127 and xq =
+ * rint(x/d) (clamped to ±127), so that Σ q·xq is an exact int32 sum
+ * (AVX-512 VNNI `vpdpbusd`: 64 byte products per instruction). The bias
+ * terms keep the exact fp32 group sums. Per weight the error is at most
+ * |scale|·q·d/2; results stay bitwise identical across thread counts and
+ * batch sizes, but not equal to the exact default (DESIGN §5), so goldens are
+ * checked with the exact kernels.
+ *
+ * The definition, kern_q8dot_ref, and its SIMD twin compute a row the same
+ * way: the codes in chunks of 64 bytes (512/bits weights); lane l of a chunk
+ * (its bytes 4l..4l+3: weights 8l..8l+7 at 4 bits, 4l..4l+3 at 8 bits) gives
+ * the exact sum S of its q·xq, and acc[c % 4][l] = fma(S·d_g, s_g, acc[c % 4][l])
+ * for chunk c and the lane's group g; the bias terms b_g·Σx_g accumulate in
+ * lane g % 16 with fma; then lanes ((acc0 + acc1) + (acc2 + acc3)) + bias are
+ * summed as in kern_dot_ref (l and l + w for w = 8, 4, 2, 1). */
+struct kern_q8input {
+    const int8_t *xq;         /* [n, stride]: per 64-byte chunk of codes, the xq of the
+                                 weights its bytes hold (4-bit: low nibbles' 64, then high
+                                 nibbles' 64), zero past cols */
+    const float *d;           /* [n, cols/gs] group scales (NaN for a group with a NaN or inf) */
+    const float *dl;          /* [n, stride·bits/512, 16]: per chunk, each lane's d (0 past cols) */
+    const float *xsum;        /* [n, cols/gs] exact fp32 group sums, in column order */
+    int64_t stride;           /* bytes per token: cols rounded up to 512/bits */
+    void *buf;                /* owned */
+};
+typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1);
+/* For w with 4 or 8 bits and gs of 32, 64 or 128 (kern_q8_supports). */
+bool kern_q8_supports(const struct wmat *w);
+int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
+void kern_q8input_free(struct kern_q8input *in);
+void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1);
+void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                       int64_t row1);
+bool kern_cpu_has_avx512_vnni(void);
+
 /* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
  * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
  * lanes l and l + w added for w = 8, 4, 2, 1. The SIMD versions are that
@@ -130,6 +170,7 @@ struct kern_table {
     axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
     gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
+    q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
 };
 
 enum kern_level {
@@ -138,9 +179,12 @@ enum kern_level {
                      prefill, chunked and decode runs give bitwise-identical logits */
     KERN_BLAS,    /* KERN_BEST, plus OpenBLAS sgemm for multi-token matmuls: faster
                      prefill, but its rounding differs from decode's (see docs) */
+    KERN_Q8,      /* KERN_BEST, with 4/8-bit affine matmuls on int8 activations
+                     (kern_q8dot_*): faster, approximate, still deterministic */
 };
 
-/* Selects the kernels of a level (KERN_BLAS without OpenBLAS: KERN_BEST). */
+/* Selects the kernels of a level (KERN_BLAS without OpenBLAS: KERN_BEST;
+ * KERN_Q8 without AVX-512 VNNI: kern_q8dot_ref, the same bits, slowly). */
 void kern_init(struct kern_table *t, enum kern_level level);
 
 /* y[n, rows] = x[n, cols] · Wᵀ with the table's best path, split over
@@ -163,7 +207,7 @@ bool kern_cpu_has_avx512(void);
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS; only
  * built when OpenBLAS is found). kern_matmul uses it for steps of at least
  * KERN_BLAS_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
- * take the fused kernels: sgemm pads every call to 128 tokens).
+ * take the fused kernels: sgemm pads every call to 128 columns).
  * kern_blas_init makes OpenBLAS single-threaded. */
 #define KERN_BLAS_MIN_TOKENS 32
 #define KERN_BLAS_ROWS 256

@@ -184,15 +184,80 @@ void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n)
         dtype_to_f32(t, src, dst, (size_t)n);
 }
 
+/* Lanes l and l + w added for w = 8, 4, 2, 1 (lane is overwritten). */
+static float lanes_sum16(float lane[16])
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
+}
+
 float kern_dot_ref(const float *a, const float *b, int64_t n)
 {
     float lane[16] = {0};
     for (int64_t i = 0; i < n; i++)
         lane[i % 16] = fmaf(a[i], b[i], lane[i % 16]);
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++)
-            lane[l] += lane[l + w];
-    return lane[0];
+    return lanes_sum16(lane);
+}
+
+/* ---- int8 activations: the definition (kernels.h) ---- */
+
+bool kern_q8_supports(const struct wmat *w)
+{
+    return w->quantized && (w->bits == 4 || w->bits == 8) && (w->gs == 32 || w->gs == 64 || w->gs == 128) &&
+           w->cols % w->gs == 0;
+}
+
+static float param_f32(enum dtype t, const uint8_t *row, int64_t g)
+{
+    float v;
+    dtype_to_f32(t, row + (size_t)g * (dtype_table[t].bits / 8), &v, 1);
+    return v;
+}
+
+/* Σ q·xq of lane l of chunk c (64 code bytes): exact in int32 (at most
+ * 8·15·127 or 4·255·127 in magnitude). */
+static int32_t q8_lane(const uint8_t *codes, int64_t row_bytes, const int8_t *xq, int bits, int64_t c, int l)
+{
+    int32_t s = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t b = 64 * c + 4 * l + i; /* the code byte in the row */
+        if (b >= row_bytes)
+            break;
+        if (bits == 8)
+            s += codes[b] * xq[b];
+        else
+            s += (codes[b] & 15) * xq[128 * c + 4 * l + i] + (codes[b] >> 4) * xq[128 * c + 64 + 4 * l + i];
+    }
+    return s;
+}
+
+void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1)
+{
+    const int bits = w->bits, gs = w->gs;
+    const int64_t ng = w->cols / gs, chunk_w = 512 / bits, row_bytes = w->cols * bits / 8;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        for (int64_t t = 0; t < n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            float acc[4][16] = {{0}}, bacc[16] = {0}, lane[16];
+            for (int64_t c = 0; c * chunk_w < w->cols; c++)
+                for (int l = 0; l < 16; l++) {
+                    int64_t g = (c * chunk_w + (32 / bits) * l) / gs; /* the lane's group */
+                    float sd = (float)q8_lane(codes, row_bytes, xq, bits, c, l) * (g < ng ? d[g] : 0.0f);
+                    acc[c % 4][l] = fmaf(sd, g < ng ? param_f32(w->dtype, sr, g) : 0.0f, acc[c % 4][l]);
+                }
+            for (int64_t g = 0; g < ng; g++)
+                bacc[g % 16] = fmaf(param_f32(w->dtype, br, g), xs[g], bacc[g % 16]);
+            for (int l = 0; l < 16; l++)
+                lane[l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) + bacc[l];
+            y[t * w->rows + r] = lanes_sum16(lane);
+        }
+    }
 }
 
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n)
@@ -215,6 +280,8 @@ void kern_init(struct kern_table *t, enum kern_level level)
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
     t->blas = level == KERN_BLAS;
 #endif
+    if (level == KERN_Q8)
+        t->q8dot = kern_cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
     if (level == KERN_SCALAR)
         return;
     if (kern_cpu_has_avx512()) {
@@ -233,16 +300,20 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
+    if (level == KERN_Q8) /* the int8 dot's path: the other kernels are those of KERN_BEST */
+        t->name = t->q8dot == kern_q8dot_avx512 ? "avx512-q8" : "scalar-q8";
 }
 
 /* Rows per task: fixed, so the split never depends on the thread count. */
 #define TILE_ROWS 64
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, qdot over the prepared input */
+    matmul_fn fn;             /* or, when NULL, q8dot or qdot over the prepared input */
     int64_t tile_rows;
     qdot_fn qdot;
     const struct kern_qinput *qin;
+    q8dot_fn q8dot;
+    const struct kern_q8input *q8in;
     const struct wmat *w;
     const float *x;
     int64_t n;
@@ -256,14 +327,22 @@ static void mm_task(void *arg, int64_t task, int worker)
     int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
+    else if (j->q8dot)
+        j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
     else
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
-    struct mm_job j = {kern_matmul_ref, TILE_ROWS, NULL, NULL, w, x, n, y};
+    struct mm_job j = {.fn = kern_matmul_ref, .tile_rows = TILE_ROWS, .w = w, .x = x, .n = n, .y = y};
     struct kern_qinput qin = {0};
+    struct kern_q8input q8in = {0};
+    if (t->q8dot && kern_q8_supports(w) && kern_q8input_prepare(w, x, n, &q8in) == ERR_OK) {
+        j.fn = NULL;
+        j.q8dot = t->q8dot;
+        j.q8in = &q8in;
+    } else
 #ifdef HAVE_BLAS_KERNELS
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
         j.fn = kern_matmul_blas;
@@ -280,4 +359,5 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
     }
     kern_parallel(threads, (w->rows + j.tile_rows - 1) / j.tile_rows, mm_task, &j);
     kern_qinput_free(&qin);
+    kern_q8input_free(&q8in);
 }

@@ -52,6 +52,24 @@ bool kern_cpu_has_avx512(void)
            __builtin_cpu_supports("avx512vl") && kern_cpu_has_avx2();
 }
 
+bool kern_cpu_has_avx512_vnni(void)
+{
+    return kern_cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+}
+
+/* sum[t·ng + g] = Σx over group g of token t, in column order. */
+static void group_sums(const struct wmat *w, const float *x, int64_t n, float *sum)
+{
+    const int64_t ng = w->cols / w->gs;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            float s = 0.0f;
+            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++)
+                s += x[t * w->cols + j];
+            sum[t * ng + g] = s;
+        }
+}
+
 int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in)
 {
     const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
@@ -60,13 +78,7 @@ int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct 
     in->buf = buf;
     if (!buf)
         return ERR_NOMEM;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t g = 0; g < ng; g++) {
-            float s = 0.0f;
-            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++)
-                s += x[t * cols + j];
-            buf[t * ng + g] = s;
-        }
+    group_sums(w, x, n, buf);
     in->xsum = buf;
     float *xd = buf + n * ng;
     for (int64_t t = 0; t < n; t++)
@@ -85,6 +97,66 @@ int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct 
 }
 
 void kern_qinput_free(struct kern_qinput *in)
+{
+    free(in->buf);
+    in->buf = NULL;
+}
+
+/* One definition for every path (kernels.h): d = max|x|/127 per group, xq =
+ * rint(x/d) clamped to ±127 at the byte that meets x's code in the chunk
+ * (4-bit: weight o of a 128-weight chunk pairs with byte o/2, low nibble for
+ * even o, so its xq goes to byte (o odd)·64 + o/2). A group with a NaN or inf
+ * gets d = NaN and xq = 0, so the NaN reaches the output. */
+int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in)
+{
+    const int64_t ng = w->cols / w->gs, blk = 512 / w->bits, stride = (w->cols + blk - 1) / blk * blk;
+    const int64_t nchunks = stride / blk;
+    float *buf = malloc((size_t)(2 * n * ng + 16 * n * nchunks) * sizeof *buf + (size_t)(n * stride));
+    in->buf = buf;
+    if (!buf)
+        return ERR_NOMEM;
+    float *d = buf, *xsum = buf + n * ng, *dl = xsum + n * ng;
+    int8_t *xq = (int8_t *)(void *)(dl + 16 * n * nchunks);
+    memset(xq, 0, (size_t)(n * stride));
+    group_sums(w, x, n, xsum);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = x + t * w->cols + g * w->gs;
+            float m = 0.0f;
+            bool finite = true;
+            for (int i = 0; i < w->gs; i++) {
+                float a = fabsf(xg[i]);
+                if (!isfinite(a))
+                    finite = false;
+                else if (a > m)
+                    m = a;
+            }
+            float dg = finite ? m / 127.0f : NAN;
+            d[t * ng + g] = dg;
+            if (!finite || m == 0.0f)
+                continue;
+            for (int i = 0; i < w->gs; i++) {
+                int64_t j = g * w->gs + i, c = j / blk, o = j % blk;
+                float q = rintf(xg[i] / dg);
+                q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+                xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
+            }
+        }
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < nchunks; c++)
+            for (int l = 0; l < 16; l++) {
+                int64_t g = (c * blk + (32 / w->bits) * l) / w->gs; /* lane l's group */
+                dl[(t * nchunks + c) * 16 + l] = g < ng ? d[t * ng + g] : 0.0f;
+            }
+    in->d = d;
+    in->dl = dl;
+    in->xsum = xsum;
+    in->xq = xq;
+    in->stride = stride;
+    return ERR_OK;
+}
+
+void kern_q8input_free(struct kern_q8input *in)
 {
     free(in->buf);
     in->buf = NULL;
@@ -158,9 +230,17 @@ AVX512 void kern_dequant_row_avx512(const uint8_t *row, const void *scales, cons
     }
 }
 
+/* The lanes summed in kern_dot_ref's order: l and l + w for w = 8, 4, 2, 1. */
+AVX512 INLINE float hsum512(__m512 acc)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 /* kern_dot_ref's order: lane l of one vector is the reference's lane l; the
- * tail comes through a masked load (0·0 added to a lane leaves it unchanged).
- * The halving adds are the reference's w = 8, 4, 2, 1. */
+ * tail comes through a masked load (0·0 added to a lane leaves it unchanged). */
 AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
 {
     __m512 acc = _mm512_setzero_ps();
@@ -171,10 +251,7 @@ AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
     }
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    return hsum512(acc);
 }
 
 AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
@@ -282,6 +359,26 @@ AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64
     _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
 }
 
+/* The scales and biases of the row PARAMS_AHEAD rows ahead. */
+INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_bytes)
+{
+    for (size_t o = 0; o < srow_bytes; o += 64) {
+        _mm_prefetch((const char *)sr + PARAMS_AHEAD * srow_bytes + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)br + PARAMS_AHEAD * srow_bytes + o, _MM_HINT_T0);
+    }
+}
+
+/* The bias terms Σ_g bias_g·Σx_g of nb groups into bacc, group g in lane
+ * g % 16 (bi holds zeros past nb). */
+AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb, __m512 bacc)
+{
+    for (int64_t k = 0; k < nb; k += 16) {
+        __mmask16 m = nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
+        bacc = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(m, xs + k), bacc);
+    }
+    return bacc;
+}
+
 /* Lane l's group, counted from the block's first group. */
 #define GROUP_OF_LANE(l) ((32 / bits) * (l) / gs)
 
@@ -325,10 +422,7 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        for (size_t o = 0; o < w->srow_bytes; o += 64) {
-            _mm_prefetch((const char *)sr + PARAMS_AHEAD * w->srow_bytes + o, _MM_HINT_T0);
-            _mm_prefetch((const char *)br + PARAMS_AHEAD * w->srow_bytes + o, _MM_HINT_T0);
-        }
+        params_prefetch(sr, br, w->srow_bytes);
         __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
@@ -350,13 +444,8 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
                 qblock512(codes + j * bits / 8, words >= 16 ? 0xFFFF : (__mmask16)((1u << words) - 1), xb + j, stride,
                           tb, bits, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
             }
-            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, 16 groups a step */
-                const float *xs = in->xsum + (t0 + u) * ng + g0;
-                for (int64_t k = 0; k < nb; k += 16) {
-                    __mmask16 m = nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
-                    bacc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(m, xs + k), bacc[u]);
-                }
-            }
+            for (int u = 0; u < tb; u++)
+                bacc[u] = bias_terms512(bi, in->xsum + (t0 + u) * ng + g0, nb, bacc[u]);
         }
         for (int u = 0; u < tb; u++)
             y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), bacc[u]));
@@ -374,17 +463,21 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
     default: fn(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                        \
     }
 
+/* Tokens TB at a time, each run through fn's instantiation for its count. */
+#define TOKENS_DISPATCH(fn)                                                                                          \
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {                                                                         \
+        switch (n - t0 < TB ? n - t0 : TB) {                                                                         \
+        case 1: QROWS_DISPATCH(fn, 1); break;                                                                        \
+        case 2: QROWS_DISPATCH(fn, 2); break;                                                                        \
+        case 3: QROWS_DISPATCH(fn, 3); break;                                                                        \
+        default: QROWS_DISPATCH(fn, 4); break;                                                                       \
+        }                                                                                                            \
+    }
+
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: QROWS_DISPATCH(qrows512, 1); break;
-        case 2: QROWS_DISPATCH(qrows512, 2); break;
-        case 3: QROWS_DISPATCH(qrows512, 3); break;
-        default: QROWS_DISPATCH(qrows512, 4); break;
-        }
-    }
+    TOKENS_DISPATCH(qrows512)
 }
 
 void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
@@ -396,6 +489,110 @@ void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float
     }
     kern_qdot_avx512(w, &in, n, y, row0, row1);
     kern_qinput_free(&in);
+}
+
+/* ---- AVX-512 VNNI: int8 activations (kernels.h, kern_q8dot_ref) ---- */
+
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define Q8_WINDOW 32 /* groups whose scales and biases sit in two registers */
+
+/* Scales or biases of groups [g, g + n), n <= 32, as two vectors of 16
+ * float32 (zero past n). */
+AVX512VNNI INLINE void params32(enum dtype t, const uint8_t *src, int64_t n, __m512 *lo, __m512 *hi)
+{
+    const __mmask16 ml = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+    const __mmask16 mh = n <= 16 ? 0 : n >= 32 ? 0xFFFF : (__mmask16)((1u << (n - 16)) - 1);
+    if (t == DT_F32) {
+        *lo = _mm512_maskz_loadu_ps(ml, src);
+        *hi = _mm512_maskz_loadu_ps(mh, src + 64);
+    } else if (t == DT_F16) {
+        *lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, src));
+        *hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mh, src + 32));
+    } else {
+        *lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(ml, src)), 16));
+        *hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mh, src + 32)), 16));
+    }
+}
+
+/* Chunk j (its first weight, `bytes` of its 64 code bytes present; chunk ci
+ * of the scale window slo:shi) for each token: the exact lane sums of q·xq
+ * through vpdpbusd (codes unsigned, xq signed), converted, times the lanes'
+ * d, then fused into accumulator a with the lanes' group scales. */
+AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
+                                  int64_t t0, const int tb, const int bits, const int gs, int64_t ci, __m512 slo,
+                                  __m512 shi, __m512 (*acc)[4], const int a)
+{
+    const int cw = 512 / bits, nchunks = (int)(in->stride / cw);
+    const __m512i lanew = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(32 / bits)); /* each lane's first weight */
+    const __m512i gi = _mm512_srli_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(ci * cw)), lanew), __builtin_ctz((unsigned)gs));
+    const __m512 sl = _mm512_permutex2var_ps(slo, gi, shi);
+    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << bytes) - 1;
+    const uint8_t *c = codes + j * bits / 8;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m512i v = _mm512_maskz_loadu_epi8(m, c), nib = _mm512_set1_epi8(0x0F);
+    const __m512i lo = bits == 8 ? v : _mm512_and_si512(v, nib);
+    for (int u = 0; u < tb; u++) {
+        const int8_t *xb = in->xq + (t0 + u) * in->stride + j;
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb));
+        if (bits == 4)
+            s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), _mm512_loadu_si512(xb + 64));
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(in->dl + ((t0 + u) * nchunks + j / cw) * 16));
+        acc[u][a] = _mm512_fmadd_ps(f, sl, acc[u][a]);
+    }
+}
+
+/* Rows [row0, row1) for tokens t0..t0+tb-1 (constants after inlining, as in qrows512). */
+AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
+                                 float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int cw = 512 / bits; /* weights per 64-byte chunk; a window is a multiple of 4 chunks */
+    const int64_t ng = w->cols / gs;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        params_prefetch(sr, br, w->srow_bytes);
+        __m512 acc[TB][4], bacc[TB]; /* chunk c into acc[c % 4]; bias terms */
+        for (int u = 0; u < tb; u++)
+            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = bacc[u] = _mm512_setzero_ps();
+        for (int64_t g0 = 0; g0 < ng; g0 += Q8_WINDOW) {
+            const int64_t nb = ng - g0 < Q8_WINDOW ? ng - g0 : Q8_WINDOW, j0 = g0 * gs, j1 = (g0 + nb) * gs;
+            __m512 slo, shi, blo, bhi;
+            params32(w->dtype, sr + (size_t)g0 * psize, nb, &slo, &shi);
+            params32(w->dtype, br + (size_t)g0 * psize, nb, &blo, &bhi);
+            int64_t j = j0;
+            for (; j + 4 * cw <= j1; j += 4 * cw)
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    q8chunk512(codes, j + k * cw, 64, in, t0, tb, bits, gs, (j - j0) / cw + k, slo, shi, acc, k);
+#define Q8TAIL(k)                                                                                                    \
+    if (j + (k) * cw < j1)                                                                                           \
+        q8chunk512(codes, j + (k) * cw, (j1 - j - (k) * cw) * bits / 8, in, t0, tb, bits, gs, (j - j0) / cw + (k), slo, \
+                   shi, acc, k);
+            Q8TAIL(0) /* at most three chunks left, the last one maybe partial */
+            Q8TAIL(1)
+            Q8TAIL(2)
+#undef Q8TAIL
+            for (int u = 0; u < tb; u++) { /* group g0 + k in lane k % 16 */
+                const float *xs = in->xsum + (t0 + u) * ng + g0;
+                const __mmask16 ml = nb >= 16 ? 0xFFFF : (__mmask16)((1u << nb) - 1);
+                bacc[u] = _mm512_fmadd_ps(blo, _mm512_maskz_loadu_ps(ml, xs), bacc[u]);
+                if (nb > 16)
+                    bacc[u] = _mm512_fmadd_ps(bhi, _mm512_maskz_loadu_ps(nb >= 32 ? 0xFFFF : (__mmask16)((1u << (nb - 16)) - 1), xs + 16), bacc[u]);
+            }
+        }
+        for (int u = 0; u < tb; u++) {
+            __m512 s = _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3]));
+            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(s, bacc[u]));
+        }
+    }
+}
+
+AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                  int64_t row0, int64_t row1)
+{
+    TOKENS_DISPATCH(q8rows512)
 }
 
 

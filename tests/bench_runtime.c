@@ -175,10 +175,12 @@ static int decode(int bits)
     }
     printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token\n", bits, pack,
            (double)m.weight_bytes / 1e6);
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int run = 0; run < 4; run++) { /* 1 and 2 threads, exact kernels then int8 activations */
+        int threads = 1 + run % 2;
+        enum kern_level level = run < 2 ? KERN_BEST : KERN_Q8;
         double bw = read_bandwidth(threads);
         struct runner r;
-        if (runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e) != ERR_OK)
+        if (runner_init(&r, &m, threads, level, NULL, 1, &e) != ERR_OK)
             return 1;
         int32_t tok[16];
         for (int i = 0; i < 16; i++)
@@ -192,9 +194,9 @@ static int decode(int bits)
             runner_forward(&r, &next, 1, logits, false, NULL, &e);
         }
         double tps = steps / (now() - t0), bound = bw * 1e9 / (double)m.weight_bytes;
-        printf("  %d thread%s: %.2f tokens/s; read bandwidth %.2f GB/s -> bound %.2f tokens/s: %.1f %% of the bound "
-               "(target >= 90 %% on 2 threads: %s)\n",
-               threads, threads == 1 ? " " : "s", tps, bw, bound, 100.0 * tps / bound,
+        printf("  %d thread%s, %-9s kernels: %.2f tokens/s; read bandwidth %.2f GB/s -> bound %.2f tokens/s: %.1f %% of "
+               "the bound (target >= 90 %% on 2 threads: %s)\n",
+               threads, threads == 1 ? " " : "s", r.kt.name, tps, bw, bound, 100.0 * tps / bound,
                threads == 2 ? (tps >= 0.9 * bound ? "PASS" : "MISS") : "-");
         free(logits);
         runner_free(&r);
@@ -359,11 +361,11 @@ static double time_matvec(const struct kern_table *t, const struct wmat *w, cons
     return best;
 }
 
-static int kernel_bench(void)
+static int kernel_bench_level(enum kern_level level)
 {
     struct kern_table t;
-    kern_init(&t, KERN_BEST);
-    printf("fused 4-bit matvec (%s kernels), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
+    kern_init(&t, level);
+    printf("4-bit matvec (%s kernels), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
            "biases\n",
            t.name);
     float x[1536];
@@ -393,6 +395,14 @@ static int kernel_bench(void)
         free(m.mem);
         free(y);
     }
+    return 0;
+}
+
+static int kernel_bench(void)
+{
+    for (int level = 0; level < 2; level++)
+        if (kernel_bench_level(level ? KERN_Q8 : KERN_BEST))
+            return 1;
     return 0;
 }
 

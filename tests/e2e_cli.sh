@@ -191,6 +191,20 @@ assert a.shape == b.shape == (24, 512), (a.shape, b.shape)
 d = np.abs(a.astype(np.float64) - b).max()
 assert d <= 1e-5, d
 ' "$T/dec.npz" "$T/pre.npz"
+# --kernels q8: int8 activations for the 4-bit pack's matmuls; approximate, deterministic
+expect 0 "run --kernels q8 --json, 1 thread" -- "$G" run "$T/e2b-q4.gpk" --tokens-file "$E/tokens.json" --kernels q8 --json --dump-logits "$T/q8-1.npz"
+ok "q8: the int8 kernels named" -- grep -q '"kernels": *"[a-z0-9]*-q8"' "$T/out"
+expect 0 "run --kernels q8, 2 threads" -- "$G" run "$T/e2b-q4.gpk" --tokens-file "$E/tokens.json" --kernels q8 --threads 2 --dump-logits "$T/q8-2.npz"
+ok "q8: --threads 1 and 2 dump identical bytes" -- cmp -s "$T/q8-1.npz" "$T/q8-2.npz"
+expect 0 "run the 4-bit pack, exact kernels" -- "$G" run "$T/e2b-q4.gpk" --tokens-file "$E/tokens.json" --dump-logits "$T/q4-exact.npz"
+ok "q8 differs from the exact kernels, same top-1" -- $PY -c '
+import sys, numpy as np
+a, b = np.load(sys.argv[1])["logits"], np.load(sys.argv[2])["logits"]
+assert a.shape == b.shape and np.abs(a.astype(np.float64) - b).max() > 1e-3
+assert (a.argmax(-1) == b.argmax(-1)).all()
+' "$T/q8-1.npz" "$T/q4-exact.npz"
+expect 2 "run --kernels bogus" -- "$G" run "$E" --tokens-file "$E/tokens.json" --kernels bogus
+ok "bad kernels message lists q8" -- grep -q "expected best, scalar, blas or q8" "$T/err"
 expect 2 "run --mode bogus" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode bogus
 ok "bad mode message" -- grep -q -- "--mode bogus" "$T/err"
 expect 2 "run --threads 0" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 0

@@ -668,6 +668,17 @@ Test(kernels, init_tables)
 #else
     cr_assert(!tb.blas);
 #endif
+    cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
+    struct kern_table tq;
+    kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot */
+    cr_assert(tq.qdot == t.qdot && tq.matvec_bf16 == t.matvec_bf16 && tq.dot == t.dot && !tq.blas);
+    if (kern_cpu_has_avx512_vnni()) {
+        cr_assert_str_eq(tq.name, "avx512-q8");
+        cr_assert(tq.q8dot == kern_q8dot_avx512);
+    } else {
+        cr_assert_str_eq(tq.name, "scalar-q8");
+        cr_assert(tq.q8dot == kern_q8dot_ref);
+    }
 }
 
 /* The tables to run kern_matmul with: scalar, AVX2 only, AVX-512 only, best,
@@ -680,12 +691,12 @@ static size_t tables(struct kern_table *t, const char **label)
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
-                                     kern_gelu_mul_avx2, kern_softcap_avx2};
+                                     kern_gelu_mul_avx2, kern_softcap_avx2, NULL};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512,
-                                     kern_gelu_mul_avx512, kern_softcap_avx512};
+                                     kern_gelu_mul_avx512, kern_softcap_avx512, NULL};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -1303,4 +1314,195 @@ Test(kernels, to_f32_avx512_matches_dtype_to_f32)
             memcpy(&guard, &b[n], 4);
             cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
         }
+}
+
+/* ------------------------------------------------------------------ int8 activations (KERN_Q8) */
+
+/* kern_q8dot_ref and its AVX-512 VNNI twin must give the same bits; the
+ * definition itself must stay within the error its int8 input allows; and
+ * kern_matmul on a KERN_Q8 table must keep the thread-count and batch
+ * guarantees. Matrices as above (one byte off alignment, NaN-filled outputs). */
+
+static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n, float *y)
+{
+    struct kern_q8input in;
+    cr_assert_eq(kern_q8input_prepare(w, x, n, &in), ERR_OK);
+    fn(w, &in, n, y, 0, w->rows);
+    kern_q8input_free(&in);
+}
+
+/* The shapes: every (bits, gs, scale dtype) the kernel takes, rows across
+ * tiles, columns of 1, 3 and 5 groups (partial 64-byte chunks, 1-3 chunks
+ * past the last group of four), and 293 groups of 32 at 4 bits (the row
+ * crosses the 256-group parameter chunk and ends in a partial chunk). */
+static const int64_t q8_rows[] = {1, 7, 65};
+static const int64_t q8_groups[] = {1, 3, 5, 17};
+
+Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
+{
+    if (!kern_cpu_has_avx512_vnni())
+        cr_skip_test("no AVX-512 VNNI on this CPU");
+    int cases = 0;
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t gi = 0; gi < LEN(gs_grid); gi++)
+            for (size_t di = 0; di < LEN(sdt_grid); di++)
+                for (size_t ri = 0; ri < LEN(q8_rows); ri++)
+                    for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
+                        int gs = gs_grid[gi];
+                        int64_t rows = q8_rows[ri], cols = ci < LEN(q8_groups) ? q8_groups[ci] * gs : 293 * 32;
+                        if (ci == LEN(q8_groups) && (gs != 32 || bits != 4 || ri != 1))
+                            continue;
+                        struct tmat t;
+                        make_quant(&t, rows, cols, bits, gs, sdt_grid[di], (uint64_t)(1000 + cases));
+                        for (int64_t n = 1; n <= 5; n += 4) {
+                            uint64_t seed = (uint64_t)(2000 + cases);
+                            float *x = rand_vec(&seed, (size_t)(n * cols)), *a = nan_vec((size_t)(n * rows)),
+                                  *b = nan_vec((size_t)(n * rows));
+                            q8_run(kern_q8dot_ref, &t.m, x, n, a);
+                            q8_run(kern_q8dot_avx512, &t.m, x, n, b);
+                            for (int64_t k = 0; k < n * rows; k++)
+                                cr_assert(!isnan(a[k]), "every output written");
+                            cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0,
+                                         "q%d g%d %s, %lld x %lld, n %lld: avx512 differs from kern_q8dot_ref", bits,
+                                         gs, dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
+                                         (long long)n);
+                            free(x);
+                            free(a);
+                            free(b);
+                        }
+                        tmat_free(&t);
+                        cases++;
+                    }
+    cr_log_info("kernels_q8: %d shapes bitwise equal", cases);
+}
+
+/* Each x is represented as d·xq with |x − d·xq| ≤ d/2 (d = max|x|/127 of its
+ * group), so |y_q8 − y| ≤ Σ_j |s_g|·q_j·d_g/2, plus the float32 rounding of
+ * the sums (KERN_REL_TOL·S as above). A code paired with another weight's xq
+ * (a nibble or byte order mistake) costs ~|s·q·x| per weight, far over it. */
+Test(kernels_q8, reference_within_int8_error)
+{
+    double worst = 0.0;
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t gi = 0; gi < LEN(gs_grid); gi++) {
+            int gs = gs_grid[gi];
+            int64_t rows = 65, cols = 5 * gs, n = 3;
+            struct tmat t;
+            make_quant(&t, rows, cols, bits, gs, DT_BF16, (uint64_t)(3000 + bits * 1000 + gs));
+            uint64_t seed = (uint64_t)(4000 + gs + bits);
+            float *x = rand_vec(&seed, (size_t)(n * cols)), *y = nan_vec((size_t)(n * rows));
+            double *truth = malloc((size_t)(n * rows) * sizeof *truth), *mag = malloc((size_t)(n * rows) * sizeof *mag);
+            cr_assert(truth && mag);
+            exact(t.wd, t.mag, cols, 0, 0, x, n, rows, cols, truth, mag);
+            q8_run(kern_q8dot_ref, &t.m, x, n, y);
+            for (int64_t tk = 0; tk < n; tk++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double bound = 0.0;
+                    for (int64_t g = 0; g < cols / gs; g++) {
+                        float amax = 0.0f, sc;
+                        for (int64_t j = g * gs; j < (g + 1) * gs; j++)
+                            amax = fmaxf(amax, fabsf(x[tk * cols + j]));
+                        dtype_to_f32(DT_BF16, t.m.s + (size_t)r * t.m.srow_bytes + (size_t)g * 2, &sc, 1);
+                        for (int64_t j = g * gs; j < (g + 1) * gs; j++)
+                            bound += fabs((double)sc) * (double)quant_code_at(t.m.w + (size_t)r * t.m.row_stride,
+                                                                              (size_t)j, bits) *
+                                     (double)amax / 127.0 / 2.0;
+                    }
+                    double err = fabs((double)y[tk * rows + r] - truth[tk * rows + r]);
+                    cr_assert(err <= bound * 1.0001 + KERN_REL_TOL * mag[tk * rows + r] + KERN_ABS_TOL,
+                              "q%d g%d row %lld token %lld: |q8 - exact| %.3g over the int8 bound %.3g", bits, gs,
+                              (long long)r, (long long)tk, err, bound);
+                    if (bound > 0 && err / bound > worst)
+                        worst = err / bound;
+                }
+            free(x);
+            free(y);
+            free(truth);
+            free(mag);
+            tmat_free(&t);
+        }
+    cr_log_info("kernels_q8: worst |q8 - exact| / int8 bound %.3f", worst);
+    cr_assert(worst > 0.01, "the int8 input does change results (else this test measures nothing)");
+}
+
+/* kern_matmul with KERN_Q8: the q8 dot on every supported matrix, bitwise the
+ * same for 1, 2 and 3 threads and for a token alone or in a 131-token call;
+ * other matrices (3-bit, bf16) exactly as KERN_BEST computes them. */
+Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = 60)
+{
+    struct kern_table q8, best;
+    kern_init(&q8, KERN_Q8);
+    kern_init(&best, KERN_BEST);
+    struct tmat mats[4];
+    make_quant(&mats[0], 130, 192, 4, 64, DT_BF16, 51);
+    make_quant(&mats[1], 65, 160, 8, 32, DT_F32, 52);
+    make_quant(&mats[2], 70, 128, 3, 128, DT_F16, 53);
+    make_float(&mats[3], 65, 257, DT_BF16, 54);
+    const int64_t n = 131;
+    for (size_t i = 0; i < LEN(mats); i++) {
+        const struct wmat *w = &mats[i].m;
+        size_t ny = (size_t)(n * w->rows);
+        uint64_t s = 70 + i;
+        float *x = rand_vec(&s, (size_t)(n * w->cols)), *y[3], *want = nan_vec(ny), *y1 = nan_vec((size_t)w->rows);
+        bool q8path = kern_q8_supports(w);
+        cr_assert_eq(q8path, i < 2);
+        if (q8path)
+            q8_run(q8.q8dot, w, x, n, want);
+        else
+            kern_matmul(&best, w, x, n, want, 1);
+        for (int th = 1; th <= 3; th++) {
+            y[th - 1] = nan_vec(ny);
+            kern_matmul(&q8, w, x, n, y[th - 1], th);
+            cr_assert_eq(memcmp(y[th - 1], want, ny * sizeof(float)), 0, "matrix %zu, %d threads: not the expected bits",
+                         i, th);
+        }
+        for (int64_t t = 0; t < n; t += 13) {
+            kern_matmul(&q8, w, x + t * w->cols, 1, y1, 2);
+            cr_assert_eq(memcmp(y1, want + t * w->rows, (size_t)w->rows * sizeof *y1), 0,
+                         "matrix %zu: token %lld alone differs from the batch", i, (long long)t);
+        }
+        for (int th = 0; th < 3; th++)
+            free(y[th]);
+        free(x);
+        free(want);
+        free(y1);
+        tmat_free(&mats[i]);
+    }
+}
+
+/* Hostile activations: a NaN or inf in a group makes the rows' outputs NaN
+ * (no float-to-int conversion of NaN: UBSan checks), an all-zero group adds
+ * only its bias terms, and the other tokens are untouched. */
+Test(kernels_q8, nan_inf_zero_groups)
+{
+    struct tmat t;
+    make_quant(&t, 9, 128, 4, 64, DT_BF16, 61);
+    const int64_t n = 4;
+    uint64_t s = 62;
+    float *x = rand_vec(&s, (size_t)(n * 128)), *a = nan_vec((size_t)(n * 9)), *b = nan_vec((size_t)(n * 9));
+    x[0 * 128 + 5] = NAN;
+    x[1 * 128 + 70] = INFINITY;
+    for (int j = 0; j < 64; j++)
+        x[2 * 128 + j] = 0.0f;
+    struct kern_q8input in;
+    cr_assert_eq(kern_q8input_prepare(&t.m, x, n, &in), ERR_OK);
+    cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f);
+    kern_q8dot_ref(&t.m, &in, n, a, 0, 9);
+    if (kern_cpu_has_avx512_vnni()) {
+        kern_q8dot_avx512(&t.m, &in, n, b, 0, 9);
+        cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(n * 9)), 0);
+    }
+    kern_q8input_free(&in);
+    float *one = nan_vec(9);
+    q8_run(kern_q8dot_ref, &t.m, x + 3 * 128, 1, one);
+    for (int r = 0; r < 9; r++) {
+        cr_assert(isnan(a[0 * 9 + r]) && isnan(a[1 * 9 + r]), "row %d: NaN/inf input must give NaN", r);
+        cr_assert(isfinite(a[2 * 9 + r]) && isfinite(a[3 * 9 + r]));
+        cr_assert_eq(memcmp(&a[3 * 9 + r], &one[r], sizeof(float)), 0, "token 3 depends on the others");
+    }
+    free(x);
+    free(a);
+    free(b);
+    free(one);
+    tmat_free(&t);
 }
