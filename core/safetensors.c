@@ -329,16 +329,33 @@ int st_data(const struct st_file *f, const struct st_tensor *t, const uint8_t **
     return ERR_OK;
 }
 
-void st_release(const struct st_file *f, const struct st_tensor *t)
+/* madvise over the pages of t's data: the whole pages inside it, or (outer)
+ * every page it touches. */
+static void tensor_madvise(const struct st_file *f, const struct st_tensor *t, bool outer, int advice)
 {
     if (!f->map_len)
         return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)(f->map + f->data_start + t->begin), b = (uintptr_t)(f->map + f->data_start + t->end);
-    a = (a + page - 1) & ~(page - 1);
-    b &= ~(page - 1);
+    a = outer ? a & ~(page - 1) : (a + page - 1) & ~(page - 1);
+    b = outer ? (b + page - 1) & ~(page - 1) : b & ~(page - 1);
     if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
+        madvise((void *)a, b - a, advice);
+}
+
+void st_release(const struct st_file *f, const struct st_tensor *t)
+{
+    tensor_madvise(f, t, false, MADV_DONTNEED);
+}
+
+void st_populate(const struct st_file *f, const struct st_tensor *t)
+{
+#ifdef MADV_POPULATE_READ
+    tensor_madvise(f, t, true, MADV_POPULATE_READ);
+#else
+    (void)f;
+    (void)t;
+#endif
 }
 
 /* ---- writer ---- */

@@ -84,6 +84,12 @@ int st_data(const struct st_file *f, const struct st_tensor *t, const uint8_t **
  * pass that streams a large checkpoint keeps its resident memory bounded. */
 void st_release(const struct st_file *f, const struct st_tensor *t);
 
+/* Maps the pages of tensor t's data in one go (MADV_POPULATE_READ) before it
+ * is streamed: one call instead of a page fault per page (convert of a bf16
+ * E2B checkpoint: 10.1-11.0 s -> 8.6-8.8 s on the project VM). A hint: a
+ * kernel without it, or a failure, changes nothing but the speed. */
+void st_populate(const struct st_file *f, const struct st_tensor *t);
+
 /* Streaming writer: the header is fixed up front, then tensor bytes are
  * appended in the declared order. Output goes to "<path>.tmp.<pid>", is
  * fsync'ed and renamed over `path` by st_writer_finish; st_writer_abort
