@@ -291,7 +291,7 @@ static int source_open(const struct ckpt *ck, const struct norm_tensor *t, struc
     if (rc == ERR_OK && t->q.quantized && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK)
         rc = st_data(&ck->shards[t->b->shard], t->b->t, &src->b, e);
     const struct ckpt_tensor *parts[3] = {t->w, t->s, t->b};
-    for (int k = 0; k < 3 && rc == ERR_OK; k++)
+    for (int k = 0; k < 3 && rc == ERR_OK && !t->split; k++) /* a half of a fused tensor reads half of it */
         if (parts[k])
             st_populate(&ck->shards[parts[k]->shard], parts[k]->t);
     return rc;

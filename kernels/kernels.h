@@ -156,13 +156,15 @@ void kern_softcap_avx2(float *x, float cap, int64_t n);
 void kern_softcap_avx512(float *x, float cap, int64_t n);
 
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
- * change (2: GELU and the soft-cap without libm), so that state saved by an
- * older build (the cold prefix cache) is never restored into a newer one. */
-#define KERN_NUMERICS 2
+ * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
+ * call shape in blas.c), so that state saved by an older build (the cold
+ * prefix cache) is never restored into a newer one. */
+#define KERN_NUMERICS 3
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
-    const char *name;         /* "scalar", "avx2", "avx512" */
+    const char *name;         /* "scalar", "avx2", "avx512"; KERN_Q8: "avx512-q8" (VNNI) or
+                                 "<one of those>-q8ref" (the scalar int8 dot, slow) */
     qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */

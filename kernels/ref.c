@@ -300,8 +300,11 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
-    if (level == KERN_Q8) /* the int8 dot's path: the other kernels are those of KERN_BEST */
-        t->name = t->q8dot == kern_q8dot_avx512 ? "avx512-q8" : "scalar-q8";
+    if (level == KERN_Q8) /* the other kernels are those of KERN_BEST, and the name tells both */
+        t->name = t->q8dot == kern_q8dot_avx512 ? "avx512-q8"
+                  : !strcmp(t->name, "avx512")  ? "avx512-q8ref"
+                  : !strcmp(t->name, "avx2")    ? "avx2-q8ref"
+                                                : "scalar-q8ref";
 }
 
 /* Rows per task: fixed, so the split never depends on the thread count. */

@@ -106,7 +106,8 @@ void kern_qinput_free(struct kern_qinput *in)
  * rint(x/d) clamped to ±127 at the byte that meets x's code in the chunk
  * (4-bit: weight o of a 128-weight chunk pairs with byte o/2, low nibble for
  * even o, so its xq goes to byte (o odd)·64 + o/2). A group with a NaN or inf
- * gets d = NaN and xq = 0, so the NaN reaches the output. */
+ * gets d = NaN and xq = 0, so the NaN reaches the output; a group whose d is
+ * 0 (all zero, or max|x| so small that /127 underflows) keeps xq = 0. */
 int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in)
 {
     const int64_t ng = w->cols / w->gs, blk = 512 / w->bits, stride = (w->cols + blk - 1) / blk * blk;
@@ -133,7 +134,7 @@ int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct
             }
             float dg = finite ? m / 127.0f : NAN;
             d[t * ng + g] = dg;
-            if (!finite || m == 0.0f)
+            if (!finite || dg == 0.0f) /* dg is 0 also for a tiny m that underflows: xq stay 0 */
                 continue;
             for (int i = 0; i < w->gs; i++) {
                 int64_t j = g * w->gs + i, c = j / blk, o = j % blk;
@@ -570,9 +571,10 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
     if (j + (k) * cw < j1)                                                                                           \
         q8chunk512(codes, j + (k) * cw, (j1 - j - (k) * cw) * bits / 8, in, t0, tb, bits, gs, (j - j0) / cw + (k), slo, \
                    shi, acc, k);
-            Q8TAIL(0) /* at most three chunks left, the last one maybe partial */
+            Q8TAIL(0) /* fewer than 4·cw weights left: up to three whole chunks and a partial one */
             Q8TAIL(1)
             Q8TAIL(2)
+            Q8TAIL(3)
 #undef Q8TAIL
             for (int u = 0; u < tb; u++) { /* group g0 + k in lane k % 16 */
                 const float *xs = in->xsum + (t0 + u) * ng + g0;

@@ -676,7 +676,9 @@ Test(kernels, init_tables)
         cr_assert_str_eq(tq.name, "avx512-q8");
         cr_assert(tq.q8dot == kern_q8dot_avx512);
     } else {
-        cr_assert_str_eq(tq.name, "scalar-q8");
+        char want[32];
+        snprintf(want, sizeof want, "%s-q8ref", t.name);
+        cr_assert_str_eq(tq.name, want);
         cr_assert(tq.q8dot == kern_q8dot_ref);
     }
 }
@@ -1333,10 +1335,11 @@ static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n,
 
 /* The shapes: every (bits, gs, scale dtype) the kernel takes, rows across
  * tiles, columns of 1, 3 and 5 groups (partial 64-byte chunks, 1-3 chunks
- * past the last group of four), and 293 groups of 32 at 4 bits (the row
+ * past the last group of four; 7 and 13 groups end in three whole chunks and a
+ * partial one), and 293 groups of 32 at 4 bits (the row
  * crosses the 256-group parameter chunk and ends in a partial chunk). */
 static const int64_t q8_rows[] = {1, 7, 65};
-static const int64_t q8_groups[] = {1, 3, 5, 17};
+static const int64_t q8_groups[] = {1, 3, 5, 7, 13, 17};
 
 Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
 {
@@ -1471,8 +1474,8 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = 60)
 }
 
 /* Hostile activations: a NaN or inf in a group makes the rows' outputs NaN
- * (no float-to-int conversion of NaN: UBSan checks), an all-zero group adds
- * only its bias terms, and the other tokens are untouched. */
+ * (never converted to int8), an all-zero group and one whose d underflows to 0
+ * add only their bias terms, and the other tokens are untouched. */
 Test(kernels_q8, nan_inf_zero_groups)
 {
     struct tmat t;
@@ -1484,9 +1487,13 @@ Test(kernels_q8, nan_inf_zero_groups)
     x[1 * 128 + 70] = INFINITY;
     for (int j = 0; j < 64; j++)
         x[2 * 128 + j] = 0.0f;
+    for (int j = 64; j < 128; j++) /* max|x| so small that d = max/127 underflows to 0: no 0/0 */
+        x[2 * 128 + j] = j == 70 ? 1e-44f : 0.0f;
     struct kern_q8input in;
     cr_assert_eq(kern_q8input_prepare(&t.m, x, n, &in), ERR_OK);
-    cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f);
+    cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f && in.d[5] == 0.0f);
+    for (int j = 0; j < 128; j++)
+        cr_assert_eq(in.xq[2 * in.stride + j], 0, "token 2: zero and underflowing groups keep xq = 0");
     kern_q8dot_ref(&t.m, &in, n, a, 0, 9);
     if (kern_cpu_has_avx512_vnni()) {
         kern_q8dot_avx512(&t.m, &in, n, b, 0, 9);
