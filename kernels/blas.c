@@ -15,9 +15,10 @@
  * kernels to run near their peak (16-token blocks reached about a third).
  *
  * Within one call, OpenBLAS may also round columns differently by position
- * (measured with its Haswell kernels, which it picks on AMD Zen 5: columns
- * 8..119 of the 128 differ from columns 0..7 and 120..127; with its SkylakeX
- * kernels all columns agreed). So each call shape (tile rows, columns) is
+ * (measured with its Haswell kernels, which the project VM's environment
+ * selects with OPENBLAS_CORETYPE=Haswell: columns 8..119 of the 128 differ
+ * from columns 0..7 and 120..127; with its SkylakeX and Cooperlake kernels all
+ * columns agreed). So each call shape (tile rows, columns) is
  * probed once: the same random vector in every column of a random product,
  * and the columns whose results are bit-identical share one code path. The
  * largest such set (the first, on a tie) is the shape's slots: token i of a
