@@ -915,17 +915,21 @@ static int cmd_run(int argc, char **argv)
             }
             o.threads = (int)v;
             break;
-        case 'K':
-            if (!strcmp(optarg, "best") || !strcmp(optarg, "scalar") || !strcmp(optarg, "blas") || !strcmp(optarg, "q8")) {
-                o.kernels = !strcmp(optarg, "best")     ? KERN_BEST
-                            : !strcmp(optarg, "scalar") ? KERN_SCALAR
-                            : !strcmp(optarg, "blas")   ? KERN_BLAS
-                                                        : KERN_Q8;
-            } else {
+        case 'K': {
+            static const struct {
+                const char *name;
+                enum kern_level level;
+            } levels[] = {{"best", KERN_BEST}, {"scalar", KERN_SCALAR}, {"blas", KERN_BLAS}, {"q8", KERN_Q8}};
+            size_t k = 0;
+            while (k < sizeof levels / sizeof levels[0] && strcmp(optarg, levels[k].name))
+                k++;
+            if (k == sizeof levels / sizeof levels[0]) {
                 code = usage_error("run", "--kernels %s: expected best, scalar, blas or q8", optarg);
                 goto out;
             }
+            o.kernels = levels[k].level;
             break;
+        }
         case 'b':
             if (strcmp(optarg, "4") && strcmp(optarg, "8")) {
                 code = usage_error("run", "--kv-bits %s: accepted values are 4 and 8", optarg);

@@ -369,14 +369,18 @@ INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_by
     }
 }
 
+/* The first n of 16 lanes (none for n <= 0, all for n >= 16). */
+INLINE __mmask16 mask16(int64_t n)
+{
+    return n <= 0 ? 0 : n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
 /* The bias terms Σ_g bias_g·Σx_g of nb groups into bacc, group g in lane
  * g % 16 (bi holds zeros past nb). */
 AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb, __m512 bacc)
 {
-    for (int64_t k = 0; k < nb; k += 16) {
-        __mmask16 m = nb - k >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - k)) - 1);
-        bacc = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(m, xs + k), bacc);
-    }
+    for (int64_t k = 0; k < nb; k += 16)
+        bacc = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(mask16(nb - k), xs + k), bacc);
     return bacc;
 }
 
@@ -501,8 +505,7 @@ void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float
  * float32 (zero past n). */
 AVX512VNNI INLINE void params32(enum dtype t, const uint8_t *src, int64_t n, __m512 *lo, __m512 *hi)
 {
-    const __mmask16 ml = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
-    const __mmask16 mh = n <= 16 ? 0 : n >= 32 ? 0xFFFF : (__mmask16)((1u << (n - 16)) - 1);
+    const __mmask16 ml = mask16(n), mh = mask16(n - 16);
     if (t == DT_F32) {
         *lo = _mm512_maskz_loadu_ps(ml, src);
         *hi = _mm512_maskz_loadu_ps(mh, src + 64);
@@ -576,12 +579,11 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
             Q8TAIL(2)
             Q8TAIL(3)
 #undef Q8TAIL
-            for (int u = 0; u < tb; u++) { /* group g0 + k in lane k % 16 */
+            for (int u = 0; u < tb; u++) { /* group g0 + k in lane k % 16, as bias_terms512 */
                 const float *xs = in->xsum + (t0 + u) * ng + g0;
-                const __mmask16 ml = nb >= 16 ? 0xFFFF : (__mmask16)((1u << nb) - 1);
-                bacc[u] = _mm512_fmadd_ps(blo, _mm512_maskz_loadu_ps(ml, xs), bacc[u]);
+                bacc[u] = _mm512_fmadd_ps(blo, _mm512_maskz_loadu_ps(mask16(nb), xs), bacc[u]);
                 if (nb > 16)
-                    bacc[u] = _mm512_fmadd_ps(bhi, _mm512_maskz_loadu_ps(nb >= 32 ? 0xFFFF : (__mmask16)((1u << (nb - 16)) - 1), xs + 16), bacc[u]);
+                    bacc[u] = _mm512_fmadd_ps(bhi, _mm512_maskz_loadu_ps(mask16(nb - 16), xs + 16), bacc[u]);
             }
         }
         for (int u = 0; u < tb; u++) {
