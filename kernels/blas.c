@@ -8,29 +8,31 @@
 
 #include "kernels/kernels.h"
 
-/* Tokens go to sgemm in blocks of exactly BLAS_M columns (zero-padded):
- * OpenBLAS picks its kernels by the problem size, so a fixed size keeps each
- * token's arithmetic independent of how the prompt was chunked. 128 columns
- * against KERN_BLAS_ROWS weight rows is large enough for OpenBLAS's packed
- * kernels to run near their peak (16-token blocks reached about a third).
+/* Tokens go to sgemm in calls of a fixed width (zero-padded columns):
+ * OpenBLAS picks its kernels by the problem size, so fixed widths keep each
+ * token's arithmetic independent of how the prompt was chunked. Two widths: a
+ * short step takes the narrow call, a long prompt the wide one (wider calls
+ * also spread the packing of each weight tile over more tokens).
  *
  * Within one call, OpenBLAS may also round columns differently by position
  * (measured with its Haswell kernels, which the project VM's environment
- * selects with OPENBLAS_CORETYPE=Haswell: columns 8..119 of the 128 differ
- * from columns 0..7 and 120..127; with its SkylakeX and Cooperlake kernels all
- * columns agreed). So each call shape (tile rows, columns) is
- * probed once: the same random vector in every column of a random product,
- * and the columns whose results are bit-identical share one code path. The
- * largest such set (the first, on a tie) is the shape's slots: token i of a
- * block always goes to column slot[i], so its bits do not depend on its place
- * in the prompt, and the other columns stay zero. */
-#define BLAS_M 128
+ * selects with OPENBLAS_CORETYPE=Haswell: the first and last 8 columns of a
+ * call differ from the others, whatever the other columns hold; with its
+ * SkylakeX and Cooperlake kernels all columns agreed). So each call shape
+ * (tile rows, columns) is probed once: the same random vector in every
+ * column of a random product, at both widths. The columns bit-identical to
+ * the largest class of the wide call share its code path; they are the
+ * shape's slots at each width. Token i of a call always goes to column
+ * slot[i], so its bits depend neither on its place in the prompt nor on the
+ * width of its call; the other columns stay zero. */
+static const int widths[2] = {144, 272}; /* 128 and 256 slots with the Haswell kernels */
+#define WIDE 272
 #define SHAPES_MAX 256
 
 struct shape {
     int64_t rows, cols;
-    int n;                    /* slots: tokens a call carries */
-    int slot[BLAS_M];
+    int n[2];                 /* slots at each width: tokens a call carries (0: that width unused) */
+    int slot[2][WIDE];
 };
 
 static struct shape shapes[SHAPES_MAX];
@@ -40,9 +42,9 @@ static pthread_mutex_t shapes_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Fills sh with the slots of a (rows, cols) product; false: out of memory. */
 static bool probe(int64_t rows, int64_t cols, struct shape *sh)
 {
-    float *a = malloc((size_t)(rows * cols) * sizeof *a), *b = malloc((size_t)BLAS_M * (size_t)cols * sizeof *b);
-    float *c = malloc((size_t)rows * BLAS_M * sizeof *c);
-    bool ok = a && b && c;
+    float *a = malloc((size_t)(rows * cols) * sizeof *a), *b = malloc((size_t)WIDE * (size_t)cols * sizeof *b);
+    float *c[2] = {malloc((size_t)rows * (size_t)widths[0] * sizeof(float)), malloc((size_t)rows * WIDE * sizeof(float))};
+    bool ok = a && b && c[0] && c[1];
     if (ok) {
         uint64_t z = 0x9E3779B97F4A7C15ull;
         for (int64_t i = 0; i < rows * cols + cols; i++) {
@@ -51,41 +53,44 @@ static bool probe(int64_t rows, int64_t cols, struct shape *sh)
             if (i < rows * cols)
                 a[i] = v;
             else
-                for (int t = 0; t < BLAS_M; t++)
+                for (int t = 0; t < WIDE; t++)
                     b[t * cols + (i - rows * cols)] = v;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, BLAS_M, (blasint)cols, 1.0f, a,
-                    (blasint)cols, b, (blasint)cols, 0.0f, c, BLAS_M);
-        int cls[BLAS_M], best = 0, best_n = 0;
-        for (int p = 0; p < BLAS_M; p++) { /* cls[p]: the first column computed as p is */
-            cls[p] = p;
-            for (int q = 0; q < p && cls[p] == p; q++) {
-                bool same = cls[q] == q;
-                for (int64_t r = 0; r < rows && same; r++)
-                    same = !memcmp(&c[r * BLAS_M + p], &c[r * BLAS_M + q], sizeof *c);
-                if (same)
-                    cls[p] = q;
-            }
-        }
-        for (int p = 0; p < BLAS_M; p++) {
+        for (int k = 0; k < 2; k++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, widths[k], (blasint)cols, 1.0f, a,
+                        (blasint)cols, b, (blasint)cols, 0.0f, c[k], widths[k]);
+        /* the wide call's largest class (the first, on a tie): its representative column ref */
+        int ref = 0, ref_n = 0;
+        for (int p = 0; p < WIDE; p++) {
             int n = 0;
-            for (int q = 0; q < BLAS_M; q++)
-                n += cls[q] == p;
-            if (n > best_n) {
-                best = p;
-                best_n = n;
+            for (int q = 0; q < WIDE; q++) {
+                bool same = true;
+                for (int64_t r = 0; r < rows && same; r++)
+                    same = !memcmp(&c[1][r * WIDE + p], &c[1][r * WIDE + q], sizeof(float));
+                n += same;
+            }
+            if (n > ref_n) {
+                ref = p;
+                ref_n = n;
             }
         }
         sh->rows = rows;
         sh->cols = cols;
-        sh->n = 0;
-        for (int q = 0; q < BLAS_M; q++)
-            if (cls[q] == best)
-                sh->slot[sh->n++] = q;
+        for (int k = 0; k < 2; k++) {
+            sh->n[k] = 0;
+            for (int q = 0; q < widths[k]; q++) {
+                bool same = true;
+                for (int64_t r = 0; r < rows && same; r++)
+                    same = !memcmp(&c[k][r * widths[k] + q], &c[1][r * WIDE + ref], sizeof(float));
+                if (same)
+                    sh->slot[k][sh->n[k]++] = q;
+            }
+        }
     }
     free(a);
     free(b);
-    free(c);
+    free(c[0]);
+    free(c[1]);
     return ok;
 }
 
@@ -108,39 +113,59 @@ static bool shape_slots(int64_t rows, int64_t cols, struct shape *out)
     return ok;
 }
 
-void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+/* ws's buffer holding at least `floats`; NULL: out of memory. */
+static float *ws_reserve(struct kern_blas_ws *ws, size_t floats)
 {
-    int64_t tr = row1 - row0, cols = w->cols;
+    if (ws->cap < floats) {
+        free(ws->buf);
+        ws->buf = malloc(floats * sizeof *ws->buf);
+        ws->cap = ws->buf ? floats : 0;
+    }
+    return ws->buf;
+}
+
+void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                         struct kern_blas_ws *ws)
+{
+    const int64_t tr = row1 - row0, cols = w->cols;
     struct shape sh;
-    float *tile = malloc((size_t)tr * (size_t)cols * sizeof *tile);           /* [tr, cols] */
-    float *xpad = calloc((size_t)BLAS_M * (size_t)cols, sizeof *xpad);        /* [BLAS_M, cols] */
-    float *yt = malloc((size_t)tr * BLAS_M * sizeof *yt);                      /* [tr, BLAS_M] */
-    if (!tile || !xpad || !yt || !shape_slots(tr, cols, &sh)) {
-        free(tile);
-        free(xpad);
-        free(yt);
+    float *buf = ws_reserve(ws, (size_t)(tr * cols + WIDE * cols + tr * WIDE));
+    if (!buf || !shape_slots(tr, cols, &sh)) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;
     }
+    float *tile = buf;                /* [tr, cols] */
+    float *xpad = tile + tr * cols;   /* [width, cols] */
+    float *yt = xpad + WIDE * cols;   /* [tr, width] */
     for (int64_t r = 0; r < tr; r++)
         kern_row_f32(w, row0 + r, tile + r * cols);
-    for (int64_t t0 = 0; t0 < n; t0 += sh.n) {
-        int64_t mb = n - t0 < sh.n ? n - t0 : sh.n;
-        for (int i = 0; i < sh.n; i++) /* token t0 + i in column slot[i]; every other column zero */
-            if (i < mb)
-                memcpy(xpad + sh.slot[i] * cols, x + (t0 + i) * cols, (size_t)cols * sizeof *xpad);
-            else
-                memset(xpad + sh.slot[i] * cols, 0, (size_t)cols * sizeof *xpad);
-        /* yt[tr, BLAS_M] = tile · xpadᵀ */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)tr, BLAS_M, (blasint)cols, 1.0f, tile,
-                    (blasint)cols, xpad, (blasint)cols, 0.0f, yt, BLAS_M);
-        for (int64_t t = 0; t < mb; t++)
-            for (int64_t r = 0; r < tr; r++)
-                y[(t0 + t) * w->rows + row0 + r] = yt[r * BLAS_M + sh.slot[t]];
+    for (int64_t t0 = 0; t0 < n;) {
+        const int k = n - t0 <= sh.n[0] ? 0 : 1, wd = widths[k], *slot = sh.slot[k];
+        const int64_t mb = n - t0 < sh.n[k] ? n - t0 : sh.n[k];
+        bool used[WIDE] = {false};
+        for (int64_t i = 0; i < mb; i++) { /* token t0 + i in column slot[i]; every other column zero */
+            memcpy(xpad + slot[i] * cols, x + (t0 + i) * cols, (size_t)cols * sizeof *xpad);
+            used[slot[i]] = true;
+        }
+        for (int q = 0; q < wd; q++)
+            if (!used[q])
+                memset(xpad + q * cols, 0, (size_t)cols * sizeof *xpad);
+        /* yt[tr, wd] = tile · xpadᵀ */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)tr, wd, (blasint)cols, 1.0f, tile,
+                    (blasint)cols, xpad, (blasint)cols, 0.0f, yt, wd);
+        for (int64_t r = 0; r < tr; r += 16) /* 16 rows at a time: each token's 16 outputs fill one cache line */
+            for (int64_t t = 0; t < mb; t++)
+                for (int64_t i = r; i < r + 16 && i < tr; i++)
+                    y[(t0 + t) * w->rows + row0 + i] = yt[i * wd + slot[t]];
+        t0 += mb;
     }
-    free(tile);
-    free(xpad);
-    free(yt);
+}
+
+void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    struct kern_blas_ws ws = {0};
+    kern_matmul_blas_ws(w, x, n, y, row0, row1, &ws);
+    free(ws.buf);
 }
 
 void kern_blas_init(void)

@@ -157,9 +157,10 @@ void kern_softcap_avx512(float *x, float cap, int64_t n);
 
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
- * call shape in blas.c), so that state saved by an older build (the cold
- * prefix cache) is never restored into a newer one. */
-#define KERN_NUMERICS 3
+ * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide), so that
+ * state saved by an older build (the cold prefix cache) is never restored
+ * into a newer one. */
+#define KERN_NUMERICS 4
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
@@ -173,6 +174,8 @@ struct kern_table {
     gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
+    struct kern_blas_ws *blas_ws; /* KERN_BLAS: the sgemm scratch of each worker (KERN_MAX_THREADS),
+                                     kept across calls; released by kern_free */
 };
 
 enum kern_level {
@@ -188,6 +191,9 @@ enum kern_level {
 /* Selects the kernels of a level (KERN_BLAS without OpenBLAS: KERN_BEST;
  * KERN_Q8 without AVX-512 VNNI: kern_q8dot_ref, the same bits, slowly). */
 void kern_init(struct kern_table *t, enum kern_level level);
+
+/* Releases what kern_init and the calls since allocated (the blas scratch). */
+void kern_free(struct kern_table *t);
 
 /* y[n, rows] = x[n, cols] · Wᵀ with the table's best path, split over
  * `threads` threads in fixed tiles of rows. */
@@ -209,10 +215,19 @@ bool kern_cpu_has_avx512(void);
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS; only
  * built when OpenBLAS is found). kern_matmul uses it for steps of at least
  * KERN_BLAS_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
- * take the fused kernels: sgemm pads every call to 128 columns).
+ * take the fused kernels: sgemm pads every call to at least 144 columns).
+ * kern_matmul_blas_ws keeps its tile, padded input and output in ws (grown on
+ * demand: fresh multi-megabyte buffers would cost a page fault per 4 KiB);
+ * kern_matmul_blas is the same with a scratch of its own.
  * kern_blas_init makes OpenBLAS single-threaded. */
 #define KERN_BLAS_MIN_TOKENS 32
 #define KERN_BLAS_ROWS 256
+struct kern_blas_ws {
+    float *buf;
+    size_t cap; /* floats */
+};
+void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                         struct kern_blas_ws *ws);
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_blas_init(void);
 

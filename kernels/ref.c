@@ -278,7 +278,9 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->softcap = kern_softcap_ref;
 #ifdef HAVE_BLAS_KERNELS
     kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
-    t->blas = level == KERN_BLAS;
+    if (level == KERN_BLAS) /* without its scratch (no memory): KERN_BEST */
+        t->blas_ws = calloc(KERN_MAX_THREADS, sizeof *t->blas_ws);
+    t->blas = t->blas_ws != NULL;
 #endif
     if (level == KERN_Q8)
         t->q8dot = kern_cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
@@ -307,11 +309,21 @@ void kern_init(struct kern_table *t, enum kern_level level)
                                                 : "scalar-q8ref";
 }
 
+void kern_free(struct kern_table *t)
+{
+    for (int i = 0; t->blas_ws && i < KERN_MAX_THREADS; i++)
+        free(t->blas_ws[i].buf);
+    free(t->blas_ws);
+    t->blas_ws = NULL;
+    t->blas = false;
+}
+
 /* Rows per task: fixed, so the split never depends on the thread count. */
 #define TILE_ROWS 64
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, q8dot or qdot over the prepared input */
+    matmul_fn fn;             /* or, when NULL, sgemm (blas_ws set), q8dot or qdot over the prepared input */
+    struct kern_blas_ws *blas_ws;
     int64_t tile_rows;
     qdot_fn qdot;
     const struct kern_qinput *qin;
@@ -325,11 +337,14 @@ struct mm_job {
 
 static void mm_task(void *arg, int64_t task, int worker)
 {
-    (void)worker;
     struct mm_job *j = arg;
     int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
+#ifdef HAVE_BLAS_KERNELS
+    else if (j->blas_ws)
+        kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->blas_ws[worker]);
+#endif
     else if (j->q8dot)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
     else
@@ -348,7 +363,8 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
     } else
 #ifdef HAVE_BLAS_KERNELS
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
-        j.fn = kern_matmul_blas;
+        j.fn = NULL;
+        j.blas_ws = t->blas_ws;
         j.tile_rows = KERN_BLAS_ROWS;
     } else
 #endif

@@ -4,6 +4,7 @@
  * (kernels/kernels.h). Constants √H, H^-½, √P and 2^-½ are exact fp32. */
 #include "runner/forward.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
                 const struct kv_opts *kv, int n_seq, struct err *e)
 {
     memset(r, 0, sizeof *r);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest; buffers above it are still mapped per use */
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     r->m = m;
     r->threads = threads < 1 ? 1 : threads;
     r->kv = kv ? *kv : (struct kv_opts){.group_size = 64};
@@ -113,6 +116,7 @@ void runner_free(struct runner *r)
     free(r->seq);
     free(r->inv_freq[0]);
     free(r->inv_freq[1]);
+    kern_free(&r->kt);
     memset(r, 0, sizeof *r);
 }
 

@@ -46,6 +46,11 @@ struct runner {
     int n_seq;
 };
 
+/* Also sets, process-wide, glibc's malloc to keep freed memory for reuse
+ * (M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB): a prefill allocates
+ * megabytes of step buffers per layer, and with the defaults each layer
+ * faulted fresh pages in (a quarter of a 512-token prefill's time on the
+ * project VM; docs/PERFORMANCE.md). */
 int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
                 const struct kv_opts *kv, int n_seq, struct err *e);
 void runner_free(struct runner *r);

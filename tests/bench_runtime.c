@@ -395,6 +395,7 @@ static int kernel_bench_level(enum kern_level level)
         free(m.mem);
         free(y);
     }
+    kern_free(&t);
     return 0;
 }
 

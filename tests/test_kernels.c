@@ -280,7 +280,9 @@ static bool have_blas(void)
 {
     struct kern_table t;
     kern_init(&t, KERN_BLAS);
-    return t.blas;
+    bool on = t.blas;
+    kern_free(&t);
+    return on;
 }
 
 #ifdef HAVE_BLAS_KERNELS
@@ -664,10 +666,12 @@ Test(kernels, init_tables)
     cr_assert_str_eq(tb.name, t.name);
     cr_assert(tb.qdot == t.qdot && tb.matvec_bf16 == t.matvec_bf16);
 #ifdef HAVE_BLAS_KERNELS
-    cr_assert(tb.blas);
+    cr_assert(tb.blas && tb.blas_ws);
 #else
     cr_assert(!tb.blas);
 #endif
+    kern_free(&tb);
+    cr_assert(!tb.blas && !tb.blas_ws);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
     struct kern_table tq;
     kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot */
@@ -693,12 +697,12 @@ static size_t tables(struct kern_table *t, const char **label)
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
-                                     kern_gelu_mul_avx2, kern_softcap_avx2, NULL};
+                                     kern_gelu_mul_avx2, kern_softcap_avx2, NULL, NULL};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512,
-                                     kern_gelu_mul_avx512, kern_softcap_avx512, NULL};
+                                     kern_gelu_mul_avx512, kern_softcap_avx512, NULL, NULL};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -737,7 +741,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     make_float(&mats[5], 65, 7, DT_F16, 16);
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
-        static const int64_t ns[] = {1, 5, 17, 40}; /* 40: sgemm's minimum of tokens passed */
+        static const int64_t ns[] = {1, 5, 17, 40, 300}; /* 40, 300: sgemm's narrow call; wide, then narrow */
         for (size_t ni = 0; ni < LEN(ns); ni++) {
             int64_t n = ns[ni];
             uint64_t s = 40 + i;
@@ -777,12 +781,14 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     }
     for (size_t i = 0; i < LEN(mats); i++)
         tmat_free(&mats[i]);
+    for (size_t k = 0; k < nt; k++)
+        kern_free(&tab[k]);
 }
 
 /* simd.c and blas.c promise that a token's result does not depend on the
  * other tokens of the call (prefill, chunked and decode give the same bits):
- * y[t] of a 131-token call (TB = 4 and BLAS_M = 128 blocks with remainders)
- * must equal, bit for bit, the single-token call on x[t] — on every path. */
+ * y[t] of a 131-token call (TB = 4 blocks with a remainder; sgemm's wide
+ * call, where a single token takes the narrow one) must equal, bit for bit, the single-token call on x[t] — on every path. */
 Test(kernels, token_independent_bits, .timeout = 60)
 {
     struct tmat mats[4];
