@@ -318,8 +318,24 @@ void kern_free(struct kern_table *t)
     t->blas = false;
 }
 
-/* Rows per task: fixed, so the split never depends on the thread count. */
+/* Rows per task: enough that a task reads about TILE_BYTES of weights per
+ * token, so that each thread streams long runs of contiguous rows (the 4-bit
+ * matvec on 2 threads from RAM: 64-row tasks 33 GB/s, 256 KiB-1 MiB tasks
+ * 42-46 GB/s; docs/PERFORMANCE.md), but no more than a MIN_TASKS-th of the
+ * matrix (balance) and no fewer than TILE_ROWS. Fixed by the matrix and the
+ * token count, never by the thread count; and every row's result is the same
+ * whatever the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
+#define TILE_BYTES (512 << 10)
+#define MIN_TASKS 4
+
+static int64_t tile_rows(const struct wmat *w, int64_t n)
+{
+    int64_t row_bytes = (int64_t)w->row_stride + (w->quantized ? 2 * (int64_t)w->srow_bytes : 0);
+    int64_t rows = TILE_BYTES / (row_bytes * n > 0 ? row_bytes * n : 1), quarter = (w->rows + MIN_TASKS - 1) / MIN_TASKS;
+    rows = rows < quarter ? rows : quarter;
+    return rows > TILE_ROWS ? rows : TILE_ROWS;
+}
 
 struct mm_job {
     matmul_fn fn;             /* or, when NULL, sgemm (blas_ws set), q8dot or qdot over the prepared input */
@@ -353,7 +369,7 @@ static void mm_task(void *arg, int64_t task, int worker)
 
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
-    struct mm_job j = {.fn = kern_matmul_ref, .tile_rows = TILE_ROWS, .w = w, .x = x, .n = n, .y = y};
+    struct mm_job j = {.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
     struct kern_qinput qin = {0};
     struct kern_q8input q8in = {0};
     if (t->q8dot && kern_q8_supports(w) && kern_q8input_prepare(w, x, n, &q8in) == ERR_OK) {
