@@ -320,8 +320,8 @@ void kern_free(struct kern_table *t)
 
 /* Rows per task: enough that a task reads about TILE_BYTES of weights per
  * token, so that each thread streams long runs of contiguous rows (the 4-bit
- * matvec on 2 threads from RAM: 64-row tasks 33 GB/s, 256 KiB-1 MiB tasks
- * 42-46 GB/s; docs/PERFORMANCE.md), but no more than a MIN_TASKS-th of the
+ * matvec on 2 threads from RAM: 64-row tasks 33 GB/s, 221-885 KB tasks
+ * 40-46 GB/s; docs/PERFORMANCE.md), but no more than a MIN_TASKS-th of the
  * matrix (balance) and no fewer than TILE_ROWS. Fixed by the matrix and the
  * token count, never by the thread count; and every row's result is the same
  * whatever the split (only sgemm's tiles shape rounding). */
