@@ -25,8 +25,9 @@
  * shape's slots at each width. Token i of a call always goes to column
  * slot[i], so its bits depend neither on its place in the prompt nor on the
  * width of its call; the other columns stay zero. */
-static const int widths[2] = {144, 272}; /* 128 and 256 slots with the Haswell kernels */
-#define WIDE 272
+#define NARROW 144 /* 128 slots with the Haswell kernels */
+#define WIDE 272   /* 256 slots */
+static const int widths[2] = {NARROW, WIDE};
 #define SHAPES_MAX 256
 
 struct shape {
@@ -59,21 +60,23 @@ static bool probe(int64_t rows, int64_t cols, struct shape *sh)
         for (int k = 0; k < 2; k++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, widths[k], (blasint)cols, 1.0f, a,
                         (blasint)cols, b, (blasint)cols, 0.0f, c[k], widths[k]);
-        /* the wide call's largest class (the first, on a tie): its representative column ref */
-        int ref = 0, ref_n = 0;
+        /* the wide call's classes: cls[p] is the first column computed as p is;
+         * ref, the first column of the largest class (the first, on a tie) */
+        int cls[WIDE], size[WIDE] = {0}, ref = 0;
         for (int p = 0; p < WIDE; p++) {
-            int n = 0;
-            for (int q = 0; q < WIDE; q++) {
-                bool same = true;
+            cls[p] = p;
+            for (int q = 0; q < p && cls[p] == p; q++) {
+                bool same = cls[q] == q;
                 for (int64_t r = 0; r < rows && same; r++)
                     same = !memcmp(&c[1][r * WIDE + p], &c[1][r * WIDE + q], sizeof(float));
-                n += same;
+                if (same)
+                    cls[p] = q;
             }
-            if (n > ref_n) {
-                ref = p;
-                ref_n = n;
-            }
+            size[cls[p]]++;
         }
+        for (int p = 1; p < WIDE; p++)
+            if (size[p] > size[ref])
+                ref = p;
         sh->rows = rows;
         sh->cols = cols;
         for (int k = 0; k < 2; k++) {
