@@ -91,7 +91,9 @@ typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, in
                          int64_t row1);
 /* For w with 4 or 8 bits and gs of 32, 64 or 128 (kern_q8_supports). */
 bool kern_q8_supports(const struct wmat *w);
+typedef int (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
 int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
+int kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
 void kern_q8input_free(struct kern_q8input *in);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
@@ -174,6 +176,7 @@ struct kern_table {
     gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
+    q8prep_fn q8prep;         /* KERN_Q8: kern_q8input_prepare or its SIMD twin */
     struct kern_blas_ws *blas_ws; /* KERN_BLAS: the sgemm scratch of each worker (KERN_MAX_THREADS),
                                      kept across calls; released by kern_free */
 };

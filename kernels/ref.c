@@ -282,8 +282,10 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->blas_ws = calloc(KERN_MAX_THREADS, sizeof *t->blas_ws);
     t->blas = t->blas_ws != NULL;
 #endif
-    if (level == KERN_Q8)
+    if (level == KERN_Q8) {
         t->q8dot = kern_cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
+        t->q8prep = kern_cpu_has_avx512() ? kern_q8input_prepare_avx512 : kern_q8input_prepare;
+    }
     if (level == KERN_SCALAR)
         return;
     if (kern_cpu_has_avx512()) {
@@ -372,7 +374,7 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
     struct mm_job j = {.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
     struct kern_qinput qin = {0};
     struct kern_q8input q8in = {0};
-    if (t->q8dot && kern_q8_supports(w) && kern_q8input_prepare(w, x, n, &q8in) == ERR_OK) {
+    if (t->q8dot && kern_q8_supports(w) && t->q8prep(w, x, n, &q8in) == ERR_OK) {
         j.fn = NULL;
         j.q8dot = t->q8dot;
         j.q8in = &q8in;

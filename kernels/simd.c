@@ -102,6 +102,50 @@ void kern_qinput_free(struct kern_qinput *in)
     in->buf = NULL;
 }
 
+/* The buffer of a kern_q8input for n tokens (xq zeroed) and the pointers into
+ * it the preparations write. */
+struct q8parts {
+    float *d, *xsum, *dl;
+    int8_t *xq;
+    int64_t ng, nchunks;
+};
+
+static int q8input_alloc(const struct wmat *w, int64_t n, struct kern_q8input *in, struct q8parts *p)
+{
+    const int64_t blk = 512 / w->bits, stride = (w->cols + blk - 1) / blk * blk;
+    p->ng = w->cols / w->gs;
+    p->nchunks = stride / blk;
+    float *buf = malloc((size_t)(2 * n * p->ng + 16 * n * p->nchunks) * sizeof *buf + (size_t)(n * stride));
+    in->buf = buf;
+    if (!buf)
+        return ERR_NOMEM;
+    p->d = buf;
+    p->xsum = buf + n * p->ng;
+    p->dl = p->xsum + n * p->ng;
+    p->xq = (int8_t *)(void *)(p->dl + 16 * n * p->nchunks);
+    memset(p->xq, 0, (size_t)(n * stride));
+    in->d = p->d;
+    in->xsum = p->xsum;
+    in->dl = p->dl;
+    in->xq = p->xq;
+    in->stride = stride;
+    return ERR_OK;
+}
+
+/* dl: each chunk lane's d (0 past the groups). gs is a power of two
+ * (kern_q8_supports), so a lane's group is its first weight shifted. */
+static void q8input_lanes(const struct wmat *w, int64_t n, const struct q8parts *p)
+{
+    const int64_t blk = 512 / w->bits, per_lane = 32 / w->bits;
+    const int sh = __builtin_ctz((unsigned)w->gs);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < p->nchunks; c++)
+            for (int l = 0; l < 16; l++) {
+                int64_t g = (c * blk + per_lane * l) >> sh;
+                p->dl[(t * p->nchunks + c) * 16 + l] = g < p->ng ? p->d[t * p->ng + g] : 0.0f;
+            }
+}
+
 /* One definition for every path (kernels.h): d = max|x|/127 per group, xq =
  * rint(x/d) clamped to ±127 at the byte that meets x's code in the chunk
  * (4-bit: weight o of a 128-weight chunk pairs with byte o/2, low nibble for
@@ -110,16 +154,11 @@ void kern_qinput_free(struct kern_qinput *in)
  * 0 (all zero, or max|x| so small that /127 underflows) keeps xq = 0. */
 int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in)
 {
-    const int64_t ng = w->cols / w->gs, blk = 512 / w->bits, stride = (w->cols + blk - 1) / blk * blk;
-    const int64_t nchunks = stride / blk;
-    float *buf = malloc((size_t)(2 * n * ng + 16 * n * nchunks) * sizeof *buf + (size_t)(n * stride));
-    in->buf = buf;
-    if (!buf)
+    struct q8parts p;
+    if (q8input_alloc(w, n, in, &p) != ERR_OK)
         return ERR_NOMEM;
-    float *d = buf, *xsum = buf + n * ng, *dl = xsum + n * ng;
-    int8_t *xq = (int8_t *)(void *)(dl + 16 * n * nchunks);
-    memset(xq, 0, (size_t)(n * stride));
-    group_sums(w, x, n, xsum);
+    const int64_t ng = p.ng, blk = 512 / w->bits, stride = in->stride;
+    group_sums(w, x, n, p.xsum);
     for (int64_t t = 0; t < n; t++)
         for (int64_t g = 0; g < ng; g++) {
             const float *xg = x + t * w->cols + g * w->gs;
@@ -133,27 +172,17 @@ int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct
                     m = a;
             }
             float dg = finite ? m / 127.0f : NAN;
-            d[t * ng + g] = dg;
+            p.d[t * ng + g] = dg;
             if (!finite || dg == 0.0f) /* dg is 0 also for a tiny m that underflows: xq stay 0 */
                 continue;
             for (int i = 0; i < w->gs; i++) {
                 int64_t j = g * w->gs + i, c = j / blk, o = j % blk;
                 float q = rintf(xg[i] / dg);
                 q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-                xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
+                p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
             }
         }
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t c = 0; c < nchunks; c++)
-            for (int l = 0; l < 16; l++) {
-                int64_t g = (c * blk + (32 / w->bits) * l) / w->gs; /* lane l's group */
-                dl[(t * nchunks + c) * 16 + l] = g < ng ? d[t * ng + g] : 0.0f;
-            }
-    in->d = d;
-    in->dl = dl;
-    in->xsum = xsum;
-    in->xq = xq;
-    in->stride = stride;
+    q8input_lanes(w, n, &p);
     return ERR_OK;
 }
 
@@ -597,6 +626,70 @@ AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8inpu
                                   int64_t row0, int64_t row1)
 {
     TOKENS_DISPATCH(q8rows512)
+}
+
+/* rint(v/d) clamped to ±127 as int8, 16 lanes: one IEEE division, rounding
+ * to the nearest even integer, exact conversions. */
+AVX512 INLINE __m128i q8_codes16(__m512 v, __m512 d)
+{
+    __m512 q = _mm512_roundscale_ps(_mm512_div_ps(v, d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), q));
+    return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+}
+
+/* kern_q8input_prepare 16 values a step, the same buffer bit for bit
+ * (tests/test_kernels.c): a group's max|x| is exact in any order; each group
+ * sum keeps its column order, 16 groups at a time, one per lane of a gather;
+ * at 4 bits the even and odd weights of 32 are split by one permute each. */
+AVX512 int kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in)
+{
+    struct q8parts p;
+    if (q8input_alloc(w, n, in, &p) != ERR_OK)
+        return ERR_NOMEM;
+    const int64_t ng = p.ng, gs = w->gs, cols = w->cols, stride = in->stride;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lane_group = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)gs));
+    const __m512i even = _mm512_slli_epi32(iota, 1), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * cols;
+        int8_t *xq = p.xq + t * stride;
+        for (int64_t g0 = 0; g0 < ng; g0 += 16) { /* group sums, in column order */
+            const __mmask16 m = mask16(ng - g0);
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t j = 0; j < gs; j++)
+                sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lane_group, xt + g0 * gs + j, 4));
+            _mm512_mask_storeu_ps(p.xsum + t * ng + g0, m, sum);
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = xt + g * gs;
+            __m512 mx = _mm512_setzero_ps();
+            __mmask16 bad = 0;
+            for (int64_t i = 0; i < gs; i += 16) {
+                __m512 a = _mm512_abs_ps(_mm512_loadu_ps(xg + i));
+                bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ); /* inf or NaN */
+                mx = _mm512_max_ps(mx, a);
+            }
+            float dg = bad ? NAN : _mm512_reduce_max_ps(mx) / 127.0f;
+            p.d[t * ng + g] = dg;
+            if (bad || dg == 0.0f)
+                continue;
+            const __m512 dv = _mm512_set1_ps(dg);
+            for (int64_t i = 0; i < gs; i += 32) {
+                const int64_t j = g * gs + i; /* at 4 bits: even, in chunk j / 128 */
+                const __m512 lo = _mm512_loadu_ps(xg + i), hi = _mm512_loadu_ps(xg + i + 16);
+                if (w->bits == 8) {
+                    _mm_storeu_si128((__m128i *)(void *)(xq + j), q8_codes16(lo, dv));
+                    _mm_storeu_si128((__m128i *)(void *)(xq + j + 16), q8_codes16(hi, dv));
+                } else {
+                    int8_t *c = xq + 128 * (j / 128) + (j % 128) / 2;
+                    _mm_storeu_si128((__m128i *)(void *)c, q8_codes16(_mm512_permutex2var_ps(lo, even, hi), dv));
+                    _mm_storeu_si128((__m128i *)(void *)(c + 64), q8_codes16(_mm512_permutex2var_ps(lo, odd, hi), dv));
+                }
+            }
+        }
+    }
+    q8input_lanes(w, n, &p);
+    return ERR_OK;
 }
 
 

@@ -696,13 +696,15 @@ static size_t tables(struct kern_table *t, const char **label)
     kern_init(&t[k++], KERN_SCALAR);
     if (kern_cpu_has_avx2()) {
         label[k] = "AVX2 only";
-        t[k++] = (struct kern_table){"avx2", kern_qdot_avx2, kern_matvec_bf16_avx2, false, kern_dot_avx2, kern_axpy_ref,
-                                     kern_gelu_mul_avx2, kern_softcap_avx2, NULL, NULL};
+        t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
+                                     .dot = kern_dot_avx2, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_avx2,
+                                     .softcap = kern_softcap_avx2};
     }
     if (kern_cpu_has_avx512()) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){"avx512", kern_qdot_avx512, kern_matvec_bf16_avx512, false, kern_dot_avx512, kern_axpy_avx512,
-                                     kern_gelu_mul_avx512, kern_softcap_avx512, NULL, NULL};
+        t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
+                                     .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
+                                     .softcap = kern_softcap_avx512};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -1383,6 +1385,57 @@ Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
                         cases++;
                     }
     cr_log_info("kernels_q8: %d shapes bitwise equal", cases);
+}
+
+/* kern_q8input_prepare_avx512 fills the same buffer as the definition, bit for
+ * bit, for every (bits, gs), odd group counts (the gathers' masked lanes),
+ * and hostile groups: a NaN, an inf, all zeros, a max that underflows d, and
+ * values at x/d = k + 0.5 (ties to even). */
+Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
+{
+    if (!kern_cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    int cases = 0;
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t gi = 0; gi < LEN(gs_grid); gi++)
+            for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
+                const int gs = gs_grid[gi];
+                const int64_t ng = ci < LEN(q8_groups) ? q8_groups[ci] : 293, cols = ng * gs, n = 3;
+                struct tmat t;
+                make_quant(&t, 1, cols, bits, gs, DT_BF16, (uint64_t)(5000 + cases));
+                uint64_t seed = (uint64_t)(6000 + cases);
+                float *x = rand_vec(&seed, (size_t)(n * cols));
+                x[0 * cols + 1] = NAN;                                  /* token 0, group 0 */
+                if (ng > 1)
+                    x[1 * cols + gs + 3] = -INFINITY;                   /* token 1, group 1 */
+                for (int64_t j = 0; j < gs; j++) {
+                    x[2 * cols + j] = j == 5 ? -0.0f : 0.0f;            /* token 2, group 0: zeros */
+                    x[1 * cols + j] = j == 7 ? 1e-44f : 0.0f;           /* token 1, group 0: d underflows */
+                }
+                if (ng > 2)
+                    for (int64_t j = 0; j < gs; j++)                    /* token 2, group 2: x/d = k + 0.5 */
+                        x[2 * cols + 2 * gs + j] = j == 0 ? 127.0f : (float)((j % 254) - 127) + 0.5f;
+                struct kern_q8input a, b;
+                cr_assert_eq(kern_q8input_prepare(&t.m, x, n, &a), ERR_OK);
+                cr_assert_eq(kern_q8input_prepare_avx512(&t.m, x, n, &b), ERR_OK);
+                const int64_t nchunks = a.stride / (512 / bits);
+                cr_assert_eq(a.stride, b.stride);
+                cr_assert_eq(memcmp(a.d, b.d, (size_t)(n * ng) * sizeof *a.d), 0, "q%d g%d %lld groups: d", bits, gs,
+                             (long long)ng);
+                cr_assert_eq(memcmp(a.xsum, b.xsum, (size_t)(n * ng) * sizeof *a.xsum), 0,
+                             "q%d g%d %lld groups: group sums", bits, gs, (long long)ng);
+                cr_assert_eq(memcmp(a.dl, b.dl, (size_t)(16 * n * nchunks) * sizeof *a.dl), 0,
+                             "q%d g%d %lld groups: lane scales", bits, gs, (long long)ng);
+                cr_assert_eq(memcmp(a.xq, b.xq, (size_t)(n * a.stride)), 0, "q%d g%d %lld groups: xq", bits, gs,
+                             (long long)ng);
+                cr_assert(isnan(a.d[0]) && a.d[ng] == 0.0f && a.d[2 * ng] == 0.0f, "the hostile groups are there");
+                kern_q8input_free(&a);
+                kern_q8input_free(&b);
+                free(x);
+                tmat_free(&t);
+                cases++;
+            }
+    cr_log_info("kernels_q8: %d preparations bitwise equal", cases);
 }
 
 /* Each x is represented as d·xq with |x − d·xq| ≤ d/2 (d = max|x|/127 of its
