@@ -737,6 +737,9 @@ static const char run_help[] =
     "                          weights times int8-quantized activations, llama.cpp's\n"
     "                          trade: faster decode, approximate logits, still identical\n"
     "                          for any --threads; not for golden checks)\n"
+    "  --mmap                  read the matrices in place from the mapped file (default:\n"
+    "                          copied once into anonymous memory advised for huge pages,\n"
+    "                          which streams faster; costs that much memory and a copy)\n"
     "  --json                  one JSON object on stdout (tokens, timings, caches)\n"
     "  -h, --help              this text\n";
 
@@ -750,6 +753,7 @@ struct run_opts {
     int threads;
     enum kern_level kernels;
     bool json;
+    bool mmap;
 };
 
 static bool parse_mode(const char *s, int64_t *chunk)
@@ -855,7 +859,8 @@ static int cmd_run(int argc, char **argv)
         {"kv-start", required_argument, 0, 'S'},    {"kv-skip-last-full-attention", required_argument, 0, 'L'},
         {"prefix-cache", no_argument, 0, 'P'},      {"prefix-cache-dir", required_argument, 0, 'D'},
         {"prefix-block", required_argument, 0, 'B'}, {"prefix-cache-hot-bytes", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},              {0}};
+        {"mmap", no_argument, 0, 'M'},              {"help", no_argument, 0, 'h'},
+        {0}};
     struct run_opts o = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
                          .prefix_o = {.block = 64, .hot_limit = 256u << 20}};
     struct token_seqs seqs = {0};
@@ -979,6 +984,7 @@ static int cmd_run(int argc, char **argv)
             o.prefix_o.hot_limit = (size_t)v;
             break;
         case 'j': o.json = true; break;
+        case 'M': o.mmap = true; break;
         case 'h': fputs(run_help, stdout); code = 0; goto out;
         default: code = usage_error("run", "%s", "invalid option"); goto out;
         }
@@ -1013,7 +1019,9 @@ static int cmd_run(int argc, char **argv)
     if (!o.kv_skip_given)
         o.kv.skip_last_full = pack_kv_skip_default(&m);
     int64_t V = m.cfg.vocab_size;
-    int rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
+    int rc = o.mmap ? ERR_OK : model_load_weights(&m, &e);
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
     if (rc == ERR_OK && o.prefix) {
         rc = prefix_init(&pc, &r, &o.prefix_o, &e);
         o.s.pc = &pc;
@@ -1065,6 +1073,7 @@ static int cmd_run(int argc, char **argv)
             json_object_object_add(j, "prefill_tokens_per_s", json_object_new_double(pf));
             json_object_object_add(j, "decode_tokens_per_s", json_object_new_double(dc));
             json_object_object_add(j, "bytes_per_token", json_object_new_int64((int64_t)m.weight_bytes));
+            json_object_object_add(j, "weights", json_object_new_string(m.arena ? "copied" : "mapped"));
             json_object_object_add(j, "threads", json_object_new_int(o.threads));
             json_object_object_add(j, "kernels", json_object_new_string(r.kt.name));
             struct json_object *kv = json_object_new_object();

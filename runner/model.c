@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "converter/check.h"
@@ -343,6 +344,131 @@ void model_weights_fingerprint(const struct model *m, char out[65])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
+/* ---- weights in anonymous memory ---- */
+
+/* A byte range the forward reads, and where its copy is. */
+struct span {
+    const uint8_t *lo, *hi;
+    uint8_t *copy;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const struct span *)a)->lo, y = (uintptr_t)((const struct span *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+/* The matrices the forward reads whole (all but the PLE table, of which a
+ * step reads one row), with their expert counts (0: a plain matrix). */
+static size_t model_mats(struct model *m, struct wmat **w, int64_t *experts)
+{
+    size_t k = 0;
+#define MAT(x, e) (w[k] = &(x), experts[k++] = (e))
+    MAT(m->embed, 0);
+    MAT(m->ple_model_proj, 0);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        struct layer_weights *L = &m->layers[i];
+        MAT(L->q, 0), MAT(L->k, 0), MAT(L->v, 0), MAT(L->o, 0), MAT(L->gate, 0), MAT(L->up, 0), MAT(L->down, 0);
+        MAT(L->router, 0), MAT(L->ple_gate, 0), MAT(L->ple_proj, 0);
+        MAT(L->ex_gate, m->cfg.n_experts), MAT(L->ex_up, m->cfg.n_experts), MAT(L->ex_down, m->cfg.n_experts);
+    }
+#undef MAT
+    return k;
+}
+#define MATS_FIXED 2
+#define MATS_PER_LAYER 13
+
+/* The bytes of one of w's streams: rows of row_bytes every stride, per expert. */
+static struct span mat_span(const uint8_t *p, int64_t experts, size_t expert_stride, int64_t rows, size_t stride,
+                            size_t row_bytes)
+{
+    size_t last = (size_t)(experts > 1 ? experts - 1 : 0) * expert_stride + (size_t)(rows - 1) * stride;
+    return (struct span){p, p + last + row_bytes, NULL};
+}
+
+/* The copy of p: in the span that holds it (spans sorted, disjoint). */
+static const uint8_t *relocate(const struct span *sp, size_t n, const uint8_t *p)
+{
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)sp[mid].lo <= (uintptr_t)p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return sp[lo].copy + (p - sp[lo].lo);
+}
+
+int model_load_weights(struct model *m, struct err *e)
+{
+    size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
+    struct wmat **w = malloc(cap * sizeof *w);
+    int64_t *ex = malloc(cap * sizeof *ex);
+    struct span *sp = malloc(3 * cap * sizeof *sp);
+    if (!w || !ex || !sp) {
+        free(w);
+        free(ex);
+        free(sp);
+        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to load");
+    }
+    size_t n_mats = model_mats(m, w, ex), n = 0;
+    for (size_t i = 0; i < n_mats; i++) {
+        const struct wmat *a = w[i];
+        if (!a->w || a->rows <= 0)
+            continue; /* absent (KV-shared k/v, a dense model's router, ...) */
+        sp[n++] = mat_span(a->w, ex[i], a->expert_bytes, a->rows, a->row_stride, a->row_bytes);
+        if (a->quantized) {
+            sp[n++] = mat_span(a->s, ex[i], a->expert_sbytes, a->rows, a->srow_bytes, a->srow_bytes);
+            sp[n++] = mat_span(a->b, ex[i], a->expert_sbytes, a->rows, a->srow_bytes, a->srow_bytes);
+        }
+    }
+    qsort(sp, n, sizeof *sp, span_cmp);
+    size_t merged = 0, total = 0;
+    for (size_t i = 0; i < n; i++) { /* overlapping or touching ranges become one */
+        if (merged && (uintptr_t)sp[i].lo <= (uintptr_t)sp[merged - 1].hi) {
+            if ((uintptr_t)sp[i].hi > (uintptr_t)sp[merged - 1].hi)
+                sp[merged - 1].hi = sp[i].hi;
+        } else {
+            sp[merged++] = sp[i];
+        }
+    }
+    for (size_t i = 0; i < merged; i++) /* each copy starts where its source sits in a 4 KiB page */
+        total = (total + 4095) / 4096 * 4096 + (uintptr_t)sp[i].lo % 4096 + (size_t)(sp[i].hi - sp[i].lo);
+    int rc = ERR_OK;
+    uint8_t *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
+    if (arena == MAP_FAILED) {
+        rc = err_set(e, ERR_NOMEM, "model: cannot map %zu bytes of anonymous memory for the weights", total);
+    } else if (arena) {
+        madvise(arena, total, MADV_HUGEPAGE);       /* advice only: without it, 4 KiB pages */
+        madvise(arena, total, MADV_POPULATE_WRITE); /* the pages in one call, not one fault each */
+        size_t off = 0;
+        for (size_t i = 0; i < merged; i++) {
+            off = (off + 4095) / 4096 * 4096 + (uintptr_t)sp[i].lo % 4096;
+            sp[i].copy = arena + off;
+            memcpy(sp[i].copy, sp[i].lo, (size_t)(sp[i].hi - sp[i].lo));
+            off += (size_t)(sp[i].hi - sp[i].lo);
+        }
+        mprotect(arena, total, PROT_READ);
+        for (size_t i = 0; i < n_mats; i++) {
+            struct wmat *a = w[i];
+            if (!a->w || a->rows <= 0)
+                continue;
+            a->w = relocate(sp, merged, a->w);
+            if (a->quantized) {
+                a->s = relocate(sp, merged, a->s);
+                a->b = relocate(sp, merged, a->b);
+            }
+        }
+        m->arena = arena;
+        m->arena_size = total;
+    }
+    free(w);
+    free(ex);
+    free(sp);
+    return rc;
+}
+
 int model_open(struct model *m, const char *path, struct err *e)
 {
     memset(m, 0, sizeof *m);
@@ -365,6 +491,8 @@ void model_close(struct model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    if (m->arena)
+        munmap(m->arena, m->arena_size);
     normalize_free(&m->norm);
     ckpt_close(&m->ck);
     pack_close(&m->pack);

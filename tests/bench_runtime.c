@@ -173,8 +173,15 @@ static int decode(int bits)
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token\n", bits, pack,
-           (double)m.weight_bytes / 1e6);
+    double t_load = now();
+    if (model_load_weights(&m, &e) != ERR_OK) { /* as gempack run does, unless --mmap */
+        fprintf(stderr, "%s\n", e.msg);
+        model_close(&m);
+        return 1;
+    }
+    t_load = now() - t_load;
+    printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token, copied to anonymous memory "
+           "in %.2f s (run's default)\n", bits, pack, (double)m.weight_bytes / 1e6, t_load);
     for (int run = 0; run < 4; run++) { /* 1 and 2 threads, exact kernels then int8 activations */
         int threads = 1 + run % 2;
         enum kern_level level = run < 2 ? KERN_BEST : KERN_Q8;

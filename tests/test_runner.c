@@ -280,6 +280,74 @@ static void threads_bitwise(const char *variant, int quant)
 Test(runner, threads_bitwise_e2b_q4) { threads_bitwise("e2b", 4); }
 Test(runner, threads_bitwise_26b_bf16) { threads_bitwise("26b-a4b", 0); }
 
+/* Whether [p, p + n) lies in the model's arena. */
+static bool in_arena(const struct model *m, const uint8_t *p, size_t n)
+{
+    return p >= m->arena && n <= m->arena_size && (size_t)(p - m->arena) <= m->arena_size - n;
+}
+
+/* model_load_weights: every matrix a step reads whole moves into the arena
+ * (the PLE table stays in the file) and the logits are bitwise those of the
+ * mapped model, on 2 threads in decode mode. From a directory (HF layout:
+ * 26B's fused experts, split into two overlapping views) and from a pack
+ * (E2B, 4-bit). */
+static void loaded_weights(const char *variant, int quant, bool to_pack)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    char path[4200];
+    struct err e = {0};
+    snprintf(path, sizeof path, "%s", dir);
+    if (to_pack) {
+        struct convert_opts co = {.align = 64, .plan = {.group_size = 64}};
+        snprintf(path, sizeof path, "%s/model.gpk", tmp);
+        co.out = path;
+        struct convert_report rep;
+        cr_assert_eq(convert_run(&rep, dir, &co, &e), ERR_OK, "%s", e.msg);
+        convert_free(&rep);
+    }
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    int64_t T = s.len[0], V;
+    float *mapped = run_logits(path, s.seq[0], T, 1, 2, &V);
+    struct model m;
+    struct runner r;
+    cr_assert_eq(model_open(&m, path, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(model_load_weights(&m, &e), ERR_OK, "%s", e.msg);
+    cr_assert(m.arena && m.arena_size > 0);
+    const struct wmat *mats[] = {&m.embed, &m.layers[0].q, &m.layers[0].o, &m.layers[0].down,
+                                 &m.layers[m.cfg.n_layers - 1].up, &m.layers[0].ex_up};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        const struct wmat *w = mats[i];
+        if (!w->w)
+            continue;
+        cr_assert(in_arena(&m, w->w, (size_t)w->rows * w->row_stride), "%s: matrix %zu not copied", variant, i);
+        if (w->quantized)
+            cr_assert(in_arena(&m, w->s, (size_t)w->rows * w->srow_bytes) &&
+                          in_arena(&m, w->b, (size_t)w->rows * w->srow_bytes),
+                      "%s: matrix %zu: scales/biases not copied", variant, i);
+    }
+    if (m.ple_embed.w)
+        cr_assert(!in_arena(&m, m.ple_embed.w, 1), "%s: the PLE table is read in place", variant);
+    cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
+    float *loaded = malloc((size_t)(T * V) * sizeof *loaded);
+    cr_assert(loaded);
+    cr_assert_eq(runner_prompt(&r, s.seq[0], T, 1, loaded, NULL, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(mapped, loaded, (size_t)(T * V) * sizeof *loaded), 0, "%s: loaded weights change the logits",
+                 variant);
+    runner_free(&r);
+    model_close(&m);
+    free(mapped);
+    free(loaded);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(runner, loaded_weights_26b_fused_experts_dir) { loaded_weights("26b-a4b", 0, false); }
+Test(runner, loaded_weights_e2b_q4_pack) { loaded_weights("e2b", 4, true); }
+
 /* --kernels blas: sgemm for steps of >= KERN_BLAS_MIN_TOKENS tokens. Close to
  * the fused kernels (the golden bound), and, because sgemm calls have fixed
  * widths and a token always sits in a column slot computed alike in both,
