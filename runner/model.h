@@ -3,8 +3,8 @@
  * Opened from a .gpk pack (mapped read-only, validated) or from a checkpoint
  * directory (checked, normalized in memory, never requantized). Matrices are
  * views into the mapped file in their stored form (F32/F16/BF16 or MLX affine
- * codes + scales + biases); only vectors (norm weights, scalars) are copied
- * to float. Shapes are checked against the config before anything runs. */
+ * codes + scales + biases), or into model_load_weights' copy of them; only
+ * vectors (norm weights, scalars) are converted to float. Shapes are checked against the config before anything runs. */
 #ifndef GP_MODEL_H
 #define GP_MODEL_H
 
