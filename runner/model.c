@@ -400,16 +400,48 @@ static const uint8_t *relocate(const struct span *sp, size_t n, const uint8_t *p
     return sp[lo].copy + (p - sp[lo].lo);
 }
 
-int model_load_weights(struct model *m, struct err *e)
+/* The copy in tasks of COPY_PIECE bytes of the spans laid end to end: the
+ * threads fault in (and the kernel zeroes) their own pages. */
+#define COPY_PIECE ((size_t)4 << 20)
+
+struct copy_job {
+    const struct span *sp;
+    const size_t *start; /* [n + 1]: where span i begins, end to end */
+    size_t n;
+};
+
+static void copy_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const struct copy_job *j = arg;
+    size_t a = (size_t)task * COPY_PIECE, b = a + COPY_PIECE < j->start[j->n] ? a + COPY_PIECE : j->start[j->n];
+    size_t lo = 0, hi = j->n;
+    while (hi - lo > 1) { /* the span holding byte a */
+        size_t mid = (lo + hi) / 2;
+        if (j->start[mid] <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; a < b; i++) {
+        size_t in = a - j->start[i], k = j->start[i + 1] - a < b - a ? j->start[i + 1] - a : b - a;
+        memcpy(j->sp[i].copy + in, j->sp[i].lo + in, k);
+        a += k;
+    }
+}
+
+int model_load_weights(struct model *m, int threads, struct err *e)
 {
     size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
     struct wmat **w = malloc(cap * sizeof *w);
     int64_t *ex = malloc(cap * sizeof *ex);
     struct span *sp = malloc(3 * cap * sizeof *sp);
-    if (!w || !ex || !sp) {
+    size_t *start = malloc((3 * cap + 1) * sizeof *start);
+    if (!w || !ex || !sp || !start) {
         free(w);
         free(ex);
         free(sp);
+        free(start);
         return err_set(e, ERR_NOMEM, "model: cannot list the matrices to load");
     }
     size_t n_mats = model_mats(m, w, ex), n = 0;
@@ -440,15 +472,17 @@ int model_load_weights(struct model *m, struct err *e)
     if (arena == MAP_FAILED) {
         rc = err_set(e, ERR_NOMEM, "model: cannot map %zu bytes of anonymous memory for the weights", total);
     } else if (arena) {
-        madvise(arena, total, MADV_HUGEPAGE);       /* advice only: without it, 4 KiB pages */
-        madvise(arena, total, MADV_POPULATE_WRITE); /* the pages in one call, not one fault each */
+        madvise(arena, total, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
         size_t off = 0;
+        start[0] = 0;
         for (size_t i = 0; i < merged; i++) {
             off = (off + 4095) / 4096 * 4096 + (uintptr_t)sp[i].lo % 4096;
             sp[i].copy = arena + off;
-            memcpy(sp[i].copy, sp[i].lo, (size_t)(sp[i].hi - sp[i].lo));
             off += (size_t)(sp[i].hi - sp[i].lo);
+            start[i + 1] = start[i] + (size_t)(sp[i].hi - sp[i].lo);
         }
+        struct copy_job j = {sp, start, merged};
+        kern_parallel(threads, (int64_t)((start[merged] + COPY_PIECE - 1) / COPY_PIECE), copy_task, &j);
         mprotect(arena, total, PROT_READ);
         for (size_t i = 0; i < n_mats; i++) {
             struct wmat *a = w[i];
@@ -466,6 +500,7 @@ int model_load_weights(struct model *m, struct err *e)
     free(w);
     free(ex);
     free(sp);
+    free(start);
     return rc;
 }
 

@@ -82,8 +82,9 @@ void model_close(struct model *m);
  * read-only anonymous mapping advised for transparent huge pages, and points
  * the views there; the file stays mapped for the rest. Same bytes, same
  * results: only faster to stream. File-backed mappings come in 4 KiB pages,
- * and on the machine of docs/PERFORMANCE.md (a VM) decode ran about a third
- * faster from huge pages. Costs a memory copy of those matrices. */
-int model_load_weights(struct model *m, struct err *e);
+ * and on the machine of docs/PERFORMANCE.md (a VM) decode ran about 1.5×
+ * as fast from huge pages (item 21 there). Costs a memory copy of those matrices, made on
+ * `threads` threads. */
+int model_load_weights(struct model *m, int threads, struct err *e);
 
 #endif

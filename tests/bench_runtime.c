@@ -174,7 +174,7 @@ static int decode(int bits)
         return 1;
     }
     double t_load = now();
-    if (model_load_weights(&m, &e) != ERR_OK) { /* as gempack run does, unless --mmap */
+    if (model_load_weights(&m, 2, &e) != ERR_OK) { /* as gempack run does, unless --mmap */
         fprintf(stderr, "%s\n", e.msg);
         model_close(&m);
         return 1;

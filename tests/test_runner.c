@@ -314,7 +314,7 @@ static void loaded_weights(const char *variant, int quant, bool to_pack)
     struct model m;
     struct runner r;
     cr_assert_eq(model_open(&m, path, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(model_load_weights(&m, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(model_load_weights(&m, 2, &e), ERR_OK, "%s", e.msg);
     cr_assert(m.arena && m.arena_size > 0);
     const struct wmat *mats[] = {&m.embed, &m.layers[0].q, &m.layers[0].o, &m.layers[0].down,
                                  &m.layers[m.cfg.n_layers - 1].up, &m.layers[0].ex_up};
