@@ -73,8 +73,9 @@ void kern_qinput_free(struct kern_qinput *in);
  * The definition, kern_q8dot_ref, and its SIMD twin compute a row the same
  * way: the codes in chunks of 64 bytes (512/bits weights); lane l of a chunk
  * (its bytes 4l..4l+3: weights 8l..8l+7 at 4 bits, 4l..4l+3 at 8 bits) gives
- * the exact sum S of its q·xq, and acc[c % 4][l] = fma(S·d_g, s_g, acc[c % 4][l])
- * for chunk c and the lane's group g; the bias terms b_g·Σx_g accumulate in
+ * the exact sum S of its q·xq, and acc[c % 4][l] = fma(S, d_g·s_g, acc[c % 4][l])
+ * for chunk c and the lane's group g (d_g·s_g one rounded product, made once
+ * per group: the SIMD kernel forms 16 at a time); the bias terms b_g·Σx_g accumulate in
  * lane g % 16 with fma; then lanes ((acc0 + acc1) + (acc2 + acc3)) + bias are
  * summed as in kern_dot_ref (l and l + w for w = 8, 4, 2, 1). */
 struct kern_q8input {
@@ -82,7 +83,6 @@ struct kern_q8input {
                                  weights its bytes hold (4-bit: low nibbles' 64, then high
                                  nibbles' 64), zero past cols */
     const float *d;           /* [n, cols/gs] group scales (NaN for a group with a NaN or inf) */
-    const float *dl;          /* [n, stride·bits/512, 16]: per chunk, each lane's d (0 past cols) */
     const float *xsum;        /* [n, cols/gs] exact fp32 group sums, in column order */
     int64_t stride;           /* bytes per token: cols rounded up to 512/bits */
     void *buf;                /* owned */
@@ -159,10 +159,11 @@ void kern_softcap_avx512(float *x, float cap, int64_t n);
 
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
- * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide), so that
+ * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide; 5: the q8
+ * dot's S·(d·s) in place of (S·d)·s), so that
  * state saved by an older build (the cold prefix cache) is never restored
  * into a newer one. */
-#define KERN_NUMERICS 4
+#define KERN_NUMERICS 5
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {

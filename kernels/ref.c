@@ -248,8 +248,8 @@ void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t
             for (int64_t c = 0; c * chunk_w < w->cols; c++)
                 for (int l = 0; l < 16; l++) {
                     int64_t g = (c * chunk_w + (32 / bits) * l) / gs; /* the lane's group */
-                    float sd = (float)q8_lane(codes, row_bytes, xq, bits, c, l) * (g < ng ? d[g] : 0.0f);
-                    acc[c % 4][l] = fmaf(sd, g < ng ? param_f32(w->dtype, sr, g) : 0.0f, acc[c % 4][l]);
+                    float ds = g < ng ? d[g] * param_f32(w->dtype, sr, g) : 0.0f;
+                    acc[c % 4][l] = fmaf((float)q8_lane(codes, row_bytes, xq, bits, c, l), ds, acc[c % 4][l]);
                 }
             for (int64_t g = 0; g < ng; g++)
                 bacc[g % 16] = fmaf(param_f32(w->dtype, br, g), xs[g], bacc[g % 16]);

@@ -105,45 +105,28 @@ void kern_qinput_free(struct kern_qinput *in)
 /* The buffer of a kern_q8input for n tokens (xq zeroed) and the pointers into
  * it the preparations write. */
 struct q8parts {
-    float *d, *xsum, *dl;
+    float *d, *xsum;
     int8_t *xq;
-    int64_t ng, nchunks;
+    int64_t ng;
 };
 
 static int q8input_alloc(const struct wmat *w, int64_t n, struct kern_q8input *in, struct q8parts *p)
 {
     const int64_t blk = 512 / w->bits, stride = (w->cols + blk - 1) / blk * blk;
     p->ng = w->cols / w->gs;
-    p->nchunks = stride / blk;
-    float *buf = malloc((size_t)(2 * n * p->ng + 16 * n * p->nchunks) * sizeof *buf + (size_t)(n * stride));
+    float *buf = malloc((size_t)(2 * n * p->ng) * sizeof *buf + (size_t)(n * stride));
     in->buf = buf;
     if (!buf)
         return ERR_NOMEM;
     p->d = buf;
     p->xsum = buf + n * p->ng;
-    p->dl = p->xsum + n * p->ng;
-    p->xq = (int8_t *)(void *)(p->dl + 16 * n * p->nchunks);
+    p->xq = (int8_t *)(void *)(p->xsum + n * p->ng);
     memset(p->xq, 0, (size_t)(n * stride));
     in->d = p->d;
     in->xsum = p->xsum;
-    in->dl = p->dl;
     in->xq = p->xq;
     in->stride = stride;
     return ERR_OK;
-}
-
-/* dl: each chunk lane's d (0 past the groups). gs is a power of two
- * (kern_q8_supports), so a lane's group is its first weight shifted. */
-static void q8input_lanes(const struct wmat *w, int64_t n, const struct q8parts *p)
-{
-    const int64_t blk = 512 / w->bits, per_lane = 32 / w->bits;
-    const int sh = __builtin_ctz((unsigned)w->gs);
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t c = 0; c < p->nchunks; c++)
-            for (int l = 0; l < 16; l++) {
-                int64_t g = (c * blk + per_lane * l) >> sh;
-                p->dl[(t * p->nchunks + c) * 16 + l] = g < p->ng ? p->d[t * p->ng + g] : 0.0f;
-            }
 }
 
 /* One definition for every path (kernels.h): d = max|x|/127 per group, xq =
@@ -182,7 +165,6 @@ int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct
                 p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
             }
         }
-    q8input_lanes(w, n, &p);
     return ERR_OK;
 }
 
@@ -528,38 +510,36 @@ void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float
 /* ---- AVX-512 VNNI: int8 activations (kernels.h, kern_q8dot_ref) ---- */
 
 #define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-#define Q8_WINDOW 32 /* groups whose scales and biases sit in two registers */
+#define Q8_WINDOW 16 /* groups whose scales and biases sit in one register */
 
-/* Scales or biases of groups [g, g + n), n <= 32, as two vectors of 16
- * float32 (zero past n). */
-AVX512VNNI INLINE void params32(enum dtype t, const uint8_t *src, int64_t n, __m512 *lo, __m512 *hi)
+/* Scales or biases of groups [g, g + n), n <= 16, as float32 (zero past n). */
+AVX512VNNI INLINE __m512 params16(enum dtype t, const uint8_t *src, int64_t n)
 {
-    const __mmask16 ml = mask16(n), mh = mask16(n - 16);
-    if (t == DT_F32) {
-        *lo = _mm512_maskz_loadu_ps(ml, src);
-        *hi = _mm512_maskz_loadu_ps(mh, src + 64);
-    } else if (t == DT_F16) {
-        *lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, src));
-        *hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mh, src + 32));
-    } else {
-        *lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(ml, src)), 16));
-        *hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mh, src + 32)), 16));
-    }
+    const __mmask16 m = mask16(n);
+    if (t == DT_F32)
+        return _mm512_maskz_loadu_ps(m, src);
+    if (t == DT_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src)), 16));
 }
 
-/* Chunk j (its first weight, `bytes` of its 64 code bytes present; chunk ci
- * of the scale window slo:shi) for each token: the exact lane sums of q·xq
- * through vpdpbusd (codes unsigned, xq signed), converted, times the lanes'
- * d, then fused into accumulator a with the lanes' group scales. */
-AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
-                                  int64_t t0, const int tb, const int bits, const int gs, int64_t ci, __m512 slo,
-                                  __m512 shi, __m512 (*acc)[4], const int a)
+/* For chunk k of a window, each lane's group in the window: (k·cw + first
+ * weight of the lane) / gs. A constant when k, bits and gs are. */
+AVX512VNNI INLINE __m512i lane_groups(int64_t k, const int bits, const int gs)
 {
-    const int cw = 512 / bits, nchunks = (int)(in->stride / cw);
-    const __m512i lanew = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(32 / bits)); /* each lane's first weight */
-    const __m512i gi = _mm512_srli_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(ci * cw)), lanew), __builtin_ctz((unsigned)gs));
-    const __m512 sl = _mm512_permutex2var_ps(slo, gi, shi);
+    const __m512i first = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(32 / bits));
+    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(k * (512 / bits))), first), __builtin_ctz((unsigned)gs));
+}
+
+/* Chunk j (its first weight; `bytes` of its 64 code bytes present; gi: its
+ * lanes' groups in the window) for each token: the exact lane sums of q·xq
+ * through vpdpbusd (codes unsigned, xq signed), converted, then fused into
+ * accumulator a with the lanes' d·s (ds[u]: the window's, per token). */
+AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
+                                  int64_t t0, const int tb, const int bits, __m512i gi, const __m512 *ds,
+                                  __m512 (*acc)[4], const int a)
+{
     const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << bytes) - 1;
     const uint8_t *c = codes + j * bits / 8;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
@@ -570,50 +550,54 @@ AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb));
         if (bits == 4)
             s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), _mm512_loadu_si512(xb + 64));
-        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(in->dl + ((t0 + u) * nchunks + j / cw) * 16));
-        acc[u][a] = _mm512_fmadd_ps(f, sl, acc[u][a]);
+        acc[u][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(gi, ds[u]), acc[u][a]);
     }
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1 (constants after inlining, as in qrows512). */
+/* Rows [row0, row1) for tokens t0..t0+tb-1 (constants after inlining, as in
+ * qrows512). A whole window is 16·gs/cw chunks (a multiple of 4), unrolled,
+ * so that every lane-group index is a constant; the row's last window may be
+ * partial. */
 AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
                                  float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
-    const int cw = 512 / bits; /* weights per 64-byte chunk; a window is a multiple of 4 chunks */
+    const int cw = 512 / bits, wchunks = Q8_WINDOW * gs / cw; /* weights per 64-byte chunk; chunks per window */
     const int64_t ng = w->cols / gs;
     const size_t psize = dtype_table[w->dtype].bits / 8;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         params_prefetch(sr, br, w->srow_bytes);
-        __m512 acc[TB][4], bacc[TB]; /* chunk c into acc[c % 4]; bias terms */
+        __m512 acc[TB][4], bacc[TB], ds[TB]; /* chunk c into acc[c % 4]; bias terms; the window's d·s */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = bacc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += Q8_WINDOW) {
             const int64_t nb = ng - g0 < Q8_WINDOW ? ng - g0 : Q8_WINDOW, j0 = g0 * gs, j1 = (g0 + nb) * gs;
-            __m512 slo, shi, blo, bhi;
-            params32(w->dtype, sr + (size_t)g0 * psize, nb, &slo, &shi);
-            params32(w->dtype, br + (size_t)g0 * psize, nb, &blo, &bhi);
-            int64_t j = j0;
-            for (; j + 4 * cw <= j1; j += 4 * cw)
+            const __m512 sc = params16(w->dtype, sr + (size_t)g0 * psize, nb), bi = params16(w->dtype, br + (size_t)g0 * psize, nb);
+            for (int u = 0; u < tb; u++) {
+                ds[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(nb), in->d + (t0 + u) * ng + g0), sc);
+                bacc[u] = _mm512_fmadd_ps(bi, _mm512_maskz_loadu_ps(mask16(nb), in->xsum + (t0 + u) * ng + g0), bacc[u]);
+            }
+            if (nb == Q8_WINDOW) {
+#pragma GCC unroll 32
+                for (int k = 0; k < wchunks; k++)
+                    q8chunk512(codes, j0 + k * cw, 64, in, t0, tb, bits, lane_groups(k, bits, gs), ds, acc, k % 4);
+                continue;
+            }
+            int64_t k = 0; /* the row's last window */
+            for (; j0 + (k + 4) * cw <= j1; k += 4)
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    q8chunk512(codes, j + k * cw, 64, in, t0, tb, bits, gs, (j - j0) / cw + k, slo, shi, acc, k);
-#define Q8TAIL(k)                                                                                                    \
-    if (j + (k) * cw < j1)                                                                                           \
-        q8chunk512(codes, j + (k) * cw, (j1 - j - (k) * cw) * bits / 8, in, t0, tb, bits, gs, (j - j0) / cw + (k), slo, \
-                   shi, acc, k);
+                for (int a = 0; a < 4; a++)
+                    q8chunk512(codes, j0 + (k + a) * cw, 64, in, t0, tb, bits, lane_groups(k + a, bits, gs), ds, acc, a);
+#define Q8TAIL(a)                                                                                                    \
+    if (j0 + (k + (a)) * cw < j1)                                                                                    \
+        q8chunk512(codes, j0 + (k + (a)) * cw, (j1 - j0 - (k + (a)) * cw) * bits / 8, in, t0, tb, bits,                \
+                   lane_groups(k + (a), bits, gs), ds, acc, a);
             Q8TAIL(0) /* fewer than 4·cw weights left: up to three whole chunks and a partial one */
             Q8TAIL(1)
             Q8TAIL(2)
             Q8TAIL(3)
 #undef Q8TAIL
-            for (int u = 0; u < tb; u++) { /* group g0 + k in lane k % 16, as bias_terms512 */
-                const float *xs = in->xsum + (t0 + u) * ng + g0;
-                bacc[u] = _mm512_fmadd_ps(blo, _mm512_maskz_loadu_ps(mask16(nb), xs), bacc[u]);
-                if (nb > 16)
-                    bacc[u] = _mm512_fmadd_ps(bhi, _mm512_maskz_loadu_ps(mask16(nb - 16), xs + 16), bacc[u]);
-            }
         }
         for (int u = 0; u < tb; u++) {
             __m512 s = _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3]));
@@ -688,7 +672,6 @@ AVX512 int kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int
             }
         }
     }
-    q8input_lanes(w, n, &p);
     return ERR_OK;
 }
 
