@@ -257,10 +257,15 @@ void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void 
 /* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed. */
 void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
 
-/* Rotate-half RoPE of one head vector x[d] with per-pair inverse
- * frequencies inv_freq[d/2] at position pos: pair (i, i + d/2) turns by the
- * angle pos·inv_freq[i] (computed in double); inv_freq 0 leaves a pair as is. */
-void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos);
+/* The RoPE angles of position pos for per-pair inverse frequencies
+ * inv_freq[d/2]: cs[2i], cs[2i + 1] = cos, sin of pos·inv_freq[i] (the angle
+ * and both values computed in double, then rounded to float). Once per
+ * position and layer type, not per head and layer. */
+void kern_rope_cs(float *cs, int64_t d, const double *inv_freq, int64_t pos);
+
+/* Rotate-half RoPE of one head vector x[d] with those angles: pair (i, i + d/2)
+ * turns by angle i; inv_freq 0 leaves a pair as is. */
+void kern_rope(float *x, int64_t d, const double *inv_freq, const float *cs);
 
 /* Softmax in place over n values. */
 void kern_softmax(float *x, int64_t n);

@@ -126,14 +126,22 @@ void kern_softcap_ref(float *x, float cap, int64_t n)
         x[i] = kern_softcap(x[i], cap);
 }
 
-void kern_rope(float *x, int64_t d, const double *inv_freq, int64_t pos)
+void kern_rope_cs(float *cs, int64_t d, const double *inv_freq, int64_t pos)
+{
+    for (int64_t i = 0; i < d / 2; i++) {
+        double a = (double)pos * inv_freq[i];
+        cs[2 * i] = (float)cos(a);
+        cs[2 * i + 1] = (float)sin(a);
+    }
+}
+
+void kern_rope(float *x, int64_t d, const double *inv_freq, const float *cs)
 {
     int64_t half = d / 2;
     for (int64_t i = 0; i < half; i++) {
         if (inv_freq[i] == 0.0)
             continue; /* cos 1, sin 0: the pair passes through */
-        double a = (double)pos * inv_freq[i];
-        float c = (float)cos(a), s = (float)sin(a);
+        float c = cs[2 * i], s = cs[2 * i + 1];
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;
         x[i + half] = x1 * c + x0 * s;

@@ -95,6 +95,7 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
                 d = c->layers[i].head_dim;
         if (d && !(r->inv_freq[t] = rope_table(&c->rope[t], d)))
             return err_set(e, ERR_NOMEM, "cannot allocate RoPE tables");
+        r->rope_dim[t] = d;
     }
     return ERR_OK;
 }
@@ -144,6 +145,7 @@ struct fwd {
     struct step_item *it;
     int n_items;
     int64_t N;                   /* tokens in the step */
+    float *rope_cs[2];           /* per layer type with RoPE: [N, d/2, 2] each token's cos, sin */
 };
 
 /* ---- attention ---- */
@@ -230,16 +232,15 @@ static void attn_task(void *arg, int64_t task, int worker)
 
 /* Per-head RMSNorm (weighted or not) and optional RoPE of x[N, heads, d]. */
 static void heads_norm_rope(const struct fwd *f, float *x, int64_t heads, int64_t d, const float *w, float eps,
-                            const double *inv_freq)
+                            const double *inv_freq, const float *cs)
 {
-    for (int b = 0; b < f->n_items; b++)
-        for (int64_t t = 0; t < f->it[b].n; t++)
-            for (int64_t h = 0; h < heads; h++) {
-                float *v = x + ((f->it[b].off + t) * heads + h) * d;
-                kern_rmsnorm(v, v, w, d, eps);
-                if (inv_freq)
-                    kern_rope(v, d, inv_freq, f->it[b].p0 + t);
-            }
+    for (int64_t t = 0; t < f->N; t++)
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = x + (t * heads + h) * d;
+            kern_rmsnorm(v, v, w, d, eps);
+            if (inv_freq)
+                kern_rope(v, d, inv_freq, cs + t * d);
+        }
 }
 
 /* §3.5: a[N, H] -> attention output [N, H]. */
@@ -252,6 +253,7 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     int64_t N = f->N, Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
     float eps = (float)c->rms_eps;
     const double *rope = r->inv_freq[ly->type];
+    const float *cs = f->rope_cs[ly->type];
     float *q = malloc((size_t)(N * Nq * d) * sizeof *q);       /* [N, Nq, d] */
     float *o = malloc((size_t)(N * Nq * d) * sizeof *o);       /* [N, Nq, d] */
     float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
@@ -259,7 +261,7 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
     if (rc == ERR_OK) {
         kern_matmul(&r->kt, &L->q, a, N, q, r->threads);                 /* Q = a·Wqᵀ */
-        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope);              /* q_norm, RoPE */
+        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);              /* q_norm, RoPE */
     }
     if (rc == ERR_OK && !ly->shared) {
         kern_matmul(&r->kt, &L->k, a, N, k, r->threads);                 /* K_raw = a·Wkᵀ */
@@ -267,8 +269,8 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
             memcpy(v, k, (size_t)(N * G * d) * sizeof *v);               /* V_raw = K_raw (k_eq_v) */
         else
             kern_matmul(&r->kt, &L->v, a, N, v, r->threads);             /* V_raw = a·Wvᵀ */
-        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope);               /* k_norm, RoPE */
-        heads_norm_rope(f, v, G, d, NULL, eps, NULL);                    /* v_norm (no weight, no RoPE) */
+        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope, cs);               /* k_norm, RoPE */
+        heads_norm_rope(f, v, G, d, NULL, eps, NULL, NULL);                    /* v_norm (no weight, no RoPE) */
         for (int b = 0; b < f->n_items && rc == ERR_OK; b++) {           /* the chunk's entries, as stored */
             struct step_item *it = &f->it[b];
             const struct kv_fmt *fmt = &it->s->cache[i].fmt;
@@ -496,7 +498,7 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     const struct gp_config *c = &m->cfg;
     int64_t H = c->hidden_size, V = c->vocab_size, Lc = c->n_layers, N = 0;
     float eps = (float)c->rms_eps;
-    struct fwd f = {r, calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *f.it), n_items, 0};
+    struct fwd f = {.r = r, .it = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *f.it), .n_items = n_items};
     int32_t *tokens = NULL;
     float *x = NULL, *a = NULL, *ple = NULL, *g = NULL;
     int rc = f.it ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
@@ -534,6 +536,18 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     }
     for (int b = 0; b < n_items; b++)
         memcpy(tokens + f.it[b].off, items[b].tokens, (size_t)items[b].n * sizeof *tokens);
+    for (int ty = 0; ty < 2; ty++) {                                     /* RoPE angles of every token */
+        int64_t d = r->rope_dim[ty];
+        if (!r->inv_freq[ty])
+            continue;
+        if (!(f.rope_cs[ty] = malloc((size_t)(N * d) * sizeof *f.rope_cs[ty]))) {
+            rc = err_set(e, ERR_NOMEM, "RoPE angles for %lld tokens", (long long)N);
+            goto out;
+        }
+        for (int b = 0; b < n_items; b++)
+            for (int64_t t = 0; t < f.it[b].n; t++)
+                kern_rope_cs(f.rope_cs[ty] + (f.it[b].off + t) * d, d, r->inv_freq[ty], f.it[b].p0 + t);
+    }
 
     float s_e = sqrtf((float)H);                                         /* §3.2 embedding scale √H */
     for (int64_t t = 0; t < N; t++) {
@@ -593,6 +607,8 @@ out:
         free(f.it[b].pending);
     }
     free(f.it);
+    free(f.rope_cs[0]);
+    free(f.rope_cs[1]);
     free(tokens);
     free(x);
     free(a);

@@ -42,6 +42,7 @@ struct runner {
     struct kv_opts kv;
     int kv_float_layer;        /* layer kept float by skip_last_full, or -1 */
     double *inv_freq[2];       /* RoPE inverse frequencies per layer type, [d/2] */
+    int64_t rope_dim[2];       /* that type's head dim d */
     struct seq_state *seq;
     int n_seq;
 };

@@ -1112,32 +1112,41 @@ Test(kernels, softmax)
     assert_f(e[1], 2.0 / 6, "softmax ln2 [1]");
 }
 
+/* kern_rope at position pos, through kern_rope_cs. */
+static void rope_at(float *x, int64_t d, const double *inv_freq, int64_t pos)
+{
+    float cs[8];
+    cr_assert(d <= 8);
+    kern_rope_cs(cs, d, inv_freq, pos);
+    kern_rope(x, d, inv_freq, cs);
+}
+
 Test(kernels, rope)
 {
     /* d = 4: pairs (0, 2) and (1, 3) */
     const double zero[2] = {0, 0};
     float x[4] = {1, 2, 3, 4};
-    kern_rope(x, 4, zero, 12345); /* inv_freq 0: untouched, bit for bit */
+    rope_at(x, 4, zero, 12345); /* inv_freq 0: untouched, bit for bit */
     cr_assert(x[0] == 1 && x[1] == 2 && x[2] == 3 && x[3] == 4);
     const double quarter[2] = {0, M_PI / 2};
-    kern_rope(x, 4, quarter, 1); /* pair (1, 3) turns by 90°: (2, 4) -> (-4, 2) */
+    rope_at(x, 4, quarter, 1); /* pair (1, 3) turns by 90°: (2, 4) -> (-4, 2) */
     cr_assert(x[0] == 1 && x[2] == 3, "pair 0 must pass through");
     assert_f(x[1], -4.0, "rope 90° x1");
     assert_f(x[3], 2.0, "rope 90° x3");
     float y[4] = {1, 2, 3, 4};
-    kern_rope(y, 4, quarter, 2); /* 180°: negated */
+    rope_at(y, 4, quarter, 2); /* 180°: negated */
     assert_f(y[1], -2.0, "rope 180° x1");
     assert_f(y[3], -4.0, "rope 180° x3");
     float p0[4] = {1, 2, 3, 4};
     const double any[2] = {0.3, 1.7};
-    kern_rope(p0, 4, any, 0); /* position 0: angle 0 */
+    rope_at(p0, 4, any, 0); /* position 0: angle 0 */
     cr_assert(p0[0] == 1 && p0[1] == 2 && p0[2] == 3 && p0[3] == 4);
     /* d = 8, one frequency per pair, position 5: x[i]' = x0·cos - x1·sin, x[i+4]' = x1·cos + x0·sin */
     const double fr[4] = {1.0, 0.1, 0.01, 0.0};
     float v[8] = {0.5f, -1, 2, 3, 1.5f, 0.25f, -2, 7};
     float orig[8];
     memcpy(orig, v, sizeof v);
-    kern_rope(v, 8, fr, 5);
+    rope_at(v, 8, fr, 5);
     for (int i = 0; i < 4; i++) {
         double a = 5 * fr[i], c = cos(a), s = sin(a);
         assert_f(v[i], (double)orig[i] * c - (double)orig[i + 4] * s, "rope d8 first");
@@ -1147,7 +1156,7 @@ Test(kernels, rope)
     /* large positions: the angle is taken in double (pos·inv_freq = 1e6·π/2 is a multiple of 2π) */
     float w[2] = {1, 0};
     const double f1[1] = {M_PI / 2};
-    kern_rope(w, 2, f1, 1000000);
+    rope_at(w, 2, f1, 1000000);
     cr_assert(fabsf(w[0] - 1.0f) <= 1e-6f && fabsf(w[1]) <= 1e-6f, "(%g, %g)", (double)w[0], (double)w[1]);
 }
 
