@@ -5,7 +5,8 @@
  *             OpenBLAS sgemm GFLOP/s (1 and 2 threads)
  *   decode B  decode tokens/s of an E2B-shaped B-bit pack (fixture --variant e2b
  *             --full-size --layout mlx --quant B, converted), 1 and 2 threads,
- *             bytes of weights read per token, % of the bandwidth bound
+ *             bytes of weights read per token, % of the bandwidth bound: five
+ *             rounds of (read bandwidth, 8 decode steps), the median ratio
  *   prefill   prefill tokens/s at a 512-token prompt (4-bit pack), 1 and 2
  *             threads, GFLOP/s and % of the sgemm bound
  *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
@@ -161,6 +162,15 @@ static int ensure(const char *name, int quant, bool pack, char *out, size_t len)
 
 /* ---- runs ---- */
 
+#define DECODE_ROUNDS 5 /* (bandwidth, decode) pairs per configuration */
+#define DECODE_STEPS 8   /* decode steps per round */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int decode(int bits)
 {
     char pack[4200], name[32];
@@ -185,7 +195,6 @@ static int decode(int bits)
     for (int run = 0; run < 4; run++) { /* 1 and 2 threads, exact kernels then int8 activations */
         int threads = 1 + run % 2;
         enum kern_level level = run < 2 ? KERN_BEST : KERN_Q8;
-        double bw = read_bandwidth(threads);
         struct runner r;
         if (runner_init(&r, &m, threads, level, NULL, 1, &e) != ERR_OK)
             return 1;
@@ -194,17 +203,30 @@ static int decode(int bits)
             tok[i] = 2 + 37 * i;
         float *logits = malloc((size_t)m.cfg.vocab_size * sizeof *logits);
         runner_prompt(&r, tok, 16, 0, NULL, logits, &e);
-        int steps = 8;
-        double t0 = now();
-        for (int k = 0; k < steps; k++) {
-            int32_t next = 3 + k;
-            runner_forward(&r, &next, 1, logits, false, NULL, &e);
+        /* The read bandwidth of this VM moves by ±30 % within minutes, so each
+         * round measures it right before its decode steps; the rounds' ratios
+         * are sorted and the median is the figure. */
+        double tps[DECODE_ROUNDS], bw[DECODE_ROUNDS], ratio[DECODE_ROUNDS];
+        for (int k = 0; k < DECODE_ROUNDS; k++) {
+            bw[k] = read_bandwidth(threads);
+            double t0 = now();
+            for (int s = 0; s < DECODE_STEPS; s++) {
+                int32_t next = 3 + k * DECODE_STEPS + s;
+                runner_forward(&r, &next, 1, logits, false, NULL, &e);
+            }
+            tps[k] = DECODE_STEPS / (now() - t0);
+            ratio[k] = tps[k] / (bw[k] * 1e9 / (double)m.weight_bytes);
         }
-        double tps = steps / (now() - t0), bound = bw * 1e9 / (double)m.weight_bytes;
-        printf("  %d thread%s, %-9s kernels: %.2f tokens/s; read bandwidth %.2f GB/s -> bound %.2f tokens/s: %.1f %% of "
-               "the bound (target >= 90 %% on 2 threads: %s)\n",
-               threads, threads == 1 ? " " : "s", r.kt.name, tps, bw, bound, 100.0 * tps / bound,
-               threads == 2 ? (tps >= 0.9 * bound ? "PASS" : "MISS") : "-");
+        qsort(tps, DECODE_ROUNDS, sizeof *tps, cmp_double);
+        qsort(bw, DECODE_ROUNDS, sizeof *bw, cmp_double);
+        qsort(ratio, DECODE_ROUNDS, sizeof *ratio, cmp_double);
+        const int mid = DECODE_ROUNDS / 2;
+        printf("  %d thread%s, %-9s kernels: %.2f tokens/s (rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
+               "-> bound %.2f tokens/s; per round %.1f %% of its bound (%.1f-%.1f %%) (target >= 90 %% on 2 threads: "
+               "%s)\n",
+               threads, threads == 1 ? " " : "s", r.kt.name, tps[mid], tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
+               bw[DECODE_ROUNDS - 1], bw[mid] * 1e9 / (double)m.weight_bytes, 100.0 * ratio[mid], 100.0 * ratio[0],
+               100.0 * ratio[DECODE_ROUNDS - 1], threads == 2 ? (ratio[mid] >= 0.9 ? "PASS" : "MISS") : "-");
         free(logits);
         runner_free(&r);
     }
