@@ -241,8 +241,9 @@ static int prefill(void)
         return 1;
     struct model m;
     struct err e = {0};
-    if (model_open(&m, pack, &e) != ERR_OK) {
+    if (model_open(&m, pack, &e) != ERR_OK || model_load_weights(&m, 2, &e) != ERR_OK) { /* as gempack run */
         fprintf(stderr, "%s\n", e.msg);
+        model_close(&m);
         return 1;
     }
     /* FLOPs: 2 per weight of every matrix a token multiplies (4-bit g64 with
