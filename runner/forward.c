@@ -261,7 +261,7 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
     if (rc == ERR_OK) {
         kern_matmul(&r->kt, &L->q, a, N, q, r->threads);                 /* Q = a·Wqᵀ */
-        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);              /* q_norm, RoPE */
+        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);          /* q_norm, RoPE */
     }
     if (rc == ERR_OK && !ly->shared) {
         kern_matmul(&r->kt, &L->k, a, N, k, r->threads);                 /* K_raw = a·Wkᵀ */
@@ -269,8 +269,8 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
             memcpy(v, k, (size_t)(N * G * d) * sizeof *v);               /* V_raw = K_raw (k_eq_v) */
         else
             kern_matmul(&r->kt, &L->v, a, N, v, r->threads);             /* V_raw = a·Wvᵀ */
-        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope, cs);               /* k_norm, RoPE */
-        heads_norm_rope(f, v, G, d, NULL, eps, NULL, NULL);                    /* v_norm (no weight, no RoPE) */
+        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope, cs);           /* k_norm, RoPE */
+        heads_norm_rope(f, v, G, d, NULL, eps, NULL, NULL);              /* v_norm (no weight, no RoPE) */
         for (int b = 0; b < f->n_items && rc == ERR_OK; b++) {           /* the chunk's entries, as stored */
             struct step_item *it = &f->it[b];
             const struct kv_fmt *fmt = &it->s->cache[i].fmt;
