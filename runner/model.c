@@ -359,7 +359,11 @@ static int span_cmp(const void *a, const void *b)
 }
 
 /* The matrices the forward reads whole (all but the PLE table, of which a
- * step reads one row), with their expert counts (0: a plain matrix). */
+ * step reads one row), with their expert counts (0: a plain matrix): the
+ * embedding and PLE projection, and MATS_PER_LAYER per layer, as many as
+ * w and experts must hold. */
+#define MATS_FIXED 2
+#define MATS_PER_LAYER 13
 static size_t model_mats(struct model *m, struct wmat **w, int64_t *experts)
 {
     size_t k = 0;
@@ -375,8 +379,6 @@ static size_t model_mats(struct model *m, struct wmat **w, int64_t *experts)
 #undef MAT
     return k;
 }
-#define MATS_FIXED 2
-#define MATS_PER_LAYER 13
 
 /* The bytes of one of w's streams: rows of row_bytes every stride, per expert. */
 static struct span mat_span(const uint8_t *p, int64_t experts, size_t expert_stride, int64_t rows, size_t stride,
