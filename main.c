@@ -1019,7 +1019,7 @@ static int cmd_run(int argc, char **argv)
     if (!o.kv_skip_given)
         o.kv.skip_last_full = pack_kv_skip_default(&m);
     int64_t V = m.cfg.vocab_size;
-    int rc = o.mmap ? ERR_OK : model_load_weights(&m, o.threads, &e);
+    int rc = o.mmap ? ERR_OK : model_load_weights(&m, o.threads, o.kernels == KERN_Q8, &e);
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
     if (rc == ERR_OK && o.prefix) {

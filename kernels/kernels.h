@@ -28,6 +28,7 @@ struct wmat {
     size_t srow_bytes;        /* bytes of one row of scales/biases */
     size_t expert_bytes, expert_sbytes; /* stride between experts of a 3-D tensor */
     size_t row_stride;        /* bytes between consecutive rows of w (== row_bytes unless a split view) */
+    bool blocked;             /* quantized, in blocks of KERN_BLOCK_ROWS rows (kern_block_rows) */
 };
 
 /* The view of expert e of a 3-D weight. */
@@ -70,14 +71,13 @@ void kern_qinput_free(struct kern_qinput *in);
  * batch sizes, but not equal to the exact default (DESIGN §5), so goldens are
  * checked with the exact kernels.
  *
- * The definition, kern_q8dot_ref, and its SIMD twin compute a row the same
- * way: the codes in chunks of 64 bytes (512/bits weights); lane l of a chunk
- * (its bytes 4l..4l+3: weights 8l..8l+7 at 4 bits, 4l..4l+3 at 8 bits) gives
- * the exact sum S of its q·xq, and acc[c % 4][l] = fma(S, d_g·s_g, acc[c % 4][l])
- * for chunk c and the lane's group g (d_g·s_g one rounded product, made once
- * per group: the SIMD kernel forms 16 at a time); the bias terms b_g·Σx_g accumulate in
- * lane g % 16 with fma; then lanes ((acc0 + acc1) + (acc2 + acc3)) + bias are
- * summed as in kern_dot_ref (l and l + w for w = 8, 4, 2, 1). */
+ * The definition, kern_q8dot_ref, and its SIMD twins: for each row and
+ * token, S_g = Σ q·xq over group g (exact in int32: at most 128·255·127),
+ * then for g = 0, 1, ... in order lane[g % 16] = fma(S_g, d_g·s_g,
+ * lane[g % 16]) and lane[g % 16] = fma(b_g, Σx_g, lane[g % 16]) (d_g·s_g one
+ * rounded product), and the 16 lanes summed as in kern_dot_ref (l and l + w
+ * for w = 8, 4, 2, 1). How the codes are laid out (by rows, or in blocks of
+ * rows: kern_block_rows) does not change a bit. */
 struct kern_q8input {
     const int8_t *xq;         /* [n, stride]: per 64-byte chunk of codes, the xq of the
                                  weights its bytes hold (4-bit: low nibbles' 64, then high
@@ -100,6 +100,20 @@ void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                        int64_t row1);
 bool kern_cpu_has_avx512_vnni(void);
+
+/* The blocked layout, for the int8 kernels: a quantized matrix whose row
+ * count is a multiple of KERN_BLOCK_ROWS (kern_blockable) is stored in blocks
+ * of 16 rows, each block the same bytes as its rows: 32-bit word k of row
+ * 16B + l at byte 64k + 4l of block B's codes, and group g's scale (bias) of
+ * that row at element 16g + l of block B's scales (biases). One 64-byte load
+ * holds the same word of 16 rows, so the kernel keeps one row per lane and
+ * converts its integer sums once per group instead of once per 64 bytes.
+ * kern_block_rows writes blocks [b0, b1) of w (by rows; one expert) into the
+ * matrix bases codes, scales and biases. kern_matmul sends a blocked matrix
+ * only to the int8 kernels or the reference; kern_row_f32 reads both. */
+#define KERN_BLOCK_ROWS 16
+bool kern_blockable(const struct wmat *w);
+void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint8_t *biases, int64_t b0, int64_t b1);
 
 /* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
  * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
@@ -160,10 +174,11 @@ void kern_softcap_avx512(float *x, float cap, int64_t n);
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
  * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide; 5: the q8
- * dot's S·(d·s) in place of (S·d)·s), so that
+ * dot's S·(d·s) in place of (S·d)·s; 6: the q8 dot's integer sums per
+ * group, in lanes by group), so that
  * state saved by an older build (the cold prefix cache) is never restored
  * into a newer one. */
-#define KERN_NUMERICS 5
+#define KERN_NUMERICS 6
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {

@@ -18,10 +18,48 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
     return v;
 }
 
+/* Where the bytes of 32-bit word k of row r are, and group g's scale or bias
+ * of row r in the stream p (w->s or w->b): by rows, or in blocks of 16. */
+static const uint8_t *code_word(const struct wmat *w, int64_t r, int64_t k)
+{
+    if (!w->blocked)
+        return w->w + (size_t)r * w->row_stride + 4 * k;
+    int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
+    return w->w + (size_t)b * KERN_BLOCK_ROWS * w->row_bytes + (size_t)(KERN_BLOCK_ROWS * 4 * k + 4 * l);
+}
+
+static const uint8_t *param_at(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
+{
+    size_t psize = dtype_table[w->dtype].bits / 8;
+    if (!w->blocked)
+        return p + (size_t)r * w->srow_bytes + (size_t)g * psize;
+    int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
+    return p + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes + (size_t)(KERN_BLOCK_ROWS * g + l) * psize;
+}
+
+/* Group g of row r dequantized into out[gs] (a group's codes are whole words:
+ * gs·bits is a multiple of 32 for every supported layout). */
+static void group_f32(const struct wmat *w, int64_t r, int64_t g, float *out)
+{
+    uint8_t codes[128]; /* gs·bits/8 <= 128·8/8 */
+    const int64_t words = w->gs * w->bits / 32;
+    for (int64_t k = 0; k < words; k++)
+        memcpy(codes + 4 * k, code_word(w, r, g * words + k), 4);
+    if ((w->bits == 2 || w->bits == 4 || w->bits == 8) && kern_cpu_has_avx512())
+        kern_dequant_row_avx512(codes, param_at(w, w->s, r, g), param_at(w, w->b, r, g), w->dtype, w->gs, w->gs,
+                                w->bits, out);
+    else
+        dequant_affine_row(codes, param_at(w, w->s, r, g), param_at(w, w->b, r, g), w->dtype, (size_t)w->gs, w->gs,
+                           w->bits, out);
+}
+
 void kern_row_f32(const struct wmat *w, int64_t r, float *out)
 {
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
-    if (w->quantized && (w->bits == 2 || w->bits == 4 || w->bits == 8) && kern_cpu_has_avx512())
+    if (w->blocked)
+        for (int64_t g = 0; g < w->cols / w->gs; g++)
+            group_f32(w, r, g, out + g * w->gs);
+    else if (w->quantized && (w->bits == 2 || w->bits == 4 || w->bits == 8) && kern_cpu_has_avx512())
         kern_dequant_row_avx512(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
                                 w->cols, w->gs, w->bits, out);
     else if (w->quantized)
@@ -35,7 +73,9 @@ void kern_row_f32(const struct wmat *w, int64_t r, float *out)
 static void row_chunk(const struct wmat *w, int64_t r, int64_t j, int64_t len, float *out)
 {
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
-    if (w->quantized) {
+    if (w->blocked) {
+        group_f32(w, r, j / w->gs, out);
+    } else if (w->quantized) {
         size_t sb = dtype_table[w->dtype].bits / 8, g = (size_t)(j / w->gs);
         dequant_affine_row(row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + g * sb,
                            w->b + (size_t)r * w->srow_bytes + g * sb, w->dtype, (size_t)len, w->gs, w->bits, out);
@@ -217,26 +257,47 @@ bool kern_q8_supports(const struct wmat *w)
            w->cols % w->gs == 0;
 }
 
-static float param_f32(enum dtype t, const uint8_t *row, int64_t g)
+bool kern_blockable(const struct wmat *w)
+{
+    return kern_q8_supports(w) && w->rows > 0 && w->rows % KERN_BLOCK_ROWS == 0 && w->row_stride == w->row_bytes;
+}
+
+void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint8_t *biases, int64_t b0, int64_t b1)
+{
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    const int64_t words = (int64_t)w->row_bytes / 4, ng = w->cols / w->gs;
+    for (int64_t b = b0; b < b1; b++) {
+        uint8_t *c = codes + (size_t)b * KERN_BLOCK_ROWS * w->row_bytes;
+        uint8_t *s = scales + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes, *bi = biases + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes;
+        for (int64_t l = 0; l < KERN_BLOCK_ROWS; l++) {
+            const int64_t r = b * KERN_BLOCK_ROWS + l;
+            const uint8_t *src = w->w + (size_t)r * w->row_stride;
+            for (int64_t k = 0; k < words; k++)
+                memcpy(c + KERN_BLOCK_ROWS * 4 * k + 4 * l, src + 4 * k, 4);
+            for (int64_t g = 0; g < ng; g++) {
+                memcpy(s + (size_t)(KERN_BLOCK_ROWS * g + l) * psize, w->s + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
+                memcpy(bi + (size_t)(KERN_BLOCK_ROWS * g + l) * psize, w->b + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
+            }
+        }
+    }
+}
+
+static float param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
 {
     float v;
-    dtype_to_f32(t, row + (size_t)g * (dtype_table[t].bits / 8), &v, 1);
+    dtype_to_f32(w->dtype, param_at(w, p, r, g), &v, 1);
     return v;
 }
 
-/* Σ q·xq of lane l of chunk c (64 code bytes): exact in int32 (at most
- * 8·15·127 or 4·255·127 in magnitude). */
-static int32_t q8_lane(const uint8_t *codes, int64_t row_bytes, const int8_t *xq, int bits, int64_t c, int l)
+/* S_g of row r: Σ q·xq over group g, exact in int32. Weight j's xq sits at j
+ * (8 bits) or, at 4 bits, in its 128-weight chunk at byte (j odd)·64 + (j % 128)/2. */
+static int32_t q8_group(const struct wmat *w, int64_t r, const int8_t *xq, int64_t g)
 {
     int32_t s = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t b = 64 * c + 4 * l + i; /* the code byte in the row */
-        if (b >= row_bytes)
-            break;
-        if (bits == 8)
-            s += codes[b] * xq[b];
-        else
-            s += (codes[b] & 15) * xq[128 * c + 4 * l + i] + (codes[b] >> 4) * xq[128 * c + 64 + 4 * l + i];
+    for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
+        const uint8_t *word = code_word(w, r, j * w->bits / 32);
+        int q = w->bits == 8 ? word[j % 4] : word[j % 8 / 2] >> 4 * (j & 1) & 15;
+        s += q * xq[w->bits == 8 ? j : 128 * (j / 128) + 64 * (j & 1) + j % 128 / 2];
     }
     return s;
 }
@@ -244,28 +305,18 @@ static int32_t q8_lane(const uint8_t *codes, int64_t row_bytes, const int8_t *xq
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1)
 {
-    const int bits = w->bits, gs = w->gs;
-    const int64_t ng = w->cols / gs, chunk_w = 512 / bits, row_bytes = w->cols * bits / 8;
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+    const int64_t ng = w->cols / w->gs;
+    for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {
             const int8_t *xq = in->xq + t * in->stride;
             const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
-            float acc[4][16] = {{0}}, bacc[16] = {0}, lane[16];
-            for (int64_t c = 0; c * chunk_w < w->cols; c++)
-                for (int l = 0; l < 16; l++) {
-                    int64_t g = (c * chunk_w + (32 / bits) * l) / gs; /* the lane's group */
-                    float ds = g < ng ? d[g] * param_f32(w->dtype, sr, g) : 0.0f;
-                    acc[c % 4][l] = fmaf((float)q8_lane(codes, row_bytes, xq, bits, c, l), ds, acc[c % 4][l]);
-                }
-            for (int64_t g = 0; g < ng; g++)
-                bacc[g % 16] = fmaf(param_f32(w->dtype, br, g), xs[g], bacc[g % 16]);
-            for (int l = 0; l < 16; l++)
-                lane[l] = ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l])) + bacc[l];
+            float lane[16] = {0};
+            for (int64_t g = 0; g < ng; g++) {
+                lane[g % 16] = fmaf((float)q8_group(w, r, xq, g), d[g] * param_f32(w, w->s, r, g), lane[g % 16]);
+                lane[g % 16] = fmaf(param_f32(w, w->b, r, g), xs[g], lane[g % 16]);
+            }
             y[t * w->rows + r] = lanes_sum16(lane);
         }
-    }
 }
 
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n)
@@ -332,7 +383,8 @@ void kern_free(struct kern_table *t)
  * token, so that each thread streams long runs of contiguous rows (the 4-bit
  * matvec on 2 threads from RAM: 64-row tasks 33 GB/s, 221-885 KB tasks
  * 40-46 GB/s; docs/PERFORMANCE.md), but no more than a MIN_TASKS-th of the
- * matrix (balance) and no fewer than TILE_ROWS. Fixed by the matrix and the
+ * matrix (balance) and no fewer than TILE_ROWS, in whole blocks of
+ * KERN_BLOCK_ROWS (a blocked matrix's). Fixed by the matrix and the
  * token count, never by the thread count; and every row's result is the same
  * whatever the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
@@ -344,6 +396,7 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
     int64_t row_bytes = (int64_t)w->row_stride + (w->quantized ? 2 * (int64_t)w->srow_bytes : 0);
     int64_t rows = TILE_BYTES / (row_bytes * n > 0 ? row_bytes * n : 1), quarter = (w->rows + MIN_TASKS - 1) / MIN_TASKS;
     rows = rows < quarter ? rows : quarter;
+    rows = (rows + KERN_BLOCK_ROWS - 1) / KERN_BLOCK_ROWS * KERN_BLOCK_ROWS; /* whole blocks of a blocked matrix */
     return rows > TILE_ROWS ? rows : TILE_ROWS;
 }
 
@@ -386,6 +439,8 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
         j.fn = NULL;
         j.q8dot = t->q8dot;
         j.q8in = &q8in;
+    } else if (w->blocked) {
+        /* only the int8 kernels and the reference read blocks */
     } else
 #ifdef HAVE_BLAS_KERNELS
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {

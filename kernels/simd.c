@@ -523,85 +523,154 @@ AVX512VNNI INLINE __m512 params16(enum dtype t, const uint8_t *src, int64_t n)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src)), 16));
 }
 
-/* For chunk k of a window, each lane's group in the window: (k·cw + first
- * weight of the lane) / gs. A constant when k, bits and gs are. */
-AVX512VNNI INLINE __m512i lane_groups(int64_t k, const int bits, const int gs)
+/* The 32 lanes of a then b, adjacent lanes added: lane i is ab[2i] + ab[2i + 1]. */
+AVX512VNNI INLINE __m512i pair_sums(__m512i a, __m512i b)
 {
-    const __m512i first = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(32 / bits));
-    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)(k * (512 / bits))), first), __builtin_ctz((unsigned)gs));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
-/* Chunk j (its first weight; `bytes` of its 64 code bytes present; gi: its
- * lanes' groups in the window) for each token: the exact lane sums of q·xq
- * through vpdpbusd (codes unsigned, xq signed), converted, then fused into
- * accumulator a with the lanes' d·s (ds[u]: the window's, per token). */
+/* Chunk j of a row (its first weight; `bytes` of its 64 code bytes present,
+ * none for bytes <= 0) for each token: the exact lane sums of q·xq through
+ * vpdpbusd (codes unsigned, xq signed). Lane l holds the row's word 16c + l. */
 AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
-                                  int64_t t0, const int tb, const int bits, __m512i gi, const __m512 *ds,
-                                  __m512 (*acc)[4], const int a)
+                                  int64_t t0, const int tb, const int bits, __m512i *s)
 {
-    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << bytes) - 1;
+    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : bytes <= 0 ? 0 : ((__mmask64)1 << bytes) - 1;
     const uint8_t *c = codes + j * bits / 8;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
     const __m512i v = _mm512_maskz_loadu_epi8(m, c), nib = _mm512_set1_epi8(0x0F);
     const __m512i lo = bits == 8 ? v : _mm512_and_si512(v, nib);
     for (int u = 0; u < tb; u++) {
         const int8_t *xb = in->xq + (t0 + u) * in->stride + j;
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb));
+        s[u] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb));
         if (bits == 4)
-            s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), _mm512_loadu_si512(xb + 64));
-        acc[u][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(gi, ds[u]), acc[u][a]);
+            s[u] = _mm512_dpbusd_epi32(s[u], _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), _mm512_loadu_si512(xb + 64));
     }
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1 (constants after inlining, as in
- * qrows512). A whole window is 16·gs/cw chunks (a multiple of 4), unrolled,
- * so that every lane-group index is a constant; the row's last window may be
- * partial. */
+/* Rows [row0, row1) by rows, for tokens t0..t0+tb-1 (constants after
+ * inlining, as in qrows512). A window of 16 groups spans lg = gs·bits/32
+ * lanes a group: its chunks' lane sums (those of one group added first when
+ * lg >= 16) are reduced by pair_sums in a binary tree to one vector, group
+ * g0 + i in lane i, which then takes the definition's two steps at once. */
 AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
                                  float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
-    const int cw = 512 / bits, wchunks = Q8_WINDOW * gs / cw; /* weights per 64-byte chunk; chunks per window */
+    const int cw = 512 / bits, lg = gs * bits / 32; /* weights per 64-byte chunk; lanes per group */
+    const int leaves = lg >= 16 ? 16 : lg, leaf_chunks = lg >= 16 ? lg / 16 : 1;
     const int64_t ng = w->cols / gs;
     const size_t psize = dtype_table[w->dtype].bits / 8;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         params_prefetch(sr, br, w->srow_bytes);
-        __m512 acc[TB][4], bacc[TB], ds[TB]; /* chunk c into acc[c % 4]; bias terms; the window's d·s */
+        __m512 acc[TB];
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = bacc[u] = _mm512_setzero_ps();
+            acc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += Q8_WINDOW) {
             const int64_t nb = ng - g0 < Q8_WINDOW ? ng - g0 : Q8_WINDOW, j0 = g0 * gs, j1 = (g0 + nb) * gs;
+            __m512i lv[5][TB], s[TB], s2[TB]; /* the tree's pending vector of each level */
+#pragma GCC unroll 16
+            for (int i = 0; i < leaves; i++) {
+                const int64_t j = j0 + (int64_t)i * leaf_chunks * cw;
+                q8chunk512(codes, j, (j1 - j) * bits / 8, in, t0, tb, bits, s);
+                if (leaf_chunks == 2) {
+                    q8chunk512(codes, j + cw, (j1 - j - cw) * bits / 8, in, t0, tb, bits, s2);
+                    for (int u = 0; u < tb; u++)
+                        s[u] = _mm512_add_epi32(s[u], s2[u]);
+                }
+                int level = 0;
+                for (int h = i; h & 1; h >>= 1, level++)
+                    for (int u = 0; u < tb; u++)
+                        s[u] = pair_sums(lv[level][u], s[u]);
+                for (int u = 0; u < tb; u++)
+                    lv[level][u] = s[u];
+            }
+            const int top = __builtin_ctz((unsigned)leaves);
             const __m512 sc = params16(w->dtype, sr + (size_t)g0 * psize, nb), bi = params16(w->dtype, br + (size_t)g0 * psize, nb);
             for (int u = 0; u < tb; u++) {
-                ds[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(nb), in->d + (t0 + u) * ng + g0), sc);
-                bacc[u] = _mm512_fmadd_ps(bi, _mm512_maskz_loadu_ps(mask16(nb), in->xsum + (t0 + u) * ng + g0), bacc[u]);
+                const __m512 ds = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(nb), in->d + (t0 + u) * ng + g0), sc);
+                acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lv[top][u]), ds, acc[u]);
+                acc[u] = _mm512_fmadd_ps(bi, _mm512_maskz_loadu_ps(mask16(nb), in->xsum + (t0 + u) * ng + g0), acc[u]);
             }
-            if (nb == Q8_WINDOW) {
-#pragma GCC unroll 32
-                for (int k = 0; k < wchunks; k++)
-                    q8chunk512(codes, j0 + k * cw, 64, in, t0, tb, bits, lane_groups(k, bits, gs), ds, acc, k % 4);
-                continue;
-            }
-            int64_t k = 0; /* the row's last window */
-            for (; j0 + (k + 4) * cw <= j1; k += 4)
-#pragma GCC unroll 4
-                for (int a = 0; a < 4; a++)
-                    q8chunk512(codes, j0 + (k + a) * cw, 64, in, t0, tb, bits, lane_groups(k + a, bits, gs), ds, acc, a);
-#define Q8TAIL(a)                                                                                                    \
-    if (j0 + (k + (a)) * cw < j1)                                                                                    \
-        q8chunk512(codes, j0 + (k + (a)) * cw, (j1 - j0 - (k + (a)) * cw) * bits / 8, in, t0, tb, bits,                \
-                   lane_groups(k + (a), bits, gs), ds, acc, a);
-            Q8TAIL(0) /* fewer than 4·cw weights left: up to three whole chunks and a partial one */
-            Q8TAIL(1)
-            Q8TAIL(2)
-            Q8TAIL(3)
-#undef Q8TAIL
         }
-        for (int u = 0; u < tb; u++) {
-            __m512 s = _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3]));
-            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(s, bacc[u]));
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum512(acc[u]);
+    }
+}
+
+/* 32-bit word wd of the int8 input at 8 bits, or at 4 bits the xq of the
+ * even (odd) weights of word wd (the low (high) nibbles of its bytes), in
+ * every lane. */
+INLINE int32_t xq_word(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Group g of a 16-row block (one row a lane; c, sb, bb: the block's codes,
+ * scales and biases) for one token: S_g of each row from the group's 64-byte
+ * words (at 4 bits the high nibbles kept in place, 16·q, and their sum
+ * shifted back: exact), then the definition's two steps into acc. */
+AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
+                                   const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
+                                   const int bits)
+{
+    const int words = gs * bits / 32;
+    const size_t psize = dtype_table[dt].bits / 8;
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512i lo[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 32
+    for (int k = 0; k < words; k++) {
+        const int64_t wd = g * words + k;
+        const uint8_t *p = c + 64 * wd;
+        _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+        const __m512i v = _mm512_loadu_si512(p);
+        if (bits == 8) {
+            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], v, _mm512_set1_epi32(xq_word(xq + 4 * wd)));
+        } else {
+            const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
+            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], _mm512_and_si512(v, nib), _mm512_set1_epi32(xq_word(e)));
+            hi[k & 1] = _mm512_dpbusd_epi32(hi[k & 1], _mm512_andnot_si512(nib, v), _mm512_set1_epi32(xq_word(e + 64)));
+        }
+    }
+    __m512i s = _mm512_add_epi32(lo[0], lo[1]);
+    if (bits == 4)
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(hi[0], hi[1]), 4));
+    const __m512 sc = params16(dt, sb + (size_t)(16 * g) * psize, 16), bi = params16(dt, bb + (size_t)(16 * g) * psize, 16);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(d), sc), acc);
+    return _mm512_fmadd_ps(bi, _mm512_set1_ps(xs), acc);
+}
+
+/* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
+ * the definition's 16 lanes are 16 vectors here, one row per lane, summed in
+ * its order at the end. A block's codes are read once per token (from cache
+ * after the first). */
+AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n,
+                                   float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    for (int64_t r = row0; r < row1; r += KERN_BLOCK_ROWS) {
+        const uint8_t *c = w->w + (size_t)r * w->row_bytes;
+        const uint8_t *sb = w->s + (size_t)r * w->srow_bytes, *bb = w->b + (size_t)r * w->srow_bytes;
+        for (int64_t t = t0; t < t0 + n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            __m512 acc[16];
+            for (int l = 0; l < 16; l++)
+                acc[l] = _mm512_setzero_ps();
+            for (int64_t g0 = 0; g0 < ng; g0 += 16)
+#pragma GCC unroll 16
+                for (int l = 0; l < 16; l++)
+                    if (g0 + l < ng)
+                        acc[l] = q8group16(c, sb, bb, w->dtype, xq, g0 + l, d[g0 + l], xs[g0 + l], acc[l], gs, bits);
+            for (int h = 8; h >= 1; h /= 2)
+                for (int l = 0; l < h; l++)
+                    acc[l] = _mm512_add_ps(acc[l], acc[l + h]);
+            _mm512_storeu_ps(y + t * w->rows + r, acc[0]);
         }
     }
 }
@@ -609,7 +678,12 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
 AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
                                   int64_t row0, int64_t row1)
 {
-    TOKENS_DISPATCH(q8rows512)
+    if (w->blocked) {
+        const int64_t t0 = 0; /* all n tokens, one after the other */
+        QROWS_DISPATCH(q8blocks512, n)
+    } else {
+        TOKENS_DISPATCH(q8rows512)
+    }
 }
 
 /* rint(v/d) clamped to ±127 as int8, 16 lanes: one IEEE division, rounding

@@ -432,7 +432,58 @@ static void copy_task(void *arg, int64_t task, int worker)
     }
 }
 
-int model_load_weights(struct model *m, int threads, struct err *e)
+/* A piece of kern_block_rows' work: blocks [b0, b1) of one matrix (one
+ * expert's) from its source view into its copy. */
+struct block_piece {
+    struct wmat src;
+    uint8_t *w, *s, *b;
+    int64_t b0, b1;
+};
+
+static void block_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const struct block_piece *p = (const struct block_piece *)arg + task;
+    kern_block_rows(&p->src, p->w, p->s, p->b, p->b0, p->b1);
+}
+
+/* Every blockable matrix's copy rewritten in blocks of rows from its source,
+ * in pieces of about COPY_PIECE bytes on `threads` threads. */
+static int block_matrices(struct wmat **w, const int64_t *ex, size_t n_mats, const struct span *sp, size_t merged,
+                          int threads, struct err *e)
+{
+    size_t n = 0, cap = 0;
+    struct block_piece *p = NULL;
+    for (size_t i = 0; i < n_mats; i++) {
+        const struct wmat *a = w[i];
+        if (!a->w || !kern_blockable(a))
+            continue;
+        const int64_t blocks = a->rows / KERN_BLOCK_ROWS, bytes = KERN_BLOCK_ROWS * (int64_t)a->row_bytes;
+        const int64_t per = (int64_t)COPY_PIECE / bytes > 1 ? (int64_t)COPY_PIECE / bytes : 1;
+        for (int64_t x = 0; x < (ex[i] > 0 ? ex[i] : 1); x++)
+            for (int64_t b0 = 0; b0 < blocks; b0 += per) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 256;
+                    struct block_piece *q = realloc(p, cap * sizeof *p);
+                    if (!q) {
+                        free(p);
+                        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to lay out in blocks");
+                    }
+                    p = q;
+                }
+                struct wmat src = kern_wmat_expert(a, x);
+                p[n++] = (struct block_piece){src, (uint8_t *)(uintptr_t)relocate(sp, merged, src.w),
+                                              (uint8_t *)(uintptr_t)relocate(sp, merged, src.s),
+                                              (uint8_t *)(uintptr_t)relocate(sp, merged, src.b), b0,
+                                              b0 + per < blocks ? b0 + per : blocks};
+            }
+    }
+    kern_parallel(threads, (int64_t)n, block_task, p);
+    free(p);
+    return ERR_OK;
+}
+
+int model_load_weights(struct model *m, int threads, bool blocked, struct err *e)
 {
     size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
     struct wmat **w = malloc(cap * sizeof *w);
@@ -485,11 +536,14 @@ int model_load_weights(struct model *m, int threads, struct err *e)
         }
         struct copy_job j = {sp, start, merged};
         kern_parallel(threads, (int64_t)((start[merged] + COPY_PIECE - 1) / COPY_PIECE), copy_task, &j);
+        if (blocked)
+            rc = block_matrices(w, ex, n_mats, sp, merged, threads, e);
         mprotect(arena, total, PROT_READ);
-        for (size_t i = 0; i < n_mats; i++) {
+        for (size_t i = 0; rc == ERR_OK && i < n_mats; i++) {
             struct wmat *a = w[i];
             if (!a->w || a->rows <= 0)
                 continue;
+            a->blocked = blocked && kern_blockable(a);
             a->w = relocate(sp, merged, a->w);
             if (a->quantized) {
                 a->s = relocate(sp, merged, a->s);

@@ -1396,6 +1396,104 @@ Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
     cr_log_info("kernels_q8: %d shapes bitwise equal", cases);
 }
 
+/* The blocked layout holds the same matrix: the int8 kernels, the reference
+ * matmul and the row lookups give the bits they give on the rows. */
+static struct wmat block_copy(const struct wmat *w, uint8_t **bufs)
+{
+    struct wmat b = *w;
+    size_t cb = (size_t)w->rows * w->row_bytes, sb = (size_t)w->rows * w->srow_bytes;
+    bufs[0] = malloc(cb + 1); /* one byte off alignment, as make_quant's */
+    bufs[1] = malloc(sb + 1);
+    bufs[2] = malloc(sb + 1);
+    cr_assert(bufs[0] && bufs[1] && bufs[2]);
+    kern_block_rows(w, bufs[0] + 1, bufs[1] + 1, bufs[2] + 1, 0, w->rows / KERN_BLOCK_ROWS);
+    b.w = bufs[0] + 1;
+    b.s = bufs[1] + 1;
+    b.b = bufs[2] + 1;
+    b.blocked = true;
+    return b;
+}
+
+Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
+{
+    static const int64_t brows[] = {16, 48, 80}, bgroups[] = {1, 3, 17, 24};
+    struct kern_table q8;
+    kern_init(&q8, KERN_Q8);
+    int cases = 0;
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t gi = 0; gi < LEN(gs_grid); gi++)
+            for (size_t di = 0; di < LEN(sdt_grid); di++)
+                for (size_t ri = 0; ri < LEN(brows); ri++)
+                    for (size_t ci = 0; ci < LEN(bgroups); ci++) {
+                        const int gs = gs_grid[gi];
+                        const int64_t rows = brows[ri], cols = bgroups[ci] * gs;
+                        struct tmat t;
+                        make_quant(&t, rows, cols, bits, gs, sdt_grid[di], (uint64_t)(5000 + cases));
+                        cr_assert(kern_blockable(&t.m));
+                        uint8_t *bufs[3];
+                        struct wmat b = block_copy(&t.m, bufs);
+                        float *ra = malloc((size_t)cols * sizeof *ra), *rb = malloc((size_t)cols * sizeof *rb);
+                        cr_assert(ra && rb);
+                        for (int64_t r = 0; r < rows; r++) {
+                            kern_row_f32(&t.m, r, ra);
+                            kern_row_f32(&b, r, rb);
+                            cr_assert_eq(memcmp(ra, rb, (size_t)cols * sizeof *ra), 0, "row %lld looked up", (long long)r);
+                        }
+                        for (int64_t n = 1; n <= 5; n += 4) {
+                            uint64_t seed = (uint64_t)(6000 + cases);
+                            float *x = rand_vec(&seed, (size_t)(n * cols)), *want = nan_vec((size_t)(n * rows));
+                            float *y = nan_vec((size_t)(n * rows));
+                            q8_run(kern_q8dot_ref, &t.m, x, n, want);
+                            q8_run(kern_q8dot_ref, &b, x, n, y);
+                            cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
+                                         "q%d g%d %s %lld x %lld n %lld: kern_q8dot_ref on blocks", bits, gs,
+                                         dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols, (long long)n);
+                            if (kern_cpu_has_avx512_vnni()) {
+                                q8_run(kern_q8dot_avx512, &b, x, n, y);
+                                cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
+                                             "q%d g%d %s %lld x %lld n %lld: kern_q8dot_avx512 on blocks", bits, gs,
+                                             dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
+                                             (long long)n);
+                                memset(y, 0xFF, (size_t)(n * rows) * sizeof *y);
+                                kern_matmul(&q8, &b, x, n, y, 2);
+                                cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0, "kern_matmul on blocks");
+                            }
+                            kern_matmul_ref(&t.m, x, n, want, 0, rows);
+                            kern_matmul_ref(&b, x, n, y, 0, rows);
+                            cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0, "kern_matmul_ref on blocks");
+                            free(x);
+                            free(want);
+                            free(y);
+                        }
+                        free(ra);
+                        free(rb);
+                        for (int k = 0; k < 3; k++)
+                            free(bufs[k]);
+                        tmat_free(&t);
+                        cases++;
+                    }
+    kern_free(&q8);
+    cr_log_info("kernels_q8: %d blocked shapes bitwise equal", cases);
+}
+
+/* Which matrices take the blocked layout: 4 or 8 bits, gs 32-128, whole
+ * blocks of rows, rows contiguous. */
+Test(kernels_q8, blockable)
+{
+    struct tmat t;
+    make_quant(&t, 32, 128, 4, 64, DT_BF16, 71);
+    cr_assert(kern_blockable(&t.m));
+    t.m.rows = 40;
+    cr_assert(!kern_blockable(&t.m), "rows not a multiple of 16");
+    t.m.rows = 16;
+    t.m.row_stride = 2 * t.m.row_bytes;
+    cr_assert(!kern_blockable(&t.m), "a split view (rows apart)");
+    tmat_free(&t);
+    make_quant(&t, 32, 128, 3, 128, DT_BF16, 72);
+    cr_assert(!kern_blockable(&t.m), "3-bit codes");
+    tmat_free(&t);
+}
+
 /* kern_q8input_prepare_avx512 fills the same buffer as the definition, bit for
  * bit, for every (bits, gs), odd group counts (the gathers' masked lanes),
  * and hostile groups: a NaN, an inf, all zeros, a max that underflows d, and

@@ -290,8 +290,10 @@ static bool in_arena(const struct model *m, const uint8_t *p, size_t n)
  * (the PLE table stays in the file) and the logits are bitwise those of the
  * mapped model, on 2 threads in decode mode. From a directory (HF layout:
  * 26B's fused experts, split into two overlapping views) and from a pack
- * (E2B, 4-bit). */
-static void loaded_weights(const char *variant, int quant, bool to_pack)
+ * (E2B, 4-bit). With the int8 kernels the matrices are laid out in blocks of
+ * rows (experts one by one), and the logits are still those of the mapped
+ * model read by rows. */
+static void loaded_weights(const char *variant, int quant, bool to_pack, enum kern_level level)
 {
     char *tmp = th_mkdtemp();
     struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant};
@@ -310,11 +312,11 @@ static void loaded_weights(const char *variant, int quant, bool to_pack)
     struct token_seqs s = {0};
     fixture_tokens(dir, &s);
     int64_t T = s.len[0], V;
-    float *mapped = run_logits(path, s.seq[0], T, 1, 2, &V);
+    float *mapped = run_logits_kern(path, s.seq[0], T, 1, 2, level, &V);
     struct model m;
     struct runner r;
     cr_assert_eq(model_open(&m, path, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(model_load_weights(&m, 2, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(model_load_weights(&m, 2, level == KERN_Q8, &e), ERR_OK, "%s", e.msg);
     cr_assert(m.arena && m.arena_size > 0);
     const struct wmat *mats[] = {&m.embed, &m.layers[0].q, &m.layers[0].o, &m.layers[0].down,
                                  &m.layers[m.cfg.n_layers - 1].up, &m.layers[0].ex_up};
@@ -330,7 +332,14 @@ static void loaded_weights(const char *variant, int quant, bool to_pack)
     }
     if (m.ple_embed.w)
         cr_assert(!in_arena(&m, m.ple_embed.w, 1), "%s: the PLE table is read in place", variant);
-    cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
+    int blocked = 0;
+    for (int i = 0; i < m.cfg.n_layers; i++) {
+        const struct layer_weights *L = &m.layers[i];
+        blocked += L->q.blocked + L->o.blocked + L->down.blocked + L->ex_up.blocked;
+        cr_assert(!L->q.blocked || level == KERN_Q8, "blocks only for the int8 kernels");
+    }
+    cr_assert(level != KERN_Q8 || blocked > 0, "%s: no matrix laid out in blocks", variant);
+    cr_assert_eq(runner_init(&r, &m, 2, level, NULL, 1, &e), ERR_OK, "%s", e.msg);
     float *loaded = malloc((size_t)(T * V) * sizeof *loaded);
     cr_assert(loaded);
     cr_assert_eq(runner_prompt(&r, s.seq[0], T, 1, loaded, NULL, &e), ERR_OK, "%s", e.msg);
@@ -345,8 +354,10 @@ static void loaded_weights(const char *variant, int quant, bool to_pack)
     th_rmtree(tmp);
 }
 
-Test(runner, loaded_weights_26b_fused_experts_dir) { loaded_weights("26b-a4b", 0, false); }
-Test(runner, loaded_weights_e2b_q4_pack) { loaded_weights("e2b", 4, true); }
+Test(runner, loaded_weights_26b_fused_experts_dir) { loaded_weights("26b-a4b", 0, false, KERN_BEST); }
+Test(runner, loaded_weights_e2b_q4_pack) { loaded_weights("e2b", 4, true, KERN_BEST); }
+Test(runner, loaded_weights_blocked_e2b_q4_pack_q8) { loaded_weights("e2b", 4, true, KERN_Q8); }
+Test(runner, loaded_weights_blocked_26b_q8_dir_q8) { loaded_weights("26b-a4b", 8, false, KERN_Q8); }
 
 /* --kernels blas: sgemm for steps of >= KERN_BLAS_MIN_TOKENS tokens. Close to
  * the fused kernels (the golden bound), and, because sgemm calls have fixed
