@@ -550,16 +550,42 @@ AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes
     }
 }
 
-/* Rows [row0, row1) by rows, for tokens t0..t0+tb-1 (constants after
- * inlining, as in qrows512). A window of 16 groups spans lg = gs·bits/32
- * lanes a group: its chunks' lane sums (those of one group added first when
- * lg >= 16) are reduced by pair_sums in a binary tree to one vector, group
- * g0 + i in lane i, which then takes the definition's two steps at once. */
-AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
-                                 float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+/* The group sums of the window of 16 groups from weight j0 (to j1; full: a
+ * whole window, every chunk whole) for each token, group g0 + i in lane i:
+ * the chunks' lane sums (those of one group added first when a group spans
+ * lg = gs·bits/32 >= 16 lanes) reduced by pair_sums in a binary tree. */
+AVX512VNNI INLINE void q8window512(const uint8_t *codes, int64_t j0, int64_t j1, const struct kern_q8input *in,
+                                   int64_t t0, const int tb, const int bits, const int gs, const bool full, __m512i *out)
 {
     const int cw = 512 / bits, lg = gs * bits / 32; /* weights per 64-byte chunk; lanes per group */
     const int leaves = lg >= 16 ? 16 : lg, leaf_chunks = lg >= 16 ? lg / 16 : 1;
+    __m512i lv[5][TB], s[TB], s2[TB]; /* the tree's pending vector of each level */
+#pragma GCC unroll 16
+    for (int i = 0; i < leaves; i++) {
+        const int64_t j = j0 + (int64_t)i * leaf_chunks * cw;
+        q8chunk512(codes, j, full ? 64 : (j1 - j) * bits / 8, in, t0, tb, bits, s);
+        if (leaf_chunks == 2) {
+            q8chunk512(codes, j + cw, full ? 64 : (j1 - j - cw) * bits / 8, in, t0, tb, bits, s2);
+            for (int u = 0; u < tb; u++)
+                s[u] = _mm512_add_epi32(s[u], s2[u]);
+        }
+        int level = 0;
+        for (int h = i; h & 1; h >>= 1, level++)
+            for (int u = 0; u < tb; u++)
+                s[u] = pair_sums(lv[level][u], s[u]);
+        for (int u = 0; u < tb; u++)
+            lv[level][u] = s[u];
+    }
+    for (int u = 0; u < tb; u++)
+        out[u] = lv[__builtin_ctz((unsigned)leaves)][u];
+}
+
+/* Rows [row0, row1) by rows, for tokens t0..t0+tb-1 (constants after
+ * inlining, as in qrows512): per window of 16 groups, their sums in one
+ * vector take the definition's two steps at once. */
+AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
+                                 float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
     const int64_t ng = w->cols / gs;
     const size_t psize = dtype_table[w->dtype].bits / 8;
     for (int64_t r = row0; r < row1; r++) {
@@ -571,28 +597,15 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
             acc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += Q8_WINDOW) {
             const int64_t nb = ng - g0 < Q8_WINDOW ? ng - g0 : Q8_WINDOW, j0 = g0 * gs, j1 = (g0 + nb) * gs;
-            __m512i lv[5][TB], s[TB], s2[TB]; /* the tree's pending vector of each level */
-#pragma GCC unroll 16
-            for (int i = 0; i < leaves; i++) {
-                const int64_t j = j0 + (int64_t)i * leaf_chunks * cw;
-                q8chunk512(codes, j, (j1 - j) * bits / 8, in, t0, tb, bits, s);
-                if (leaf_chunks == 2) {
-                    q8chunk512(codes, j + cw, (j1 - j - cw) * bits / 8, in, t0, tb, bits, s2);
-                    for (int u = 0; u < tb; u++)
-                        s[u] = _mm512_add_epi32(s[u], s2[u]);
-                }
-                int level = 0;
-                for (int h = i; h & 1; h >>= 1, level++)
-                    for (int u = 0; u < tb; u++)
-                        s[u] = pair_sums(lv[level][u], s[u]);
-                for (int u = 0; u < tb; u++)
-                    lv[level][u] = s[u];
-            }
-            const int top = __builtin_ctz((unsigned)leaves);
+            __m512i S[TB];
+            if (nb == Q8_WINDOW)
+                q8window512(codes, j0, j1, in, t0, tb, bits, gs, true, S);
+            else
+                q8window512(codes, j0, j1, in, t0, tb, bits, gs, false, S);
             const __m512 sc = params16(w->dtype, sr + (size_t)g0 * psize, nb), bi = params16(w->dtype, br + (size_t)g0 * psize, nb);
             for (int u = 0; u < tb; u++) {
                 const __m512 ds = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(nb), in->d + (t0 + u) * ng + g0), sc);
-                acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lv[top][u]), ds, acc[u]);
+                acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[u]), ds, acc[u]);
                 acc[u] = _mm512_fmadd_ps(bi, _mm512_maskz_loadu_ps(mask16(nb), in->xsum + (t0 + u) * ng + g0), acc[u]);
             }
         }

@@ -381,6 +381,23 @@ static int synth_make(struct synth *m, int64_t rows)
     return 0;
 }
 
+/* The same matrix in blocks of rows (model_load_weights for --kernels q8). */
+static int synth_block(struct synth *m)
+{
+    size_t codes = (size_t)m->w.rows * m->w.row_bytes, params = (size_t)m->w.rows * m->w.srow_bytes;
+    uint8_t *mem = malloc(codes + 2 * params);
+    if (!mem)
+        return 1;
+    kern_block_rows(&m->w, mem, mem + codes, mem + codes + params, 0, m->w.rows / KERN_BLOCK_ROWS);
+    free(m->mem);
+    m->mem = mem;
+    m->w.w = mem;
+    m->w.s = mem + codes;
+    m->w.b = mem + codes + params;
+    m->w.blocked = true;
+    return 0;
+}
+
 /* Best seconds of `reps` kern_matmul calls. */
 static double time_matvec(const struct kern_table *t, const struct wmat *w, const float *x, float *y, int threads,
                           int reps)
@@ -395,21 +412,21 @@ static double time_matvec(const struct kern_table *t, const struct wmat *w, cons
     return best;
 }
 
-static int kernel_bench_level(enum kern_level level)
+static int kernel_bench_level(enum kern_level level, bool blocked)
 {
     struct kern_table t;
     kern_init(&t, level);
-    printf("4-bit matvec (%s kernels), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
+    printf("4-bit matvec (%s kernels%s), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
            "biases\n",
-           t.name);
+           t.name, blocked ? ", in blocks of rows" : "");
     float x[1536];
     for (int i = 0; i < 1536; i++)
         x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
-    static const int64_t rows[2] = {512, 699050}; /* 393 KB of codes: in L2; 512 MiB: from RAM */
+    static const int64_t rows[2] = {512, 699040}; /* 393 KB of codes: in L2; 512 MiB: from RAM */
     for (int k = 0; k < 2; k++) {
         struct synth m;
         float *y = malloc((size_t)rows[k] * sizeof *y);
-        if (!y || synth_make(&m, rows[k])) {
+        if (!y || synth_make(&m, rows[k]) || (blocked && synth_block(&m))) {
             free(y);
             return 1;
         }
@@ -435,8 +452,8 @@ static int kernel_bench_level(enum kern_level level)
 
 static int kernel_bench(void)
 {
-    for (int level = 0; level < 2; level++)
-        if (kernel_bench_level(level ? KERN_Q8 : KERN_BEST))
+    for (int level = 0; level < 3; level++)
+        if (kernel_bench_level(level ? KERN_Q8 : KERN_BEST, level == 2))
             return 1;
     return 0;
 }
