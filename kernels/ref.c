@@ -18,23 +18,23 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
     return v;
 }
 
-/* Where the bytes of 32-bit word k of row r are, and group g's scale or bias
- * of row r in the stream p (w->s or w->b): by rows, or in blocks of 16. */
-static const uint8_t *code_word(const struct wmat *w, int64_t r, int64_t k)
+/* Where 32-bit word k of row r sits in w->w, and group g's scale or bias of
+ * row r in w->s or w->b: by rows, or in blocks of 16. */
+static size_t code_off(const struct wmat *w, int64_t r, int64_t k)
 {
     if (!w->blocked)
-        return w->w + (size_t)r * w->row_stride + 4 * k;
+        return (size_t)r * w->row_stride + (size_t)(4 * k);
     int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
-    return w->w + (size_t)b * KERN_BLOCK_ROWS * w->row_bytes + (size_t)(KERN_BLOCK_ROWS * 4 * k + 4 * l);
+    return (size_t)b * KERN_BLOCK_ROWS * w->row_bytes + (size_t)(KERN_BLOCK_ROWS * 4 * k + 4 * l);
 }
 
-static const uint8_t *param_at(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
+static size_t param_off(const struct wmat *w, int64_t r, int64_t g)
 {
     size_t psize = dtype_table[w->dtype].bits / 8;
     if (!w->blocked)
-        return p + (size_t)r * w->srow_bytes + (size_t)g * psize;
+        return (size_t)r * w->srow_bytes + (size_t)g * psize;
     int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
-    return p + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes + (size_t)(KERN_BLOCK_ROWS * g + l) * psize;
+    return (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes + (size_t)(KERN_BLOCK_ROWS * g + l) * psize;
 }
 
 /* Group g of row r dequantized into out[gs] (a group's codes are whole words:
@@ -44,12 +44,12 @@ static void group_f32(const struct wmat *w, int64_t r, int64_t g, float *out)
     uint8_t codes[128]; /* gs·bits/8 <= 128·8/8 */
     const int64_t words = w->gs * w->bits / 32;
     for (int64_t k = 0; k < words; k++)
-        memcpy(codes + 4 * k, code_word(w, r, g * words + k), 4);
+        memcpy(codes + 4 * k, w->w + code_off(w, r, g * words + k), 4);
     if ((w->bits == 2 || w->bits == 4 || w->bits == 8) && kern_cpu_has_avx512())
-        kern_dequant_row_avx512(codes, param_at(w, w->s, r, g), param_at(w, w->b, r, g), w->dtype, w->gs, w->gs,
+        kern_dequant_row_avx512(codes, w->s + param_off(w, r, g), w->b + param_off(w, r, g), w->dtype, w->gs, w->gs,
                                 w->bits, out);
     else
-        dequant_affine_row(codes, param_at(w, w->s, r, g), param_at(w, w->b, r, g), w->dtype, (size_t)w->gs, w->gs,
+        dequant_affine_row(codes, w->s + param_off(w, r, g), w->b + param_off(w, r, g), w->dtype, (size_t)w->gs, w->gs,
                            w->bits, out);
 }
 
@@ -265,19 +265,15 @@ bool kern_blockable(const struct wmat *w)
 void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint8_t *biases, int64_t b0, int64_t b1)
 {
     const size_t psize = dtype_table[w->dtype].bits / 8;
-    const int64_t words = (int64_t)w->row_bytes / 4, ng = w->cols / w->gs;
-    for (int64_t b = b0; b < b1; b++) {
-        uint8_t *c = codes + (size_t)b * KERN_BLOCK_ROWS * w->row_bytes;
-        uint8_t *s = scales + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes, *bi = biases + (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes;
-        for (int64_t l = 0; l < KERN_BLOCK_ROWS; l++) {
-            const int64_t r = b * KERN_BLOCK_ROWS + l;
-            const uint8_t *src = w->w + (size_t)r * w->row_stride;
-            for (int64_t k = 0; k < words; k++)
-                memcpy(c + KERN_BLOCK_ROWS * 4 * k + 4 * l, src + 4 * k, 4);
-            for (int64_t g = 0; g < ng; g++) {
-                memcpy(s + (size_t)(KERN_BLOCK_ROWS * g + l) * psize, w->s + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
-                memcpy(bi + (size_t)(KERN_BLOCK_ROWS * g + l) * psize, w->b + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
-            }
+    struct wmat dst = *w; /* the blocked layout's offsets */
+    dst.row_stride = w->row_bytes;
+    dst.blocked = true;
+    for (int64_t r = b0 * KERN_BLOCK_ROWS; r < b1 * KERN_BLOCK_ROWS; r++) {
+        for (int64_t k = 0; k < (int64_t)w->row_bytes / 4; k++)
+            memcpy(codes + code_off(&dst, r, k), w->w + code_off(w, r, k), 4);
+        for (int64_t g = 0; g < w->cols / w->gs; g++) {
+            memcpy(scales + param_off(&dst, r, g), w->s + param_off(w, r, g), psize);
+            memcpy(biases + param_off(&dst, r, g), w->b + param_off(w, r, g), psize);
         }
     }
 }
@@ -285,7 +281,7 @@ void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint
 static float param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
 {
     float v;
-    dtype_to_f32(w->dtype, param_at(w, p, r, g), &v, 1);
+    dtype_to_f32(w->dtype, p + param_off(w, r, g), &v, 1);
     return v;
 }
 
@@ -295,7 +291,7 @@ static int32_t q8_group(const struct wmat *w, int64_t r, const int8_t *xq, int64
 {
     int32_t s = 0;
     for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
-        const uint8_t *word = code_word(w, r, j * w->bits / 32);
+        const uint8_t *word = w->w + code_off(w, r, j * w->bits / 32);
         int q = w->bits == 8 ? word[j % 4] : word[j % 8 / 2] >> 4 * (j & 1) & 15;
         s += q * xq[w->bits == 8 ? j : 128 * (j / 128) + 64 * (j & 1) + j % 128 / 2];
     }

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/quant.h"
@@ -614,19 +615,10 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
     }
 }
 
-/* 32-bit word wd of the int8 input at 8 bits, or at 4 bits the xq of the
- * even (odd) weights of word wd (the low (high) nibbles of its bytes), in
- * every lane. */
-INLINE int32_t xq_word(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Group g of a 16-row block (one row a lane; c, sb, bb: the block's codes,
  * scales and biases) for one token: S_g of each row from the group's 64-byte
- * words (at 4 bits the high nibbles kept in place, 16·q, and their sum
+ * words, each against the token's four xq of that word in every lane (at 4
+ * bits those of its even weights, the low nibbles, then of its odd ones) (at 4 bits the high nibbles kept in place, 16·q, and their sum
  * shifted back: exact), then the definition's two steps into acc. */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
@@ -643,11 +635,11 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
         _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(p);
         if (bits == 8) {
-            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], v, _mm512_set1_epi32(xq_word(xq + 4 * wd)));
+            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
         } else {
             const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
-            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], _mm512_and_si512(v, nib), _mm512_set1_epi32(xq_word(e)));
-            hi[k & 1] = _mm512_dpbusd_epi32(hi[k & 1], _mm512_andnot_si512(nib, v), _mm512_set1_epi32(xq_word(e + 64)));
+            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], _mm512_and_si512(v, nib), _mm512_set1_epi32((int)rd_u32le(e)));
+            hi[k & 1] = _mm512_dpbusd_epi32(hi[k & 1], _mm512_andnot_si512(nib, v), _mm512_set1_epi32((int)rd_u32le(e + 64)));
         }
     }
     __m512i s = _mm512_add_epi32(lo[0], lo[1]);
