@@ -218,6 +218,14 @@ void kern_free(struct kern_table *t);
  * `threads` threads in fixed tiles of rows. */
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
 
+/* y_i = x · W_iᵀ for up to KERN_MANY matrices of the same input (q, k and v;
+ * gate and up) in one parallel job: each matrix takes the path and tiles
+ * kern_matmul gives it, so the same bits, and matrices of the same bits,
+ * group size and columns share one input preparation. */
+#define KERN_MANY 4
+void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
+                      const float *x, int64_t n, int threads);
+
 /* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
  * themselves; call only when the CPU supports them). */
 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,

@@ -4,8 +4,15 @@
  * for each one cost more than the product itself. Workers are started on
  * first use (up to the largest thread count asked for), wait for a new
  * generation of work by spinning briefly and then sleeping on a condition
- * variable, take tasks from a shared counter, and are stopped and joined at
- * exit. One kern_parallel runs on the pool at a time; a call that finds it
+ * variable, and are stopped and joined at exit.
+ *
+ * Each participant of a job (the caller is participant 0) owns an equal,
+ * contiguous share of the tasks and takes them from its front; when its
+ * share is done it takes the last tasks of the others' shares. So a thread
+ * runs consecutive tasks (a matrix product's tiles are consecutive rows: the
+ * hardware prefetchers keep streaming across tiles, where threads taking
+ * alternate tiles from one counter restarted every stream at every tile) and
+ * the threads still finish together. One kern_parallel runs on the pool at a time; a call that finds it
  * busy (another thread, or a task calling kern_parallel) runs its tasks
  * itself. Which thread runs a task never changes a result. */
 #include <pthread.h>
@@ -27,19 +34,44 @@ static struct {
     bool stop;
     atomic_uint_fast64_t gen;       /* job number << 8 | its helper count: read in one load, a worker
                                        sees a job's participants with the job */
-    atomic_int_fast64_t next;       /* next task of the job */
     atomic_int pending;             /* helpers still working on the job */
     void (*fn)(void *, int64_t, int);
     void *arg;
-    int64_t n_tasks;
+    int64_t base;                   /* the job's tasks are base + [0, 2^32) */
+    int parts;                      /* participants: helpers + 1 */
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
-static void run_tasks(int worker)
+/* Participant p's share of the job's tasks: [front, back) as front << 32 | back,
+ * one cache line each. */
+static struct {
+    _Alignas(64) atomic_uint_fast64_t fb;
+} share[KERN_MAX_THREADS];
+
+/* Takes the first (first) or the last task left in share p. */
+static bool take(int p, bool first, int64_t *task)
+{
+    uint_fast64_t fb = atomic_load(&share[p].fb);
+    for (;;) {
+        uint_fast64_t f = fb >> 32, b = fb & 0xFFFFFFFFu;
+        if (f >= b)
+            return false;
+        if (atomic_compare_exchange_weak(&share[p].fb, &fb, first ? (f + 1) << 32 | b : f << 32 | (b - 1))) {
+            *task = pool.base + (int64_t)(first ? f : b - 1);
+            return true;
+        }
+    }
+}
+
+/* Participant p's own share from the front, then the others' from their backs. */
+static void run_tasks(int p)
 {
     int64_t t;
-    while ((t = atomic_fetch_add(&pool.next, 1)) < pool.n_tasks)
-        pool.fn(pool.arg, t, worker);
+    while (take(p, true, &t))
+        pool.fn(pool.arg, t, p);
+    for (int k = 1; k < pool.parts; k++)
+        while (take((p + k) % pool.parts, false, &t))
+            pool.fn(pool.arg, t, p);
 }
 
 static void *worker_main(void *p)
@@ -105,6 +137,8 @@ static int pool_grow(int helpers)
     return pool.started < helpers ? pool.started : helpers;
 }
 
+#define JOB_TASKS 0xFFFFFFFFll /* most tasks of one job: a share's bounds are 32-bit */
+
 void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
 {
     threads = kern_workers(threads, n_tasks);
@@ -116,19 +150,23 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
     int helpers = pool_grow(threads - 1);
     pool.fn = fn;
     pool.arg = arg;
-    pool.n_tasks = n_tasks;
-    atomic_store(&pool.next, 0);
-    atomic_store(&pool.pending, helpers);
-    pthread_mutex_lock(&pool.mu);
-    atomic_store(&pool.gen, ((atomic_load(&pool.gen) >> 8) + 1) << 8 | (uint_fast64_t)helpers);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.mu);
-    run_tasks(0);
-    for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
-        sched_yield();
-    pthread_mutex_lock(&pool.mu);
-    while (atomic_load(&pool.pending) > 0)
-        pthread_cond_wait(&pool.done, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    pool.parts = helpers + 1;
+    for (pool.base = 0; pool.base < n_tasks; pool.base += JOB_TASKS) {
+        int64_t n = n_tasks - pool.base < JOB_TASKS ? n_tasks - pool.base : JOB_TASKS;
+        for (int p = 0; p < pool.parts; p++)
+            atomic_store(&share[p].fb, (uint_fast64_t)(n * p / pool.parts) << 32 | (uint_fast64_t)(n * (p + 1) / pool.parts));
+        atomic_store(&pool.pending, helpers);
+        pthread_mutex_lock(&pool.mu);
+        atomic_store(&pool.gen, ((atomic_load(&pool.gen) >> 8) + 1) << 8 | (uint_fast64_t)helpers);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.mu);
+        run_tasks(0);
+        for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
+            sched_yield();
+        pthread_mutex_lock(&pool.mu);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.done, &pool.mu);
+        pthread_mutex_unlock(&pool.mu);
+    }
     pthread_mutex_unlock(&pool.busy);
 }

@@ -375,16 +375,18 @@ void kern_free(struct kern_table *t)
     t->blas = false;
 }
 
-/* Rows per task: enough that a task reads about TILE_BYTES of weights per
- * token, so that each thread streams long runs of contiguous rows (the 4-bit
- * matvec on 2 threads from RAM: 64-row tasks 33 GB/s, 221-885 KB tasks
- * 40-46 GB/s; docs/PERFORMANCE.md), but no more than a MIN_TASKS-th of the
- * matrix (balance) and no fewer than TILE_ROWS, in whole blocks of
- * KERN_BLOCK_ROWS (a blocked matrix's). Fixed by the matrix and the
- * token count, never by the thread count; and every row's result is the same
- * whatever the split (only sgemm's tiles shape rounding). */
+/* Rows per task: about TILE_BYTES of weights per token, but no more than a
+ * MIN_TASKS-th of the matrix and no fewer than TILE_ROWS, in whole blocks of
+ * KERN_BLOCK_ROWS (a blocked matrix's). Each thread runs a contiguous share
+ * of the tiles (kern_parallel), so it streams on across its tiles; the tile
+ * size sets the granularity at which the threads even out at the end
+ * (4-bit q8 decode, 2 threads, alternating steps in one process: 128 KiB
+ * tiles 0.9 % faster than 512 KiB, 256 KiB the same, 64-row tiles 1.8 %
+ * slower; docs/PERFORMANCE.md). Fixed by the matrix and the token count,
+ * never by the thread count; and every row's result is the same whatever
+ * the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
-#define TILE_BYTES (512 << 10)
+#define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
 
 static int64_t tile_rows(const struct wmat *w, int64_t n)
@@ -426,34 +428,78 @@ static void mm_task(void *arg, int64_t task, int worker)
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
-void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
+/* Chooses j's path for w; qin/q8in receive the input prepared for it, unless
+ * prev (the job of another matrix of the same call) holds one made for the
+ * same bits, group size and columns, which is then shared. */
+static void mm_setup(const struct kern_table *t, struct mm_job *j, const struct wmat *w, const float *x, int64_t n,
+                     float *y, struct kern_qinput *qin, struct kern_q8input *q8in, const struct mm_job *prev)
 {
-    struct mm_job j = {.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
-    struct kern_qinput qin = {0};
-    struct kern_q8input q8in = {0};
-    if (t->q8dot && kern_q8_supports(w) && t->q8prep(w, x, n, &q8in) == ERR_OK) {
-        j.fn = NULL;
-        j.q8dot = t->q8dot;
-        j.q8in = &q8in;
+    *j = (struct mm_job){.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
+    bool same = prev && prev->w->quantized && w->quantized && prev->w->bits == w->bits && prev->w->gs == w->gs &&
+                prev->w->cols == w->cols;
+    const struct kern_q8input *q8 = same ? prev->q8in : NULL;
+    const struct kern_qinput *q = same ? prev->qin : NULL;
+    if (t->q8dot && kern_q8_supports(w) && (q8 || t->q8prep(w, x, n, q8in) == ERR_OK)) {
+        j->fn = NULL;
+        j->q8dot = t->q8dot;
+        j->q8in = q8 ? q8 : q8in;
     } else if (w->blocked) {
         /* only the int8 kernels and the reference read blocks */
     } else
 #ifdef HAVE_BLAS_KERNELS
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
-        j.fn = NULL;
-        j.blas_ws = t->blas_ws;
-        j.tile_rows = KERN_BLAS_ROWS;
+        j->fn = NULL;
+        j->blas_ws = t->blas_ws;
+        j->tile_rows = KERN_BLAS_ROWS;
     } else
 #endif
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
-        kern_qinput_prepare(w, x, n, &qin) == ERR_OK) {
-        j.fn = NULL; /* the input is prepared once and read by every tile */
-        j.qdot = t->qdot;
-        j.qin = &qin;
+    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot && (q || kern_qinput_prepare(w, x, n, qin) == ERR_OK)) {
+        j->fn = NULL; /* the input is prepared once and read by every tile */
+        j->qdot = t->qdot;
+        j->qin = q ? q : qin;
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
-        j.fn = t->matvec_bf16;
+        j->fn = t->matvec_bf16;
     }
-    kern_parallel(threads, (w->rows + j.tile_rows - 1) / j.tile_rows, mm_task, &j);
-    kern_qinput_free(&qin);
-    kern_q8input_free(&q8in);
+}
+
+/* The tasks of all matrices in one job: matrix i's tiles are tasks [first[i], first[i + 1]). */
+struct many_job {
+    struct mm_job j[KERN_MANY];
+    int64_t first[KERN_MANY + 1];
+};
+
+static void many_task(void *arg, int64_t task, int worker)
+{
+    struct many_job *m = arg;
+    int i = 0;
+    while (task >= m->first[i + 1])
+        i++;
+    mm_task(&m->j[i], task - m->first[i], worker);
+}
+
+void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
+                      const float *x, int64_t n, int threads)
+{
+    struct many_job m = {0};
+    struct kern_qinput qin[KERN_MANY] = {0};
+    struct kern_q8input q8in[KERN_MANY] = {0};
+    if (count > KERN_MANY) {
+        kern_matmul_many(t, KERN_MANY, w, y, x, n, threads);
+        kern_matmul_many(t, count - KERN_MANY, w + KERN_MANY, y + KERN_MANY, x, n, threads);
+        return;
+    }
+    for (int i = 0; i < count; i++) {
+        mm_setup(t, &m.j[i], w[i], x, n, y[i], &qin[i], &q8in[i], i ? &m.j[0] : NULL);
+        m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
+    }
+    kern_parallel(threads, m.first[count], many_task, &m);
+    for (int i = 0; i < count; i++) {
+        kern_qinput_free(&qin[i]);
+        kern_q8input_free(&q8in[i]);
+    }
+}
+
+void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
+{
+    kern_matmul_many(t, 1, &w, &y, x, n, threads);
 }

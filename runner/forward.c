@@ -259,16 +259,15 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
     float *v = malloc((size_t)(N * G * d) * sizeof *v);        /* [N, G, d] */
     int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
-    if (rc == ERR_OK) {
-        kern_matmul(&r->kt, &L->q, a, N, q, r->threads);                 /* Q = a·Wqᵀ */
+    if (rc == ERR_OK) {                                                  /* one job, one input preparation */
+        const struct wmat *w[3] = {&L->q, &L->k, &L->v};
+        float *y[3] = {q, k, v};
+        kern_matmul_many(&r->kt, ly->shared ? 1 : ly->k_eq_v ? 2 : 3, w, y, a, N, r->threads); /* Q, K_raw, V_raw = a·Wᵀ */
         heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);          /* q_norm, RoPE */
     }
     if (rc == ERR_OK && !ly->shared) {
-        kern_matmul(&r->kt, &L->k, a, N, k, r->threads);                 /* K_raw = a·Wkᵀ */
         if (ly->k_eq_v)
             memcpy(v, k, (size_t)(N * G * d) * sizeof *v);               /* V_raw = K_raw (k_eq_v) */
-        else
-            kern_matmul(&r->kt, &L->v, a, N, v, r->threads);             /* V_raw = a·Wvᵀ */
         heads_norm_rope(f, k, G, d, L->k_norm, eps, rope, cs);           /* k_norm, RoPE */
         heads_norm_rope(f, v, G, d, NULL, eps, NULL, NULL);              /* v_norm (no weight, no RoPE) */
         for (int b = 0; b < f->n_items && rc == ERR_OK; b++) {           /* the chunk's entries, as stored */
@@ -335,8 +334,9 @@ static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, c
         free(u);
         return err_set(e, ERR_NOMEM, "MLP buffers");
     }
-    kern_matmul(&r->kt, wg, z, n, g, r->threads);                        /* g[n, I] = z·Wgᵀ */
-    kern_matmul(&r->kt, wu, z, n, u, r->threads);                        /* u[n, I] = z·Wuᵀ */
+    const struct wmat *w[2] = {wg, wu};
+    float *y[2] = {g, u};
+    kern_matmul_many(&r->kt, 2, w, y, z, n, r->threads);                 /* g[n, I] = z·Wgᵀ, u[n, I] = z·Wuᵀ */
     struct gelu_job j = {r->kt.gelu_mul, g, u, n * I};
     kern_parallel(r->threads, (n * I + GELU_TASK - 1) / GELU_TASK, gelu_task, &j); /* g = gelu(g)·u */
     kern_matmul(&r->kt, wd, g, n, out, r->threads);                      /* out = g·Wdᵀ */

@@ -787,6 +787,57 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
         kern_free(&tab[k]);
 }
 
+/* kern_matmul_many: every matrix's output is, bit for bit, kern_matmul's for
+ * it alone, on every table (KERN_Q8 too), for 1-3 threads, whether the
+ * matrices share an input preparation (same bits, group size, columns) or not,
+ * and past KERN_MANY matrices. */
+Test(kernels, matmul_many_bitwise_equal_one_by_one, .timeout = 60)
+{
+    struct kern_table tab[6];
+    const char *label[6];
+    size_t nt = tables(tab, label);
+    label[nt] = "KERN_Q8";
+    kern_init(&tab[nt++], KERN_Q8);
+    struct tmat mats[KERN_MANY + 2];
+    make_quant(&mats[0], 300, 192, 4, 64, DT_BF16, 31);
+    make_quant(&mats[1], 48, 192, 4, 64, DT_BF16, 32);  /* shares mats[0]'s preparation */
+    make_quant(&mats[2], 64, 192, 8, 64, DT_F32, 33);   /* other bits */
+    make_quant(&mats[3], 80, 192, 4, 32, DT_F16, 34);   /* other group size */
+    make_float(&mats[4], 33, 192, DT_BF16, 35);
+    make_quant(&mats[5], 17, 192, 4, 64, DT_BF16, 36);  /* in the second batch */
+    const struct wmat *w[LEN(mats)];
+    for (size_t i = 0; i < LEN(mats); i++)
+        w[i] = &mats[i].m;
+    static const int64_t ns[] = {1, 3, 40};
+    for (size_t ni = 0; ni < LEN(ns); ni++) {
+        int64_t n = ns[ni];
+        uint64_t s = 70 + ni;
+        float *x = rand_vec(&s, (size_t)(n * 192)), *y[LEN(mats)], *one[LEN(mats)];
+        for (size_t k = 0; k < nt; k++)
+            for (int th = 1; th <= 3; th++)
+                for (int count = 1; count <= (int)LEN(mats); count++) {
+                    for (int i = 0; i < count; i++) {
+                        y[i] = nan_vec((size_t)(n * w[i]->rows));
+                        one[i] = nan_vec((size_t)(n * w[i]->rows));
+                        kern_matmul(&tab[k], w[i], x, n, one[i], th);
+                    }
+                    kern_matmul_many(&tab[k], count, w, y, x, n, th);
+                    for (int i = 0; i < count; i++) {
+                        cr_assert_eq(memcmp(y[i], one[i], (size_t)(n * w[i]->rows) * sizeof(float)), 0,
+                                     "%s, %d threads, n %lld: matrix %d of %d differs from kern_matmul alone",
+                                     label[k], th, (long long)n, i, count);
+                        free(y[i]);
+                        free(one[i]);
+                    }
+                }
+        free(x);
+    }
+    for (size_t i = 0; i < LEN(mats); i++)
+        tmat_free(&mats[i]);
+    for (size_t k = 0; k < nt; k++)
+        kern_free(&tab[k]);
+}
+
 /* simd.c and blas.c promise that a token's result does not depend on the
  * other tokens of the call (prefill, chunked and decode give the same bits):
  * y[t] of a 131-token call (TB = 4 blocks with a remainder; sgemm's wide
