@@ -3,8 +3,8 @@
  * Decode runs hundreds of small matrix products per token; starting threads
  * for each one cost more than the product itself. Workers are started on
  * first use (up to the largest thread count asked for), wait for a new
- * generation of work by spinning briefly and then sleeping on a condition
- * variable, and are stopped and joined at exit.
+ * generation of work by polling (plain loads, then sched_yield) and then
+ * sleeping on a condition variable, and are stopped and joined at exit.
  *
  * Each participant of a job (the caller is participant 0) owns an equal,
  * contiguous share of the tasks and takes them from its front; when its
@@ -22,7 +22,9 @@
 
 #include "kernels/kernels.h"
 
-#define SPINS 4000 /* polls of a flag before sleeping: ~0.1-1 ms */
+#define POLLS 100000 /* plain loads of a flag before yielding (the next job comes within microseconds in a
+                        decode; a yield here is a system call of ~1.2 us) */
+#define SPINS 4000    /* then sched_yield polls before sleeping: ~0.1-1 ms */
 
 static struct {
     pthread_mutex_t busy;           /* held by the kern_parallel using the pool */
@@ -79,6 +81,8 @@ static void *worker_main(void *p)
     int id = (int)(intptr_t)p;
     uint_fast64_t seen = pool.start_gen; /* not gen: the job may already have been posted */
     for (;;) {
+        for (int i = 0; i < POLLS && atomic_load_explicit(&pool.gen, memory_order_relaxed) == seen; i++)
+            continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.gen) == seen; i++)
             sched_yield();
         pthread_mutex_lock(&pool.mu);
@@ -161,6 +165,8 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.mu);
         run_tasks(0);
+        for (int i = 0; i < POLLS && atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0; i++)
+            continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
             sched_yield();
         pthread_mutex_lock(&pool.mu);
