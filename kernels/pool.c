@@ -12,9 +12,11 @@
  * runs consecutive tasks (a matrix product's tiles are consecutive rows: the
  * hardware prefetchers keep streaming across tiles, where threads taking
  * alternate tiles from one counter restarted every stream at every tile) and
- * the threads still finish together. One kern_parallel runs on the pool at a time; a call that finds it
- * busy (another thread, or a task calling kern_parallel) runs its tasks
- * itself. Which thread runs a task never changes a result. */
+ * the threads still finish together.
+ *
+ * One kern_parallel runs on the pool at a time; a call that finds it busy
+ * (another thread, or a task calling kern_parallel) runs its tasks itself.
+ * Which thread runs a task never changes a result. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -158,7 +160,8 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
     for (pool.base = 0; pool.base < n_tasks; pool.base += JOB_TASKS) {
         int64_t n = n_tasks - pool.base < JOB_TASKS ? n_tasks - pool.base : JOB_TASKS;
         for (int p = 0; p < pool.parts; p++)
-            atomic_store(&share[p].fb, (uint_fast64_t)(n * p / pool.parts) << 32 | (uint_fast64_t)(n * (p + 1) / pool.parts));
+            atomic_store(&share[p].fb,
+                         (uint_fast64_t)(n * p / pool.parts) << 32 | (uint_fast64_t)(n * (p + 1) / pool.parts));
         atomic_store(&pool.pending, helpers);
         pthread_mutex_lock(&pool.mu);
         atomic_store(&pool.gen, ((atomic_load(&pool.gen) >> 8) + 1) << 8 | (uint_fast64_t)helpers);

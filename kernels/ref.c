@@ -453,7 +453,8 @@ static void mm_setup(const struct kern_table *t, struct mm_job *j, const struct 
         j->tile_rows = KERN_BLAS_ROWS;
     } else
 #endif
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot && (q || kern_qinput_prepare(w, x, n, qin) == ERR_OK)) {
+    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
+        (q || kern_qinput_prepare(w, x, n, qin) == ERR_OK)) {
         j->fn = NULL; /* the input is prepared once and read by every tile */
         j->qdot = t->qdot;
         j->qin = q ? q : qin;
@@ -480,14 +481,14 @@ static void many_task(void *arg, int64_t task, int worker)
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
                       const float *x, int64_t n, int threads)
 {
-    struct many_job m = {0};
-    struct kern_qinput qin[KERN_MANY] = {0};
-    struct kern_q8input q8in[KERN_MANY] = {0};
     if (count > KERN_MANY) {
         kern_matmul_many(t, KERN_MANY, w, y, x, n, threads);
         kern_matmul_many(t, count - KERN_MANY, w + KERN_MANY, y + KERN_MANY, x, n, threads);
         return;
     }
+    struct many_job m = {0};
+    struct kern_qinput qin[KERN_MANY] = {0};
+    struct kern_q8input q8in[KERN_MANY] = {0};
     for (int i = 0; i < count; i++) {
         mm_setup(t, &m.j[i], w[i], x, n, y[i], &qin[i], &q8in[i], i ? &m.j[0] : NULL);
         m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;

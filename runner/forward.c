@@ -259,10 +259,11 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
     float *v = malloc((size_t)(N * G * d) * sizeof *v);        /* [N, G, d] */
     int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
-    if (rc == ERR_OK) {                                                  /* one job, one input preparation */
+    if (rc == ERR_OK) {
         const struct wmat *w[3] = {&L->q, &L->k, &L->v};
         float *y[3] = {q, k, v};
-        kern_matmul_many(&r->kt, ly->shared ? 1 : ly->k_eq_v ? 2 : 3, w, y, a, N, r->threads); /* Q, K_raw, V_raw = a·Wᵀ */
+        int count = ly->shared ? 1 : ly->k_eq_v ? 2 : 3;
+        kern_matmul_many(&r->kt, count, w, y, a, N, r->threads);        /* Q, K_raw, V_raw = a·W{q,k,v}ᵀ */
         heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);          /* q_norm, RoPE */
     }
     if (rc == ERR_OK && !ly->shared) {

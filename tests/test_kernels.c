@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/dtype.h"
 #include "core/quant.h"
@@ -939,6 +940,33 @@ Test(kernels, parallel_runs_every_task_once)
     parallel_rounds(&bad[0]);
     pthread_join(other, NULL);
     cr_assert_eq(bad[0] + bad[1], 0, "two threads calling kern_parallel at once: %d problems", bad[0] + bad[1]);
+}
+
+struct steal {
+    atomic_int ran_by[100];
+};
+
+static void steal_task(void *arg, int64_t task, int worker)
+{
+    struct steal *st = arg;
+    atomic_store(&st->ran_by[task], worker + 1);
+    if (task >= 50)
+        nanosleep(&(struct timespec){0, 2000000}, NULL); /* the second share is slow: 2 ms a task */
+}
+
+/* Two participants, 100 tasks: the caller's share (0-49) is instant, the
+ * helper's (50-99) takes 2 ms a task, so the caller, done with its own,
+ * takes the helper's last tasks from the back: task 99 is the caller's, and
+ * every task ran once (ran_by set). */
+Test(kernels, parallel_takes_from_the_back_of_other_shares)
+{
+    struct steal st = {0};
+    kern_parallel(2, 100, steal_task, &st);
+    for (int t = 0; t < 100; t++)
+        cr_assert(atomic_load(&st.ran_by[t]) == 1 || atomic_load(&st.ran_by[t]) == 2, "task %d not run", t);
+    for (int t = 0; t < 50; t++)
+        cr_assert_eq(atomic_load(&st.ran_by[t]), 1, "task %d of the caller's share ran on the helper", t);
+    cr_assert_eq(atomic_load(&st.ran_by[99]), 1, "the helper's last task was not taken by the caller");
 }
 
 Test(kernels, row_f32)
