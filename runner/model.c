@@ -523,7 +523,9 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     int rc = ERR_OK;
     uint8_t *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     if (arena == MAP_FAILED) {
-        rc = err_set(e, ERR_NOMEM, "model: cannot map %zu bytes of anonymous memory for the weights (--mmap reads them in place)", total);
+        rc = err_set(e, ERR_NOMEM,
+                     "model: cannot map %zu bytes of anonymous memory for the weights (--mmap reads them in place)",
+                     total);
     } else if (arena) {
         madvise(arena, total, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
         size_t off = 0;
