@@ -103,17 +103,32 @@ bool kern_cpu_has_avx512_vnni(void);
 
 /* The blocked layout, for the int8 kernels: a quantized matrix whose row
  * count is a multiple of KERN_BLOCK_ROWS (kern_blockable) is stored in blocks
- * of 16 rows, each block the same bytes as its rows: 32-bit word k of row
- * 16B + l at byte 64k + 4l of block B's codes, and group g's scale (bias) of
- * that row at element 16g + l of block B's scales (biases). One 64-byte load
- * holds the same word of 16 rows, so the kernel keeps one row per lane and
- * converts its integer sums once per group instead of once per 64 bytes.
- * kern_block_rows writes blocks [b0, b1) of w (by rows; one expert) into the
- * matrix bases codes, scales and biases. kern_matmul sends a blocked matrix
+ * of 16 rows, each block one run of the same bytes as its rows, group after
+ * group: group g's record holds its words (32-bit word k of the group of row
+ * 16B + l at byte 64k + 4l), then the 16 rows' scales of the group, then their
+ * biases (row l's at element l). One 64-byte load holds the same word of 16
+ * rows, so the kernel keeps one row per lane and converts its integer sums
+ * once per group instead of once per 64 bytes; and a thread's rows are one
+ * stream (codes, scales and biases in separate arrays, three streams, were
+ * slower from RAM). A blocked view's w, s and b point at block 0's first
+ * word, scale and bias; block B's are KERN_BLOCK_ROWS·(row_bytes +
+ * 2·srow_bytes)·B bytes further, and group g's a cols/gs-th of a block past
+ * its block's. kern_blocked_bytes(w) is w's size (one expert), the same in
+ * blocks as by rows; kern_block_rows writes blocks [b0, b1) of w (by rows;
+ * one expert) into dst, the blocked copy's base; kern_blocked_view is the
+ * view of that copy (experts kern_blocked_bytes apart). kern_matmul sends a blocked matrix
  * only to the int8 kernels or the reference; kern_row_f32 reads both. */
 #define KERN_BLOCK_ROWS 16
 bool kern_blockable(const struct wmat *w);
-void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint8_t *biases, int64_t b0, int64_t b1);
+/* Bytes from a blocked view's w (s, b) to block B's group g's first word (scale, bias). */
+static inline size_t kern_block_off(const struct wmat *w, int64_t B, int64_t g)
+{
+    const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes);
+    return (size_t)B * block + (size_t)g * (block / (size_t)(w->cols / w->gs));
+}
+size_t kern_blocked_bytes(const struct wmat *w);
+void kern_block_rows(const struct wmat *w, uint8_t *dst, int64_t b0, int64_t b1);
+struct wmat kern_blocked_view(const struct wmat *w, const uint8_t *dst);
 
 /* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
  * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
@@ -175,10 +190,10 @@ void kern_softcap_avx512(float *x, float cap, int64_t n);
  * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
  * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide; 5: the q8
  * dot's S·(d·s) in place of (S·d)·s; 6: the q8 dot's integer sums per
- * group, in lanes by group), so that
- * state saved by an older build (the cold prefix cache) is never restored
- * into a newer one. */
-#define KERN_NUMERICS 6
+ * group, in lanes by group; 7: RMSNorm's Σx² in kern_dot's order), so
+ * that state saved by an older build (the cold prefix cache) is never
+ * restored into a newer one. */
+#define KERN_NUMERICS 7
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
@@ -277,8 +292,10 @@ void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void 
 
 /* ---- element-wise and row ops (scalar; the definitions) ---- */
 
-/* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed. */
-void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
+/* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed.
+ * Σx² is dot(x, x): kern_dot's order, so every level's dot gives the same
+ * bits (a single chain of dependent adds was ~0.4 ms of a decode step). */
+void kern_rmsnorm(dot_fn dot, float *y, const float *x, const float *w, int64_t d, float eps);
 
 /* The RoPE angles of position pos for per-pair inverse frequencies
  * inv_freq[d/2]: cs[2i], cs[2i + 1] = cos, sin of pos·inv_freq[i] (the angle

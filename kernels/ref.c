@@ -19,13 +19,13 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
 }
 
 /* Where 32-bit word k of row r sits in w->w, and group g's scale or bias of
- * row r in w->s or w->b: by rows, or in blocks of 16. */
+ * row r in w->s or w->b: by rows, or in blocks of 16 (kernels.h). */
 static size_t code_off(const struct wmat *w, int64_t r, int64_t k)
 {
     if (!w->blocked)
         return (size_t)r * w->row_stride + (size_t)(4 * k);
-    int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
-    return (size_t)b * KERN_BLOCK_ROWS * w->row_bytes + (size_t)(KERN_BLOCK_ROWS * 4 * k + 4 * l);
+    const int64_t words = w->gs * w->bits / 32, g = k / words, l = r % KERN_BLOCK_ROWS;
+    return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(KERN_BLOCK_ROWS * 4 * (k - g * words) + 4 * l);
 }
 
 static size_t param_off(const struct wmat *w, int64_t r, int64_t g)
@@ -33,8 +33,7 @@ static size_t param_off(const struct wmat *w, int64_t r, int64_t g)
     size_t psize = dtype_table[w->dtype].bits / 8;
     if (!w->blocked)
         return (size_t)r * w->srow_bytes + (size_t)g * psize;
-    int64_t b = r / KERN_BLOCK_ROWS, l = r % KERN_BLOCK_ROWS;
-    return (size_t)b * KERN_BLOCK_ROWS * w->srow_bytes + (size_t)(KERN_BLOCK_ROWS * g + l) * psize;
+    return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(r % KERN_BLOCK_ROWS) * psize;
 }
 
 /* Group g of row r dequantized into out[gs] (a group's codes are whole words:
@@ -104,14 +103,15 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
 
 /* ---- element-wise ops ---- */
 
-void kern_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps)
+void kern_rmsnorm(dot_fn dot, float *y, const float *x, const float *w, int64_t d, float eps)
 {
-    float ss = 0.0f;
-    for (int64_t i = 0; i < d; i++)
-        ss += x[i] * x[i];
-    float inv = 1.0f / sqrtf(ss / (float)d + eps);
-    for (int64_t i = 0; i < d; i++)
-        y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
+    float inv = 1.0f / sqrtf(dot(x, x, d) / (float)d + eps);
+    if (w)
+        for (int64_t i = 0; i < d; i++)
+            y[i] = x[i] * inv * w[i];
+    else
+        for (int64_t i = 0; i < d; i++)
+            y[i] = x[i] * inv;
 }
 
 /* v clamped to ±KERN_EXP_VMAX, NaN kept (the SIMD max/min order). */
@@ -262,18 +262,35 @@ bool kern_blockable(const struct wmat *w)
     return kern_q8_supports(w) && w->rows > 0 && w->rows % KERN_BLOCK_ROWS == 0 && w->row_stride == w->row_bytes;
 }
 
-void kern_block_rows(const struct wmat *w, uint8_t *codes, uint8_t *scales, uint8_t *biases, int64_t b0, int64_t b1)
+size_t kern_blocked_bytes(const struct wmat *w)
+{
+    return (size_t)w->rows * (w->row_bytes + 2 * w->srow_bytes);
+}
+
+struct wmat kern_blocked_view(const struct wmat *w, const uint8_t *dst)
+{
+    struct wmat v = *w;
+    const size_t words = (size_t)(w->gs * w->bits / 32), psize = dtype_table[w->dtype].bits / 8;
+    v.w = dst;
+    v.s = dst + KERN_BLOCK_ROWS * 4 * words;
+    v.b = v.s + KERN_BLOCK_ROWS * psize;
+    v.row_stride = w->row_bytes;
+    v.expert_bytes = v.expert_sbytes = kern_blocked_bytes(w);
+    v.blocked = true;
+    return v;
+}
+
+void kern_block_rows(const struct wmat *w, uint8_t *dst, int64_t b0, int64_t b1)
 {
     const size_t psize = dtype_table[w->dtype].bits / 8;
-    struct wmat dst = *w; /* the blocked layout's offsets */
-    dst.row_stride = w->row_bytes;
-    dst.blocked = true;
+    const struct wmat v = kern_blocked_view(w, dst); /* the blocked layout's offsets */
+    uint8_t *s = dst + (v.s - v.w), *b = dst + (v.b - v.w);
     for (int64_t r = b0 * KERN_BLOCK_ROWS; r < b1 * KERN_BLOCK_ROWS; r++) {
         for (int64_t k = 0; k < (int64_t)w->row_bytes / 4; k++)
-            memcpy(codes + code_off(&dst, r, k), w->w + code_off(w, r, k), 4);
+            memcpy(dst + code_off(&v, r, k), w->w + code_off(w, r, k), 4);
         for (int64_t g = 0; g < w->cols / w->gs; g++) {
-            memcpy(scales + param_off(&dst, r, g), w->s + param_off(w, r, g), psize);
-            memcpy(biases + param_off(&dst, r, g), w->b + param_off(w, r, g), psize);
+            memcpy(s + param_off(&v, r, g), w->s + param_off(w, r, g), psize);
+            memcpy(b + param_off(&v, r, g), w->b + param_off(w, r, g), psize);
         }
     }
 }

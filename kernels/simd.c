@@ -615,23 +615,23 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
     }
 }
 
-/* Group g of a 16-row block (one row a lane; c, sb, bb: the block's codes,
- * scales and biases) for one token: S_g of each row from the group's 64-byte
- * words, each against the token's four xq of that word in every lane (at 4
- * bits those of its even weights, the low nibbles, then of its odd ones) (at 4 bits the high nibbles kept in place, 16·q, and their sum
- * shifted back: exact), then the definition's two steps into acc. */
+/* Group g of a 16-row block (one row a lane; c, sb, bb: the group's first
+ * word, scale and bias) for one token: S_g of each row from the group's
+ * 64-byte words, each against the token's four xq of that word in every lane
+ * (at 4 bits those of its even weights, the low nibbles, then of its odd
+ * ones; the high nibbles kept in place, 16·q, and their sum shifted back:
+ * exact), then the definition's two steps into acc. */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
                                    const int bits)
 {
     const int words = gs * bits / 32;
-    const size_t psize = dtype_table[dt].bits / 8;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i lo[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, hi[2] = {lo[0], lo[0]};
 #pragma GCC unroll 32
     for (int k = 0; k < words; k++) {
         const int64_t wd = g * words + k;
-        const uint8_t *p = c + 64 * wd;
+        const uint8_t *p = c + 64 * k;
         _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(p);
         if (bits == 8) {
@@ -645,22 +645,23 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
     __m512i s = _mm512_add_epi32(lo[0], lo[1]);
     if (bits == 4)
         s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(hi[0], hi[1]), 4));
-    const __m512 sc = params16(dt, sb + (size_t)(16 * g) * psize, 16), bi = params16(dt, bb + (size_t)(16 * g) * psize, 16);
+    const __m512 sc = params16(dt, sb, 16), bi = params16(dt, bb, 16);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(d), sc), acc);
     return _mm512_fmadd_ps(bi, _mm512_set1_ps(xs), acc);
 }
 
 /* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
  * the definition's 16 lanes are 16 vectors here, one row per lane, summed in
- * its order at the end. A block's codes are read once per token (from cache
- * after the first). */
+ * its order at the end. A block's bytes are read once per token (from cache
+ * after the first), front to back. */
 AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n,
                                    float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
     for (int64_t r = row0; r < row1; r += KERN_BLOCK_ROWS) {
-        const uint8_t *c = w->w + (size_t)r * w->row_bytes;
-        const uint8_t *sb = w->s + (size_t)r * w->srow_bytes, *bb = w->b + (size_t)r * w->srow_bytes;
+        const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
+        const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
         for (int64_t t = t0; t < t0 + n; t++) {
             const int8_t *xq = in->xq + t * in->stride;
             const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
@@ -670,8 +671,11 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
             for (int64_t g0 = 0; g0 < ng; g0 += 16)
 #pragma GCC unroll 16
                 for (int l = 0; l < 16; l++)
-                    if (g0 + l < ng)
-                        acc[l] = q8group16(c, sb, bb, w->dtype, xq, g0 + l, d[g0 + l], xs[g0 + l], acc[l], gs, bits);
+                    if (g0 + l < ng) {
+                        const size_t gr = (size_t)(g0 + l) * rec;
+                        acc[l] = q8group16(c + gr, sb + gr, bb + gr, w->dtype, xq, g0 + l, d[g0 + l], xs[g0 + l],
+                                           acc[l], gs, bits);
+                    }
             for (int h = 8; h >= 1; h /= 2)
                 for (int l = 0; l < h; l++)
                     acc[l] = _mm512_add_ps(acc[l], acc[l + h]);

@@ -237,7 +237,7 @@ static void heads_norm_rope(const struct fwd *f, float *x, int64_t heads, int64_
     for (int64_t t = 0; t < f->N; t++)
         for (int64_t h = 0; h < heads; h++) {
             float *v = x + (t * heads + h) * d;
-            kern_rmsnorm(v, v, w, d, eps);
+            kern_rmsnorm(f->r->kt.dot, v, v, w, d, eps);
             if (inv_freq)
                 kern_rope(v, d, inv_freq, cs + t * d);
         }
@@ -360,7 +360,7 @@ static int moe_token(struct runner *r, const struct layer_weights *L, const floa
     float *logit = rc == ERR_OK ? z + H : NULL, *w = rc == ERR_OK ? z + H + E : NULL, sum = 0.0f;
     if (rc == ERR_OK) {
         /* router: unweighted RMSNorm × scale × H^-½, logits, softmax over all experts */
-        kern_rmsnorm(z, resid, NULL, H, (float)c->rms_eps);
+        kern_rmsnorm(r->kt.dot, z, resid, NULL, H, (float)c->rms_eps);
         float hs = (float)(1.0 / sqrt((double)H));
         for (int64_t k = 0; k < H; k++)
             z[k] = z[k] * L->router_scale[k] * hs;
@@ -405,7 +405,7 @@ static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, 
     if (!z)
         return err_set(e, ERR_NOMEM, "feed-forward buffers");
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(z + t * H, x + t * H, L->ln_pre_ff, H, eps);        /* pre_feedforward_layernorm */
+        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps);        /* pre_feedforward_layernorm */
     int rc = mlp(r, &L->gate, &L->up, &L->down, z, n, f, e);            /* dense MLP */
     if (rc == ERR_OK && c->moe) {
         float *f2 = malloc((size_t)H * sizeof *f2);
@@ -414,17 +414,17 @@ static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, 
                 rc = err_set(e, ERR_NOMEM, "MoE buffer");
                 break;
             }
-            kern_rmsnorm(f + t * H, f + t * H, L->ln_post_ff1, H, eps);   /* dense branch post-norm */
-            kern_rmsnorm(z + t * H, x + t * H, L->ln_pre_ff2, H, eps);    /* experts' pre-norm */
+            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps);   /* dense branch post-norm */
+            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);    /* experts' pre-norm */
             rc = moe_token(r, L, x + t * H, z + t * H, f2, e);            /* routed experts */
-            kern_rmsnorm(f2, f2, L->ln_post_ff2, H, eps);                 /* expert branch post-norm */
+            kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);                 /* expert branch post-norm */
             for (int64_t k = 0; k < H; k++)
                 f[t * H + k] += f2[k];
         }
         free(f2);
     }
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(f + t * H, f + t * H, L->ln_post_ff, H, eps);       /* post_feedforward_layernorm */
+        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps);       /* post_feedforward_layernorm */
     free(z);
     return rc;
 }
@@ -449,7 +449,7 @@ static int per_layer_inputs(struct runner *r, const int32_t *tokens, const float
             float *s = ple + (t * L + l) * P;
             for (int64_t k = 0; k < P; k++)
                 s[k] *= hs;
-            kern_rmsnorm(s, s, m->ple_proj_norm, P, (float)c->rms_eps);
+            kern_rmsnorm(r->kt.dot, s, s, m->ple_proj_norm, P, (float)c->rms_eps);
             for (int64_t k = 0; k < P; k++)
                 s[k] = (s[k] + tok[l * P + k] * sp) * r2;
         }
@@ -562,11 +562,11 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
         const struct layer_weights *L = &m->layers[i];
         for (int64_t t = 0; t < N; t++)
-            kern_rmsnorm(a + t * H, x + t * H, L->ln_in, H, eps);          /* 1. input_layernorm */
+            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps);          /* 1. input_layernorm */
         if ((rc = attention(&f, i, a, e)) != ERR_OK)                       /* 2. attention */
             break;
         for (int64_t t = 0; t < N; t++) {
-            kern_rmsnorm(a + t * H, a + t * H, L->ln_post_attn, H, eps);   /* 3. post_attention_layernorm */
+            kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_attn, H, eps);   /* 3. post_attention_layernorm */
             for (int64_t k = 0; k < H; k++)
                 x[t * H + k] += a[t * H + k];                              /* 4. residual */
         }
@@ -581,7 +581,7 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
                 r->kt.gelu_mul(g + t * P, ple + (t * Lc + i) * P, P);
             kern_matmul(&r->kt, &L->ple_proj, g, N, a, r->threads);
             for (int64_t t = 0; t < N; t++) {
-                kern_rmsnorm(a + t * H, a + t * H, L->ln_post_ple, H, eps);
+                kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_ple, H, eps);
                 for (int64_t k = 0; k < H; k++)
                     x[t * H + k] += a[t * H + k];
             }
@@ -596,7 +596,7 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     int64_t rows = 0;
     for (int b = 0; b < n_items; b++)
         for (int64_t t = all_rows ? 0 : f.it[b].n - 1; t < f.it[b].n; t++, rows++)
-            kern_rmsnorm(a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
+            kern_rmsnorm(r->kt.dot, a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
     kern_matmul(&r->kt, &m->embed, a, rows, logits, r->threads);
     if (c->has_softcap)
         r->kt.softcap(logits, (float)c->softcap, rows * V); /* cap·tanh(logits/cap) */

@@ -433,10 +433,10 @@ static void copy_task(void *arg, int64_t task, int worker)
 }
 
 /* A piece of kern_block_rows' work: blocks [b0, b1) of one matrix (one
- * expert's) from its source view into its copy. */
+ * expert's) from its source view into its blocked copy at dst. */
 struct block_piece {
     struct wmat src;
-    uint8_t *w, *s, *b;
+    uint8_t *dst;
     int64_t b0, b1;
 };
 
@@ -444,22 +444,36 @@ static void block_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const struct block_piece *p = (const struct block_piece *)arg + task;
-    kern_block_rows(&p->src, p->w, p->s, p->b, p->b0, p->b1);
+    kern_block_rows(&p->src, p->dst, p->b0, p->b1);
 }
 
-/* Every blockable matrix's copy rewritten in blocks of rows from its source,
- * in pieces of about COPY_PIECE bytes on `threads` threads. */
-static int block_matrices(struct wmat **w, const int64_t *ex, size_t n_mats, const struct span *sp, size_t merged,
+/* Bytes of w's blocked copy, all experts. */
+static size_t blocked_size(const struct wmat *w, int64_t experts)
+{
+    return (size_t)(experts > 0 ? experts : 1) * kern_blocked_bytes(w);
+}
+
+/* The matrices listed in blk written in blocks of rows from their sources
+ * into their own copies, one after another from `at` (each 4 KiB aligned), in
+ * pieces of about COPY_PIECE bytes on `threads` threads; their views then
+ * point at the copies. */
+static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, size_t n_mats, uint8_t *at,
                           int threads, struct err *e)
 {
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, off = 0;
     struct block_piece *p = NULL;
+    uint8_t **dst = malloc(n_mats * sizeof *dst);
+    if (!dst)
+        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to lay out in blocks");
     for (size_t i = 0; i < n_mats; i++) {
-        const struct wmat *a = w[i];
-        if (!a->w || !kern_blockable(a))
+        if (!blk[i])
             continue;
+        const struct wmat *a = w[i];
         const int64_t blocks = a->rows / KERN_BLOCK_ROWS, bytes = KERN_BLOCK_ROWS * (int64_t)a->row_bytes;
         const int64_t per = (int64_t)COPY_PIECE / bytes > 1 ? (int64_t)COPY_PIECE / bytes : 1;
+        off = (off + 4095) / 4096 * 4096;
+        dst[i] = at + off;
+        off += blocked_size(a, ex[i]);
         for (int64_t x = 0; x < (ex[i] > 0 ? ex[i] : 1); x++)
             for (int64_t b0 = 0; b0 < blocks; b0 += per) {
                 if (n == cap) {
@@ -467,19 +481,21 @@ static int block_matrices(struct wmat **w, const int64_t *ex, size_t n_mats, con
                     struct block_piece *q = realloc(p, cap * sizeof *p);
                     if (!q) {
                         free(p);
+                        free(dst);
                         return err_set(e, ERR_NOMEM, "model: cannot list the matrices to lay out in blocks");
                     }
                     p = q;
                 }
-                struct wmat src = kern_wmat_expert(a, x);
-                p[n++] = (struct block_piece){src, (uint8_t *)(uintptr_t)relocate(sp, merged, src.w),
-                                              (uint8_t *)(uintptr_t)relocate(sp, merged, src.s),
-                                              (uint8_t *)(uintptr_t)relocate(sp, merged, src.b), b0,
+                p[n++] = (struct block_piece){kern_wmat_expert(a, x), dst[i] + (size_t)x * kern_blocked_bytes(a), b0,
                                               b0 + per < blocks ? b0 + per : blocks};
             }
     }
     kern_parallel(threads, (int64_t)n, block_task, p);
+    for (size_t i = 0; i < n_mats; i++)
+        if (blk[i])
+            *w[i] = kern_blocked_view(w[i], dst[i]);
     free(p);
+    free(dst);
     return ERR_OK;
 }
 
@@ -488,20 +504,27 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
     struct wmat **w = malloc(cap * sizeof *w);
     int64_t *ex = malloc(cap * sizeof *ex);
+    bool *blk = malloc(cap * sizeof *blk);
     struct span *sp = malloc(3 * cap * sizeof *sp);
     size_t *start = malloc((3 * cap + 1) * sizeof *start);
-    if (!w || !ex || !sp || !start) {
+    if (!w || !ex || !blk || !sp || !start) {
         free(w);
         free(ex);
+        free(blk);
         free(sp);
         free(start);
         return err_set(e, ERR_NOMEM, "model: cannot list the matrices to load");
     }
-    size_t n_mats = model_mats(m, w, ex), n = 0;
+    size_t n_mats = model_mats(m, w, ex), n = 0, blocked_total = 0;
     for (size_t i = 0; i < n_mats; i++) {
         const struct wmat *a = w[i];
+        blk[i] = false;
         if (!a->w || a->rows <= 0)
             continue; /* absent (KV-shared k/v, a dense model's router, ...) */
+        if ((blk[i] = blocked && kern_blockable(a))) { /* not copied as is: written in blocks below */
+            blocked_total = (blocked_total + 4095) / 4096 * 4096 + blocked_size(a, ex[i]);
+            continue;
+        }
         sp[n++] = mat_span(a->w, ex[i], a->expert_bytes, a->rows, a->row_stride, a->row_bytes);
         if (a->quantized) {
             sp[n++] = mat_span(a->s, ex[i], a->expert_sbytes, a->rows, a->srow_bytes, a->srow_bytes);
@@ -520,6 +543,8 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     }
     for (size_t i = 0; i < merged; i++) /* each copy starts where its source sits in a 4 KiB page */
         total = (total + 4095) / 4096 * 4096 + (uintptr_t)sp[i].lo % 4096 + (size_t)(sp[i].hi - sp[i].lo);
+    size_t blocks_at = (total + 4095) / 4096 * 4096; /* then the blocked copies */
+    total = blocks_at + blocked_total;
     int rc = ERR_OK;
     uint8_t *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     if (arena == MAP_FAILED) {
@@ -538,14 +563,12 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
         }
         struct copy_job j = {sp, start, merged};
         kern_parallel(threads, (int64_t)((start[merged] + COPY_PIECE - 1) / COPY_PIECE), copy_task, &j);
-        if (blocked)
-            rc = block_matrices(w, ex, n_mats, sp, merged, threads, e);
+        rc = block_matrices(w, ex, blk, n_mats, arena + blocks_at, threads, e);
         mprotect(arena, total, PROT_READ);
         for (size_t i = 0; rc == ERR_OK && i < n_mats; i++) {
             struct wmat *a = w[i];
-            if (!a->w || a->rows <= 0)
+            if (!a->w || a->rows <= 0 || blk[i])
                 continue;
-            a->blocked = blocked && kern_blockable(a);
             a->w = relocate(sp, merged, a->w);
             if (a->quantized) {
                 a->s = relocate(sp, merged, a->s);
@@ -557,6 +580,7 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     }
     free(w);
     free(ex);
+    free(blk);
     free(sp);
     free(start);
     return rc;

@@ -384,17 +384,13 @@ static int synth_make(struct synth *m, int64_t rows)
 /* The same matrix in blocks of rows (model_load_weights for --kernels q8). */
 static int synth_block(struct synth *m)
 {
-    size_t codes = (size_t)m->w.rows * m->w.row_bytes, params = (size_t)m->w.rows * m->w.srow_bytes;
-    uint8_t *mem = malloc(codes + 2 * params);
+    uint8_t *mem = malloc(kern_blocked_bytes(&m->w));
     if (!mem)
         return 1;
-    kern_block_rows(&m->w, mem, mem + codes, mem + codes + params, 0, m->w.rows / KERN_BLOCK_ROWS);
+    kern_block_rows(&m->w, mem, 0, m->w.rows / KERN_BLOCK_ROWS);
     free(m->mem);
     m->mem = mem;
-    m->w.w = mem;
-    m->w.s = mem + codes;
-    m->w.b = mem + codes + params;
-    m->w.blocked = true;
+    m->w = kern_blocked_view(&m->w, mem);
     return 0;
 }
 

@@ -1004,25 +1004,58 @@ static void assert_f(float got, double want, const char *what)
 Test(kernels, rmsnorm)
 {
     float x[2] = {3, 4}, y[2] = {NAN, NAN};
-    kern_rmsnorm(y, x, NULL, 2, 0.0f); /* mean(x²) = 12.5 */
+    kern_rmsnorm(kern_dot_ref, y, x, NULL, 2, 0.0f); /* mean(x²) = 12.5 */
     assert_f(y[0], 3 / sqrt(12.5), "rmsnorm [3,4] y0");
     assert_f(y[1], 4 / sqrt(12.5), "rmsnorm [3,4] y1");
     const float w[2] = {2.0f, 0.5f};
-    kern_rmsnorm(y, x, w, 2, 0.0f);
+    kern_rmsnorm(kern_dot_ref, y, x, w, 2, 0.0f);
     assert_f(y[0], 6 / sqrt(12.5), "weighted y0");
     assert_f(y[1], 2 / sqrt(12.5), "weighted y1");
     float ones[4] = {1, 1, 1, 1};
-    kern_rmsnorm(ones, ones, NULL, 4, 3.0f); /* in place; (1 + 3)^-½ = 0.5 */
+    kern_rmsnorm(kern_dot_ref, ones, ones, NULL, 4, 3.0f); /* in place; (1 + 3)^-½ = 0.5 */
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ones[i], 0.5f);
     float z[3] = {0, 0, 0};
-    kern_rmsnorm(z, z, NULL, 3, 1e-6f); /* zero stays zero (no 0/0) */
+    kern_rmsnorm(kern_dot_ref, z, z, NULL, 3, 1e-6f); /* zero stays zero (no 0/0) */
     for (int i = 0; i < 3; i++)
         cr_assert_eq(z[i], 0.0f);
     float v[5] = {1, -2, 3, -4, 5}, out[5]; /* mean(x²) = 11 */
-    kern_rmsnorm(out, v, NULL, 5, 1e-6f);
+    kern_rmsnorm(kern_dot_ref, out, v, NULL, 5, 1e-6f);
     for (int i = 0; i < 5; i++)
         assert_f(out[i], (double)v[i] / sqrt(11.0 + 1e-6), "rmsnorm [1..5]");
+}
+
+/* Σx² is kern_dot's: every level's dot gives the reference's bits, for
+ * lengths around the 16-lane steps and E2B's 1536, on values of many
+ * magnitudes; the result is within float rounding of the float64 formula. */
+Test(kernels, rmsnorm_paths_bitwise_equal_reference)
+{
+    enum { N = 1536 };
+    static float x[N], w[N], r[N], v[N];
+    uint64_t s = 29;
+    for (int i = 0; i < N; i++) {
+        x[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 16) - 8);
+        w[i] = (float)(rng_next(&s) % 2001) / 1000.0f;
+    }
+    const dot_fn dots[] = {kern_cpu_has_avx2() ? kern_dot_avx2 : NULL, kern_cpu_has_avx512() ? kern_dot_avx512 : NULL};
+    const int64_t lens[] = {1, 15, 16, 17, 255, 256, 1535, N};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        const int64_t n = lens[k];
+        kern_rmsnorm(kern_dot_ref, r, x, w, n, 1e-6f);
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)x[i] * (double)x[i];
+        for (int64_t i = 0; i < n; i++)
+            cr_assert(fabs((double)r[i] - (double)x[i] * (double)w[i] / sqrt(ss / (double)n + 1e-6)) <=
+                          1e-6 * fabs((double)x[i] * (double)w[i] / sqrt(ss / (double)n)),
+                      "n %lld, element %lld: %g", (long long)n, (long long)i, (double)r[i]);
+        for (size_t d = 0; d < sizeof dots / sizeof dots[0]; d++) {
+            if (!dots[d])
+                continue;
+            kern_rmsnorm(dots[d], v, x, w, n, 1e-6f);
+            cr_assert_eq(memcmp(r, v, (size_t)n * sizeof *v), 0, "dot %zu, n %lld", d, (long long)n);
+        }
+    }
 }
 
 Test(kernels, gelu)
@@ -1477,20 +1510,12 @@ Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
 
 /* The blocked layout holds the same matrix: the int8 kernels, the reference
  * matmul and the row lookups give the bits they give on the rows. */
-static struct wmat block_copy(const struct wmat *w, uint8_t **bufs)
+static struct wmat block_copy(const struct wmat *w, uint8_t **buf)
 {
-    struct wmat b = *w;
-    size_t cb = (size_t)w->rows * w->row_bytes, sb = (size_t)w->rows * w->srow_bytes;
-    bufs[0] = malloc(cb + 1); /* one byte off alignment, as make_quant's */
-    bufs[1] = malloc(sb + 1);
-    bufs[2] = malloc(sb + 1);
-    cr_assert(bufs[0] && bufs[1] && bufs[2]);
-    kern_block_rows(w, bufs[0] + 1, bufs[1] + 1, bufs[2] + 1, 0, w->rows / KERN_BLOCK_ROWS);
-    b.w = bufs[0] + 1;
-    b.s = bufs[1] + 1;
-    b.b = bufs[2] + 1;
-    b.blocked = true;
-    return b;
+    *buf = malloc(kern_blocked_bytes(w) + 1); /* one byte off alignment, as make_quant's */
+    cr_assert(*buf);
+    kern_block_rows(w, *buf + 1, 0, w->rows / KERN_BLOCK_ROWS);
+    return kern_blocked_view(w, *buf + 1);
 }
 
 Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
@@ -1509,8 +1534,8 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                         struct tmat t;
                         make_quant(&t, rows, cols, bits, gs, sdt_grid[di], (uint64_t)(5000 + cases));
                         cr_assert(kern_blockable(&t.m));
-                        uint8_t *bufs[3];
-                        struct wmat b = block_copy(&t.m, bufs);
+                        uint8_t *buf;
+                        struct wmat b = block_copy(&t.m, &buf);
                         float *ra = malloc((size_t)cols * sizeof *ra), *rb = malloc((size_t)cols * sizeof *rb);
                         cr_assert(ra && rb);
                         for (int64_t r = 0; r < rows; r++) {
@@ -1546,8 +1571,7 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                         }
                         free(ra);
                         free(rb);
-                        for (int k = 0; k < 3; k++)
-                            free(bufs[k]);
+                        free(buf);
                         tmat_free(&t);
                         cases++;
                     }
