@@ -116,8 +116,9 @@ bool kern_cpu_has_avx512_vnni(void);
  * its block's. kern_blocked_bytes(w) is w's size (one expert), the same in
  * blocks as by rows; kern_block_rows writes blocks [b0, b1) of w (by rows;
  * one expert) into dst, the blocked copy's base; kern_blocked_view is the
- * view of that copy (experts kern_blocked_bytes apart). kern_matmul sends a blocked matrix
- * only to the int8 kernels or the reference; kern_row_f32 reads both. */
+ * view of that copy (experts kern_blocked_bytes apart). kern_matmul sends a
+ * blocked matrix only to the int8 kernels or the reference; kern_row_f32
+ * reads both. */
 #define KERN_BLOCK_ROWS 16
 bool kern_blockable(const struct wmat *w);
 /* Bytes from a blocked view's w (s, b) to block B's group g's first word (scale, bias). */

@@ -259,7 +259,8 @@ bool kern_q8_supports(const struct wmat *w)
 
 bool kern_blockable(const struct wmat *w)
 {
-    return kern_q8_supports(w) && w->rows > 0 && w->rows % KERN_BLOCK_ROWS == 0 && w->row_stride == w->row_bytes;
+    return kern_q8_supports(w) && w->rows > 0 && w->cols > 0 && w->rows % KERN_BLOCK_ROWS == 0 &&
+           w->row_stride == w->row_bytes;
 }
 
 size_t kern_blocked_bytes(const struct wmat *w)

@@ -405,7 +405,7 @@ static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, 
     if (!z)
         return err_set(e, ERR_NOMEM, "feed-forward buffers");
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps);        /* pre_feedforward_layernorm */
+        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps); /* pre_feedforward_layernorm */
     int rc = mlp(r, &L->gate, &L->up, &L->down, z, n, f, e);            /* dense MLP */
     if (rc == ERR_OK && c->moe) {
         float *f2 = malloc((size_t)H * sizeof *f2);
@@ -414,17 +414,17 @@ static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, 
                 rc = err_set(e, ERR_NOMEM, "MoE buffer");
                 break;
             }
-            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps);   /* dense branch post-norm */
-            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);    /* experts' pre-norm */
+            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
+            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps); /* experts' pre-norm */
             rc = moe_token(r, L, x + t * H, z + t * H, f2, e);            /* routed experts */
-            kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);                 /* expert branch post-norm */
+            kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);       /* expert branch post-norm */
             for (int64_t k = 0; k < H; k++)
                 f[t * H + k] += f2[k];
         }
         free(f2);
     }
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps);       /* post_feedforward_layernorm */
+        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps); /* post_feedforward_layernorm */
     free(z);
     return rc;
 }
@@ -562,11 +562,11 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
         const struct layer_weights *L = &m->layers[i];
         for (int64_t t = 0; t < N; t++)
-            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps);          /* 1. input_layernorm */
+            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps); /* 1. input_layernorm */
         if ((rc = attention(&f, i, a, e)) != ERR_OK)                       /* 2. attention */
             break;
         for (int64_t t = 0; t < N; t++) {
-            kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_attn, H, eps);   /* 3. post_attention_layernorm */
+            kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_attn, H, eps); /* 3. post_attention_layernorm */
             for (int64_t k = 0; k < H; k++)
                 x[t * H + k] += a[t * H + k];                              /* 4. residual */
         }

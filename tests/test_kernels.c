@@ -1580,7 +1580,7 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
 }
 
 /* Which matrices take the blocked layout: 4 or 8 bits, gs 32-128, whole
- * blocks of rows, rows contiguous. */
+ * blocks of rows, some columns, rows contiguous. */
 Test(kernels_q8, blockable)
 {
     struct tmat t;
@@ -1589,6 +1589,9 @@ Test(kernels_q8, blockable)
     t.m.rows = 40;
     cr_assert(!kern_blockable(&t.m), "rows not a multiple of 16");
     t.m.rows = 16;
+    t.m.cols = 0;
+    cr_assert(!kern_blockable(&t.m), "no columns (no groups to lay out)");
+    t.m.cols = 128;
     t.m.row_stride = 2 * t.m.row_bytes;
     cr_assert(!kern_blockable(&t.m), "a split view (rows apart)");
     tmat_free(&t);
