@@ -620,30 +620,38 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
  * 64-byte words, each against the token's four xq of that word in every lane
  * (at 4 bits those of its even weights, the low nibbles, then of its odd
  * ones; the high nibbles kept in place, 16·q, and their sum shifted back:
- * exact), then the definition's two steps into acc. */
+ * exact), then the definition's two steps into acc. The integer sums are
+ * exact in any order, so the number of accumulators is free: four at 8 bits,
+ * two at 4 (each a nibble half). Only the 4-bit words are prefetched: the
+ * 8-bit stream ran at 81-84 % of a plain read of its bytes with software
+ * prefetches and two accumulators, 96-98 % with neither prefetches nor fewer
+ * than four (docs/PERFORMANCE.md, item 31); the 4-bit one is the other way. */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
                                    const int bits)
 {
-    const int words = gs * bits / 32;
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    __m512i lo[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, hi[2] = {lo[0], lo[0]};
+    const int words = gs * bits / 32, na = bits == 8 ? 4 : 2; /* words >= 4 */
+    const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512i lo[4] = {zero, zero, zero, zero}, hi[2] = {zero, zero};
 #pragma GCC unroll 32
     for (int k = 0; k < words; k++) {
         const int64_t wd = g * words + k;
         const uint8_t *p = c + 64 * k;
-        _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
-        const __m512i v = _mm512_loadu_si512(p);
         if (bits == 8) {
-            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
+            const __m512i v = _mm512_loadu_si512(p);
+            lo[k % na] = _mm512_dpbusd_epi32(lo[k % na], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
         } else {
+            _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512(p);
             const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
             lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], _mm512_and_si512(v, nib), _mm512_set1_epi32((int)rd_u32le(e)));
             hi[k & 1] = _mm512_dpbusd_epi32(hi[k & 1], _mm512_andnot_si512(nib, v), _mm512_set1_epi32((int)rd_u32le(e + 64)));
         }
     }
     __m512i s = _mm512_add_epi32(lo[0], lo[1]);
-    if (bits == 4)
+    if (bits == 8)
+        s = _mm512_add_epi32(s, _mm512_add_epi32(lo[2], lo[3]));
+    else
         s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(hi[0], hi[1]), 4));
     const __m512 sc = params16(dt, sb, 16), bi = params16(dt, bb, 16);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(d), sc), acc);
