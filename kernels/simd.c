@@ -623,14 +623,15 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
  * exact), then the definition's two steps into acc. The integer sums are
  * exact in any order, so the number of accumulators is free: four at 8 bits,
  * two at 4 (each a nibble half). Only the 4-bit words are prefetched: the
- * 8-bit stream ran at 81-84 % of a plain read of its bytes with software
- * prefetches and two accumulators, 96-98 % with neither prefetches nor fewer
- * than four (docs/PERFORMANCE.md, item 31); the 4-bit one is the other way. */
+ * 8-bit head streamed at 78-85 % of a plain read of its bytes with a
+ * prefetch per word and two accumulators, 96-98 % without the prefetches and
+ * with four; the 4-bit head fell to 65-69 % without its prefetches
+ * (docs/PERFORMANCE.md, item 31). */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
                                    const int bits)
 {
-    const int words = gs * bits / 32, na = bits == 8 ? 4 : 2; /* words >= 4 */
+    const int words = gs * bits / 32, na = bits == 8 ? 4 : 2;
     const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
     __m512i lo[4] = {zero, zero, zero, zero}, hi[2] = {zero, zero};
 #pragma GCC unroll 32
