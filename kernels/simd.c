@@ -624,7 +624,7 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
  * exact in any order, so the number of accumulators is free: four at 8 bits,
  * two at 4 (each a nibble half). Only the 4-bit words are prefetched: the
  * 8-bit head streamed at 78-85 % of a plain read of its bytes with a
- * prefetch per word and two accumulators, 96-98 % without the prefetches and
+ * prefetch per word and two accumulators, 91-99 % without the prefetches and
  * with four; the 4-bit head fell to 65-69 % without its prefetches
  * (docs/PERFORMANCE.md, item 31). */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
