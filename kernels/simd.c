@@ -631,7 +631,7 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
                                    const int bits)
 {
-    const int words = gs * bits / 32, na = bits == 8 ? 4 : 2;
+    const int words = gs * bits / 32;
     const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
     __m512i lo[4] = {zero, zero, zero, zero}, hi[2] = {zero, zero};
 #pragma GCC unroll 32
@@ -640,7 +640,7 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
         const uint8_t *p = c + 64 * k;
         if (bits == 8) {
             const __m512i v = _mm512_loadu_si512(p);
-            lo[k % na] = _mm512_dpbusd_epi32(lo[k % na], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
+            lo[k & 3] = _mm512_dpbusd_epi32(lo[k & 3], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
         } else {
             _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
             const __m512i v = _mm512_loadu_si512(p);
