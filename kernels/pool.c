@@ -5,6 +5,11 @@
  * first use (up to the largest thread count asked for), wait for a new
  * generation of work by polling (plain loads, then sched_yield) and then
  * sleeping on a condition variable, and are stopped and joined at exit.
+ * The mutex and the condition variables are touched only when a side goes
+ * to sleep (a flag tells the other side to wake it): a job's hand-off and
+ * its end are a few plain stores and loads, where locking the mutex on both
+ * sides moved cache lines between the cores several times a job (a job of
+ * two empty tasks: 1.8 -> 0.9 us on the 2-vCPU VM; docs/PERFORMANCE.md).
  *
  * Each participant of a job (the caller is participant 0) owns an equal,
  * contiguous share of the tasks and takes them from its front; when its
@@ -36,13 +41,18 @@ static struct {
     int started;                    /* workers 1..started exist */
     uint_fast64_t start_gen;        /* the generation before the job new workers are started for */
     bool stop;
-    atomic_uint_fast64_t gen;       /* job number << 8 | its helper count: read in one load, a worker
-                                       sees a job's participants with the job */
-    atomic_int pending;             /* helpers still working on the job */
+    /* The job, written by kern_parallel before it publishes gen: one cache
+     * line, which a helper fetches once per job. */
+    _Alignas(64) atomic_uint_fast64_t gen; /* job number << 8 | its helper count: read in one load, a
+                                              worker sees a job's participants with the job */
     void (*fn)(void *, int64_t, int);
     void *arg;
     int64_t base;                   /* the job's tasks are base + [0, 2^32) */
     int parts;                      /* participants: helpers + 1 */
+    atomic_int sleepers;            /* workers asleep on `wake` or about to be (under mu) */
+    /* Written by the helpers as they finish. */
+    _Alignas(64) atomic_int pending; /* helpers still working on the job */
+    atomic_bool waiting;            /* kern_parallel asleep on `done` or about to be (under mu) */
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
@@ -87,18 +97,22 @@ static void *worker_main(void *p)
             continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.gen) == seen; i++)
             sched_yield();
-        pthread_mutex_lock(&pool.mu);
-        while (atomic_load(&pool.gen) == seen && !pool.stop)
-            pthread_cond_wait(&pool.wake, &pool.mu);
-        bool stop = pool.stop;
-        pthread_mutex_unlock(&pool.mu);
-        if (stop)
-            return NULL;
+        if (atomic_load(&pool.gen) == seen) {
+            pthread_mutex_lock(&pool.mu);
+            atomic_fetch_add(&pool.sleepers, 1); /* then gen is read again: a post either sees us or we see it */
+            while (atomic_load(&pool.gen) == seen && !pool.stop)
+                pthread_cond_wait(&pool.wake, &pool.mu);
+            atomic_fetch_sub(&pool.sleepers, 1);
+            bool stop = pool.stop;
+            pthread_mutex_unlock(&pool.mu);
+            if (stop)
+                return NULL;
+        }
         seen = atomic_load(&pool.gen);
         if (id > (int)(seen & 0xFF))
             continue; /* not a helper of this job */
         run_tasks(id);
-        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
+        if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.waiting)) {
             pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.mu);
@@ -159,23 +173,30 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
     pool.parts = helpers + 1;
     for (pool.base = 0; pool.base < n_tasks; pool.base += JOB_TASKS) {
         int64_t n = n_tasks - pool.base < JOB_TASKS ? n_tasks - pool.base : JOB_TASKS;
-        for (int p = 0; p < pool.parts; p++)
-            atomic_store(&share[p].fb,
-                         (uint_fast64_t)(n * p / pool.parts) << 32 | (uint_fast64_t)(n * (p + 1) / pool.parts));
-        atomic_store(&pool.pending, helpers);
-        pthread_mutex_lock(&pool.mu);
+        for (int p = 0; p < pool.parts; p++) /* published by the store of gen below (release) */
+            atomic_store_explicit(&share[p].fb,
+                                  (uint_fast64_t)(n * p / pool.parts) << 32 | (uint_fast64_t)(n * (p + 1) / pool.parts),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&pool.pending, helpers, memory_order_relaxed);
         atomic_store(&pool.gen, ((atomic_load(&pool.gen) >> 8) + 1) << 8 | (uint_fast64_t)helpers);
-        pthread_cond_broadcast(&pool.wake);
-        pthread_mutex_unlock(&pool.mu);
+        if (atomic_load(&pool.sleepers) > 0) {
+            pthread_mutex_lock(&pool.mu);
+            pthread_cond_broadcast(&pool.wake);
+            pthread_mutex_unlock(&pool.mu);
+        }
         run_tasks(0);
         for (int i = 0; i < POLLS && atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0; i++)
             continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)
             sched_yield();
-        pthread_mutex_lock(&pool.mu);
-        while (atomic_load(&pool.pending) > 0)
-            pthread_cond_wait(&pool.done, &pool.mu);
-        pthread_mutex_unlock(&pool.mu);
+        if (atomic_load(&pool.pending) > 0) {
+            pthread_mutex_lock(&pool.mu);
+            atomic_store(&pool.waiting, true); /* then pending is read again: the last helper sees one or the other */
+            while (atomic_load(&pool.pending) > 0)
+                pthread_cond_wait(&pool.done, &pool.mu);
+            atomic_store(&pool.waiting, false);
+            pthread_mutex_unlock(&pool.mu);
+        }
     }
     pthread_mutex_unlock(&pool.busy);
 }

@@ -71,6 +71,26 @@ const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64
     return buf;
 }
 
+void kv_rows_prefetch(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, int which)
+{
+    int64_t d = f->d, n = f->heads * d;
+    const uint8_t *p;
+    size_t bytes;
+    if (!kv_fmt_quantized(f, pos)) {
+        p = r->f + (size_t)slot * f->fbytes + (size_t)(which * n + h * d) * sizeof(float);
+        bytes = (size_t)d * sizeof(float);
+    } else {
+        uint8_t *e = r->q + (size_t)slot * f->qbytes;
+        int64_t g0 = h * d / f->gs;
+        p = codes_at(f, e, which) + (size_t)(h * d * f->bits / 8);
+        bytes = (size_t)(d * f->bits / 8);
+        __builtin_prefetch(params_at(f, e, 2 * which) + g0);
+        __builtin_prefetch(params_at(f, e, 2 * which + 1) + g0);
+    }
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+}
+
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
                   int64_t sslot, int64_t pos)
 {

@@ -52,6 +52,11 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
 const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
                           int which, float *buf);
 
+/* Asks for the bytes kv_rows_head would read (head h's codes and the first
+ * line of its scales and biases when quantized), so that they arrive while
+ * earlier entries are used. */
+void kv_rows_prefetch(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, int which);
+
 /* Copies an entry between row stores of the same format. */
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
                   int64_t sslot, int64_t pos);
