@@ -139,6 +139,8 @@ static void pool_forget(void)
     pthread_cond_init(&pool.wake, NULL);
     pthread_cond_init(&pool.done, NULL);
     pool.started = 0;
+    atomic_store(&pool.sleepers, 0); /* the parent's sleeping workers are not here */
+    atomic_store(&pool.waiting, false);
 }
 
 /* Starts workers up to `helpers`; returns how many exist. Called with busy held. */
