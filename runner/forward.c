@@ -170,27 +170,35 @@ struct attn_job {
 /* Entries ahead of the one in use whose key and value are prefetched: the
  * cache's entries come from RAM (the weights streamed since evicted them),
  * and without it a task waited on each one in turn (E2B 8-bit decode, ~46
- * keys: 24 -> 13 us a task; 2, 4 and 8 ahead the same). */
+ * keys: 24-28 -> 12-16 us a task; 2, 4 and 8 ahead the same). */
 #define ATTN_AHEAD 4
 
-/* Head g's key (which 0) or value (1) at position p as item `it` sees it:
- * the source layer's cache before p0, the chunk's pending entries from p0. */
+/* The rows holding position p as item `it` sees it, and its slot there: the
+ * source layer's cache before p0, the chunk's pending entries from p0. */
+static const struct kv_rows *kv_where(const struct step_item *it, const struct kv_cache *cache,
+                                      const struct kv_rows *pend, int64_t p, int64_t *slot)
+{
+    *slot = p < it->p0 ? kv_cache_slot(cache, p) : p - it->p0;
+    return p < it->p0 ? &cache->rows : pend;
+}
+
+/* Head g's key (which 0) or value (1) at position p. */
 static const float *kv_at(const struct step_item *it, const struct kv_cache *cache, const struct kv_rows *pend,
                           int64_t p, int64_t g, int which, float *buf)
 {
-    return p < it->p0 ? kv_rows_head(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, which, buf)
-                      : kv_rows_head(&cache->fmt, pend, p - it->p0, p, g, which, buf);
+    int64_t slot;
+    const struct kv_rows *rows = kv_where(it, cache, pend, p, &slot);
+    return kv_rows_head(&cache->fmt, rows, slot, p, g, which, buf);
 }
 
 /* kv_at's bytes of key and value, asked for ahead of use. */
 static void kv_ahead(const struct step_item *it, const struct kv_cache *cache, const struct kv_rows *pend, int64_t p,
                      int64_t g)
 {
+    int64_t slot;
+    const struct kv_rows *rows = kv_where(it, cache, pend, p, &slot);
     for (int which = 0; which < 2; which++)
-        if (p < it->p0)
-            kv_rows_prefetch(&cache->fmt, &cache->rows, kv_cache_slot(cache, p), p, g, which);
-        else
-            kv_rows_prefetch(&cache->fmt, pend, p - it->p0, p, g, which);
+        kv_rows_prefetch(&cache->fmt, rows, slot, p, g, which);
 }
 
 /* One token and a block of heads sharing a KV head: softmax(q·K) · V over
