@@ -234,6 +234,12 @@ void kern_free(struct kern_table *t);
  * `threads` threads in fixed tiles of rows. */
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
 
+/* kern_matmul and kern_matmul_many naming the job that follows (NULL: none),
+ * whose weights a thread left without tasks warms (kern_parallel_next). */
+struct kern_ahead;
+void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y,
+                      int threads, const struct kern_ahead *next);
+
 /* y_i = x · W_iᵀ for up to KERN_MANY matrices of the same input (q, k and v;
  * gate and up) in one parallel job: each matrix takes the path and tiles
  * kern_matmul gives it, so the same bits, and matrices of the same bits,
@@ -241,6 +247,8 @@ void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *
 #define KERN_MANY 4
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
                       const float *x, int64_t n, int threads);
+void kern_matmul_many_next(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
+                            const float *x, int64_t n, int threads, const struct kern_ahead *next);
 
 /* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
  * themselves; call only when the CPU supports them). */
@@ -320,5 +328,29 @@ void kern_softmax(float *x, int64_t n);
  * per-thread scratch. Which thread runs which task does not affect any result. */
 void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg);
 int kern_workers(int threads, int64_t n_tasks);
+
+/* What each of the `parts` participants of a coming job reads first:
+ * participant p's range [p[p], p[p] + n[p]). */
+struct kern_ahead {
+    int parts;
+    const uint8_t *p[KERN_MAX_THREADS];
+    size_t n[KERN_MAX_THREADS];
+};
+
+/* kern_parallel, naming the job that follows (NULL: none): a participant
+ * that runs out of tasks prefetches its range of `next` while it waits, a
+ * helper until the next job comes, the caller until the helpers are done.
+ * A hint for the caches; no result depends on it. A plan for another number
+ * of participants is ignored. */
+void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
+                         const struct kern_ahead *next);
+
+/* The plan of kern_matmul_many(t, count, w, ., ., n, threads): the first
+ * KERN_AHEAD_BYTES of each participant's share of the weights (its first
+ * tile's matrix from there on; the codes only, for a matrix by rows). No
+ * parts for the sgemm path, whose tiles are not read as streams. */
+#define KERN_AHEAD_BYTES (256 << 10)
+void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat *const w[], int64_t n, int threads,
+                       struct kern_ahead *plan);
 
 #endif

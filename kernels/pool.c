@@ -19,6 +19,12 @@
  * alternate tiles from one counter restarted every stream at every tile) and
  * the threads still finish together.
  *
+ * A job may name what each participant reads first in the job after it
+ * (kern_ahead): a helper that has run out of tasks prefetches its range until
+ * the next job is posted (the caller works alone between jobs: norms, input
+ * preparation), and the caller its own while it waits for the helpers' last
+ * tasks, so the memory is busy while one thread works alone.
+ *
  * One kern_parallel runs on the pool at a time; a call that finds it busy
  * (another thread, or a task calling kern_parallel) runs its tasks itself.
  * Which thread runs a task never changes a result. */
@@ -49,6 +55,7 @@ static struct {
     void *arg;
     int64_t base;                   /* the job's tasks are base + [0, 2^32) */
     int parts;                      /* participants: helpers + 1 */
+    const struct kern_ahead *next;  /* or NULL: read by a helper before it counts itself done */
     atomic_int sleepers;            /* workers asleep on `wake` or about to be (under mu) */
     /* Written by the helpers as they finish. */
     _Alignas(64) atomic_int pending; /* helpers still working on the job */
@@ -88,6 +95,27 @@ static void run_tasks(int p)
             pool.fn(pool.arg, t, p);
 }
 
+#define AHEAD_PIECE 4096 /* bytes prefetched between two looks at whether to stop */
+
+static bool no_new_job(uint_fast64_t seen)
+{
+    return atomic_load_explicit(&pool.gen, memory_order_relaxed) == seen;
+}
+
+static bool helpers_working(uint_fast64_t unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0;
+}
+
+/* Prefetches [p, p + n) a piece at a time while go(arg). */
+static void prefetch_while(const uint8_t *p, size_t n, bool (*go)(uint_fast64_t), uint_fast64_t arg)
+{
+    for (size_t off = 0; off < n && go(arg); off += AHEAD_PIECE)
+        for (size_t k = off; k < off + AHEAD_PIECE && k < n; k += 64)
+            __builtin_prefetch(p + k, 0, 3);
+}
+
 static void *worker_main(void *p)
 {
     int id = (int)(intptr_t)p;
@@ -112,11 +140,14 @@ static void *worker_main(void *p)
         if (id > (int)(seen & 0xFF))
             continue; /* not a helper of this job */
         run_tasks(id);
+        const uint8_t *ahead = pool.next ? pool.next->p[id] : NULL; /* the job's fields change once we count down */
+        size_t ahead_n = pool.next ? pool.next->n[id] : 0;
         if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.waiting)) {
             pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.mu);
         }
+        prefetch_while(ahead, ahead_n, no_new_job, seen);
     }
 }
 
@@ -163,6 +194,12 @@ static int pool_grow(int helpers)
 
 void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
 {
+    kern_parallel_next(threads, n_tasks, fn, arg, NULL);
+}
+
+void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
+                         const struct kern_ahead *next)
+{
     threads = kern_workers(threads, n_tasks);
     if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
         for (int64_t t = 0; t < n_tasks; t++)
@@ -173,6 +210,7 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
     pool.fn = fn;
     pool.arg = arg;
     pool.parts = helpers + 1;
+    pool.next = next && next->parts == pool.parts ? next : NULL; /* a plan for another split would warm others' rows */
     for (pool.base = 0; pool.base < n_tasks; pool.base += JOB_TASKS) {
         int64_t n = n_tasks - pool.base < JOB_TASKS ? n_tasks - pool.base : JOB_TASKS;
         for (int p = 0; p < pool.parts; p++) /* published by the store of gen below (release) */
@@ -187,6 +225,8 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
             pthread_mutex_unlock(&pool.mu);
         }
         run_tasks(0);
+        if (pool.next)
+            prefetch_while(pool.next->p[0], pool.next->n[0], helpers_working, 0);
         for (int i = 0; i < POLLS && atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0; i++)
             continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)

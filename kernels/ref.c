@@ -499,9 +499,15 @@ static void many_task(void *arg, int64_t task, int worker)
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
                       const float *x, int64_t n, int threads)
 {
+    kern_matmul_many_next(t, count, w, y, x, n, threads, NULL);
+}
+
+void kern_matmul_many_next(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
+                            const float *x, int64_t n, int threads, const struct kern_ahead *next)
+{
     if (count > KERN_MANY) {
         kern_matmul_many(t, KERN_MANY, w, y, x, n, threads);
-        kern_matmul_many(t, count - KERN_MANY, w + KERN_MANY, y + KERN_MANY, x, n, threads);
+        kern_matmul_many_next(t, count - KERN_MANY, w + KERN_MANY, y + KERN_MANY, x, n, threads, next);
         return;
     }
     struct many_job m = {0};
@@ -511,14 +517,47 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
         mm_setup(t, &m.j[i], w[i], x, n, y[i], &qin[i], &q8in[i], i ? &m.j[0] : NULL);
         m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
     }
-    kern_parallel(threads, m.first[count], many_task, &m);
+    kern_parallel_next(threads, m.first[count], many_task, &m, next);
     for (int i = 0; i < count; i++) {
         kern_qinput_free(&qin[i]);
         kern_q8input_free(&q8in[i]);
     }
 }
 
+void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat *const w[], int64_t n, int threads,
+                       struct kern_ahead *plan)
+{
+    int64_t first[KERN_MANY + 1] = {0}, rows[KERN_MANY];
+    plan->parts = 0;
+    if (count > KERN_MANY || (n >= KERN_BLAS_MIN_TOKENS && t->blas))
+        return;
+    for (int i = 0; i < count; i++) {
+        rows[i] = tile_rows(w[i], n);
+        first[i + 1] = first[i] + (w[i]->rows + rows[i] - 1) / rows[i];
+    }
+    plan->parts = kern_workers(threads, first[count]);
+    for (int p = 0; p < plan->parts; p++) {
+        int64_t task = first[count] * p / plan->parts;
+        int i = 0;
+        while (task >= first[i + 1])
+            i++;
+        const struct wmat *m = w[i];
+        int64_t r0 = (task - first[i]) * rows[i];
+        size_t row = m->blocked ? m->row_bytes + 2 * m->srow_bytes : m->row_bytes; /* a blocked row's share */
+        bool one_run = m->blocked || m->row_stride == m->row_bytes;
+        size_t n_bytes = one_run ? (size_t)(m->rows - r0) * row : 0;
+        plan->p[p] = m->w + (m->blocked ? kern_block_off(m, r0 / KERN_BLOCK_ROWS, 0) : (size_t)r0 * m->row_bytes);
+        plan->n[p] = n_bytes < KERN_AHEAD_BYTES ? n_bytes : KERN_AHEAD_BYTES;
+    }
+}
+
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
 {
-    kern_matmul_many(t, 1, &w, &y, x, n, threads);
+    kern_matmul_many_next(t, 1, &w, &y, x, n, threads, NULL);
+}
+
+void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y,
+                      int threads, const struct kern_ahead *next)
+{
+    kern_matmul_many_next(t, 1, &w, &y, x, n, threads, next);
 }

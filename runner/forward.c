@@ -148,6 +148,37 @@ struct fwd {
     float *rope_cs[2];           /* per layer type with RoPE: [N, d/2, 2] each token's cos, sin */
 };
 
+/* ---- the next job's weights ---- */
+
+/* A job names the matrices the job after it reads, so that a thread left
+ * without tasks warms its share of them (kern_parallel_next). */
+static const struct kern_ahead *ahead(const struct runner *r, int count, const struct wmat *const w[], int64_t n,
+                                      struct kern_ahead *plan)
+{
+    kern_matmul_ahead(&r->kt, count, w, n, r->threads, plan);
+    return plan;
+}
+
+/* Layer i's first matrices: q, then k and v unless the layer reads another's
+ * cache (k alone when V = K). */
+static int qkv_weights(const struct runner *r, int64_t i, const struct wmat *w[3])
+{
+    const struct cfg_layer *ly = &r->m->cfg.layers[i];
+    const struct layer_weights *L = &r->m->layers[i];
+    w[0] = &L->q;
+    w[1] = &L->k;
+    w[2] = &L->v;
+    return ly->shared ? 1 : ly->k_eq_v ? 2 : 3;
+}
+
+/* The plan of layer i's first job, or of the tied head when i is past the last layer. */
+static const struct kern_ahead *layer_ahead(const struct runner *r, int64_t i, int64_t n, struct kern_ahead *plan)
+{
+    const struct wmat *w[3] = {&r->m->embed};
+    int count = i < r->m->cfg.n_layers ? qkv_weights(r, i, w) : 1;
+    return ahead(r, count, w, n, plan);
+}
+
 /* ---- attention ---- */
 
 /* Keys and values one item's queries of a layer see: the source layer's
@@ -295,11 +326,14 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
     float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
     float *v = malloc((size_t)(N * G * d) * sizeof *v);        /* [N, G, d] */
     int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
+    struct kern_ahead to_o;                                    /* the q/k/v and attention jobs are followed by o */
+    const struct wmat *wo = &L->o;
+    ahead(r, 1, &wo, N, &to_o);
     if (rc == ERR_OK) {
-        const struct wmat *w[3] = {&L->q, &L->k, &L->v};
+        const struct wmat *w[3];
         float *y[3] = {q, k, v};
-        int count = ly->shared ? 1 : ly->k_eq_v ? 2 : 3;
-        kern_matmul_many(&r->kt, count, w, y, a, N, r->threads);        /* Q, K_raw, V_raw = a·W{q,k,v}ᵀ */
+        int count = qkv_weights(r, i, w);
+        kern_matmul_many_next(&r->kt, count, w, y, a, N, r->threads, &to_o); /* Q, K_raw, V_raw = a·W{q,k,v}ᵀ */
         heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);          /* q_norm, RoPE */
     }
     if (rc == ERR_OK && !ly->shared) {
@@ -328,8 +362,10 @@ static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
         struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = group,
                              .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .blocks = blocks,
                              .scratch = scratch, .keys = keys, .stride = ATTN_HEADS * keys + d};
-        kern_parallel(workers, tasks, attn_task, &j);                    /* softmax(Q·Kᵀ)·V per head */
-        kern_matmul(&r->kt, &L->o, o, N, a, r->threads);                 /* a = O·Woᵀ */
+        kern_parallel_next(workers, tasks, attn_task, &j, &to_o);       /* softmax(Q·Kᵀ)·V per head */
+        const struct wmat *gu[2] = {&L->gate, &L->up};
+        struct kern_ahead to_mlp;
+        kern_matmul_next(&r->kt, &L->o, o, N, a, r->threads, ahead(r, 2, gu, N, &to_mlp)); /* a = O·Woᵀ */
     }
     free(scratch);
     free(q);
@@ -367,14 +403,14 @@ static void ew_task(void *arg, int64_t task, int worker)
         j->softcap(j->x + k0, j->cap, k1 - k0);
 }
 
-static void elementwise(const struct runner *r, struct ew_job *j)
+static void elementwise(const struct runner *r, struct ew_job *j, const struct kern_ahead *next)
 {
-    kern_parallel(r->threads, (j->n + EW_TASK - 1) / EW_TASK, ew_task, j);
+    kern_parallel_next(r->threads, (j->n + EW_TASK - 1) / EW_TASK, ew_task, j, next);
 }
 
-/* §3.7: out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ */
+/* §3.7: out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ; `next`: the plan of the job after it. */
 static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, const struct wmat *wd, const float *z,
-               int64_t n, float *out, struct err *e)
+               int64_t n, float *out, const struct kern_ahead *next, struct err *e)
 {
     int64_t I = wg->rows;
     float *g = malloc((size_t)(n * I) * sizeof *g), *u = malloc((size_t)(n * I) * sizeof *u);
@@ -385,9 +421,12 @@ static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, c
     }
     const struct wmat *w[2] = {wg, wu};
     float *y[2] = {g, u};
-    kern_matmul_many(&r->kt, 2, w, y, z, n, r->threads);                 /* g[n, I] = z·Wgᵀ, u[n, I] = z·Wuᵀ */
-    elementwise(r, &(struct ew_job){.gelu_mul = r->kt.gelu_mul, .x = g, .u = u, .n = n * I}); /* g = gelu(g)·u */
-    kern_matmul(&r->kt, wd, g, n, out, r->threads);                      /* out = g·Wdᵀ */
+    struct kern_ahead to_down;
+    ahead(r, 1, &wd, n, &to_down);
+    kern_matmul_many_next(&r->kt, 2, w, y, z, n, r->threads, &to_down); /* g[n, I] = z·Wgᵀ, u[n, I] = z·Wuᵀ */
+    struct ew_job gelu = {.gelu_mul = r->kt.gelu_mul, .x = g, .u = u, .n = n * I};
+    elementwise(r, &gelu, &to_down);                                     /* g = gelu(g)·u */
+    kern_matmul_next(&r->kt, wd, g, n, out, r->threads, next);           /* out = g·Wdᵀ */
     free(g);
     free(u);
     return ERR_OK;
@@ -430,7 +469,7 @@ static int moe_token(struct runner *r, const struct layer_weights *L, const floa
         float wk = w[k] / sum * L->per_expert_scale[top[k]];
         struct wmat g = kern_wmat_expert(&L->ex_gate, top[k]), u = kern_wmat_expert(&L->ex_up, top[k]),
                     dn = kern_wmat_expert(&L->ex_down, top[k]);
-        rc = mlp(r, &g, &u, &dn, y, 1, eo, e);
+        rc = mlp(r, &g, &u, &dn, y, 1, eo, NULL, e);
         for (int64_t x = 0; rc == ERR_OK && x < H; x++)
             out[x] += wk * eo[x];
     }
@@ -453,7 +492,11 @@ static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, 
         return err_set(e, ERR_NOMEM, "feed-forward buffers");
     for (int64_t t = 0; t < n; t++)
         kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps); /* pre_feedforward_layernorm */
-    int rc = mlp(r, &L->gate, &L->up, &L->down, z, n, f, e);            /* dense MLP */
+    struct kern_ahead after; /* after the MLP: the per-layer input gate or the next layer (the router: none) */
+    const struct wmat *ple_gate = &L->ple_gate;
+    const struct kern_ahead *next = c->moe ? NULL : c->ple_dim ? ahead(r, 1, &ple_gate, n, &after)
+                                                               : layer_ahead(r, i + 1, n, &after);
+    int rc = mlp(r, &L->gate, &L->up, &L->down, z, n, f, next, e);      /* dense MLP */
     if (rc == ERR_OK && c->moe) {
         float *f2 = malloc((size_t)H * sizeof *f2);
         for (int64_t t = 0; t < n && rc == ERR_OK; t++) {
@@ -488,7 +531,9 @@ static int per_layer_inputs(struct runner *r, const int32_t *tokens, const float
     float *tok = malloc((size_t)(L * P) * sizeof *tok);
     if (!tok)
         return err_set(e, ERR_NOMEM, "PLE buffer");
-    kern_matmul(&r->kt, &m->ple_model_proj, h0, n, ple, r->threads);  /* context part [n, L·P] */
+    struct kern_ahead next;                                              /* then layer 0 */
+    kern_matmul_next(&r->kt, &m->ple_model_proj, h0, n, ple, r->threads,
+                     layer_ahead(r, 0, n, &next));                       /* context part [n, L·P] */
     float hs = (float)(1.0 / sqrt((double)H)), sp = sqrtf((float)P), r2 = (float)(1.0 / sqrt(2.0));
     for (int64_t t = 0; t < n; t++) {
         kern_row_f32(&m->ple_embed, tokens[t], tok);                    /* token part */
@@ -549,6 +594,7 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     struct fwd f = {.r = r, .it = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *f.it), .n_items = n_items};
     int32_t *tokens = NULL;
     float *x = NULL, *a = NULL, *ple = NULL, *g = NULL;
+    struct kern_ahead next;                                              /* the plan of the job after the current one */
     int rc = f.it ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
     for (int b = 0; b < n_items && rc == ERR_OK; b++) {
         const struct runner_item *in = &items[b];
@@ -623,10 +669,11 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
             x[k] += a[k];                                                  /* 7. residual */
         if (c->ple_dim) {                                                  /* 8. per-layer input gate */
             int64_t P = c->ple_dim;
-            kern_matmul(&r->kt, &L->ple_gate, x, N, g, r->threads);
+            const struct wmat *proj = &L->ple_proj;
+            kern_matmul_next(&r->kt, &L->ple_gate, x, N, g, r->threads, ahead(r, 1, &proj, N, &next));
             for (int64_t t = 0; t < N; t++)
                 r->kt.gelu_mul(g + t * P, ple + (t * Lc + i) * P, P);
-            kern_matmul(&r->kt, &L->ple_proj, g, N, a, r->threads);
+            kern_matmul_next(&r->kt, proj, g, N, a, r->threads, layer_ahead(r, i + 1, N, &next));
             for (int64_t t = 0; t < N; t++) {
                 kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_ple, H, eps);
                 for (int64_t k = 0; k < H; k++)
@@ -644,10 +691,12 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     for (int b = 0; b < n_items; b++)
         for (int64_t t = all_rows ? 0 : f.it[b].n - 1; t < f.it[b].n; t++, rows++)
             kern_rmsnorm(r->kt.dot, a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
-    kern_matmul(&r->kt, &m->embed, a, rows, logits, r->threads);
+    const struct wmat *first = &m->ple_model_proj;                       /* a next step's first job */
+    const struct kern_ahead *next_step = c->ple_dim ? ahead(r, 1, &first, N, &next) : layer_ahead(r, 0, N, &next);
+    kern_matmul_next(&r->kt, &m->embed, a, rows, logits, r->threads, next_step);
     if (c->has_softcap)
         elementwise(r, &(struct ew_job){.softcap = r->kt.softcap, .x = logits, .cap = (float)c->softcap,
-                                        .n = rows * V});                 /* cap·tanh(logits/cap) */
+                                        .n = rows * V}, next_step);      /* cap·tanh(logits/cap) */
     rc = commit(&f, e);
 out:
     for (int b = 0; f.it && b < n_items; b++) {

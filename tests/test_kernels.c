@@ -1782,3 +1782,101 @@ Test(kernels_q8, nan_inf_zero_groups)
     free(one);
     tmat_free(&t);
 }
+
+/* ------------------------------------------------------------------ the next job's plan */
+
+/* kern_matmul_ahead: each participant's range starts at the first row of its
+ * share of the tiles (matrices of 256 rows and 64 columns are 4 tiles of 64
+ * rows: MIN_TASKS quarters), by rows and in blocks, across the matrices of a
+ * kern_matmul_many, and runs to the matrix's end or KERN_AHEAD_BYTES. */
+Test(kernels, matmul_ahead_plans_each_share_front)
+{
+    struct kern_table q8;
+    kern_init(&q8, KERN_Q8);
+    struct tmat a, b, big;
+    make_quant(&a, 256, 64, 4, 64, DT_BF16, 71);
+    make_quant(&b, 256, 64, 4, 64, DT_BF16, 72);
+    uint8_t *buf;
+    struct wmat ab = block_copy(&a.m, &buf);
+    size_t row = a.m.row_bytes, brow = a.m.row_bytes + 2 * a.m.srow_bytes;
+    struct kern_ahead plan;
+
+    const struct wmat *one[1] = {&a.m};
+    kern_matmul_ahead(&q8, 1, one, 1, 2, &plan);
+    cr_assert_eq(plan.parts, 2);
+    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 256 * row, "by rows: participant 0 from row 0 to the end");
+    cr_assert(plan.p[1] == a.m.w + 128 * row && plan.n[1] == 128 * row, "by rows: participant 1 from row 128");
+    kern_matmul_ahead(&q8, 1, one, 1, 3, &plan);
+    cr_assert(plan.parts == 3 && plan.p[1] == a.m.w + 64 * row && plan.p[2] == a.m.w + 128 * row,
+              "3 participants: tasks 0, 1 and 2 of 4 (rows 0, 64, 128)");
+
+    const struct wmat *blocked[1] = {&ab};
+    kern_matmul_ahead(&q8, 1, blocked, 1, 2, &plan);
+    cr_assert(plan.p[0] == ab.w && plan.n[0] == 256 * brow, "in blocks: codes, scales and biases of every row");
+    cr_assert(plan.p[1] == ab.w + kern_block_off(&ab, 128 / KERN_BLOCK_ROWS, 0) && plan.n[1] == 128 * brow,
+              "in blocks: participant 1 from block 8");
+
+    const struct wmat *two[2] = {&a.m, &b.m};
+    kern_matmul_ahead(&q8, 2, two, 1, 2, &plan);
+    cr_assert(plan.p[0] == a.m.w && plan.p[1] == b.m.w && plan.n[1] == 256 * row,
+              "two matrices, 8 tiles: participant 1 starts the second");
+
+    make_quant(&big, 1024, 2048, 8, 64, DT_BF16, 73); /* 2 MiB of codes */
+    const struct wmat *large[1] = {&big.m};
+    kern_matmul_ahead(&q8, 1, large, 1, 2, &plan);
+    cr_assert(plan.n[0] == KERN_AHEAD_BYTES && plan.n[1] == KERN_AHEAD_BYTES, "capped at KERN_AHEAD_BYTES");
+    cr_assert(plan.p[1] > big.m.w && plan.p[1] + plan.n[1] <= big.m.w + 1024 * big.m.row_bytes);
+
+    struct kern_table blas;
+    kern_init(&blas, KERN_BLAS);
+    if (blas.blas) {
+        kern_matmul_ahead(&blas, 1, one, KERN_BLAS_MIN_TOKENS, 2, &plan);
+        cr_assert_eq(plan.parts, 0, "the sgemm path has no plan");
+    }
+    kern_free(&blas);
+    kern_free(&q8);
+    free(buf);
+    tmat_free(&a);
+    tmat_free(&b);
+    tmat_free(&big);
+}
+
+/* A job naming the next one still runs every task once, whatever the plan
+ * (of its own participants, or of another count, which is ignored), and a
+ * matrix product gives the bits it gives without one. */
+Test(kernels, parallel_next_runs_every_task_once_same_bits)
+{
+    static uint8_t mem[3][64 << 10];
+    struct kern_ahead plan = {.parts = 2, .p = {mem[0], mem[1]}, .n = {sizeof mem[0], sizeof mem[1]}};
+    struct kern_ahead other = {.parts = 3, .p = {mem[0], mem[1], mem[2]}, .n = {64, 64, 64}};
+    for (int round = 0; round < 200; round++) {
+        int64_t n = round % 40;
+        struct counts c = {.max_worker = kern_workers(2, n)};
+        kern_parallel_next(2, n, count_task, &c, round % 2 ? &plan : &other);
+        int bad = atomic_load(&c.bad_worker);
+        for (int64_t k = 0; k < 64; k++)
+            bad += atomic_load(&c.seen[k]) != (k < n ? 1 : 0);
+        cr_assert_eq(bad, 0, "round %d, %lld tasks", round, (long long)n);
+    }
+    struct kern_table q8;
+    kern_init(&q8, KERN_Q8);
+    struct tmat t;
+    make_quant(&t, 512, 256, 4, 64, DT_BF16, 74);
+    uint8_t *buf;
+    struct wmat w = block_copy(&t.m, &buf);
+    const struct wmat *ws[1] = {&w};
+    uint64_t s = 75;
+    float *x = rand_vec(&s, 256), *y0 = nan_vec(512), *y1 = nan_vec(512);
+    kern_matmul_ahead(&q8, 1, ws, 1, 2, &plan);
+    kern_matmul(&q8, &w, x, 1, y0, 2);
+    for (int round = 0; round < 20; round++) {
+        kern_matmul_next(&q8, &w, x, 1, y1, 2, &plan); /* its own plan: the same rows warmed next time */
+        cr_assert_eq(memcmp(y0, y1, 512 * sizeof *y0), 0, "round %d", round);
+    }
+    free(x);
+    free(y0);
+    free(y1);
+    free(buf);
+    tmat_free(&t);
+    kern_free(&q8);
+}
