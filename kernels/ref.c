@@ -535,6 +535,8 @@ void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat 
         rows[i] = tile_rows(w[i], n);
         first[i + 1] = first[i] + (w[i]->rows + rows[i] - 1) / rows[i];
     }
+    if (first[count] == 0)
+        return; /* no rows: no job */
     plan->parts = kern_workers(threads, first[count]);
     for (int p = 0; p < plan->parts; p++) {
         int64_t task = first[count] * p / plan->parts;

@@ -1827,6 +1827,12 @@ Test(kernels, matmul_ahead_plans_each_share_front)
     cr_assert(plan.n[0] == KERN_AHEAD_BYTES && plan.n[1] == KERN_AHEAD_BYTES, "capped at KERN_AHEAD_BYTES");
     cr_assert(plan.p[1] > big.m.w && plan.p[1] + plan.n[1] <= big.m.w + 1024 * big.m.row_bytes);
 
+    struct wmat empty = a.m;
+    empty.rows = 0;
+    const struct wmat *none[2] = {&empty, &empty};
+    kern_matmul_ahead(&q8, 2, none, 1, 2, &plan);
+    cr_assert_eq(plan.parts, 0, "matrices without rows: no job, no plan");
+
     struct kern_table blas;
     kern_init(&blas, KERN_BLAS);
     if (blas.blas) {
