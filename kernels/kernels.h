@@ -234,7 +234,7 @@ void kern_free(struct kern_table *t);
  * `threads` threads in fixed tiles of rows. */
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
 
-/* kern_matmul and kern_matmul_many naming the job that follows (NULL: none),
+/* kern_matmul and kern_matmul_many naming the next matrix job (NULL: none),
  * whose weights a thread left without tasks warms (kern_parallel_next). */
 struct kern_ahead;
 void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y,
@@ -248,7 +248,7 @@ void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const fl
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
                       const float *x, int64_t n, int threads);
 void kern_matmul_many_next(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
-                            const float *x, int64_t n, int threads, const struct kern_ahead *next);
+                           const float *x, int64_t n, int threads, const struct kern_ahead *next);
 
 /* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
  * themselves; call only when the CPU supports them). */
@@ -343,12 +343,13 @@ struct kern_ahead {
  * A hint for the caches; no result depends on it. A plan for another number
  * of participants is ignored. */
 void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
-                         const struct kern_ahead *next);
+                        const struct kern_ahead *next);
 
-/* The plan of kern_matmul_many(t, count, w, ., ., n, threads): the first
- * KERN_AHEAD_BYTES of each participant's share of the weights (its first
- * tile's matrix from there on; the codes only, for a matrix by rows). No
- * parts for the sgemm path, whose tiles are not read as streams. */
+/* The plan of kern_matmul_many(t, count, w, ., ., n, threads): each
+ * participant's share of the weights from its first row, to the share's end
+ * or its first matrix's, at most KERN_AHEAD_BYTES (the codes only, for a
+ * matrix by rows; nothing for a split view). No parts for the sgemm path,
+ * whose tiles are not read as streams, nor for more than KERN_MANY matrices. */
 #define KERN_AHEAD_BYTES (256 << 10)
 void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat *const w[], int64_t n, int threads,
                        struct kern_ahead *plan);

@@ -198,7 +198,7 @@ void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t t
 }
 
 void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
-                         const struct kern_ahead *next)
+                        const struct kern_ahead *next)
 {
     threads = kern_workers(threads, n_tasks);
     if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {

@@ -503,7 +503,7 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
 }
 
 void kern_matmul_many_next(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
-                            const float *x, int64_t n, int threads, const struct kern_ahead *next)
+                           const float *x, int64_t n, int threads, const struct kern_ahead *next)
 {
     if (count > KERN_MANY) {
         kern_matmul_many(t, KERN_MANY, w, y, x, n, threads);
@@ -539,16 +539,17 @@ void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat 
         return; /* no rows: no job */
     plan->parts = kern_workers(threads, first[count]);
     for (int p = 0; p < plan->parts; p++) {
-        int64_t task = first[count] * p / plan->parts;
+        int64_t task = first[count] * p / plan->parts, end = first[count] * (p + 1) / plan->parts;
         int i = 0;
         while (task >= first[i + 1])
             i++;
         const struct wmat *m = w[i];
-        int64_t r0 = (task - first[i]) * rows[i];
-        size_t row = m->blocked ? m->row_bytes + 2 * m->srow_bytes : m->row_bytes; /* a blocked row's share */
+        int64_t r0 = (task - first[i]) * rows[i];                   /* the share's first row */
+        int64_t r1 = end < first[i + 1] ? (end - first[i]) * rows[i] : m->rows; /* its last in this matrix */
+        size_t row = m->blocked ? m->row_bytes + 2 * m->srow_bytes : m->row_stride; /* bytes a row takes */
         bool one_run = m->blocked || m->row_stride == m->row_bytes;
-        size_t n_bytes = one_run ? (size_t)(m->rows - r0) * row : 0;
-        plan->p[p] = m->w + (m->blocked ? kern_block_off(m, r0 / KERN_BLOCK_ROWS, 0) : (size_t)r0 * m->row_bytes);
+        size_t n_bytes = one_run ? (size_t)((r1 < m->rows ? r1 : m->rows) - r0) * row : 0;
+        plan->p[p] = m->w + (m->blocked ? kern_block_off(m, r0 / KERN_BLOCK_ROWS, 0) : (size_t)r0 * row);
         plan->n[p] = n_bytes < KERN_AHEAD_BYTES ? n_bytes : KERN_AHEAD_BYTES;
     }
 }

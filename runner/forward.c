@@ -148,10 +148,12 @@ struct fwd {
     float *rope_cs[2];           /* per layer type with RoPE: [N, d/2, 2] each token's cos, sin */
 };
 
-/* ---- the next job's weights ---- */
+/* ---- the next matrix job's weights ---- */
 
-/* A job names the matrices the job after it reads, so that a thread left
- * without tasks warms its share of them (kern_parallel_next). */
+/* A job names the matrices of the next matrix job, so that a thread left
+ * without tasks warms its share of them (kern_parallel_next). Planned for
+ * the step's n tokens: the tied head runs on fewer rows in a prompt, where
+ * the plan is only roughly its split (a hint; no result depends on it). */
 static const struct kern_ahead *ahead(const struct runner *r, int count, const struct wmat *const w[], int64_t n,
                                       struct kern_ahead *plan)
 {
@@ -171,7 +173,7 @@ static int qkv_weights(const struct runner *r, int64_t i, const struct wmat *w[3
     return ly->shared ? 1 : ly->k_eq_v ? 2 : 3;
 }
 
-/* The plan of layer i's first job, or of the tied head when i is past the last layer. */
+/* The plan of layer i's first job, or of the tied head's when i is past the last layer. */
 static const struct kern_ahead *layer_ahead(const struct runner *r, int64_t i, int64_t n, struct kern_ahead *plan)
 {
     const struct wmat *w[3] = {&r->m->embed};

@@ -212,7 +212,7 @@ static int decode(int bits)
          * are sorted and the median is the figure. Each round's first step is
          * run untimed, like llama-bench's warm-up: the first step after any
          * pause (the read, or a sleep) took 2-16 ms longer than the steps after
-         * it, with the threads pinned or not (4-bit: 24-41 ms against 21-25;
+         * it, with the threads pinned or not (4-bit: 24-42 ms against 22-28;
          * docs/PERFORMANCE.md item 33); a decode in progress has no pauses. */
         double tps[DECODE_ROUNDS], bw[DECODE_ROUNDS], ratio[DECODE_ROUNDS], warm[DECODE_ROUNDS];
         for (int k = 0; k < DECODE_ROUNDS; k++) {

@@ -906,10 +906,10 @@ static void count_task(void *arg, int64_t task, int worker)
 
 /* One round; the number of problems: a task not run exactly once, a worker
  * index out of range (no assert here: it also runs off the test's thread). */
-static int parallel_round(int threads, int64_t n, bool nest)
+static int parallel_round(int threads, int64_t n, bool nest, const struct kern_ahead *next)
 {
     struct counts c = {.max_worker = kern_workers(threads, n), .nest = nest};
-    kern_parallel(threads, n, count_task, &c);
+    kern_parallel_next(threads, n, count_task, &c, next);
     int bad = atomic_load(&c.bad_worker);
     for (int64_t k = 0; k < 64; k++)
         bad += atomic_load(&c.seen[k]) != (k < n ? 1 : 0);
@@ -920,7 +920,7 @@ static void *parallel_rounds(void *arg)
 {
     int *bad = arg;
     for (int round = 0; round < 200; round++)
-        *bad += parallel_round(1 + round % 4, round % 64, false);
+        *bad += parallel_round(1 + round % 4, round % 64, false, NULL);
     return NULL;
 }
 
@@ -931,9 +931,10 @@ Test(kernels, parallel_runs_every_task_once)
 {
     for (int threads = 1; threads <= 5; threads++)
         for (int64_t n = 0; n <= 11; n++)
-            cr_assert_eq(parallel_round(threads, n, false), 0, "threads %d, %lld tasks", threads, (long long)n);
+            cr_assert_eq(parallel_round(threads, n, false, NULL), 0, "threads %d, %lld tasks", threads, (long long)n);
     for (int round = 0; round < 300; round++)
-        cr_assert_eq(parallel_round(1 + (round * 7) % 5, (round * 13) % 64, round % 3 == 0), 0, "round %d", round);
+        cr_assert_eq(parallel_round(1 + (round * 7) % 5, (round * 13) % 64, round % 3 == 0, NULL), 0, "round %d",
+                     round);
     pthread_t other;
     int bad[2] = {0, 0};
     cr_assert_eq(pthread_create(&other, NULL, parallel_rounds, &bad[1]), 0);
@@ -1787,8 +1788,9 @@ Test(kernels_q8, nan_inf_zero_groups)
 
 /* kern_matmul_ahead: each participant's range starts at the first row of its
  * share of the tiles (matrices of 256 rows and 64 columns are 4 tiles of 64
- * rows: MIN_TASKS quarters), by rows and in blocks, across the matrices of a
- * kern_matmul_many, and runs to the matrix's end or KERN_AHEAD_BYTES. */
+ * rows: MIN_TASKS quarters) and ends with the share, its matrix or
+ * KERN_AHEAD_BYTES, by rows and in blocks, across the matrices of a
+ * kern_matmul_many; a split view's rows are not one run, and get none. */
 Test(kernels, matmul_ahead_plans_each_share_front)
 {
     struct kern_table q8;
@@ -1804,28 +1806,34 @@ Test(kernels, matmul_ahead_plans_each_share_front)
     const struct wmat *one[1] = {&a.m};
     kern_matmul_ahead(&q8, 1, one, 1, 2, &plan);
     cr_assert_eq(plan.parts, 2);
-    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 256 * row, "by rows: participant 0 from row 0 to the end");
-    cr_assert(plan.p[1] == a.m.w + 128 * row && plan.n[1] == 128 * row, "by rows: participant 1 from row 128");
+    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 128 * row, "by rows: participant 0, rows 0-127");
+    cr_assert(plan.p[1] == a.m.w + 128 * row && plan.n[1] == 128 * row, "by rows: participant 1, rows 128-255");
     kern_matmul_ahead(&q8, 1, one, 1, 3, &plan);
     cr_assert(plan.parts == 3 && plan.p[1] == a.m.w + 64 * row && plan.p[2] == a.m.w + 128 * row,
               "3 participants: tasks 0, 1 and 2 of 4 (rows 0, 64, 128)");
+    cr_assert(plan.n[0] == 64 * row && plan.n[1] == 64 * row && plan.n[2] == 128 * row, "shares of 1, 1 and 2 tiles");
 
     const struct wmat *blocked[1] = {&ab};
     kern_matmul_ahead(&q8, 1, blocked, 1, 2, &plan);
-    cr_assert(plan.p[0] == ab.w && plan.n[0] == 256 * brow, "in blocks: codes, scales and biases of every row");
+    cr_assert(plan.p[0] == ab.w && plan.n[0] == 128 * brow, "in blocks: codes, scales and biases of the share");
     cr_assert(plan.p[1] == ab.w + kern_block_off(&ab, 128 / KERN_BLOCK_ROWS, 0) && plan.n[1] == 128 * brow,
               "in blocks: participant 1 from block 8");
 
     const struct wmat *two[2] = {&a.m, &b.m};
     kern_matmul_ahead(&q8, 2, two, 1, 2, &plan);
-    cr_assert(plan.p[0] == a.m.w && plan.p[1] == b.m.w && plan.n[1] == 256 * row,
-              "two matrices, 8 tiles: participant 1 starts the second");
+    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 256 * row && plan.p[1] == b.m.w && plan.n[1] == 256 * row,
+              "two matrices, 8 tiles: a share each");
 
-    make_quant(&big, 1024, 2048, 8, 64, DT_BF16, 73); /* 2 MiB of codes */
+    struct wmat half = half_view(&a, 1);
+    const struct wmat *split[1] = {&half};
+    kern_matmul_ahead(&q8, 1, split, 1, 2, &plan);
+    cr_assert(plan.parts == 2 && plan.n[0] == 0 && plan.n[1] == 0, "a split view: no run of bytes");
+
+    make_quant(&big, 1024, 2048, 8, 64, DT_BF16, 73); /* 2 KiB rows: 16 tiles of 64 rows */
     const struct wmat *large[1] = {&big.m};
     kern_matmul_ahead(&q8, 1, large, 1, 2, &plan);
+    cr_assert(plan.p[1] == big.m.w + 512 * big.m.row_bytes, "participant 1 from row 512");
     cr_assert(plan.n[0] == KERN_AHEAD_BYTES && plan.n[1] == KERN_AHEAD_BYTES, "capped at KERN_AHEAD_BYTES");
-    cr_assert(plan.p[1] > big.m.w && plan.p[1] + plan.n[1] <= big.m.w + 1024 * big.m.row_bytes);
 
     struct wmat empty = a.m;
     empty.rows = 0;
@@ -1848,22 +1856,15 @@ Test(kernels, matmul_ahead_plans_each_share_front)
 }
 
 /* A job naming the next one still runs every task once, whatever the plan
- * (of its own participants, or of another count, which is ignored), and a
- * matrix product gives the bits it gives without one. */
+ * (of its own participants, or of another count), and a matrix product gives
+ * the bits it gives without one. */
 Test(kernels, parallel_next_runs_every_task_once_same_bits)
 {
     static uint8_t mem[3][64 << 10];
     struct kern_ahead plan = {.parts = 2, .p = {mem[0], mem[1]}, .n = {sizeof mem[0], sizeof mem[1]}};
     struct kern_ahead other = {.parts = 3, .p = {mem[0], mem[1], mem[2]}, .n = {64, 64, 64}};
-    for (int round = 0; round < 200; round++) {
-        int64_t n = round % 40;
-        struct counts c = {.max_worker = kern_workers(2, n)};
-        kern_parallel_next(2, n, count_task, &c, round % 2 ? &plan : &other);
-        int bad = atomic_load(&c.bad_worker);
-        for (int64_t k = 0; k < 64; k++)
-            bad += atomic_load(&c.seen[k]) != (k < n ? 1 : 0);
-        cr_assert_eq(bad, 0, "round %d, %lld tasks", round, (long long)n);
-    }
+    for (int round = 0; round < 200; round++)
+        cr_assert_eq(parallel_round(2, round % 40, round % 3 == 0, round % 2 ? &plan : &other), 0, "round %d", round);
     struct kern_table q8;
     kern_init(&q8, KERN_Q8);
     struct tmat t;
