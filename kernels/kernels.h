@@ -329,6 +329,13 @@ void kern_softmax(float *x, int64_t n);
 void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg);
 int kern_workers(int threads, int64_t n_tasks);
 
+/* Asks for the cache lines of [p, p + n): a hint, which never faults. */
+static inline void kern_prefetch(const void *p, size_t n)
+{
+    for (size_t o = 0; o < n; o += 64)
+        __builtin_prefetch((const char *)p + o);
+}
+
 /* What each of the `parts` participants of a coming job reads first:
  * participant p's range [p[p], p[p] + n[p]). */
 struct kern_ahead {

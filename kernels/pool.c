@@ -112,8 +112,7 @@ static bool helpers_working(uint_fast64_t unused)
 static void prefetch_while(const uint8_t *p, size_t n, bool (*go)(uint_fast64_t), uint_fast64_t arg)
 {
     for (size_t off = 0; off < n && go(arg); off += AHEAD_PIECE)
-        for (size_t k = off; k < off + AHEAD_PIECE && k < n; k += 64)
-            __builtin_prefetch(p + k, 0, 3);
+        kern_prefetch(p + off, n - off < AHEAD_PIECE ? n - off : AHEAD_PIECE);
 }
 
 static void *worker_main(void *p)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/quant.h"
+#include "kernels/kernels.h"
 
 void kv_fmt_init(struct kv_fmt *f, int64_t heads, int64_t d, int bits, int gs, int64_t qstart)
 {
@@ -93,11 +94,10 @@ void kv_rows_prefetch(const struct kv_fmt *f, const struct kv_rows *r, int64_t s
     const uint8_t *p = at.f ? (const uint8_t *)(const void *)at.f : at.codes;
     size_t bytes = at.f ? (size_t)f->d * sizeof(float) : (size_t)(f->d * f->bits / 8);
     if (!at.f) {
-        __builtin_prefetch(at.scales);
-        __builtin_prefetch(at.biases);
+        kern_prefetch(at.scales, 1);
+        kern_prefetch(at.biases, 1);
     }
-    for (size_t o = 0; o < bytes; o += 64)
-        __builtin_prefetch(p + o);
+    kern_prefetch(p, bytes);
 }
 
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
