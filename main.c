@@ -12,11 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "converter/check.h"
 #include "converter/convert.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/npz.h"
 #include "core/pack.h"
@@ -210,15 +212,19 @@ static int inspect_pack(const char *path, bool json)
 /* True when the file starts with `magic`. */
 static bool has_magic(const char *path, const char *magic, size_t len)
 {
-    FILE *f = fopen(path, "rb");
     char buf[8] = {0};
-    bool yes = f && len <= sizeof buf && fread(buf, 1, len, f) == len && !memcmp(buf, magic, len);
-    if (f)
-        fclose(f);
+    int fd;
+    if (len > sizeof buf || fio_open_read(path, 0, &fd, NULL, NULL) != ERR_OK)
+        return false;
+    bool yes = fio_pread_all(fd, buf, len, 0, path, NULL) == ERR_OK && !memcmp(buf, magic, len);
+    close(fd);
     return yes;
 }
 
-/* An .npz: every member, with dtype and shape for .npy members; meta.json shown. */
+#define INSPECT_META_MAX (1u << 20)
+
+/* An .npz: every member read once (CRC and size checked), with dtype and
+ * shape for .npy members; meta.json shown. */
 static int inspect_npz(const char *path, bool json)
 {
     struct npz z;
@@ -230,35 +236,32 @@ static int inspect_npz(const char *path, bool json)
     int code = 0;
     fprintf(out, "%s: npz archive, %zu members\n", path, z.n);
     for (size_t i = 0; i < z.n && code == 0; i++) {
-        const char *name = npz_name(&z, i);
-        uint8_t *buf;
-        size_t len;
-        if (npz_get(&z, name, &buf, &len, &e) != ERR_OK) {
+        struct npz_scan m;
+        if (npz_scan(&z, i, INSPECT_META_MAX, &m, &e) != ERR_OK) {
             code = fail(&e);
             break;
         }
-        struct json_object *m = json_object_new_object();
-        json_object_object_add(m, "name", json_object_new_string(name));
-        json_object_object_add(m, "bytes", json_object_new_int64((int64_t)len));
-        size_t nl = strlen(name);
-        struct npy a;
-        if (nl > 4 && !strcmp(name + nl - 4, ".npy") && npy_parse(buf, len, name, &a, &e) == ERR_OK) {
+        struct json_object *jm = json_object_new_object();
+        json_object_object_add(jm, "name", json_object_new_string(m.name));
+        json_object_object_add(jm, "bytes", json_object_new_int64((int64_t)m.size));
+        if (m.is_array) {
             char shape[160];
-            shape_format(shape, sizeof shape, a.shape, a.rank);
-            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", name, dtype_name(a.dtype), shape, len);
-            json_object_object_add(m, "dtype", json_object_new_string(dtype_name(a.dtype)));
+            shape_format(shape, sizeof shape, m.array.shape, m.array.rank);
+            fprintf(out, "  %-24s %-5s %-20s %12llu bytes\n", m.name, dtype_name(m.array.dtype), shape,
+                    (unsigned long long)m.size);
+            json_object_object_add(jm, "dtype", json_object_new_string(dtype_name(m.array.dtype)));
             struct json_object *sh = json_object_new_array();
-            for (int d = 0; d < a.rank; d++)
-                json_object_array_add(sh, json_object_new_int64((int64_t)a.shape[d]));
-            json_object_object_add(m, "shape", sh);
-            npy_free(&a);
+            for (int d = 0; d < m.array.rank; d++)
+                json_object_array_add(sh, json_object_new_int64((int64_t)m.array.shape[d]));
+            json_object_object_add(jm, "shape", sh);
         } else {
-            fprintf(out, "  %-24s %-5s %-20s %12zu bytes\n", name, "raw", "-", len);
-            if (!strcmp(name, "meta.json") && !meta && jsonx_parse((const char *)buf, len, &meta, &e) == ERR_OK)
+            fprintf(out, "  %-24s %-5s %-20s %12llu bytes\n", m.name, "raw", "-", (unsigned long long)m.size);
+            if (!strcmp(m.name, "meta.json") && !meta && m.data &&
+                jsonx_parse((const char *)m.data, (size_t)m.size, &meta, &e) == ERR_OK)
                 fprintf(out, "  meta.json: %s\n", json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN));
         }
-        json_object_array_add(members, m);
-        free(buf);
+        json_object_array_add(members, jm);
+        free(m.data);
     }
     npz_close(&z);
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
@@ -1269,8 +1272,7 @@ static int golden_check(int argc, char **argv)
     if (rc == ERR_OK)
         rc = runner_prompt(&r, g.tokens, g.T, chunk, logits, NULL, &e);
     if (rc == ERR_OK) {
-        struct golden_thresholds th;
-        golden_thresholds_from_meta(&g, &th);
+        struct golden_thresholds th = g.th;
         double *dst[6] = {&th.max_abs, &th.nmse, &th.kld_mean, &th.kld_p99, &th.kld_max, &th.top1_min};
         for (int i = 0; i < 6; i++)
             if (over[i].set)

@@ -404,10 +404,10 @@ out:
     return rc;
 }
 
-/* The MLX directory is written under "<out>.tmp.<pid>" and renamed into
- * place at the end, so a failed or interrupted export leaves nothing under
- * the output name; an existing non-empty output directory is refused rather
- * than mixed with (mlx-lm loads every model*.safetensors it finds). */
+/* The MLX directory is written under a fresh "<out>.tmp.XXXXXX" and renamed
+ * into place at the end, so a failed or interrupted export leaves nothing
+ * under the output name; an existing non-empty output directory is refused
+ * rather than mixed with (mlx-lm loads every model*.safetensors it finds). */
 static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o, struct err *e)
 {
     struct stat st;
@@ -423,15 +423,13 @@ static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o,
             return err_set(e, ERR_USAGE, "%s exists and is not an empty directory; choose a new output directory",
                            o->out);
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->out, (long)getpid()) >= (int)sizeof tmp)
-        return err_set(e, ERR_RANGE, "%s: path too long", o->out);
-    struct stat tst;
-    if (stat(tmp, &tst) == 0)
-        fio_rmtree(tmp, NULL); /* a leftover of a crashed run with a recycled pid */
+    char *tmp;
+    int rc = fio_tmpdir_create(o->out, &tmp, e);
+    if (rc != ERR_OK)
+        return rc;
     struct convert_opts to = *o;
     to.out = tmp;
-    int rc = write_mlx(r, &to, e);
+    rc = write_mlx(r, &to, e);
     if (rc == ERR_OK) {
         rmdir(o->out); /* the empty directory, if any */
         if (rename(tmp, o->out) != 0)
@@ -439,6 +437,7 @@ static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o,
     }
     if (rc != ERR_OK)
         fio_rmtree(tmp, NULL);
+    free(tmp);
     return rc;
 }
 
@@ -470,7 +469,7 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         return rc;
     char *cfg_path = fio_join(dir, "config.json"), *cfg_text = NULL;
     size_t cfg_len = 0;
-    rc = cfg_path ? jsonx_read_file(cfg_path, 16u << 20, &cfg_text, &cfg_len, e) : err_set(e, ERR_NOMEM, "oom");
+    rc = cfg_path ? fio_read_file(cfg_path, FIO_INPUT, 16u << 20, &cfg_text, &cfg_len, e) : err_set(e, ERR_NOMEM, "oom");
     if (rc == ERR_OK)
         rc = cfg_parse(&r->cfg, cfg_text, cfg_len, cfg_path, e);
     free(cfg_path);

@@ -67,7 +67,7 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
 {
     char *text;
     size_t len;
-    int rc = jsonx_read_file(index_path, INDEX_MAX_BYTES, &text, &len, e);
+    int rc = fio_read_file(index_path, FIO_INPUT, INDEX_MAX_BYTES, &text, &len, e);
     if (rc != ERR_OK)
         return rc;
     c->bytes_read += len;

@@ -1,12 +1,22 @@
-/* fileio.h - whole reads/writes and the atomic-write protocol.
+/* fileio.h - opening inputs, the atomic-write protocol, whole reads/writes.
  *
- * Every output file is written as "<path>.tmp.<pid>" (fio_out_open) and
- * committed by fsync, rename over the final name and fsync of the directory
- * (fio_out_commit), so an interrupted writer never leaves a partial file
- * under the final name. */
+ * Inputs are opened without blocking and refused unless they are regular
+ * files (a FIFO or a device never stalls or feeds a reader). The files a
+ * process reads as a model's or a command's input are recorded; an output
+ * that is, or resolves to, one of them is refused, as is an output path
+ * holding anything but a regular file.
+ *
+ * An output is written into an unnamed file (O_TMPFILE) in its directory and
+ * linked into place when complete, so a writer killed at any point leaves
+ * nothing behind; where the filesystem has no unnamed files, into a
+ * uniquely named "<path>.tmp.XXXXXX" created with O_EXCL (never through a
+ * planted link), renamed over the final name. Either way the file is
+ * fsync'ed before it gets its name and the directory after, so an
+ * interrupted writer never leaves a partial file under the final name. */
 #ifndef GP_FILEIO_H
 #define GP_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,20 +28,45 @@
  * Without it, nothing happens. */
 void fio_crash_point(void);
 
+enum {
+    FIO_INPUT = 1,    /* record the file as an input: no output may replace it */
+    FIO_NOFOLLOW = 2, /* refuse a symbolic link at the path */
+};
+
+/* Opens a regular file for reading (O_NONBLOCK: a FIFO is refused, never
+ * waited on). *size gets its size when size is not NULL. */
+int fio_open_read(const char *path, unsigned flags, int *fd, uint64_t *size, struct err *e);
+
+/* Checks that path names an existing directory (not "", not a file). */
+int fio_check_dir(const char *path, struct err *e);
+
+/* Records an input already known by path (a directory's config.json read
+ * through fio_open_read needs no second call). */
+int fio_note_input(const char *path, struct err *e);
+
+/* Checks that an output may be written at path: not empty, not an existing
+ * special file or directory, not a file this process reads as an input. */
+int fio_check_output(const char *path, struct err *e);
+
 int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path, struct err *e);
 int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e);
 
-/* A file being written under its temporary name "<path>.tmp.<pid>". */
+/* A file being written. */
 struct fio_out {
-    char *path, *tmp;              /* owned; tmp NULL when nothing is open */
+    char *path;   /* owned: the final name */
+    char *tmp;    /* owned: the temporary name ("<path> (unnamed, being written)" for an unnamed file);
+                     NULL when nothing is open; used in messages */
+    bool named;   /* tmp is a real name in the directory */
     int fd;
 };
 
-/* Creates the temporary file. On failure *o is left empty (abort is safe). */
+/* Checks the output (fio_check_output) and creates the temporary file. On
+ * failure *o is left empty (abort is safe). */
 int fio_out_open(struct fio_out *o, const char *path, struct err *e);
 
-/* fsync, close, rename over the final name, fsync the directory; on failure
- * the temporary file is removed. *o is emptied in every case. */
+/* fsync, give the file its final name (link or rename), fsync the
+ * directory; on failure the temporary file is removed. *o is emptied in
+ * every case. */
 int fio_out_commit(struct fio_out *o, struct err *e);
 
 /* Closes and removes the temporary file; safe on an empty or committed *o. */
@@ -39,6 +74,19 @@ void fio_out_abort(struct fio_out *o);
 
 /* Writes a whole small file atomically (config.json, index.json, ...). */
 int fio_write_file(const char *path, const void *data, size_t len, struct err *e);
+
+/* Reads a whole regular file of at most max_bytes; *out is malloc'ed and
+ * NUL-terminated. flags as for fio_open_read. */
+int fio_read_file(const char *path, unsigned flags, size_t max_bytes, char **out, size_t *len, struct err *e);
+
+/* A new, empty, uniquely named directory "<path>.tmp.XXXXXX" (mode 0755)
+ * beside path, for a directory output renamed into place when complete.
+ * *tmp is malloc'ed. */
+int fio_tmpdir_create(const char *path, char **tmp, struct err *e);
+
+/* Removes the temporary files of killed writers in dir: regular files whose
+ * name holds ".tmp." and that were last modified more than max_age_s ago. */
+void fio_remove_stale_temps(const char *dir, long max_age_s);
 
 /* mkdir -p. */
 int fio_mkdirs(const char *dir, struct err *e);

@@ -37,8 +37,4 @@ bool jsonx_u64(struct json_object *o, uint64_t *out);
 /* json-c type name for messages ("int", "string", "null", ...). */
 const char *jsonx_type_name(struct json_object *o);
 
-/* Reads a whole small file (config.json, index.json) into a NUL-terminated
- * buffer; refuses files above max_bytes. *out is malloc'ed. */
-int jsonx_read_file(const char *path, size_t max_bytes, char **out, size_t *len, struct err *e);
-
 #endif

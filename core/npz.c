@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zip.h>
 
 #include "core/bytes.h"
+#include "core/crc.h"
 #include "core/fileio.h"
 
 static const struct {
@@ -115,7 +117,12 @@ static int parse_dict(const char *p, const char *end, const char *what, struct n
     return ERR_OK;
 }
 
-int npy_parse(const uint8_t *buf, size_t len, const char *what, struct npy *a, struct err *e)
+/* The npy header at the start of buf (which may hold only a prefix of the
+ * array): dtype, shape and count into *a, the data offset into *data_off, and
+ * the data's byte count into *nbytes. ERR_FORMAT with need > len when buf ends
+ * inside the header. */
+static int npy_header(const uint8_t *buf, size_t len, const char *what, struct npy *a, size_t *data_off,
+                      uint64_t *nbytes, struct err *e)
 {
     memset(a, 0, sizeof *a);
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
@@ -133,16 +140,27 @@ int npy_parse(const uint8_t *buf, size_t len, const char *what, struct npy *a, s
     } else {
         return err_set(e, ERR_UNSUPPORTED, "%s: npy version %u, expected 1, 2 or 3", what, major);
     }
+    if (hlen > NPY_MAX_HEADER)
+        return err_set(e, ERR_RANGE, "%s: npy header of %zu bytes, above the %d-byte limit", what, hlen, NPY_MAX_HEADER);
     if (hlen > len - hoff)
         return err_set(e, ERR_FORMAT, "%s: npy header length %zu beyond the %zu-byte member", what, hlen, len);
     int rc = parse_dict((const char *)buf + hoff, (const char *)buf + hoff + hlen, what, a, e);
     if (rc != ERR_OK)
         return rc;
-    uint64_t nbytes;
-    if ((rc = dtype_nbytes(a->dtype, a->shape, a->rank, &nbytes, e)) != ERR_OK)
+    if ((rc = dtype_nbytes(a->dtype, a->shape, a->rank, nbytes, e)) != ERR_OK)
         return err_prefix(e, "%s", what);
     shape_numel(a->shape, a->rank, &a->count);
-    size_t data_off = hoff + hlen;
+    *data_off = hoff + hlen;
+    return ERR_OK;
+}
+
+int npy_parse(const uint8_t *buf, size_t len, const char *what, struct npy *a, struct err *e)
+{
+    size_t data_off;
+    uint64_t nbytes;
+    int rc = npy_header(buf, len, what, a, &data_off, &nbytes, e);
+    if (rc != ERR_OK)
+        return rc;
     if (nbytes != len - data_off)
         return err_set(e, ERR_FORMAT, "%s: npy payload is %zu bytes, shape x dtype needs %llu", what, len - data_off,
                        (unsigned long long)nbytes);
@@ -255,13 +273,16 @@ int npz_write(const char *path, const struct npz_member *m, size_t n, struct err
 int npz_open(struct npz *z, const char *path, struct err *e)
 {
     memset(z, 0, sizeof *z);
-    int zerr;
-    zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    int fd, zerr = 0;
+    int rc = fio_open_read(path, FIO_INPUT, &fd, NULL, e);
+    if (rc != ERR_OK)
+        return rc;
+    zip_t *za = zip_fdopen(fd, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
     if (!za) {
+        close(fd);
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
-        int rc = err_set(e, zerr == ZIP_ER_NOENT || zerr == ZIP_ER_OPEN ? ERR_IO : ERR_FORMAT,
-                         "%s: not a readable .npz: %s", path, zip_error_strerror(&ze));
+        rc = err_set(e, ERR_FORMAT, "%s: not a readable .npz: %s", path, zip_error_strerror(&ze));
         zip_error_fini(&ze);
         return rc;
     }
@@ -301,73 +322,208 @@ bool npz_has(const struct npz *z, const char *name)
     return zip_name_locate(z->za, name, 0) >= 0;
 }
 
-int npz_size(const struct npz *z, const char *name, uint64_t *size, struct err *e)
+/* A member being read: its declared size and CRC, the bytes and CRC so far. */
+struct member {
+    const struct npz *z;
+    const char *name;
+    zip_file_t *f;
+    uint64_t size, done;
+    uint32_t crc, want_crc;
+};
+
+static int member_open(const struct npz *z, zip_int64_t idx, struct member *m, struct err *e)
 {
-    zip_int64_t idx = zip_name_locate(z->za, name, 0);
     zip_stat_t st;
-    if (idx < 0 || zip_stat_index(z->za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
-        return err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name);
-    *size = st.size;
+    memset(m, 0, sizeof *m);
+    m->z = z;
+    m->name = zip_get_name(z->za, (zip_uint64_t)idx, 0);
+    if (!m->name || zip_stat_index(z->za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) ||
+        !(st.valid & ZIP_STAT_CRC))
+        return err_set(e, ERR_FORMAT, "%s: cannot stat member %lld", z->path, (long long)idx);
+    m->size = st.size;
+    m->want_crc = st.crc;
+    if (!(m->f = zip_fopen_index(z->za, (zip_uint64_t)idx, 0)))
+        return err_set(e, ERR_FORMAT, "%s: cannot open member %s: %s", z->path, m->name, zip_strerror(z->za));
     return ERR_OK;
 }
 
-int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e)
+/* The next len bytes of the member (len <= what is left). */
+static int member_read(struct member *m, void *buf, uint64_t len, struct err *e)
+{
+    uint8_t *p = buf;
+    while (len) {
+        zip_uint64_t take = len > (1u << 30) ? (1u << 30) : len;
+        zip_int64_t got = zip_fread(m->f, p, take);
+        if (got <= 0)
+            return err_set(e, ERR_FORMAT, "%s: member %s: corrupt: read %llu of %llu bytes (%s)", m->z->path, m->name,
+                           (unsigned long long)m->done, (unsigned long long)m->size,
+                           got < 0 ? zip_file_strerror(m->f) : "the data ends early");
+        m->crc = crc32_update(m->crc, p, (uint64_t)got);
+        m->done += (uint64_t)got;
+        p += got;
+        len -= (uint64_t)got;
+    }
+    return ERR_OK;
+}
+
+/* Reads what is left without keeping it, then checks size and CRC-32. */
+static int member_finish(struct member *m, struct err *e)
+{
+    uint8_t chunk[65536], extra;
+    int rc = ERR_OK;
+    while (rc == ERR_OK && m->done < m->size) {
+        uint64_t left = m->size - m->done;
+        rc = member_read(m, chunk, left < sizeof chunk ? left : sizeof chunk, e);
+    }
+    if (rc == ERR_OK && zip_fread(m->f, &extra, 1) > 0)
+        rc = err_set(e, ERR_FORMAT, "%s: member %s: corrupt: more data than its declared %llu bytes", m->z->path,
+                     m->name, (unsigned long long)m->size);
+    if (rc == ERR_OK && m->crc != m->want_crc)
+        rc = err_set(e, ERR_FORMAT, "%s: member %s: corrupt: CRC-32 0x%08x, the archive says 0x%08x", m->z->path,
+                     m->name, m->crc, m->want_crc);
+    return rc;
+}
+
+static void member_close(struct member *m)
+{
+    if (m->f)
+        zip_fclose(m->f);
+    m->f = NULL;
+}
+
+static int locate(const struct npz *z, const char *name, zip_int64_t *idx, struct err *e)
+{
+    *idx = zip_name_locate(z->za, name, 0);
+    return *idx < 0 ? err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name) : ERR_OK;
+}
+
+int npz_get(const struct npz *z, const char *name, size_t max_bytes, uint8_t **buf, size_t *len, struct err *e)
 {
     *buf = NULL;
-    int rc = ERR_OK;
-    zip_int64_t idx = zip_name_locate(z->za, name, 0);
-    zip_stat_t st;
-    if (idx < 0) {
-        rc = err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name);
-    } else if (zip_stat_index(z->za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
-        rc = err_set(e, ERR_FORMAT, "%s: cannot stat member %s", z->path, name);
-    } else if (st.size > NPZ_MAX_MEMBER) {
-        rc = err_set(e, ERR_RANGE, "%s: member %s declares %llu bytes, above the %llu-byte limit", z->path, name,
-                     (unsigned long long)st.size, NPZ_MAX_MEMBER);
-    } else {
-        zip_file_t *f = zip_fopen_index(z->za, (zip_uint64_t)idx, 0);
-        *buf = malloc(st.size ? (size_t)st.size : 1);
-        if (!f || !*buf) {
-            rc = err_set(e, f ? ERR_NOMEM : ERR_FORMAT, "%s: cannot open member %s", z->path, name);
-        } else {
-            zip_int64_t got = zip_fread(f, *buf, st.size);
-            if (got != (zip_int64_t)st.size)
-                rc = err_set(e, ERR_FORMAT, "%s: member %s: read %lld of %llu bytes (%s)", z->path, name,
-                             (long long)got, (unsigned long long)st.size, zip_file_strerror(f));
-            *len = (size_t)st.size;
-        }
-        if (f)
-            zip_fclose(f);
-    }
+    zip_int64_t idx;
+    struct member m;
+    int rc = locate(z, name, &idx, e);
+    if (rc == ERR_OK)
+        rc = member_open(z, idx, &m, e);
+    if (rc != ERR_OK)
+        return rc;
+    if (m.size > max_bytes)
+        rc = err_set(e, ERR_RANGE, "%s: member %s declares %llu bytes, above the %zu bytes it may hold", z->path, name,
+                     (unsigned long long)m.size, max_bytes);
+    else if (!(*buf = malloc(m.size ? (size_t)m.size : 1)))
+        rc = err_set(e, ERR_NOMEM, "%s: member %s: cannot allocate %llu bytes", z->path, name,
+                     (unsigned long long)m.size);
+    if (rc == ERR_OK)
+        rc = member_read(&m, *buf, m.size, e);
+    if (rc == ERR_OK)
+        rc = member_finish(&m, e);
+    member_close(&m);
     if (rc != ERR_OK) {
         free(*buf);
         *buf = NULL;
+        return rc;
+    }
+    *len = (size_t)m.size;
+    return ERR_OK;
+}
+
+/* The npy header at the member's start, read in as many bytes as it needs;
+ * *data_off and *nbytes as npy_header gives them. */
+static int member_npy_header(struct member *m, const char *what, struct npy *a, size_t *data_off, uint64_t *nbytes,
+                             struct err *e)
+{
+    uint8_t head[12 + NPY_MAX_HEADER];
+    uint64_t have = m->size < 12 ? m->size : 12;
+    int rc = member_read(m, head, have, e);
+    if (rc != ERR_OK)
+        return rc;
+    size_t hlen = have >= 10 ? (head[6] == 1 ? 10u + rd_u16le(head + 8) : have >= 12 ? 12u + rd_u32le(head + 8) : 0) : 0;
+    if (hlen > have && hlen <= sizeof head && hlen <= m->size) {
+        if ((rc = member_read(m, head + have, hlen - have, e)) != ERR_OK)
+            return rc;
+        have = hlen;
+    }
+    return npy_header(head, (size_t)have, what, a, data_off, nbytes, e);
+}
+
+int npz_get_array(const struct npz *z, const char *name, uint64_t max_count, struct npy *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    char what[512];
+    snprintf(what, sizeof what, "%s: %s", z->path, name);
+    zip_int64_t idx;
+    struct member m;
+    int rc = locate(z, name, &idx, e);
+    if (rc == ERR_OK)
+        rc = member_open(z, idx, &m, e);
+    if (rc != ERR_OK)
+        return rc;
+    size_t off;
+    uint64_t nbytes;
+    if ((rc = member_npy_header(&m, what, out, &off, &nbytes, e)) != ERR_OK) {
+        member_close(&m);
+        return rc;
+    }
+    if (out->count > max_count)
+        rc = err_set(e, ERR_RANGE, "%s: %llu elements, above the %llu this member may hold", what,
+                     (unsigned long long)out->count, (unsigned long long)max_count);
+    else if (m.size != off + nbytes)
+        rc = err_set(e, ERR_FORMAT, "%s: member of %llu bytes, but its header and shape x dtype make %llu", what,
+                     (unsigned long long)m.size, (unsigned long long)(off + nbytes));
+    else if (!(out->data = malloc(nbytes ? (size_t)nbytes : 1)))
+        rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu bytes", what, (unsigned long long)nbytes);
+    if (rc == ERR_OK)
+        rc = member_read(&m, out->data, nbytes, e);
+    if (rc == ERR_OK)
+        rc = member_finish(&m, e);
+    member_close(&m);
+    if (rc != ERR_OK)
+        npy_free(out);
+    return rc;
+}
+
+int npz_scan(const struct npz *z, size_t i, size_t keep, struct npz_scan *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    struct member m;
+    int rc = member_open(z, (zip_int64_t)i, &m, e);
+    if (rc != ERR_OK)
+        return rc;
+    out->name = m.name;
+    out->size = m.size;
+    size_t nl = strlen(m.name);
+    if (nl > 4 && !strcmp(m.name + nl - 4, ".npy")) {
+        char what[512];
+        snprintf(what, sizeof what, "%s: %s", z->path, m.name);
+        size_t off;
+        uint64_t nbytes;
+        out->is_array = (rc = member_npy_header(&m, what, &out->array, &off, &nbytes, e)) == ERR_OK;
+        if (rc == ERR_OK && m.size != off + nbytes)
+            rc = err_set(e, ERR_FORMAT, "%s: member of %llu bytes, but its header and shape x dtype make %llu", what,
+                         (unsigned long long)m.size, (unsigned long long)(off + nbytes));
+    } else if (m.size <= keep) {
+        if (!(out->data = malloc(m.size + 1)))
+            rc = err_set(e, ERR_NOMEM, "out of memory");
+        if (rc == ERR_OK && (rc = member_read(&m, out->data, m.size, e)) == ERR_OK)
+            out->data[m.size] = 0;
+    }
+    if (rc == ERR_OK)
+        rc = member_finish(&m, e);
+    member_close(&m);
+    if (rc != ERR_OK) {
+        free(out->data);
+        out->data = NULL;
     }
     return rc;
 }
 
-int npz_get_array(const struct npz *z, const char *name, struct npy *out, struct err *e)
-{
-    uint8_t *buf;
-    size_t len;
-    memset(out, 0, sizeof *out);
-    int rc = npz_get(z, name, &buf, &len, e);
-    if (rc != ERR_OK)
-        return rc;
-    char what[512];
-    snprintf(what, sizeof what, "%s: %s", z->path, name);
-    rc = npy_parse(buf, len, what, out, e);
-    free(buf);
-    return rc;
-}
-
-int npz_read_array(const char *path, const char *name, struct npy *out, struct err *e)
+int npz_read_array(const char *path, const char *name, uint64_t max_count, struct npy *out, struct err *e)
 {
     struct npz z;
     memset(out, 0, sizeof *out);
     int rc = npz_open(&z, path, e);
     if (rc == ERR_OK)
-        rc = npz_get_array(&z, name, out, e);
+        rc = npz_get_array(&z, name, max_count, out, e);
     npz_close(&z);
     return rc;
 }

@@ -6,7 +6,14 @@
  * rejects Fortran order, big-endian and object arrays; every count is
  * checked against the member size. npz: a zip of "<key>.npy" members (plus
  * raw members such as meta.json), written stored with a fixed timestamp so
- * identical content gives identical files, committed atomically. */
+ * identical content gives identical files, committed atomically.
+ *
+ * Reading trusts nothing the archive says of itself: every member read is
+ * checked against its CRC-32 and its declared size (a mismatch is
+ * ERR_FORMAT, "corrupt"), and nothing is allocated beyond what the caller
+ * says the member may hold: a byte cap for raw members, an element cap for
+ * arrays, whose header is read first and whose declared size must be exactly
+ * what the header's shape needs. */
 #ifndef GP_NPZ_H
 #define GP_NPZ_H
 
@@ -18,7 +25,7 @@
 #include "core/err.h"
 
 #define NPY_MAX_RANK 8
-#define NPZ_MAX_MEMBER (4ull << 30)
+#define NPY_MAX_HEADER 65536
 
 struct npy {
     enum dtype dtype;             /* DT_F32, DT_F64, DT_I32, DT_I64 or DT_U8 */
@@ -61,16 +68,27 @@ void npz_close(struct npz *z);
 const char *npz_name(const struct npz *z, size_t i);
 bool npz_has(const struct npz *z, const char *name);
 
-/* Declared (uncompressed) size of member `name`; ERR_FORMAT if absent. */
-int npz_size(const struct npz *z, const char *name, uint64_t *size, struct err *e);
+/* Member `name`, refused before anything is allocated when it declares more
+ * than max_bytes. *buf malloc'ed. ERR_FORMAT if absent or corrupt. */
+int npz_get(const struct npz *z, const char *name, size_t max_bytes, uint8_t **buf, size_t *len, struct err *e);
 
-/* Member `name` (CRC checked by libzip). ERR_FORMAT if absent. *buf malloc'ed. */
-int npz_get(const struct npz *z, const char *name, uint8_t **buf, size_t *len, struct err *e);
+/* Array member `name` of at most max_count elements (checked from its header
+ * before the data is allocated). ERR_FORMAT if absent or corrupt. */
+int npz_get_array(const struct npz *z, const char *name, uint64_t max_count, struct npy *out, struct err *e);
 
-/* npz_get + npy_parse. */
-int npz_get_array(const struct npz *z, const char *name, struct npy *out, struct err *e);
+/* Member i read once, in pieces, CRC and size checked: an .npy member's
+ * header (dtype and shape in `array`, no data), any other member's bytes
+ * when it holds at most `keep` (NUL-terminated; free data). */
+struct npz_scan {
+    const char *name;             /* borrowed from the archive */
+    uint64_t size;
+    bool is_array;
+    struct npy array;             /* is_array: data NULL */
+    uint8_t *data;                /* raw member of at most `keep` bytes, else NULL */
+};
+int npz_scan(const struct npz *z, size_t i, size_t keep, struct npz_scan *out, struct err *e);
 
 /* Convenience: open, read one array, close. */
-int npz_read_array(const char *path, const char *name, struct npy *out, struct err *e);
+int npz_read_array(const char *path, const char *name, uint64_t max_count, struct npy *out, struct err *e);
 
 #endif

@@ -451,26 +451,23 @@ int pack_open(struct pack *p, const char *path, struct err *e)
     memset(p, 0, sizeof *p);
     if (!(p->path = strdup(path)))
         return err_set(e, ERR_NOMEM, "cannot copy a path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int rc = err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    int rc = fio_open_read(path, FIO_INPUT, &fd, &size, e);
+    if (rc != ERR_OK) {
         pack_close(p);
         return rc;
     }
-    struct stat st;
-    int rc = ERR_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = err_set(e, ERR_IO, "%s: not a regular file", path);
-    } else if (st.st_size < PACK_HEADER_SIZE) {
-        rc = err_set(e, ERR_FORMAT, "%s: %lld bytes, too small for the 64-byte pack header", path,
-                     (long long)st.st_size);
+    if (size < PACK_HEADER_SIZE) {
+        rc = err_set(e, ERR_FORMAT, "%s: %llu bytes, too small for the 64-byte pack header", path,
+                     (unsigned long long)size);
     } else {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             rc = err_set(e, ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
         } else {
             p->map = m;
-            p->size = (size_t)st.st_size;
+            p->size = (size_t)size;
             p->mapped = true;
             rc = validate(p, e);
         }

@@ -214,20 +214,13 @@ int st_open(struct st_file *f, const char *path, unsigned flags, struct err *e)
     f->path = strdup(path);
     if (!f->path)
         return err_set(e, ERR_NOMEM, "cannot copy a path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int rc = err_set(e, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    int rc = fio_open_read(path, FIO_INPUT, &fd, &f->file_size, e);
+    if (rc != ERR_OK) {
         st_close(f);
         return rc;
     }
-    int rc = ERR_OK;
     char *hdr = NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = err_set(e, ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    f->file_size = (uint64_t)st.st_size;
     uint8_t first8[8] = {0};
     if (f->file_size >= 8 && (rc = fio_pread_all(fd, first8, 8, 0, path, e)) != ERR_OK)
         goto fail;

@@ -8,20 +8,18 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 
-/* Reads the golden's members from an open archive. */
 #define GOLDEN_MAX_TOKENS (1u << 24)
+#define GOLDEN_MAX_VOCAB (1u << 22) /* when the model's is not known */
+#define GOLDEN_MAX_META (1u << 20)
 
+/* Reads the golden's members from an open archive, each capped by what it
+ * must hold: tokens by GOLDEN_MAX_TOKENS, logits by T x vocab, meta.json by
+ * GOLDEN_MAX_META. */
 static int read_members(const struct npz *z, int64_t vocab, struct golden *g, struct err *e)
 {
     const char *path = z->path;
     struct npy tok, lg;
-    uint64_t size;
-    int rc = npz_size(z, "tokens.npy", &size, e);
-    if (rc == ERR_OK && size > 8ull * GOLDEN_MAX_TOKENS + 4096)
-        rc = err_set(e, ERR_RANGE, "%s: tokens.npy declares %llu bytes, more than %u tokens", path,
-                     (unsigned long long)size, GOLDEN_MAX_TOKENS);
-    if (rc == ERR_OK)
-        rc = npz_get_array(z, "tokens.npy", &tok, e);
+    int rc = npz_get_array(z, "tokens.npy", GOLDEN_MAX_TOKENS, &tok, e);
     if (rc != ERR_OK)
         return rc;
     if ((tok.dtype != DT_I32 && tok.dtype != DT_I64) || tok.rank != 1) {
@@ -45,15 +43,12 @@ static int read_members(const struct npz *z, int64_t vocab, struct golden *g, st
     /* logits_f64.npy, when present, must be valid: never silently skipped */
     g->f64 = npz_has(z, "logits_f64.npy");
     const char *lname = g->f64 ? "logits_f64.npy" : "logits.npy";
-    if ((rc = npz_size(z, lname, &size, e)) != ERR_OK)
-        return rc;
-    if (vocab > 0 && size > (uint64_t)g->T * (uint64_t)vocab * 8 + 4096)
-        return err_set(e, ERR_FORMAT, "%s: %s declares %llu bytes; %lld positions of a %lld-token vocabulary need at "
-                                      "most %llu: not a golden of this model",
-                       path, lname, (unsigned long long)size, (long long)g->T, (long long)vocab,
-                       (unsigned long long)((uint64_t)g->T * (uint64_t)vocab * 8 + 4096));
-    if ((rc = npz_get_array(z, lname, &lg, e)) != ERR_OK)
-        return rc;
+    uint64_t max_count = (uint64_t)g->T * (uint64_t)(vocab > 0 ? vocab : GOLDEN_MAX_VOCAB);
+    if ((rc = npz_get_array(z, lname, max_count, &lg, e)) != ERR_OK)
+        return rc == ERR_RANGE && vocab > 0
+                   ? err_prefix(e, "logits must be float [T, V] with T = %lld tokens and V at most the model's "
+                                   "vocabulary %lld", (long long)g->T, (long long)vocab)
+                   : rc;
     if (lg.rank != 2 || (lg.dtype != DT_F32 && lg.dtype != DT_F64) || (int64_t)lg.shape[0] != g->T) {
         npy_free(&lg);
         return err_set(e, ERR_FORMAT, "%s: logits must be float [T, V] with T = %lld tokens", path, (long long)g->T);
@@ -65,15 +60,17 @@ static int read_members(const struct npz *z, int64_t vocab, struct golden *g, st
     npy_free(&lg);
     if (!g->logits)
         return err_set(e, ERR_NOMEM, "out of memory");
-    if (!npz_has(z, "meta.json"))
-        return ERR_OK;
-    uint8_t *meta;
-    size_t mlen;
-    if ((rc = npz_get(z, "meta.json", &meta, &mlen, e)) != ERR_OK)
-        return rc;
-    rc = jsonx_parse((const char *)meta, mlen, &g->meta, e);
-    free(meta);
-    return rc == ERR_OK ? ERR_OK : err_prefix(e, "%s: meta.json", path);
+    if (npz_has(z, "meta.json")) {
+        uint8_t *meta;
+        size_t mlen;
+        if ((rc = npz_get(z, "meta.json", GOLDEN_MAX_META, &meta, &mlen, e)) != ERR_OK)
+            return rc;
+        rc = jsonx_parse((const char *)meta, mlen, &g->meta, e);
+        free(meta);
+        if (rc != ERR_OK)
+            return err_prefix(e, "%s: meta.json", path);
+    }
+    return golden_thresholds_from_meta(g, path, &g->th, e);
 }
 
 int golden_read(const char *path, int64_t vocab, struct golden *g, struct err *e)
@@ -119,32 +116,47 @@ int golden_write(const char *path, const int32_t *tokens, int64_t T, const float
     return rc;
 }
 
-void golden_thresholds_from_meta(const struct golden *g, struct golden_thresholds *t)
+int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
+                                struct err *e)
 {
     *t = (struct golden_thresholds){.max_abs = 1e-4, .nmse = -1, .kld_mean = -1, .kld_p99 = -1, .kld_max = -1,
                                     .top1_min = 1.0};
-    struct json_object *tol, *v;
-    if (!g->meta || !json_object_object_get_ex(g->meta, "tolerances", &tol))
-        return;
+    struct json_object *tol;
+    if (!g->meta || !json_object_object_get_ex(g->meta, "tolerances", &tol) || !tol)
+        return ERR_OK;
+    if (json_object_get_type(tol) != json_type_object)
+        return err_set(e, ERR_FORMAT, "%s: meta.json: \"tolerances\" is %s, expected an object of thresholds", path,
+                       jsonx_type_name(tol));
     static const struct {
         const char *key;
         size_t off;
-    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs)},
-                {"nmse", offsetof(struct golden_thresholds, nmse)},
-                {"kld_mean", offsetof(struct golden_thresholds, kld_mean)},
-                {"kld_p99", offsetof(struct golden_thresholds, kld_p99)},
-                {"kld_max", offsetof(struct golden_thresholds, kld_max)},
-                {"top1", offsetof(struct golden_thresholds, top1_min)}};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        if (!json_object_object_get_ex(tol, keys[i].key, &v))
-            continue;
-        enum json_type ty = json_object_get_type(v);
+        double max;
+    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs), INFINITY},
+                {"nmse", offsetof(struct golden_thresholds, nmse), INFINITY},
+                {"kld_mean", offsetof(struct golden_thresholds, kld_mean), INFINITY},
+                {"kld_p99", offsetof(struct golden_thresholds, kld_p99), INFINITY},
+                {"kld_max", offsetof(struct golden_thresholds, kld_max), INFINITY},
+                {"top1", offsetof(struct golden_thresholds, top1_min), 1.0}};
+    json_object_object_foreach(tol, key, val) {
+        size_t i = 0;
+        while (i < sizeof keys / sizeof keys[0] && strcmp(keys[i].key, key))
+            i++;
+        if (i == sizeof keys / sizeof keys[0])
+            return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is not a threshold gempack knows (max_abs, "
+                                          "nmse, kld_mean, kld_p99, kld_max, top1)", path, key);
         double *dst = (double *)(void *)((char *)t + keys[i].off);
+        enum json_type ty = json_object_get_type(val);
+        double x = ty == json_type_double || ty == json_type_int ? json_object_get_double(val) : (double)NAN;
         if (ty == json_type_null)
-            *dst = -1;
-        else if (ty == json_type_double || ty == json_type_int)
-            *dst = json_object_get_double(v);
+            *dst = -1; /* null disables the check */
+        else if (!isfinite(x) || x < 0 || x > keys[i].max)
+            return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is %s %s, expected a number in [0, %s] or null",
+                           path, key, jsonx_type_name(val), json_object_to_json_string(val),
+                           keys[i].max == 1.0 ? "1" : "inf");
+        else
+            *dst = x;
     }
+    return ERR_OK;
 }
 
 /* log-softmax of a row in float64 into out[V]. */

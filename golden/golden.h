@@ -14,12 +14,18 @@
 
 #include "core/err.h"
 
+/* Thresholds; a negative value means "not checked". */
+struct golden_thresholds {
+    double max_abs, nmse, kld_mean, kld_p99, kld_max, top1_min;
+};
+
 struct golden {
     int32_t *tokens;          /* [T] */
     double *logits;           /* [T, V] (float64, from logits_f64 or logits) */
     int64_t T, V;
     struct json_object *meta; /* meta.json, or NULL */
     bool f64;                 /* logits came from logits_f64.npy */
+    struct golden_thresholds th; /* from meta.json (golden_thresholds_from_meta) */
 };
 
 /* vocab: the model's vocabulary when known (0: not known); the logits
@@ -43,14 +49,12 @@ struct golden_metrics {
     int64_t T, V;
 };
 
-/* Thresholds; a negative value means "not checked". */
-struct golden_thresholds {
-    double max_abs, nmse, kld_mean, kld_p99, kld_max, top1_min;
-};
-
 /* Defaults (max_abs 1e-4, top1 1.0, others unchecked) overridden by the
- * golden's meta.json "tolerances" object. */
-void golden_thresholds_from_meta(const struct golden *g, struct golden_thresholds *t);
+ * golden's meta.json "tolerances" object, whose every entry must be a known
+ * threshold holding a finite number >= 0 (top1 at most 1) or null (not
+ * checked): anything else is ERR_FORMAT naming path and key. */
+int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
+                                struct err *e);
 
 /* Compares model logits got[T, V] with the golden's. */
 void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/npz.h"
 
@@ -188,7 +189,7 @@ int tokens_read_file(const char *path, struct token_seqs *s, struct err *e)
 {
     char *buf;
     size_t len;
-    int rc = jsonx_read_file(path, TOKENS_FILE_MAX, &buf, &len, e);
+    int rc = fio_read_file(path, FIO_INPUT, TOKENS_FILE_MAX, &buf, &len, e);
     if (rc != ERR_OK)
         return rc;
     rc = tokens_parse((const uint8_t *)buf, len, path, s, e);

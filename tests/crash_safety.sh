@@ -7,7 +7,9 @@
 #  2. SIGKILL from outside at timed points;
 #  3. a full disk (RLIMIT_FSIZE): a clear message, exit 2, no output, no temp file.
 # After a kill, the output name must be absent, or hold the complete output
-# (byte-identical to an uninterrupted run, and verified).
+# (byte-identical to an uninterrupted run, and verified). Where the filesystem
+# has unnamed temporary files (O_TMPFILE), a killed pack conversion leaves no
+# temporary file at all.
 set -u
 G="$1"
 T=$(mktemp -d "${TMPDIR:-/tmp}/gempack-crash-XXXXXX")
@@ -30,7 +32,7 @@ ok "reference pack verifies" -- "$G" verify "$T/ref.gpk" >/dev/null
 # and removed; nothing else may appear in the directory.
 outcome() { # OUT REF
     local out=$1 ref=$2 extra
-    extra=$(cd "$T/w" && ls -A | grep -v -e '^out\.gpk\.tmp\.[0-9]*$' -e '^out-mlx\.tmp\.[0-9]*$' \
+    extra=$(cd "$T/w" && ls -A | grep -v -e '^out\.gpk\.tmp\.[0-9A-Za-z.]*$' -e '^out-mlx\.tmp\.[0-9A-Za-z]*$' \
         -e "^$(basename "$out")\$")
     [ -z "$extra" ] || { echo "unexpected files: $extra"; return 1; }
     leftovers=$((leftovers + $(cd "$T/w" && ls -A | grep -c '\.tmp\.')))
@@ -73,6 +75,9 @@ crash_series() { # NAME OUT REF CONVERT-ARGS...: kill at points 1, 2, 3, ... unt
 }
 
 crash_series pack "$T/w/out.gpk" "$T/ref.gpk" --bits 4
+if python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_TMPFILE | os.O_WRONLY))' "$T" 2>/dev/null; then
+    ok "pack: no kill left a temporary file (unnamed temporary files)" -- test $leftovers = 0
+fi
 crash_series mlx "$T/w/out-mlx" "$T/ref-mlx" --bits 4 --format mlx
 
 # SIGKILL from outside, at timed points over a run
@@ -87,6 +92,9 @@ for ms in 0 1 2 3 5 8 12 16 20 25 30 40 50 70 100; do
     ok "external kill after $ms ms: absent or complete" -- outcome "$T/w/out.gpk" "$T/ref.gpk"
 done
 echo "external kills: output absent $absent, complete $complete; temporary files left: $leftovers"
+if python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_TMPFILE | os.O_WRONLY))' "$T" 2>/dev/null; then
+    ok "external kills left no temporary file (unnamed temporary files)" -- test $leftovers = 0
+fi
 
 # A full disk: the file-size limit hit at several points of the pack and of an
 # MLX export (the last limit: half the size of the largest output file)

@@ -142,10 +142,12 @@ static struct edit ed_set(enum ed_op op, const char *name, enum dtype dt, int ra
 }
 
 /* Rewrites dir/model.safetensors: every tensor is copied byte for byte (via
- * st_data) except the dropped ones; changed and added tensors hold zeros. */
+ * st_data) except the dropped ones; changed and added tensors hold zeros.
+ * The new file is written beside the old one and renamed over it (an output
+ * may not replace a file the process reads). */
 static void rewrite_st(const char *dir, const struct edit *ed, size_t ne)
 {
-    char *path = fio_join(dir, "model.safetensors");
+    char *path = fio_join(dir, "model.safetensors"), *next = fio_join(dir, "next.safetensors");
     struct st_file f;
     struct err e = {0};
     cr_assert_eq(st_open(&f, path, 0, &e), ERR_OK, "%s", e.msg);
@@ -197,7 +199,7 @@ static void rewrite_st(const char *dir, const struct edit *ed, size_t ne)
         meta[2 * i + 1] = f.meta[i].value;
     }
     struct st_writer w;
-    cr_assert_eq(st_writer_open(&w, path, wt, n, meta, f.n_meta, false, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(st_writer_open(&w, next, wt, n, meta, f.n_meta, false, &e), ERR_OK, "%s", e.msg);
     for (size_t i = 0; i < n; i++) {
         if (src[i]) {
             const uint8_t *p;
@@ -215,11 +217,13 @@ static void rewrite_st(const char *dir, const struct edit *ed, size_t ne)
     cr_assert_eq(st_writer_finish(&w, &e), ERR_OK, "%s", e.msg);
     st_writer_abort(&w);
     st_close(&f);
+    cr_assert_eq(rename(next, path), 0);
     free(meta);
     free(used);
     free(src);
     free(wt);
     free(path);
+    free(next);
 }
 
 /* --- config.json edits --- */

@@ -139,18 +139,17 @@ Test(golden, write_read_round_trip)
     struct json_object *v;
     cr_assert(json_object_object_get_ex(g.meta, "producer", &v));
     cr_assert_str_eq(json_object_get_string(v), "test_golden");
-    struct golden_thresholds th;
-    golden_thresholds_from_meta(&g, &th);
+    struct golden_thresholds th = g.th;
     cr_assert_eq(th.max_abs, 0.25);
     cr_assert_eq(th.top1_min, 1.0); /* default kept */
     golden_free(&g);
 
     /* members as np.load expects them: tokens <i4 [T], logits <f4 [T, V] */
     struct npy a;
-    cr_assert_eq(npz_read_array(path, "tokens.npy", &a, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_read_array(path, "tokens.npy", UINT64_MAX, &a, &e), ERR_OK, "%s", e.msg);
     cr_assert(a.dtype == DT_I32 && a.rank == 1 && a.shape[0] == (uint64_t)T);
     npy_free(&a);
-    cr_assert_eq(npz_read_array(path, "logits.npy", &a, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_read_array(path, "logits.npy", UINT64_MAX, &a, &e), ERR_OK, "%s", e.msg);
     cr_assert(a.dtype == DT_F32 && a.rank == 2 && a.shape[0] == (uint64_t)T && a.shape[1] == (uint64_t)V);
     cr_assert_eq(memcmp(a.data, logits, (size_t)(T * V) * sizeof *logits), 0);
     npy_free(&a);
@@ -191,7 +190,7 @@ Test(golden, committed_numpy_golden)
         cr_assert_eq(g.tokens[t], want[t], "token %d", t);
     /* logits.npy is logits_f64 rounded to float32 (golden/README.md) */
     struct npy f32;
-    cr_assert_eq(npz_read_array(path, "logits.npy", &f32, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_read_array(path, "logits.npy", UINT64_MAX, &f32, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(f32.count, (uint64_t)(24 * 512));
     bool some_inexact = false;
     for (uint64_t k = 0; k < f32.count; k++) {
@@ -207,8 +206,7 @@ Test(golden, committed_numpy_golden)
     struct json_object *v;
     cr_assert(json_object_object_get_ex(g.meta, "producer", &v));
     cr_assert_str_eq(json_object_get_string(v), "gempack golden/reference.py");
-    struct golden_thresholds th;
-    golden_thresholds_from_meta(&g, &th);
+    struct golden_thresholds th = g.th;
     cr_assert_eq(th.max_abs, 1e-4);
     cr_assert_eq(th.top1_min, 1.0);
     cr_assert_eq(th.kld_mean, 1e-6);
@@ -238,7 +236,8 @@ Test(golden, thresholds_defaults_and_meta)
 {
     struct golden g = {0};
     struct golden_thresholds th;
-    golden_thresholds_from_meta(&g, &th); /* no meta */
+    struct err e = {0};
+    cr_assert_eq(golden_thresholds_from_meta(&g, "g.npz", &th, &e), ERR_OK); /* no meta */
     cr_assert_eq(th.max_abs, 1e-4);
     cr_assert_eq(th.top1_min, 1.0);
     cr_assert(th.nmse < 0 && th.kld_mean < 0 && th.kld_p99 < 0 && th.kld_max < 0);
@@ -246,7 +245,7 @@ Test(golden, thresholds_defaults_and_meta)
                      " \"kld_max\": 0.25, \"top1\": 0.875}}";
     g.meta = json_tokener_parse(js);
     cr_assert_not_null(g.meta);
-    golden_thresholds_from_meta(&g, &th);
+    cr_assert_eq(golden_thresholds_from_meta(&g, "g.npz", &th, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(th.max_abs, -1, "null disables a check");
     cr_assert_eq(th.nmse, 0.5);
     cr_assert_eq(th.kld_mean, 2.0, "integers are accepted");
@@ -254,6 +253,34 @@ Test(golden, thresholds_defaults_and_meta)
     cr_assert_eq(th.kld_max, 0.25);
     cr_assert_eq(th.top1_min, 0.875);
     json_object_put(g.meta);
+}
+
+/* A tolerance of the wrong type or range is an error naming the file and the
+ * key, never a silent fallback to the default. */
+Test(golden, thresholds_invalid_are_errors)
+{
+    static const struct {
+        const char *json, *key;
+    } bad[] = {
+        {"{\"tolerances\": {\"max_abs\": \"1e-4\"}}", "tolerances.max_abs is string"},
+        {"{\"tolerances\": {\"max_abs\": true}}", "tolerances.max_abs is boolean"},
+        {"{\"tolerances\": {\"nmse\": [1]}}", "tolerances.nmse is array"},
+        {"{\"tolerances\": {\"kld_mean\": NaN}}", "tolerances.kld_mean is double NaN"},
+        {"{\"tolerances\": {\"kld_max\": -1}}", "tolerances.kld_max is int -1"},
+        {"{\"tolerances\": {\"top1\": 1.5}}", "tolerances.top1 is double 1.5"},
+        {"{\"tolerances\": {\"top_1\": 1}}", "tolerances.top_1 is not a threshold"},
+        {"{\"tolerances\": [1e-4]}", "\"tolerances\" is array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct golden g = {0};
+        struct golden_thresholds th;
+        struct err e = {0};
+        g.meta = json_tokener_parse(bad[i].json);
+        cr_assert_not_null(g.meta, "%s", bad[i].json);
+        cr_assert_eq(golden_thresholds_from_meta(&g, "dir/g.npz", &th, &e), ERR_FORMAT, "%s accepted", bad[i].json);
+        cr_assert(strstr(e.msg, "dir/g.npz: meta.json: ") && strstr(e.msg, bad[i].key), "%s: %s", bad[i].json, e.msg);
+        json_object_put(g.meta);
+    }
 }
 
 /* ------------------------------------------------------------------ metrics */
@@ -694,7 +721,7 @@ Test(golden, corrupt_goldens_rejected)
         free(fb);
     }
     cr_assert_neq(golden_read(path, 0, &g, &e), ERR_OK, "corrupt logits_f64.npy skipped");
-    cr_assert(strstr(e.msg, "logits_f64.npy") && strstr(e.msg, "payload is 40 bytes"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "logits_f64.npy") && strstr(e.msg, "member of 168 bytes, but its header and shape x dtype make 176"), "%s", e.msg);
     cr_assert_null(g.logits);
     free(path);
     /* not a zip at all; a missing file */

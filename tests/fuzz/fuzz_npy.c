@@ -25,8 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (npz_open(&z, path, &e) == ERR_OK) {
         for (size_t i = 0; i < z.n; i++) {
             struct npy m;
-            if (npz_get_array(&z, npz_name(&z, i), &m, &e) == ERR_OK)
+            struct npz_scan sc;
+            if (npz_get_array(&z, npz_name(&z, i), 1u << 20, &m, &e) == ERR_OK)
                 npy_free(&m);
+            if (npz_scan(&z, i, 1u << 20, &sc, &e) == ERR_OK)
+                free(sc.data);
         }
         npz_close(&z);
     }
