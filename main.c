@@ -4,6 +4,7 @@
  *
  * Exit codes: 0 success; 1 a negative verdict (check: not loadable);
  * 2 usage error, unreadable input or any other failure. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <json-c/json.h>
@@ -60,11 +61,25 @@ static bool parse_u64(const char *s, unsigned long long max, unsigned long long 
     if (!s || !*s)
         return false;
     char *end;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (*end || s[0] == '-' || v > max)
+    if (*end || s[0] == '-' || errno == ERANGE || v > max)
         return false;
     *out = v;
     return true;
+}
+
+/* optarg as an integer in [lo, hi]; else false with *code the usage error,
+ * which quotes the value as typed and the real limits. */
+static bool opt_u64(const char *cmd, const char *opt, unsigned long long lo, unsigned long long hi,
+                    unsigned long long *v, int *code)
+{
+    if (parse_u64(optarg, hi, v) && *v >= lo)
+        return true;
+    fprintf(stderr, "gempack %s: %s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n", cmd, opt,
+            optarg, lo, hi, cmd);
+    *code = EXIT_ERROR;
+    return false;
 }
 
 /* ---- check ---- */
@@ -417,7 +432,7 @@ static int cmd_fixture(int argc, char **argv)
         {"help", no_argument, 0, 'h'},          {0}};
     struct fixture_opts o = {.layout = FX_HF, .group_size = 64, .shards = 1};
     unsigned long long v;
-    int c;
+    int c, code;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
         case 'v': o.variant = optarg; break;
@@ -448,13 +463,13 @@ static int cmd_fixture(int argc, char **argv)
             break;
         case 'm': o.multimodal = true; break;
         case 's':
-            if (!parse_u64(optarg, 99999, &v) || v < 1)
-                return usage_error("fixture", "--shards %s: expected an integer 1..99999", optarg);
+            if (!opt_u64("fixture", "--shards", 1, 99999, &v, &code))
+                return code;
             o.shards = (int)v;
             break;
         case 'S':
-            if (!parse_u64(optarg, UINT64_MAX, &v))
-                return usage_error("fixture", "--seed %s: expected a non-negative integer", optarg);
+            if (!opt_u64("fixture", "--seed", 0, UINT64_MAX, &v, &code))
+                return code;
             o.seed = v;
             break;
         case 'F': o.full_size = true; break;
@@ -608,10 +623,8 @@ static int cmd_convert(int argc, char **argv)
             o.align = (uint32_t)v;
             break;
         case 'n':
-            if (!parse_u64(optarg, 64, &v) || v < 1) {
-                code = usage_error("convert", "--threads %s: expected 1..64", optarg);
+            if (!opt_u64("convert", "--threads", 1, 64, &v, &code))
                 goto out;
-            }
             o.threads = (int)v;
             break;
         case 'd': o.dry_run = true; break;
@@ -664,8 +677,10 @@ out:
 static const char verify_help[] =
     "usage: gempack verify FILE.gpk\n"
     "\n"
-    "Checks every CRC of a pack (header, manifest, every tensor) and that all\n"
-    "padding is zero. Exit 0 intact, 1 any mismatch, 2 unreadable.\n";
+    "Checks every CRC of a pack (header, manifest, every tensor), that all\n"
+    "padding is zero, and that its tensors are exactly those its config uses,\n"
+    "each of the shape and type the config implies. Exit 0 intact, 1 any\n"
+    "mismatch, 2 unreadable.\n";
 
 static int cmd_verify(int argc, char **argv)
 {
@@ -691,8 +706,11 @@ static int cmd_verify(int argc, char **argv)
     }
     size_t bad;
     rc = pack_verify(&p, &bad, &e);
+    struct model m;
+    if (rc == ERR_OK && (rc = model_open(&m, argv[optind], &e)) == ERR_OK) /* the tensors are the config's */
+        model_close(&m);
     if (rc == ERR_OK)
-        printf("gempack verify: %s: OK (%zu tensors, header, manifest and padding intact)\n", argv[optind],
+        printf("gempack verify: %s: OK (%zu tensors, header, manifest and padding intact; tensors as the config implies)\n", argv[optind],
                p.n_tensors);
     else
         fprintf(stderr, "gempack verify: FAILED: %s\n", e.msg);
@@ -878,16 +896,14 @@ static int cmd_run(int argc, char **argv)
             break;
         case 'm':
             if (!parse_mode(optarg, &o.s.chunk)) {
-                code = usage_error("run", "--mode %s: expected prefill, decode or chunked:N", optarg);
+                code = usage_error("run", "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824", optarg);
                 goto out;
             }
             break;
         case 'd': o.dump = optarg; break;
         case 'g':
-            if (!parse_u64(optarg, 1u << 20, &v)) {
-                code = usage_error("run", "--generate %s: expected a count", optarg);
+            if (!opt_u64("run", "--generate", 0, 1u << 20, &v, &code))
                 goto out;
-            }
             o.s.generate = (int64_t)v;
             break;
         case 'x':
@@ -897,10 +913,8 @@ static int cmd_run(int argc, char **argv)
             }
             break;
         case 'k':
-            if (!parse_u64(optarg, 1u << 30, &v)) {
-                code = usage_error("run", "--top-k %s: expected a count", optarg);
+            if (!opt_u64("run", "--top-k", 0, 1u << 30, &v, &code))
                 goto out;
-            }
             o.s.top_k = (int)v;
             break;
         case 'p':
@@ -910,17 +924,13 @@ static int cmd_run(int argc, char **argv)
             }
             break;
         case 's':
-            if (!parse_u64(optarg, UINT64_MAX, &v)) {
-                code = usage_error("run", "--seed %s: expected a non-negative integer", optarg);
+            if (!opt_u64("run", "--seed", 0, UINT64_MAX, &v, &code))
                 goto out;
-            }
             o.s.seed = v;
             break;
         case 'n':
-            if (!parse_u64(optarg, 64, &v) || v < 1) {
-                code = usage_error("run", "--threads %s: expected 1..64", optarg);
+            if (!opt_u64("run", "--threads", 1, 64, &v, &code))
                 goto out;
-            }
             o.threads = (int)v;
             break;
         case 'K': {
@@ -953,10 +963,8 @@ static int cmd_run(int argc, char **argv)
             o.kv.group_size = atoi(optarg);
             break;
         case 'S':
-            if (!parse_u64(optarg, 1ull << 40, &v)) {
-                code = usage_error("run", "--kv-start %s: expected a non-negative position", optarg);
+            if (!opt_u64("run", "--kv-start", 0, 1ull << 40, &v, &code))
                 goto out;
-            }
             o.kv.start = (int64_t)v;
             break;
         case 'L':
@@ -973,17 +981,13 @@ static int cmd_run(int argc, char **argv)
             o.prefix_o.cold_dir = optarg;
             break;
         case 'B':
-            if (!parse_u64(optarg, 1u << 20, &v) || v < 1) {
-                code = usage_error("run", "--prefix-block %s: expected a positive count", optarg);
+            if (!opt_u64("run", "--prefix-block", 1, 1u << 20, &v, &code))
                 goto out;
-            }
             o.prefix_o.block = (int64_t)v;
             break;
         case 'H':
-            if (!parse_u64(optarg, 1ull << 40, &v)) {
-                code = usage_error("run", "--prefix-cache-hot-bytes %s: expected a byte count", optarg);
+            if (!opt_u64("run", "--prefix-cache-hot-bytes", 0, 1ull << 40, &v, &code))
                 goto out;
-            }
             o.prefix_o.hot_limit = (size_t)v;
             break;
         case 'j': o.json = true; break;
@@ -1022,7 +1026,9 @@ static int cmd_run(int argc, char **argv)
     if (!o.kv_skip_given)
         o.kv.skip_last_full = pack_kv_skip_default(&m);
     int64_t V = m.cfg.vocab_size;
-    int rc = o.mmap ? ERR_OK : model_load_weights(&m, o.threads, o.kernels == KERN_Q8, &e);
+    int rc = o.dump ? fio_check_output(o.dump, &e) : ERR_OK; /* before any work: not over an input */
+    if (rc == ERR_OK && !o.mmap)
+        rc = model_load_weights(&m, o.threads, o.kernels == KERN_Q8, &e);
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
     if (rc == ERR_OK && o.prefix) {
@@ -1144,10 +1150,8 @@ static int golden_make(int argc, char **argv)
             break;
         case 'o': outp = optarg; break;
         case 'n':
-            if (!parse_u64(optarg, 64, &v) || v < 1) {
-                code = usage_error("golden make", "--threads %s: expected 1..64", optarg);
+            if (!opt_u64("golden make", "--threads", 1, 64, &v, &code))
                 goto out;
-            }
             threads = (int)v;
             break;
         case 'h': fputs(golden_help, stdout); code = 0; goto out;
@@ -1167,7 +1171,9 @@ static int golden_make(int argc, char **argv)
     }
     int64_t T = seqs.len[0], V = m.cfg.vocab_size;
     float *logits = malloc((size_t)(T * V) * sizeof *logits);
-    int rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
+    int rc = fio_check_output(outp, &e); /* before any work: not over an input */
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
     if (rc == ERR_OK && !logits)
         rc = err_set(&e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)
@@ -1214,7 +1220,7 @@ static int golden_check(int argc, char **argv)
         {"threads", required_argument, 0, 'n'}, {"help", no_argument, 0, 'h'},
         {0}};
     bool json = false;
-    int threads = 1, c;
+    int threads = 1, c, code;
     int64_t chunk = 0;
     unsigned long long v;
     struct {
@@ -1227,11 +1233,11 @@ static int golden_check(int argc, char **argv)
         case 'j': json = true; break;
         case 'm':
             if (!parse_mode(optarg, &chunk))
-                return usage_error("golden check", "--mode %s: expected prefill, decode or chunked:N", optarg);
+                return usage_error("golden check", "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824", optarg);
             break;
         case 'n':
-            if (!parse_u64(optarg, 64, &v) || v < 1)
-                return usage_error("golden check", "--threads %s: expected 1..64", optarg);
+            if (!opt_u64("golden check", "--threads", 1, 64, &v, &code))
+                return code;
             threads = (int)v;
             break;
         case 'h': fputs(golden_help, stdout); return 0;
@@ -1258,7 +1264,8 @@ static int golden_check(int argc, char **argv)
         model_close(&m);
         return fail(&e);
     }
-    int code = EXIT_ERROR, rc = ERR_OK;
+    int rc = ERR_OK;
+    code = EXIT_ERROR;
     float *logits = NULL;
     if (g.V != m.cfg.vocab_size)
         rc = err_set(&e, ERR_FORMAT, "%s: golden vocabulary %lld, model %lld: not the same model", argv[optind + 1],

@@ -350,13 +350,16 @@ static void unexpected(struct check_report *r, const struct tkey *k)
 int check_run(struct check_report *r, const char *dir, unsigned flags, struct err *e)
 {
     memset(r, 0, sizeof *r);
+    int rc = fio_check_dir(dir, e);
+    if (rc != ERR_OK)
+        return rc;
     r->dir = strdup(dir);
     char *cfg_path = fio_join(dir, "config.json");
     if (!r->dir || !cfg_path) {
         free(cfg_path);
         return err_set(e, ERR_NOMEM, "cannot allocate a path");
     }
-    int rc = cfg_load(&r->cfg, cfg_path, e);
+    rc = cfg_load(&r->cfg, cfg_path, e);
     free(cfg_path);
     if (rc == ERR_CONFIG) {
         /* Each line of the message is one problem; keep going to read the headers. */

@@ -404,41 +404,24 @@ out:
     return rc;
 }
 
-/* The MLX directory is written under a fresh "<out>.tmp.XXXXXX" and renamed
- * into place at the end, so a failed or interrupted export leaves nothing
- * under the output name; an existing non-empty output directory is refused
- * rather than mixed with (mlx-lm loads every model*.safetensors it finds). */
+/* The MLX directory is written through fio_dir_begin/commit: nothing under
+ * the output name until it is complete, and an existing non-empty output
+ * directory refused rather than mixed with (mlx-lm loads every
+ * model*.safetensors it finds). */
 static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o, struct err *e)
 {
-    struct stat st;
-    if (stat(o->out, &st) == 0) {
-        DIR *d = S_ISDIR(st.st_mode) ? opendir(o->out) : NULL;
-        struct dirent *de;
-        bool empty = d != NULL;
-        while (d && (de = readdir(d)))
-            empty &= !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
-        if (d)
-            closedir(d);
-        if (!empty)
-            return err_set(e, ERR_USAGE, "%s exists and is not an empty directory; choose a new output directory",
-                           o->out);
-    }
     char *tmp;
-    int rc = fio_tmpdir_create(o->out, &tmp, e);
+    int rc = fio_dir_begin(o->out, &tmp, e);
     if (rc != ERR_OK)
         return rc;
     struct convert_opts to = *o;
     to.out = tmp;
     rc = write_mlx(r, &to, e);
-    if (rc == ERR_OK) {
-        rmdir(o->out); /* the empty directory, if any */
-        if (rename(tmp, o->out) != 0)
-            rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", tmp, o->out, strerror(errno));
+    if (rc != ERR_OK) {
+        fio_dir_abort(tmp);
+        return rc;
     }
-    if (rc != ERR_OK)
-        fio_rmtree(tmp, NULL);
-    free(tmp);
-    return rc;
+    return fio_dir_commit(o->out, tmp, e);
 }
 
 /* ---- the command ---- */
@@ -447,7 +430,12 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
 {
     memset(r, 0, sizeof *r);
     struct check_report chk;
+    if (!o->dry_run && !*o->out)
+        return err_set(e, ERR_USAGE, "the output path is empty");
     int rc = check_run(&chk, dir, 0, e);
+    /* the inputs are known now (check opened them): an output over one is refused before any work */
+    if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
+        rc = fio_check_output(o->out, e);
     if (rc == ERR_OK && !check_loadable(&chk)) {
         char first[800] = "";
         for (int i = 0; i < chk.n_groups; i++)

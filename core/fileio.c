@@ -25,10 +25,21 @@ static struct input {
 static size_t n_inputs, cap_inputs;
 static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void forget_inputs(void)
+{
+    for (size_t i = 0; i < n_inputs; i++)
+        free(inputs[i].path);
+    free(inputs);
+    inputs = NULL;
+    n_inputs = cap_inputs = 0;
+}
+
 static int note(const struct stat *st, const char *path, struct err *e)
 {
     int rc = ERR_OK;
     pthread_mutex_lock(&inputs_lock);
+    if (!cap_inputs)
+        atexit(forget_inputs); /* the record lives as long as the process */
     size_t i = 0;
     while (i < n_inputs && (inputs[i].dev != st->st_dev || inputs[i].ino != st->st_ino))
         i++;
@@ -278,7 +289,7 @@ int fio_out_open(struct fio_out *o, const char *path, struct err *e)
      * CAP_DAC_READ_SEARCH (AT_EMPTY_PATH); without either, a named one */
     char dir[PATH_MAX];
     parent_of(path, dir, sizeof dir);
-    if (access("/proc/self/fd", X_OK) == 0 || geteuid() == 0)
+    if (!getenv("GEMPACK_NO_TMPFILE") && (access("/proc/self/fd", X_OK) == 0 || geteuid() == 0))
         o->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
     if (o->fd >= 0) {
         size_t n = strlen(path) + 32;
@@ -396,20 +407,63 @@ int fio_write_file(const char *path, const void *data, size_t len, struct err *e
     return rc;
 }
 
-int fio_tmpdir_create(const char *path, char **tmp, struct err *e)
+int fio_dir_begin(const char *path, char **tmp, struct err *e)
 {
+    *tmp = NULL;
+    if (!*path)
+        return err_set(e, ERR_USAGE, "the output directory path is empty");
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        DIR *d = S_ISDIR(st.st_mode) ? opendir(path) : NULL;
+        struct dirent *de;
+        bool empty = d != NULL;
+        while (d && (de = readdir(d)))
+            empty &= !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        if (d)
+            closedir(d);
+        if (!empty)
+            return err_set(e, ERR_USAGE, "%s exists and is not an empty directory; choose a new output directory",
+                           path);
+    }
+    char parent[PATH_MAX];
+    parent_of(path, parent, sizeof parent);
+    int rc = fio_mkdirs(parent, e);
+    if (rc != ERR_OK)
+        return rc;
     size_t n = strlen(path) + 16;
     if (!(*tmp = malloc(n)))
         return err_set(e, ERR_NOMEM, "%s: cannot allocate a path", path);
     snprintf(*tmp, n, "%s.tmp.XXXXXX", path);
     if (!mkdtemp(*tmp)) {
-        int rc = err_set(e, ERR_IO, "%s: cannot create a temporary directory: %s", *tmp, strerror(errno));
+        rc = err_set(e, ERR_IO, "%s: cannot create a temporary directory: %s", *tmp, strerror(errno));
         free(*tmp);
         *tmp = NULL;
         return rc;
     }
     chmod(*tmp, 0755);
     return ERR_OK;
+}
+
+int fio_dir_commit(const char *path, char *tmp, struct err *e)
+{
+    int rc = ERR_OK;
+    fio_crash_point();
+    rmdir(path); /* the empty directory, if any */
+    if (rename(tmp, path) != 0) {
+        rc = err_set(e, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        fio_rmtree(tmp, NULL);
+    } else {
+        fsync_parent(path);
+    }
+    free(tmp);
+    return rc;
+}
+
+void fio_dir_abort(char *tmp)
+{
+    if (tmp)
+        fio_rmtree(tmp, NULL);
+    free(tmp);
 }
 
 void fio_remove_stale_temps(const char *dir, long max_age_s)

@@ -25,7 +25,8 @@
 /* Fault injection for tests/crash_safety.sh: with GEMPACK_CRASH_AT=N in the
  * environment, the process kills itself with SIGKILL at the N-th crash point
  * (before each write, fsync and rename of an output, and after the rename).
- * Without it, nothing happens. */
+ * Without it, nothing happens. With GEMPACK_NO_TMPFILE set, outputs take
+ * the named temporary even where unnamed files exist (tests of that path). */
 void fio_crash_point(void);
 
 enum {
@@ -79,10 +80,20 @@ int fio_write_file(const char *path, const void *data, size_t len, struct err *e
  * NUL-terminated. flags as for fio_open_read. */
 int fio_read_file(const char *path, unsigned flags, size_t max_bytes, char **out, size_t *len, struct err *e);
 
-/* A new, empty, uniquely named directory "<path>.tmp.XXXXXX" (mode 0755)
- * beside path, for a directory output renamed into place when complete.
- * *tmp is malloc'ed. */
-int fio_tmpdir_create(const char *path, char **tmp, struct err *e);
+/* A directory output (an MLX export, a fixture): refused unless path is
+ * absent or an empty directory (files of two writers never mix), and
+ * written under a fresh "<path>.tmp.XXXXXX" beside it (*tmp, malloc'ed;
+ * the parent directories are created),
+ * which fio_dir_commit renames into place when complete, so a failed or
+ * interrupted writer leaves nothing under path. */
+int fio_dir_begin(const char *path, char **tmp, struct err *e);
+
+/* Renames tmp to path (replacing the empty directory, if any); on failure
+ * removes tmp. Frees tmp in every case. */
+int fio_dir_commit(const char *path, char *tmp, struct err *e);
+
+/* Removes tmp and everything in it; frees tmp. */
+void fio_dir_abort(char *tmp);
 
 /* Removes the temporary files of killed writers in dir: regular files whose
  * name holds ".tmp." and that were last modified more than max_age_s ago. */

@@ -391,20 +391,22 @@ static void member_close(struct member *m)
     m->f = NULL;
 }
 
-static int locate(const struct npz *z, const char *name, zip_int64_t *idx, struct err *e)
+/* member_open of the member named `name`. */
+static int member_find(const struct npz *z, const char *name, struct member *m, struct err *e)
 {
-    *idx = zip_name_locate(z->za, name, 0);
-    return *idx < 0 ? err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name) : ERR_OK;
+    zip_int64_t idx = zip_name_locate(z->za, name, 0);
+    if (idx < 0) {
+        memset(m, 0, sizeof *m);
+        return err_set(e, ERR_FORMAT, "%s: no member %s", z->path, name);
+    }
+    return member_open(z, idx, m, e);
 }
 
 int npz_get(const struct npz *z, const char *name, size_t max_bytes, uint8_t **buf, size_t *len, struct err *e)
 {
     *buf = NULL;
-    zip_int64_t idx;
     struct member m;
-    int rc = locate(z, name, &idx, e);
-    if (rc == ERR_OK)
-        rc = member_open(z, idx, &m, e);
+    int rc = member_find(z, name, &m, e);
     if (rc != ERR_OK)
         return rc;
     if (m.size > max_bytes)
@@ -428,7 +430,8 @@ int npz_get(const struct npz *z, const char *name, size_t max_bytes, uint8_t **b
 }
 
 /* The npy header at the member's start, read in as many bytes as it needs;
- * *data_off and *nbytes as npy_header gives them. */
+ * *data_off and *nbytes as npy_header gives them, which must add up to the
+ * member's declared size. */
 static int member_npy_header(struct member *m, const char *what, struct npy *a, size_t *data_off, uint64_t *nbytes,
                              struct err *e)
 {
@@ -443,7 +446,12 @@ static int member_npy_header(struct member *m, const char *what, struct npy *a, 
             return rc;
         have = hlen;
     }
-    return npy_header(head, (size_t)have, what, a, data_off, nbytes, e);
+    if ((rc = npy_header(head, (size_t)have, what, a, data_off, nbytes, e)) != ERR_OK)
+        return rc;
+    if (m->size != *data_off + *nbytes)
+        return err_set(e, ERR_FORMAT, "%s: member of %llu bytes, but its header and shape x dtype make %llu", what,
+                       (unsigned long long)m->size, (unsigned long long)(*data_off + *nbytes));
+    return ERR_OK;
 }
 
 int npz_get_array(const struct npz *z, const char *name, uint64_t max_count, struct npy *out, struct err *e)
@@ -451,11 +459,8 @@ int npz_get_array(const struct npz *z, const char *name, uint64_t max_count, str
     memset(out, 0, sizeof *out);
     char what[512];
     snprintf(what, sizeof what, "%s: %s", z->path, name);
-    zip_int64_t idx;
     struct member m;
-    int rc = locate(z, name, &idx, e);
-    if (rc == ERR_OK)
-        rc = member_open(z, idx, &m, e);
+    int rc = member_find(z, name, &m, e);
     if (rc != ERR_OK)
         return rc;
     size_t off;
@@ -467,9 +472,6 @@ int npz_get_array(const struct npz *z, const char *name, uint64_t max_count, str
     if (out->count > max_count)
         rc = err_set(e, ERR_RANGE, "%s: %llu elements, above the %llu this member may hold", what,
                      (unsigned long long)out->count, (unsigned long long)max_count);
-    else if (m.size != off + nbytes)
-        rc = err_set(e, ERR_FORMAT, "%s: member of %llu bytes, but its header and shape x dtype make %llu", what,
-                     (unsigned long long)m.size, (unsigned long long)(off + nbytes));
     else if (!(out->data = malloc(nbytes ? (size_t)nbytes : 1)))
         rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu bytes", what, (unsigned long long)nbytes);
     if (rc == ERR_OK)
@@ -498,9 +500,6 @@ int npz_scan(const struct npz *z, size_t i, size_t keep, struct npz_scan *out, s
         size_t off;
         uint64_t nbytes;
         out->is_array = (rc = member_npy_header(&m, what, &out->array, &off, &nbytes, e)) == ERR_OK;
-        if (rc == ERR_OK && m.size != off + nbytes)
-            rc = err_set(e, ERR_FORMAT, "%s: member of %llu bytes, but its header and shape x dtype make %llu", what,
-                         (unsigned long long)m.size, (unsigned long long)(off + nbytes));
     } else if (m.size <= keep) {
         if (!(out->data = malloc(m.size + 1)))
             rc = err_set(e, ERR_NOMEM, "out of memory");

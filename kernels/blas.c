@@ -1,12 +1,57 @@
 /* blas.c - prefill matmul: dequantize a tile of weight rows, then sgemm.
  * OpenBLAS runs single-threaded here; kern_matmul hands out the fixed tiles,
- * so results do not depend on the thread count. */
-#include <cblas.h>
+ * so results do not depend on the thread count.
+ *
+ * OpenBLAS is loaded (dlopen) on first use of --kernels blas, never linked,
+ * and told to start no threads: linked, its constructor starts a thread
+ * pool in every process, which under a memory limit (ulimit -v) retries a
+ * failing mmap forever at exit, so that even `gempack --version` hung. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+
+/* The CBLAS interface's constants and the two entry points used. */
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc);
+static sgemm_fn sgemm;
+static pthread_once_t loaded = PTHREAD_ONCE_INIT;
+
+static void load(void)
+{
+    /* read by OpenBLAS as it loads: no thread pool at all (a pool of one is
+     * all it may use here; its threads are what hung under a memory limit) */
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblas.0.dylib",
+                                        "libopenblas.dylib", "/opt/homebrew/opt/openblas/lib/libopenblas.dylib",
+                                        "/usr/local/opt/openblas/lib/libopenblas.dylib"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        void *pt = dlsym(h, "openblas_set_num_threads"), *ps = dlsym(h, "cblas_sgemm");
+        void (*threads)(int);
+        sgemm_fn f;
+        memcpy(&threads, &pt, sizeof pt); /* ISO C has no cast from an object to a function pointer */
+        memcpy(&f, &ps, sizeof ps);
+        if (!threads || !f) {
+            dlclose(h);
+            continue;
+        }
+        threads(1); /* OpenBLAS's own thread pool would compete with ours for the cores */
+        sgemm = f;
+        return;
+    }
+}
+
+bool kern_blas_init(void)
+{
+    pthread_once(&loaded, load);
+    return sgemm != NULL;
+}
 
 /* Tokens go to sgemm in calls of a fixed width (zero-padded columns):
  * OpenBLAS picks its kernels by the problem size, so fixed widths keep each
@@ -58,8 +103,8 @@ static bool probe(int64_t rows, int64_t cols, struct shape *sh)
                     b[t * cols + (i - rows * cols)] = v;
         }
         for (int k = 0; k < 2; k++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, widths[k], (blasint)cols, 1.0f, a,
-                        (blasint)cols, b, (blasint)cols, 0.0f, c[k], widths[k]);
+            sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, widths[k], (int)cols, 1.0f, a, (int)cols, b,
+                  (int)cols, 0.0f, c[k], widths[k]);
         /* the wide call's classes: cls[p] is the first column computed as p is;
          * ref, the first column of the largest class (the first, on a tie) */
         int cls[WIDE], size[WIDE] = {0}, ref = 0;
@@ -154,8 +199,8 @@ void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float 
             if (!used[q])
                 memset(xpad + q * cols, 0, (size_t)cols * sizeof *xpad);
         /* yt[tr, wd] = tile · xpadᵀ */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)tr, wd, (blasint)cols, 1.0f, tile,
-                    (blasint)cols, xpad, (blasint)cols, 0.0f, yt, wd);
+        sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)tr, wd, (int)cols, 1.0f, tile, (int)cols, xpad,
+              (int)cols, 0.0f, yt, wd);
         for (int64_t r = 0; r < tr; r += 16) /* 16 rows at a time: each token's 16 outputs fill one cache line */
             for (int64_t t = 0; t < mb; t++)
                 for (int64_t i = r; i < r + 16 && i < tr; i++)
@@ -169,9 +214,4 @@ void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y,
     struct kern_blas_ws ws = {0};
     kern_matmul_blas_ws(w, x, n, y, row0, row1, &ws);
     free(ws.buf);
-}
-
-void kern_blas_init(void)
-{
-    openblas_set_num_threads(1);
 }

@@ -263,14 +263,15 @@ void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, fl
 bool kern_cpu_has_avx2(void);
 bool kern_cpu_has_avx512(void);
 
-/* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS; only
- * built when OpenBLAS is found). kern_matmul uses it for steps of at least
+/* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS, loaded
+ * at run time by kern_blas_init). kern_matmul uses it for steps of at least
  * KERN_BLAS_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
  * take the fused kernels: sgemm pads every call to at least 144 columns).
  * kern_matmul_blas_ws keeps its tile, padded input and output in ws (grown on
  * demand: fresh multi-megabyte buffers would cost a page fault per 4 KiB);
  * kern_matmul_blas is the same with a scratch of its own.
- * kern_blas_init makes OpenBLAS single-threaded. */
+ * kern_blas_init loads OpenBLAS (once; false when it is not installed) and
+ * makes it single-threaded; the other functions need it loaded. */
 #define KERN_BLAS_MIN_TOKENS 32
 #define KERN_BLAS_ROWS 256
 struct kern_blas_ws {
@@ -280,7 +281,7 @@ struct kern_blas_ws {
 void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                          struct kern_blas_ws *ws);
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
-void kern_blas_init(void);
+bool kern_blas_init(void);
 
 /* ---- quantization (convert) ---- */
 

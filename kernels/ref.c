@@ -349,12 +349,9 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->axpy = kern_axpy_ref;
     t->gelu_mul = kern_gelu_mul_ref;
     t->softcap = kern_softcap_ref;
-#ifdef HAVE_BLAS_KERNELS
-    kern_blas_init(); /* OpenBLAS's own thread pool would compete with ours for the cores */
-    if (level == KERN_BLAS) /* without its scratch (no memory): KERN_BEST */
+    if (level == KERN_BLAS && kern_blas_init()) /* without its scratch (no memory): KERN_BEST */
         t->blas_ws = calloc(KERN_MAX_THREADS, sizeof *t->blas_ws);
     t->blas = t->blas_ws != NULL;
-#endif
     if (level == KERN_Q8) {
         t->q8dot = kern_cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
         t->q8prep = kern_cpu_has_avx512() ? kern_q8input_prepare_avx512 : kern_q8input_prepare;
@@ -436,10 +433,8 @@ static void mm_task(void *arg, int64_t task, int worker)
     int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
-#ifdef HAVE_BLAS_KERNELS
     else if (j->blas_ws)
         kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->blas_ws[worker]);
-#endif
     else if (j->q8dot)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
     else
@@ -464,13 +459,11 @@ static void mm_setup(const struct kern_table *t, struct mm_job *j, const struct 
     } else if (w->blocked) {
         /* only the int8 kernels and the reference read blocks */
     } else
-#ifdef HAVE_BLAS_KERNELS
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
         j->fn = NULL;
         j->blas_ws = t->blas_ws;
         j->tile_rows = KERN_BLAS_ROWS;
     } else
-#endif
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
         (q || kern_qinput_prepare(w, x, n, qin) == ERR_OK)) {
         j->fn = NULL; /* the input is prepared once and read by every tile */

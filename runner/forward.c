@@ -45,8 +45,8 @@ static void layer_fmt(const struct runner *r, int64_t i, struct kv_fmt *f)
     kv_fmt_init(f, ly->kv_heads, ly->head_dim, bits, gs, r->kv.start);
 }
 
-int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
-                const struct kv_opts *kv, int n_seq, struct err *e)
+static int init(struct runner *r, const struct model *m, int threads, enum kern_level level, const struct kv_opts *kv,
+                int n_seq, struct err *e)
 {
     memset(r, 0, sizeof *r);
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest; buffers above it are still mapped per use */
@@ -98,6 +98,13 @@ int runner_init(struct runner *r, const struct model *m, int threads, enum kern_
         r->rope_dim[t] = d;
     }
     return ERR_OK;
+}
+
+int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
+                const struct kv_opts *kv, int n_seq, struct err *e)
+{
+    int rc = init(r, m, threads, level, kv, n_seq, e);
+    return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(m));
 }
 
 void runner_reset(struct runner *r, int seq)
@@ -586,7 +593,7 @@ static int commit(struct fwd *f, struct err *e)
     return ERR_OK;
 }
 
-int runner_step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
+static int step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
                 struct err *e)
 {
     const struct model *m = r->m;
@@ -722,6 +729,13 @@ int runner_forward(struct runner *r, const int32_t *tokens, int64_t n, float *lo
 {
     struct runner_item it = {0, tokens, n, key_mask};
     return runner_step(r, &it, 1, logits, all_rows, e);
+}
+
+int runner_step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
+                struct err *e)
+{
+    int rc = step(r, items, n_items, logits, all_rows, e);
+    return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(r->m));
 }
 
 int runner_prompt(struct runner *r, const int32_t *tokens, int64_t T, int64_t chunk, float *logits, float *last,

@@ -35,6 +35,7 @@ static bool lookup(const struct model *m, const char *name, struct src *out)
         const struct pack_tensor *t = pack_find(&m->pack, name);
         if (!t)
             return false;
+        m->pack_used[t - m->pack.tensors] = true;
         out->dtype = t->dtype;
         out->rank = t->rank;
         memcpy(out->shape, t->shape, sizeof out->shape);
@@ -114,12 +115,12 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
     memset(w, 0, sizeof *w);
     struct srcq q = quant_of(m, module);
     if (q.bits && (q.gs <= 0 || cols % q.gs || (cols * q.bits) % 32))
-        return err_set(e, ERR_FORMAT, "model: %s: %d-bit group %d cannot hold %lld input features", module, q.bits, q.gs,
+        return err_set(e, ERR_FORMAT, "%s: %d-bit group %d cannot hold %lld input features", module, q.bits, q.gs,
                        (long long)cols);
     struct src ws, ss, bs;
     snprintf(name, sizeof name, "%s.weight", module);
     if (!lookup(m, name, &ws))
-        return err_set(e, ERR_FORMAT, "model: tensor %s missing", name);
+        return err_set(e, ERR_FORMAT, "tensor %s missing", name);
     int rank = experts ? 3 : 2;
     uint64_t wcols = q.bits ? (uint64_t)cols * (uint64_t)q.bits / 32 : (uint64_t)cols;
     uint64_t expect[3] = {(uint64_t)experts, (uint64_t)rows, wcols};
@@ -128,7 +129,7 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
         (q.bits ? ws.dtype != DT_U32 : !dtype_is_weight_float(ws.dtype))) {
         shape_format(got, sizeof got, ws.shape, ws.rank);
         shape_format(want, sizeof want, ex, rank);
-        return err_set(e, ERR_FORMAT, "model: %s is %s %s, expected %s %s", name, dtype_name(ws.dtype), got,
+        return err_set(e, ERR_FORMAT, "%s is %s %s, expected %s %s", name, dtype_name(ws.dtype), got,
                        q.bits ? "U32" : "F32/F16/BF16", want);
     }
     w->quantized = q.bits > 0;
@@ -149,7 +150,7 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
         if (!have_s || !have_b || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
             bs.rank != rank || memcmp(bs.shape, se, (size_t)rank * sizeof *se) || bs.dtype != ss.dtype ||
             !dtype_is_weight_float(ss.dtype))
-            return err_set(e, ERR_FORMAT, "model: %s: scales/biases missing or not float [.., %lld, %lld]", module,
+            return err_set(e, ERR_FORMAT, "%s: scales/biases missing or not float [.., %lld, %lld]", module,
                            (long long)rows, (long long)(cols / q.gs));
         w->s = ss.data;
         w->b = bs.data;
@@ -177,9 +178,9 @@ static int get_vec(struct model *m, float **out, int64_t n, struct err *e, const
     struct src s;
     uint64_t numel = 0;
     if (!lookup(m, name, &s))
-        return err_set(e, ERR_FORMAT, "model: tensor %s missing", name);
+        return err_set(e, ERR_FORMAT, "tensor %s missing", name);
     if (!dtype_is_weight_float(s.dtype) || !shape_numel(s.shape, s.rank, &numel) || numel != (uint64_t)n)
-        return err_set(e, ERR_FORMAT, "model: %s is %s with %llu elements, expected %lld floats", name,
+        return err_set(e, ERR_FORMAT, "%s is %s with %llu elements, expected %lld floats", name,
                        dtype_name(s.dtype), (unsigned long long)numel, (long long)n);
     if (m->n_owned == m->cap_owned) {
         size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
@@ -272,6 +273,17 @@ static int bind(struct model *m, struct err *e)
         rc = err_set(e, ERR_NOMEM, "cannot allocate %lld layers", (long long)c->n_layers);
     for (int i = 0; rc == ERR_OK && i < c->n_layers; i++)
         rc = bind_layer(m, i, e);
+    /* a pack holds exactly the tensors its config uses (as check requires of a directory) */
+    size_t unused = 0, first = 0;
+    for (size_t i = m->from_pack && rc == ERR_OK ? m->pack.n_tensors : 0; i-- > 0;)
+        if (!m->pack_used[i]) {
+            unused++;
+            first = i;
+        }
+    if (unused)
+        rc = err_set(e, ERR_FORMAT, "%zu tensor%s (first: %s) not used by the model the manifest's config describes "
+                                    "(%lld layers): the pack and its config disagree",
+                     unused, unused == 1 ? " is" : "s are", m->pack.tensors[first].name, (long long)c->n_layers);
     return rc;
 }
 
@@ -281,6 +293,8 @@ static int open_pack(struct model *m, const char *path, struct err *e)
     if (rc != ERR_OK)
         return rc;
     m->from_pack = true;
+    if (!(m->pack_used = calloc(m->pack.n_tensors ? m->pack.n_tensors : 1, sizeof *m->pack_used)))
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu flags", path, m->pack.n_tensors);
     struct json_object *model, *cfg;
     if (!json_object_object_get_ex(m->pack.manifest, "model", &model) ||
         !json_object_object_get_ex(model, "config", &cfg) || json_object_get_type(cfg) != json_type_object)
@@ -464,7 +478,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
     struct block_piece *p = NULL;
     uint8_t **dst = malloc(n_mats * sizeof *dst);
     if (!dst)
-        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to lay out in blocks");
+        return err_set(e, ERR_NOMEM, "cannot list the matrices to lay out in blocks");
     for (size_t i = 0; i < n_mats; i++) {
         if (!blk[i])
             continue;
@@ -482,7 +496,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
                     if (!q) {
                         free(p);
                         free(dst);
-                        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to lay out in blocks");
+                        return err_set(e, ERR_NOMEM, "cannot list the matrices to lay out in blocks");
                     }
                     p = q;
                 }
@@ -499,7 +513,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
     return ERR_OK;
 }
 
-int model_load_weights(struct model *m, int threads, bool blocked, struct err *e)
+static int load_weights(struct model *m, int threads, bool blocked, struct err *e)
 {
     size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
     struct wmat **w = malloc(cap * sizeof *w);
@@ -513,7 +527,7 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
         free(blk);
         free(sp);
         free(start);
-        return err_set(e, ERR_NOMEM, "model: cannot list the matrices to load");
+        return err_set(e, ERR_NOMEM, "cannot list the matrices to load");
     }
     size_t n_mats = model_mats(m, w, ex), n = 0, blocked_total = 0;
     for (size_t i = 0; i < n_mats; i++) {
@@ -549,7 +563,7 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     uint8_t *arena = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
     if (arena == MAP_FAILED) {
         rc = err_set(e, ERR_NOMEM,
-                     "model: cannot map %zu bytes of anonymous memory for the weights (--mmap reads them in place)",
+                     "cannot map %zu bytes of anonymous memory for the weights (--mmap reads them in place)",
                      total);
     } else if (arena) {
         madvise(arena, total, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
@@ -586,6 +600,17 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     return rc;
 }
 
+int model_load_weights(struct model *m, int threads, bool blocked, struct err *e)
+{
+    int rc = load_weights(m, threads, blocked, e);
+    return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(m));
+}
+
+const char *model_name(const struct model *m)
+{
+    return m->from_pack ? m->pack.path : m->ck.dir ? m->ck.dir : "model";
+}
+
 int model_open(struct model *m, const char *path, struct err *e)
 {
     memset(m, 0, sizeof *m);
@@ -593,8 +618,8 @@ int model_open(struct model *m, const char *path, struct err *e)
     if (stat(path, &st) != 0)
         return err_set(e, ERR_IO, "%s: no such file or directory", path);
     int rc = S_ISDIR(st.st_mode) ? open_dir(m, path, e) : open_pack(m, path, e);
-    if (rc == ERR_OK)
-        rc = bind(m, e);
+    if (rc == ERR_OK && (rc = bind(m, e)) != ERR_OK)
+        err_prefix(e, "%s", path);
     if (rc != ERR_OK)
         model_close(m);
     return rc;
@@ -608,6 +633,7 @@ void model_close(struct model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->pack_used);
     if (m->arena)
         munmap(m->arena, m->arena_size);
     normalize_free(&m->norm);

@@ -50,6 +50,7 @@ struct model {
     struct gp_config cfg;
     bool from_pack;
     struct pack pack;             /* from a .gpk */
+    bool *pack_used;              /* [pack.n_tensors]: bound to a weight (every one must be) */
     struct ckpt ck;               /* from a directory */
     struct normalized norm;
     struct wmat embed;            /* [V, H] embed_tokens (also the tied head) */
@@ -73,6 +74,9 @@ struct model {
  * every tensor's CRC), or for a directory SHA-256 over the headers and the
  * CRC-32 of each shard's data (reads every byte once). */
 void model_weights_fingerprint(const struct model *m, char out[65]);
+
+/* The pack's path or the directory: what messages about the model name. */
+const char *model_name(const struct model *m);
 
 /* Opens a .gpk file or a checkpoint directory. *m must be model_close'd. */
 int model_open(struct model *m, const char *path, struct err *e);

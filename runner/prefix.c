@@ -19,7 +19,9 @@
 #define COLD_MAGIC "GPKCACHE"
 #define COLD_VERSION 1
 #define COLD_HEADER 64
-#define COLD_MAX_PAYLOAD (16ull << 30)
+/* A temporary file older than this in the cold directory is a killed
+ * writer's: a live one finishes an entry in well under a second. */
+#define PREFIX_STALE_TEMP_S 600
 
 struct prefix_entry {
     uint8_t key[32];
@@ -53,6 +55,7 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
         int rc = fio_mkdirs(o->cold_dir, e);
         if (rc != ERR_OK)
             return rc;
+        fio_remove_stale_temps(o->cold_dir, PREFIX_STALE_TEMP_S);
     }
     char ns[320], weights[65];
     /* The weights themselves, not just the layout: entries on disk outlive
@@ -160,41 +163,47 @@ static bool hot_put(struct prefix_cache *pc, const uint8_t key[32], uint8_t *pay
     return true;
 }
 
-/* A cold entry, validated; NULL (with a warning when the file was bad) on a miss. */
-static uint8_t *cold_get(struct prefix_cache *pc, const uint8_t key[32], size_t *bytes)
+/* A cold entry of `expect` payload bytes, validated; NULL (with a warning
+ * when the file was bad) on a miss. Its size is checked against `expect`
+ * before anything is allocated or read. */
+static uint8_t *cold_get(struct prefix_cache *pc, const uint8_t key[32], size_t expect)
 {
     if (!pc->o.cold_dir)
         return NULL;
     char *path = cold_path(pc, key);
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
+    int fd;
+    uint64_t size;
+    struct err e;
+    if (!path || access(path, F_OK) != 0) {
         free(path);
         return NULL;
     }
     uint8_t h[COLD_HEADER], *payload = NULL;
     const char *why = NULL;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || fread(h, 1, COLD_HEADER, f) != COLD_HEADER) {
-        why = "shorter than its header";
+    if (fio_open_read(path, FIO_NOFOLLOW, &fd, &size, &e) != ERR_OK) {
+        warn(pc, "prefix cache: ignored %s (%s)", path, e.msg);
+        free(path);
+        return NULL; /* not ours to delete: not a regular file */
+    }
+    if (size != COLD_HEADER + (uint64_t)expect) {
+        why = "its size is not what this model's block needs";
+    } else if (fio_pread_all(fd, h, COLD_HEADER, 0, path, &e) != ERR_OK) {
+        why = "unreadable header";
     } else if (memcmp(h, COLD_MAGIC, 8) || rd_u32le(h + 8) != COLD_VERSION) {
         why = "not a gempack prefix-cache entry of this version";
     } else if (rd_u32le(h + 12) != crc32_update(0, h + 16, COLD_HEADER - 16)) {
         why = "header CRC mismatch";
     } else if (memcmp(h + 16, key, 32)) {
         why = "stale: its key does not match its name";
-    } else {
-        uint64_t n = rd_u64le(h + 48);
-        if (n > COLD_MAX_PAYLOAD || (uint64_t)st.st_size != COLD_HEADER + n) {
-            why = "size does not match its header";
-        } else if (!(payload = malloc(n ? (size_t)n : 1)) || fread(payload, 1, (size_t)n, f) != (size_t)n) {
-            why = "unreadable payload";
-        } else if (crc32_update(0, payload, n) != rd_u32le(h + 56)) {
-            why = "payload CRC mismatch";
-        } else {
-            *bytes = (size_t)n;
-        }
+    } else if (rd_u64le(h + 48) != (uint64_t)expect) {
+        why = "size does not match its header";
+    } else if (!(payload = malloc(expect ? expect : 1)) ||
+               fio_pread_all(fd, payload, expect, COLD_HEADER, path, &e) != ERR_OK) {
+        why = "unreadable payload";
+    } else if (crc32_update(0, payload, expect) != rd_u32le(h + 56)) {
+        why = "payload CRC mismatch";
     }
-    fclose(f);
+    close(fd);
     if (why) {
         warn(pc, "prefix cache: discarded %s (%s)", path, why);
         unlink(path);
@@ -228,10 +237,12 @@ static void cold_put(struct prefix_cache *pc, const uint8_t key[32], const uint8
     free(path);
 }
 
-/* The entry of `key`, hot first (refreshing its recency), then cold
- * (promoted to hot). An entry the hot tier could not take is returned in
- * *owned, which the caller frees. */
-static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], size_t *bytes, uint8_t **owned)
+/* The entry of `key`, of `expect` bytes, hot first (refreshing its recency),
+ * then cold (promoted to hot). An entry the hot tier could not take is
+ * returned in *owned, which the caller frees. *bytes: the entry's size (a hot
+ * entry of another size is returned for the caller to report). */
+static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], size_t expect, size_t *bytes,
+                             uint8_t **owned)
 {
     *owned = NULL;
     for (struct prefix_entry *x = pc->lru; x; x = x->next)
@@ -241,8 +252,9 @@ static const uint8_t *lookup(struct prefix_cache *pc, const uint8_t key[32], siz
             *bytes = x->bytes;
             return x->payload;
         }
-    uint8_t *p = cold_get(pc, key, bytes);
-    if (p && !hot_put(pc, key, p, *bytes))
+    uint8_t *p = cold_get(pc, key, expect);
+    *bytes = expect;
+    if (p && !hot_put(pc, key, p, expect))
         *owned = p;
     return p;
 }
@@ -334,18 +346,22 @@ int prefix_prompt(struct prefix_cache *pc, struct runner *r, int seq, const int3
         size_t bytes, expect;
         uint8_t *owned;
         next_key(key, tokens + end - B, B, k);
-        const uint8_t *p = lookup(pc, k, &bytes, &owned);
+        int rc = block_io(r, seq, end - B, end, NULL, &expect, true, false, e);
+        if (rc != ERR_OK) {
+            free(ring_src);
+            return rc;
+        }
+        const uint8_t *p = lookup(pc, k, expect, &bytes, &owned);
         if (!p)
             break;
-        int rc = block_io(r, seq, end - B, end, NULL, &expect, true, false, e);
-        if (rc == ERR_OK && bytes != expect) {
+        if (bytes != expect) {
             warn(pc, "prefix cache: entry for tokens [0, %lld) holds %zu bytes, expected %zu; ignored", (long long)end,
                  bytes, expect);
             free(owned);
             break;
         }
         uint8_t *mine = owned ? owned : malloc(bytes ? bytes : 1);
-        if (rc == ERR_OK && !mine)
+        if (!mine)
             rc = err_set(e, ERR_NOMEM, "prefix cache: cannot allocate %zu bytes", bytes);
         if (rc == ERR_OK && !owned)
             memcpy(mine, p, bytes);

@@ -148,12 +148,16 @@ static int parse_text(const char *p, const char *end, const char *what, bool com
                            what, isprint((unsigned char)*p) ? *p : '?', (long long)n);
         }
         int64_t v = 0;
-        while (p < end && isdigit((unsigned char)*p)) {
-            v = v * 10 + (*p++ - '0');
-            if (v > INT32_MAX) {
-                free(ids);
-                return check_id(v, what, n, e);
-            }
+        const char *d0 = p;
+        while (p < end && isdigit((unsigned char)*p))
+            if (v <= INT32_MAX)
+                v = v * 10 + (*p++ - '0');
+            else
+                p++;
+        if (v > INT32_MAX) {
+            free(ids);
+            return err_set(e, ERR_RANGE, "%s: token %.*s%s at index %lld is not an id in [0, 2^31)", what,
+                           (int)(p - d0 > 40 ? 40 : p - d0), d0, p - d0 > 40 ? "..." : "", (long long)n);
         }
         if (n == cap) {
             if (cap >= TOKENS_MAX) {

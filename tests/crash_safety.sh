@@ -12,14 +12,7 @@
 # temporary file at all.
 set -u
 G="$1"
-T=$(mktemp -d "${TMPDIR:-/tmp}/gempack-crash-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { # DESCRIPTION -- CONDITION...
-    local what=$1
-    shift 2
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$G" fixture --variant e2b -o "$T/src" >/dev/null || { echo "FAIL: fixture"; echo "0 passed, 1 failed"; exit 1; }
 (cd "$T/src" && sha256sum -- *) >"$T/src.sha256"
@@ -112,5 +105,4 @@ for kb in 1 16 256 $half; do
 done
 
 ok "the source is untouched" -- bash -c "cd '$T/src' && sha256sum --quiet -c '$T/src.sha256'"
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+finish

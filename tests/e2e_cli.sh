@@ -5,37 +5,13 @@
 # memory error or leak makes it exit 97 (so its check fails).
 set -u
 G="$1"
-T=$(mktemp -d "${TMPDIR:-/tmp}/gempack-e2e-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 if [ "${2:-}" = valgrind ]; then
     printf '#!/bin/sh\nexec valgrind -q --error-exitcode=97 --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all "%s" "$@"\n' \
         "$(cd "$(dirname "$G")" && pwd)/$(basename "$G")" >"$T/gempack-vg"
     chmod +x "$T/gempack-vg"
     G="$T/gempack-vg"
 fi
-
-# expect CODE DESCRIPTION -- COMMAND...
-expect() {
-    local want=$1 what=$2
-    shift 3
-    "$@" >"$T/out" 2>"$T/err"
-    local got=$?
-    if [ "$got" = "$want" ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $what: exit $got, expected $want"
-        sed 's/^/    /' "$T/err" | head -5
-    fi
-}
-
-# ok DESCRIPTION -- CONDITION...
-ok() {
-    local what=$1
-    shift 2
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
-}
 
 json_field() { # FILE EXPR: prints a field of a JSON document
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
@@ -331,5 +307,4 @@ expect 2 "MLX export refuses a non-empty directory" -- "$G" convert "$T/e2b" --f
 ok "the occupied directory is untouched" -- test "$(ls "$T/occupied")" = "model-00001-of-00002.safetensors"
 ok "no temporary directory left behind" -- test -z "$(ls -d "$T"/occupied.tmp.* 2>/dev/null)"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -5,9 +5,7 @@
 # while the inputs declare gigabytes to terabytes.
 set -u
 G="$1"
-T=$(mktemp -d "${TMPDIR:-/tmp}/gempack-limits-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 python3 "$(dirname "$0")/make_limits.py" "$T/in"
 "$G" fixture --variant e2b -o "$T/tera" >/dev/null 2>&1
 cp "$T/in/tera.safetensors" "$T/tera/model.safetensors"
@@ -35,5 +33,4 @@ case_ "a 1 TiB header length" "header length 1099511627776 exceeds" -- "$G" insp
 case_ "a million tensors (70 MB header)" "above the limit of 1000000" -- "$G" inspect "$T/in/million.safetensors"
 case_ "100,001 tensors" "above the limit of" -- "$G" inspect "$T/in/lakh.safetensors"
 case_ "config.json nested 100,000 deep" "nesting too deep" -- "$G" check "$T/in/nested"
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+finish

@@ -286,17 +286,11 @@ static bool have_blas(void)
     return on;
 }
 
-#ifdef HAVE_BLAS_KERNELS
-#define BLAS_FN kern_matmul_blas
-#else
-#define BLAS_FN NULL
-#endif
-
 static const struct path paths[] = {
     {"q4_avx2", kern_matvec_q_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q_avx2, WK_Q8, 2},
     {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q_avx512, WK_Q4, 5},
     {"q8_avx512", kern_matvec_q_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
-    {"blas", BLAS_FN, WK_ANY, 9},
+    {"blas", kern_matmul_blas, WK_ANY, 9},
 };
 
 static bool path_available(const struct path *p)
@@ -304,7 +298,7 @@ static bool path_available(const struct path *p)
     switch (p->isa) {
     case 2: return kern_cpu_has_avx2();
     case 5: return kern_cpu_has_avx512();
-    case 9: return p->fn && have_blas();
+    case 9: return have_blas();
     default: return true;
     }
 }
@@ -666,11 +660,8 @@ Test(kernels, init_tables)
     kern_init(&tb, KERN_BLAS); /* KERN_BEST plus sgemm when built with OpenBLAS */
     cr_assert_str_eq(tb.name, t.name);
     cr_assert(tb.qdot == t.qdot && tb.matvec_bf16 == t.matvec_bf16);
-#ifdef HAVE_BLAS_KERNELS
-    cr_assert(tb.blas && tb.blas_ws);
-#else
-    cr_assert(!tb.blas);
-#endif
+    cr_assert_eq(tb.blas, kern_blas_init(), "sgemm exactly when OpenBLAS loads");
+    cr_assert_eq(tb.blas_ws != NULL, tb.blas);
     kern_free(&tb);
     cr_assert(!tb.blas && !tb.blas_ws);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
@@ -718,7 +709,7 @@ static size_t tables(struct kern_table *t, const char **label)
 static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, int64_t n)
 {
     if (n >= KERN_BLAS_MIN_TOKENS && t->blas)
-        return BLAS_FN;
+        return kern_matmul_blas;
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
     if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx512)
@@ -768,7 +759,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
                  * called per tile: its rounding depends on the tile's width) */
                 matmul_fn fn = expected_fn(&tab[k], w, n);
                 cr_assert(fn);
-                int64_t tile = fn == BLAS_FN ? KERN_BLAS_ROWS : w->rows;
+                int64_t tile = fn == kern_matmul_blas ? KERN_BLAS_ROWS : w->rows;
                 for (int64_t r0 = 0; r0 < w->rows; r0 += tile)
                     fn(w, x, n, direct, r0, r0 + tile < w->rows ? r0 + tile : w->rows);
                 cr_assert_eq(memcmp(y[0], direct, ny * sizeof(float)), 0, "%s: not the expected path", what);

@@ -1086,7 +1086,7 @@ Test(runtime, prefix_cold_corrupt, .timeout = 120)
     } cases[] = {
         {FLIP_PAYLOAD, 0, "payload CRC"}, {FLIP_PAYLOAD, 2, "payload CRC"}, {TRUNCATE, 1, "size"},
         {MAGIC, 3, "not a gempack"},       {HEADER_CRC, 0, "header CRC"},   {VERSION, 2, "not a gempack"},
-        {STALE, 1, "stale"},               {EMPTY, 0, "shorter"},           {PAYLOAD_CRC_FIELD, 3, "header CRC"},
+        {STALE, 1, "stale"},               {EMPTY, 0, "size"},              {PAYLOAD_CRC_FIELD, 3, "header CRC"},
         {GROWN, 2, "size"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
