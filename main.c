@@ -23,7 +23,7 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 #include "core/pack.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "golden/golden.h"
@@ -1029,8 +1029,10 @@ static int cmd_run(int argc, char **argv)
     int rc = o.dump ? fio_check_output(o.dump, &e) : ERR_OK; /* before any work: not over an input */
     if (rc == ERR_OK && !o.mmap)
         rc = model_load_weights(&m, o.threads, o.kernels == KERN_Q8, &e);
+    struct runner_opts ro = {.threads = o.threads, .kernels = o.kernels, .kv = o.kv, .n_seq = seqs.n};
+    session_limits(&seqs, &o.s, o.prefix ? o.prefix_o.block : 0, &ro.max_step, &ro.max_context);
     if (rc == ERR_OK)
-        rc = runner_init(&r, &m, o.threads, o.kernels, &o.kv, seqs.n, &e);
+        rc = runner_init(&r, &m, &ro, &e);
     if (rc == ERR_OK && o.prefix) {
         rc = prefix_init(&pc, &r, &o.prefix_o, &e);
         o.s.pc = &pc;
@@ -1173,7 +1175,8 @@ static int golden_make(int argc, char **argv)
     float *logits = malloc((size_t)(T * V) * sizeof *logits);
     int rc = fio_check_output(outp, &e); /* before any work: not over an input */
     if (rc == ERR_OK)
-        rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
+        rc = runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .n_seq = 1,
+                                                       .max_step = T, .max_context = T}, &e);
     if (rc == ERR_OK && !logits)
         rc = err_set(&e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)
@@ -1273,7 +1276,9 @@ static int golden_check(int argc, char **argv)
     if (rc == ERR_OK && g.T == 0)
         rc = err_set(&e, ERR_FORMAT, "%s: golden holds no positions", argv[optind + 1]);
     if (rc == ERR_OK)
-        rc = runner_init(&r, &m, threads, KERN_BEST, NULL, 1, &e);
+        rc = runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .n_seq = 1,
+                                                       .max_step = chunk > 0 && chunk < g.T ? chunk : g.T,
+                                                       .max_context = g.T}, &e);
     if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
         rc = err_set(&e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)

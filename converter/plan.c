@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/quant.h"
-#include "kernels/kernels.h"
+#include "quant/quant.h"
+#include "core/pool.h"
 
 int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct err *e)
 {
@@ -309,63 +309,13 @@ static void source_row_f32(const struct source *src, uint64_t r, float *row)
             src_r = ex * 2 * M + m + (t->split == 2 ? M : 0);
         }
         unsigned esz = dtype_table[t->w->t->dtype].bits / 8;
-        kern_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (int64_t)cols);
+        quant_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (size_t)cols);
         return;
     }
     uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
     unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
     dequant_affine_row(src->w + r * words * 4, src->s + r * ng * ssz, src->b + r * ng * ssz, t->s->t->dtype,
                        (size_t)cols, t->q.group_size, t->q.bits, row);
-}
-
-/* QAT "q4_0" lattice (DESIGN.md §6): a group of 32 that sits exactly on
- * d*q, q in [-8, 7], becomes affine codes q+8 with scale d and bias -8d,
- * which dequantize to the same values. d is tried as amax/k, k = 1..8 (the
- * largest step that fits wins) and must be exact in the scales dtype. */
-static bool lattice_group(const float *w, enum dtype sdt, uint8_t *codes, float *scale, float *bias)
-{
-    float amax = 0.0f;
-    for (int i = 0; i < 32; i++)
-        amax = fmaxf(amax, fabsf(w[i]));
-    for (int k = 1; k <= 8; k++) {
-        float d = amax > 0.0f ? amax / (float)k : 1.0f, back;
-        uint8_t stored[4];
-        dtype_from_f32(sdt, &d, stored, 1);
-        dtype_to_f32(sdt, stored, &back, 1);
-        if (back != d)
-            continue;
-        bool ok = true;
-        for (int i = 0; i < 32 && ok; i++) {
-            float q = rintf(w[i] / d);
-            ok = q >= -8.0f && q <= 7.0f && q * d == w[i];
-            codes[i] = (uint8_t)(q + 8.0f);
-        }
-        if (ok) {
-            *scale = d;
-            *bias = -8.0f * d;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* quant_affine_row with the lattice tried first on every group. */
-static void lattice_row(const float *w, size_t k, enum dtype sdt, uint32_t *words, uint8_t *scales, uint8_t *biases,
-                        uint64_t *groups, uint64_t *exact)
-{
-    uint8_t codes[32];
-    size_t ssz = dtype_table[sdt].bits / 8;
-    for (size_t g = 0; g < k / 32; g++) {
-        float sc, bi;
-        if (lattice_group(w + 32 * g, sdt, codes, &sc, &bi))
-            (*exact)++;
-        else
-            quant_affine_group(w + 32 * g, 32, 4, codes, &sc, &bi);
-        (*groups)++;
-        dtype_from_f32(sdt, &sc, scales + g * ssz, 1);
-        dtype_from_f32(sdt, &bi, biases + g * ssz, 1);
-        quant_pack_codes(codes, 32, 4, words + 4 * g);
-    }
 }
 
 void plan_stream_free(struct stream_state *st)
@@ -410,9 +360,9 @@ static void quant_task(void *arg, int64_t task, int worker)
     source_row_f32(b->src, r, row);
     b->groups[task] = b->exact[task] = 0;
     if (b->it->lattice)
-        lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
+        quant_lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
-        kern_quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
+        quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
 }
 
 static int stream_quantized(const struct source *src, struct plan_item *it, struct stream_state *st, uint64_t rows,
@@ -424,7 +374,7 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     uint64_t block = BLOCK_BYTES / ((size_t)cols * sizeof(float));
     block = block > rows ? rows : block;
     block = block < 1 ? 1 : block; /* >= 1 even for a tensor of 0 rows */
-    int workers = kern_workers(st->threads, (int64_t)block);
+    int workers = pool_workers(st->threads, (int64_t)block);
     st->nbytes = (size_t)rows * ng * ssz;
     st->scales = malloc(st->nbytes ? st->nbytes : 1);
     st->biases = malloc(st->nbytes ? st->nbytes : 1);
@@ -440,7 +390,7 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
                      (unsigned long long)block, (unsigned long long)cols);
     for (b.r0 = 0; b.r0 < rows && rc == ERR_OK; b.r0 += block) {
         uint64_t n = rows - b.r0 < block ? rows - b.r0 : block;
-        kern_parallel(workers, (int64_t)n, quant_task, &b);
+        pool_run(workers, (int64_t)n, quant_task, &b);
         for (uint64_t i = 0; i < n; i++) {
             it->lattice_groups += b.groups[i];
             it->lattice_exact += b.exact[i];

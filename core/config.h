@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "core/quant.h"
+#include "core/qmode.h"
 
 #define CFG_MAX_LAYERS 1024
 

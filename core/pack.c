@@ -13,7 +13,7 @@
 #include "core/crc.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
-#include "core/quant.h"
+#include "core/qmode.h"
 
 /* ---- writer ---- */
 

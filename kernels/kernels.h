@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "core/pool.h"
 
 /* A weight matrix [rows, cols] as stored (one expert's slice of a 3-D tensor
  * is addressed with kern_wmat_expert). */
@@ -48,17 +49,17 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
 
 /* Input prepared once per matmul for the fused quantized kernels: per-group
  * input sums, and the input rearranged to the lanes of the packed codes and
- * scaled by their place values (see simd.c). */
+ * scaled by their place values (see avx512.c), in a buffer of
+ * kern_qinput_bytes(w, n) bytes the caller provides (aligned for floats). */
 struct kern_qinput {
     const float *xd;          /* [n, stride]: cols rounded up to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
     int64_t stride;
-    float *buf;               /* owned */
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
-int kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_qinput *in);
-void kern_qinput_free(struct kern_qinput *in);
+size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in);
 
 /* ---- int8 activations (KERN_Q8: opt-in, approximate) ----
  *
@@ -85,21 +86,20 @@ struct kern_q8input {
     const float *d;           /* [n, cols/gs] group scales (NaN for a group with a NaN or inf) */
     const float *xsum;        /* [n, cols/gs] exact fp32 group sums, in column order */
     int64_t stride;           /* bytes per token: cols rounded up to 512/bits */
-    void *buf;                /* owned */
 };
 typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                          int64_t row1);
 /* For w with 4 or 8 bits and gs of 32, 64 or 128 (kern_q8_supports). */
 bool kern_q8_supports(const struct wmat *w);
-typedef int (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
-int kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
-int kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, struct kern_q8input *in);
-void kern_q8input_free(struct kern_q8input *in);
+/* The input in a buffer of kern_q8input_bytes(w, n) bytes the caller provides. */
+size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
+typedef void (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
+void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
+void kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                        int64_t row1);
-bool kern_cpu_has_avx512_vnni(void);
 
 /* The blocked layout, for the int8 kernels: a quantized matrix whose row
  * count is a multiple of KERN_BLOCK_ROWS (kern_blockable) is stored in blocks
@@ -209,8 +209,15 @@ struct kern_table {
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
     q8prep_fn q8prep;         /* KERN_Q8: kern_q8input_prepare or its SIMD twin */
-    struct kern_blas_ws *blas_ws; /* KERN_BLAS: the sgemm scratch of each worker (KERN_MAX_THREADS),
+    struct kern_blas_ws *blas_ws; /* KERN_BLAS: the sgemm scratch of each worker (POOL_MAX_THREADS),
                                      kept across calls; released by kern_free */
+    struct kern_scratch *scratch; /* [KERN_MANY] the prepared inputs of one call's matrices:
+                                     sized by kern_reserve, grown when a call needs more */
+};
+
+struct kern_scratch {
+    void *buf;
+    size_t cap;               /* bytes */
 };
 
 enum kern_level {
@@ -227,18 +234,12 @@ enum kern_level {
  * KERN_Q8 without AVX-512 VNNI: kern_q8dot_ref, the same bits, slowly). */
 void kern_init(struct kern_table *t, enum kern_level level);
 
-/* Releases what kern_init and the calls since allocated (the blas scratch). */
+/* Releases what kern_init, kern_reserve and the calls since allocated. */
 void kern_free(struct kern_table *t);
 
 /* y[n, rows] = x[n, cols] · Wᵀ with the table's best path, split over
  * `threads` threads in fixed tiles of rows. */
 void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads);
-
-/* kern_matmul and kern_matmul_many naming the next matrix job (NULL: none),
- * whose weights a thread left without tasks warms (kern_parallel_next). */
-struct kern_ahead;
-void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y,
-                      int threads, const struct kern_ahead *next);
 
 /* y_i = x · W_iᵀ for up to KERN_MANY matrices of the same input (q, k and v;
  * gate and up) in one parallel job: each matrix takes the path and tiles
@@ -247,8 +248,10 @@ void kern_matmul_next(const struct kern_table *t, const struct wmat *w, const fl
 #define KERN_MANY 4
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
                       const float *x, int64_t n, int threads);
-void kern_matmul_many_next(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
-                           const float *x, int64_t n, int threads, const struct kern_ahead *next);
+
+/* Reserves the prepared-input scratch for matmuls of up to n tokens and
+ * `cols` columns, so that such calls allocate nothing; ERR_NOMEM if it cannot. */
+int kern_reserve(struct kern_table *t, int64_t n, int64_t cols);
 
 /* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
  * themselves; call only when the CPU supports them). */
@@ -260,8 +263,6 @@ void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
-bool kern_cpu_has_avx2(void);
-bool kern_cpu_has_avx512(void);
 
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS, loaded
  * at run time by kern_blas_init). kern_matmul uses it for steps of at least
@@ -283,23 +284,6 @@ void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float 
 void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 bool kern_blas_init(void);
 
-/* ---- quantization (convert) ---- */
-
-/* quant_affine_row (core/quant.h, the definition) on the fastest path this
- * CPU has; the output is bit-identical on every path. */
-void kern_quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
-                    void *biases);
-void kern_quant_row_avx512(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words,
-                           void *scales, void *biases);
-
-/* dtype_to_f32 (core/dtype.h) on the fastest path this CPU has. */
-void kern_to_f32(enum dtype t, const uint8_t *src, float *dst, int64_t n);
-void kern_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
-
-/* dequant_affine_row (core/quant.h) for 2-, 4- and 8-bit codes, bit-identical. */
-void kern_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt,
-                             int64_t k, int gs, int bits, float *out);
-
 /* ---- element-wise and row ops (scalar; the definitions) ---- */
 
 /* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed.
@@ -320,46 +304,41 @@ void kern_rope(float *x, int64_t d, const double *inv_freq, const float *cs);
 /* Softmax in place over n values. */
 void kern_softmax(float *x, int64_t n);
 
-/* ---- threads ---- */
+/* ---- attention ---- */
 
-#define KERN_MAX_THREADS 64
+/* Keys and values as query `row` of a step sees them: key (which 0) or value
+ * (1) of KV head g at position p, d floats, a pointer into storage or decoded
+ * into buf[d]; NULL for a key a mask hides from that query. */
+typedef const float *(*kern_kv_fn)(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf);
 
-/* Runs fn(arg, task, worker) for task in [0, n_tasks) on
- * kern_workers(threads, n_tasks) threads; `worker` (0-based) lets a task use
- * per-thread scratch. Which thread runs which task does not affect any result. */
-void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg);
-int kern_workers(int threads, int64_t n_tasks);
+/* Query heads handled by one task: the heads of one KV head read each key
+ * and value once for all of them; every head's arithmetic is the same as alone. */
+#define KERN_ATTN_HEADS 4
 
-/* Asks for the cache lines of [p, p + n): a hint, which never faults. */
-static inline void kern_prefetch(const void *p, size_t n)
-{
-    for (size_t o = 0; o < n; o += 64)
-        __builtin_prefetch((const char *)p + o);
-}
-
-/* What each of the `parts` participants of a coming job reads first:
- * participant p's range [p[p], p[p] + n[p]). */
-struct kern_ahead {
-    int parts;
-    const uint8_t *p[KERN_MAX_THREADS];
-    size_t n[KERN_MAX_THREADS];
+/* Causal attention of a step's queries (MODEL.md §5): for each query row
+ * (position pos[row]) and query head h (KV head h / (Nq / G)), the scores
+ * q·k (scale 1) of keys max(0, pos − window + 1) .. pos (window 0: from 0)
+ * in position order, softmax (max subtracted, exp, sum, each weight one
+ * division), out = Σ w·v over the keys in order, a weight below 2^-100
+ * skipped. Tasks are (row, KV head, block of KERN_ATTN_HEADS heads), fixed
+ * by the problem; dot and axpy are the table's (bit-identical on every level). */
+struct kern_attn {
+    const float *q;           /* [N, Nq, d] */
+    float *out;               /* [N, Nq, d] */
+    const int64_t *pos;       /* [N] */
+    int64_t N, Nq, G, d, window;
+    kern_kv_fn kv;
+    const void *ctx;
+    int64_t keys;             /* most keys any query sees */
+    float *scratch;           /* per worker (pool_workers(threads, tasks)) kern_attn_scratch floats */
 };
 
-/* kern_parallel, naming the job that follows (NULL: none): a participant
- * that runs out of tasks prefetches its range of `next` while it waits, a
- * helper until the next job comes, the caller until the helpers are done.
- * A hint for the caches; no result depends on it. A plan for another number
- * of participants is ignored. */
-void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
-                        const struct kern_ahead *next);
+/* Floats of scratch one worker needs for up to `keys` keys of head dim d. */
+static inline size_t kern_attn_scratch(int64_t keys, int64_t d)
+{
+    return (size_t)(KERN_ATTN_HEADS * keys + d);
+}
 
-/* The plan of kern_matmul_many(t, count, w, ., ., n, threads): each
- * participant's share of the weights from its first row, to the share's end
- * or its first matrix's, at most KERN_AHEAD_BYTES (the codes only, for a
- * matrix by rows; nothing for a split view). No parts for the sgemm path,
- * whose tiles are not read as streams, nor for more than KERN_MANY matrices. */
-#define KERN_AHEAD_BYTES (256 << 10)
-void kern_matmul_ahead(const struct kern_table *t, int count, const struct wmat *const w[], int64_t n, int threads,
-                       struct kern_ahead *plan);
+void kern_attention(const struct kern_table *t, const struct kern_attn *a, int threads);
 
 #endif

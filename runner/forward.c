@@ -1,10 +1,9 @@
-/* forward.c - gemma4-architecture.md §3, step by step.
+/* forward.c - the forward pass of docs/MODEL.md, step by step.
  * Activations are fp32 row-major [N, width], the N tokens of all items of a
  * step one after the other; weights stay in their stored form
  * (kernels/kernels.h). Constants √H, H^-½, √P and 2^-½ are exact fp32. */
 #include "runner/forward.h"
 
-#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +27,7 @@ static double *rope_table(const struct cfg_rope *rp, int64_t d)
     if (!f)
         return NULL;
     /* default: every pair rotates; proportional: the first ⌊partial·d/2⌋ pairs,
-     * exponent over the FULL head dim, divided by `factor` (§3.1.4) */
+     * exponent over the FULL head dim, divided by `factor` (MODEL.md §4) */
     int64_t rotated = rp->kind == ROPE_PROPORTIONAL ? (int64_t)floor(rp->partial * (double)d / 2.0) : d / 2;
     double factor = rp->kind == ROPE_PROPORTIONAL ? rp->factor : 1.0;
     for (int64_t i = 0; i < rotated && i < d / 2; i++)
@@ -40,53 +39,95 @@ static double *rope_table(const struct cfg_rope *rp, int64_t d)
 static void layer_fmt(const struct runner *r, int64_t i, struct kv_fmt *f)
 {
     const struct cfg_layer *ly = &r->m->cfg.layers[i];
-    int bits = (int)i == r->kv_float_layer ? 0 : r->kv.bits;
-    int gs = r->kv.group_size < ly->head_dim ? r->kv.group_size : (int)ly->head_dim; /* groups stay within a head */
-    kv_fmt_init(f, ly->kv_heads, ly->head_dim, bits, gs, r->kv.start);
+    int bits = (int)i == r->kv_float_layer ? 0 : r->o.kv.bits;
+    int gs = r->o.kv.group_size < ly->head_dim ? r->o.kv.group_size : (int)ly->head_dim; /* groups stay within a head */
+    kv_fmt_init(f, ly->kv_heads, ly->head_dim, bits, gs, r->o.kv.start);
 }
 
-static int init(struct runner *r, const struct model *m, int threads, enum kern_level level, const struct kv_opts *kv,
-                int n_seq, struct err *e)
+/* The next `count` elements of `size` bytes from *at, 64-byte aligned; with
+ * a NULL base, only the running total. */
+static void *carve(uint8_t *base, size_t *at, size_t count, size_t size)
+{
+    void *p = base ? base + *at : NULL;
+    *at += (count * size + 63) / 64 * 64;
+    return p;
+}
+
+/* Carves the run state from base (NULL: sizes it) and returns its bytes. */
+static size_t run_state_layout(struct runner *r, uint8_t *base)
+{
+    const struct gp_config *c = &r->m->cfg;
+    struct run_state *s = &r->rs;
+    size_t N = (size_t)r->o.max_step, H = (size_t)c->hidden_size, L = (size_t)c->n_layers, P = (size_t)c->ple_dim;
+    size_t E = (size_t)c->n_experts, K = (size_t)c->top_k, d = 0, G = 0, I = (size_t)c->moe_intermediate, at = 0;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        d = (size_t)c->layers[i].head_dim > d ? (size_t)c->layers[i].head_dim : d;
+        G = (size_t)c->layers[i].kv_heads > G ? (size_t)c->layers[i].kv_heads : G;
+        I = (size_t)c->layers[i].mlp_width > I ? (size_t)c->layers[i].mlp_width : I;
+    }
+    s->tokens = carve(base, &at, N, sizeof *s->tokens);
+    s->pos = carve(base, &at, N, sizeof *s->pos);
+    s->item_of = carve(base, &at, N, sizeof *s->item_of);
+    s->x = carve(base, &at, N * H, sizeof(float));
+    s->a = carve(base, &at, N * H, sizeof(float));
+    s->z = carve(base, &at, N * H, sizeof(float));
+    s->q = carve(base, &at, N * (size_t)c->n_heads * d, sizeof(float));
+    s->o = carve(base, &at, N * (size_t)c->n_heads * d, sizeof(float));
+    s->k = carve(base, &at, N * G * d, sizeof(float));
+    s->v = carve(base, &at, N * G * d, sizeof(float));
+    s->gate = carve(base, &at, N * I, sizeof(float));
+    s->up = carve(base, &at, N * I, sizeof(float));
+    s->ple = carve(base, &at, N * L * P, sizeof(float));
+    s->pg = carve(base, &at, N * P, sizeof(float));
+    s->ple_tok = carve(base, &at, L * P, sizeof(float));
+    for (int t = 0; t < 2; t++)
+        s->rope_cs[t] = carve(base, &at, N * (size_t)r->rope_dim[t], sizeof(float));
+    s->scores = carve(base, &at, (size_t)r->o.threads * kern_attn_scratch(r->o.max_context, (int64_t)d), sizeof(float));
+    s->moe = carve(base, &at, 3 * H + E + K, sizeof(float));
+    s->top = carve(base, &at, K, sizeof *s->top);
+    s->taken = carve(base, &at, E, sizeof *s->taken);
+    s->items = carve(base, &at, (size_t)r->o.n_seq, sizeof *s->items);
+    return at;
+}
+
+/* The most columns any matrix of the model has (a matmul's input width). */
+static int64_t widest(const struct gp_config *c)
+{
+    int64_t w = c->hidden_size > c->n_layers * c->ple_dim ? c->hidden_size : c->n_layers * c->ple_dim;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        int64_t mlp = c->layers[i].mlp_width, att = c->n_heads * c->layers[i].head_dim;
+        w = mlp > w ? mlp : w;
+        w = att > w ? att : w;
+    }
+    return w;
+}
+
+static int init(struct runner *r, const struct model *m, const struct runner_opts *o, struct err *e)
 {
     memset(r, 0, sizeof *r);
-    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest; buffers above it are still mapped per use */
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     r->m = m;
-    r->threads = threads < 1 ? 1 : threads;
-    r->kv = kv ? *kv : (struct kv_opts){.group_size = 64};
-    kern_init(&r->kt, level);
+    r->o = *o;
+    r->o.threads = o->threads < 1 ? 1 : o->threads > POOL_MAX_THREADS ? POOL_MAX_THREADS : o->threads;
+    if (!r->o.kv.group_size)
+        r->o.kv.group_size = 64;
+    kern_init(&r->kt, o->kernels);
     const struct gp_config *c = &m->cfg;
-    int rc = kv_opts_validate(&r->kv, e);
+    int rc = kv_opts_validate(&r->o.kv, e);
     if (rc != ERR_OK)
         return rc;
+    if (o->n_seq < 1 || o->max_step < 1 || o->max_context < 1)
+        return err_set(e, ERR_USAGE, "runner: %d sequences, steps of %lld tokens, contexts of %lld positions: each "
+                                     "must be at least 1", o->n_seq, (long long)o->max_step, (long long)o->max_context);
     r->kv_float_layer = -1;
-    for (int64_t i = 0; r->kv.skip_last_full && r->kv.bits && i < c->first_shared; i++)
+    for (int64_t i = 0; r->o.kv.skip_last_full && r->o.kv.bits && i < c->first_shared; i++)
         if (c->layers[i].type == LT_FULL)
             r->kv_float_layer = (int)i; /* the source of every KV-shared full-attention layer */
-    for (int64_t i = 0; r->kv.bits && i < c->first_shared; i++) {
-        int64_t d = c->layers[i].head_dim, gs = r->kv.group_size < d ? r->kv.group_size : d;
+    for (int64_t i = 0; r->o.kv.bits && i < c->first_shared; i++) {
+        int64_t d = c->layers[i].head_dim, gs = r->o.kv.group_size < d ? r->o.kv.group_size : d;
         if ((gs != 32 && gs != 64 && gs != 128) || d % gs)
             return err_set(e, ERR_UNSUPPORTED, "--kv-group-size %d: layer %lld's head dim %lld has no MLX group size "
                                                "(32, 64, 128) that divides it",
-                           r->kv.group_size, (long long)i, (long long)d);
-    }
-    r->seq = calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof *r->seq);
-    if (!r->seq)
-        return err_set(e, ERR_NOMEM, "cannot allocate %d sequences", n_seq);
-    r->n_seq = n_seq;
-    for (int s = 0; s < n_seq; s++) {
-        r->seq[s].cache = calloc((size_t)c->n_layers, sizeof *r->seq[s].cache);
-        if (!r->seq[s].cache)
-            return err_set(e, ERR_NOMEM, "cannot allocate caches");
-        for (int64_t i = 0; i < c->n_layers; i++) {
-            if (c->layers[i].shared)
-                continue;
-            struct kv_fmt f;
-            layer_fmt(r, i, &f);
-            rc = kv_cache_init(&r->seq[s].cache[i], &f, c->layers[i].type == LT_SLIDING, c->sliding_window, e);
-            if (rc != ERR_OK)
-                return rc;
-        }
+                           r->o.kv.group_size, (long long)i, (long long)d);
     }
     for (int t = 0; t < 2; t++) {
         int64_t d = 0;
@@ -97,13 +138,37 @@ static int init(struct runner *r, const struct model *m, int threads, enum kern_
             return err_set(e, ERR_NOMEM, "cannot allocate RoPE tables");
         r->rope_dim[t] = d;
     }
+    size_t bytes = run_state_layout(r, NULL);
+    if (!(r->rs.block = malloc(bytes)) || !(r->seq = calloc((size_t)o->n_seq, sizeof *r->seq)) ||
+        !(r->rs.pending = calloc((size_t)c->n_layers, sizeof *r->rs.pending)))
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes for steps of %lld tokens", bytes,
+                       (long long)o->max_step);
+    run_state_layout(r, r->rs.block);
+    if (kern_reserve(&r->kt, o->max_step, widest(c)) != ERR_OK)
+        return err_set(e, ERR_NOMEM, "cannot allocate the kernels' input buffers for steps of %lld tokens",
+                       (long long)o->max_step);
+    for (int s = 0; s < o->n_seq; s++)
+        if (!(r->seq[s].cache = calloc((size_t)c->n_layers, sizeof *r->seq[s].cache)))
+            return err_set(e, ERR_NOMEM, "cannot allocate caches");
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        if (c->layers[i].shared)
+            continue;
+        struct kv_fmt f;
+        layer_fmt(r, i, &f);
+        bool ring = c->layers[i].type == LT_SLIDING;
+        for (int s = 0; s < o->n_seq && rc == ERR_OK; s++)
+            rc = kv_cache_init(&r->seq[s].cache[i], &f, ring, ring ? c->sliding_window : o->max_context, e);
+        if (rc == ERR_OK)
+            rc = kv_rows_alloc(&f, &r->rs.pending[i], o->max_step, e);
+        if (rc != ERR_OK)
+            return rc;
+    }
     return ERR_OK;
 }
 
-int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
-                const struct kv_opts *kv, int n_seq, struct err *e)
+int runner_init(struct runner *r, const struct model *m, const struct runner_opts *o, struct err *e)
 {
-    int rc = init(r, m, threads, level, kv, n_seq, e);
+    int rc = init(r, m, o, e);
     return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(m));
 }
 
@@ -114,13 +179,17 @@ void runner_reset(struct runner *r, int seq)
 
 void runner_free(struct runner *r)
 {
-    if (!r)
+    if (!r || !r->m)
         return;
-    for (int s = 0; r->seq && s < r->n_seq; s++) {
+    for (int s = 0; r->seq && s < r->o.n_seq; s++) {
         for (int64_t i = 0; r->seq[s].cache && i < r->m->cfg.n_layers; i++)
             kv_cache_free(&r->seq[s].cache[i]);
         free(r->seq[s].cache);
     }
+    for (int64_t i = 0; r->rs.pending && i < r->m->cfg.n_layers; i++)
+        kv_rows_free(&r->rs.pending[i]);
+    free(r->rs.pending);
+    free(r->rs.block);
     free(r->seq);
     free(r->inv_freq[0]);
     free(r->inv_freq[1]);
@@ -137,259 +206,82 @@ size_t runner_cache_bytes(const struct runner *r, int seq)
     return b;
 }
 
-/* ---- one step ---- */
+/* ---- attention (MODEL.md §5) ---- */
 
-/* A step: the items' tokens are rows off..off+n-1 of every activation. */
-struct step_item {
-    struct seq_state *s;
-    int64_t off, n, p0;
-    const uint8_t *key_mask;
-    struct kv_rows *pending;     /* [L]: this chunk's entries of each KV-owning layer */
-};
-
-struct fwd {
-    struct runner *r;
-    struct step_item *it;
-    int n_items;
-    int64_t N;                   /* tokens in the step */
-    float *rope_cs[2];           /* per layer type with RoPE: [N, d/2, 2] each token's cos, sin */
-};
-
-/* ---- the next matrix job's weights ---- */
-
-/* A job names the matrices of the next matrix job, so that a thread left
- * without tasks warms its share of them (kern_parallel_next). Planned for
- * the step's n tokens: the tied head runs on fewer rows in a prompt, where
- * the plan is only roughly its split (a hint; no result depends on it). */
-static const struct kern_ahead *ahead(const struct runner *r, int count, const struct wmat *const w[], int64_t n,
-                                      struct kern_ahead *plan)
-{
-    kern_matmul_ahead(&r->kt, count, w, n, r->threads, plan);
-    return plan;
-}
-
-/* Layer i's first matrices: q, then k and v unless the layer reads another's
- * cache (k alone when V = K). */
-static int qkv_weights(const struct runner *r, int64_t i, const struct wmat *w[3])
-{
-    const struct cfg_layer *ly = &r->m->cfg.layers[i];
-    const struct layer_weights *L = &r->m->layers[i];
-    w[0] = &L->q;
-    w[1] = &L->k;
-    w[2] = &L->v;
-    return ly->shared ? 1 : ly->k_eq_v ? 2 : 3;
-}
-
-/* The plan of layer i's first job, or of the tied head's when i is past the last layer. */
-static const struct kern_ahead *layer_ahead(const struct runner *r, int64_t i, int64_t n, struct kern_ahead *plan)
-{
-    const struct wmat *w[3] = {&r->m->embed};
-    int count = i < r->m->cfg.n_layers ? qkv_weights(r, i, w) : 1;
-    return ahead(r, count, w, n, plan);
-}
-
-/* ---- attention ---- */
-
-/* Keys and values one item's queries of a layer see: the source layer's
- * cache (positions < p0) and its entries of the current chunk. */
-struct attn_job {
-    const struct fwd *f;
-    const float *q;              /* [N, Nq, d] after norm and RoPE */
-    float *out;                  /* [N, Nq, d] */
+/* Head g's key (which 0) or value (1) at position p as query `row` sees it:
+ * the source layer's cache before the chunk, the chunk's pending entries
+ * from it; NULL for a key the item's mask hides. */
+struct kv_view {
+    const struct runner *r;
     int src;                     /* the layer whose entries are read */
-    int64_t Nq, d, group, window; /* window 0: full attention */
-    int64_t blocks;              /* head blocks per KV head: ceil(group / ATTN_HEADS) */
-    float *scratch;              /* per worker: stride floats (ATTN_HEADS score rows of `keys`, a decoded key or value) */
-    int64_t keys, stride;
 };
 
-/* Query heads of one KV head handled by one task: each key and value row is
- * read once for all of them. Every head's arithmetic is the same as alone. */
-#define ATTN_HEADS 4
-
-/* Entries ahead of the one in use whose key and value are prefetched: the
- * cache's entries come from RAM (the weights streamed since evicted them),
- * and without it a task waited on each one in turn (E2B 8-bit decode, ~46
- * keys: 24-28 -> 12-16 us a task; 2, 4 and 8 ahead the same). */
-#define ATTN_AHEAD 4
-
-/* The rows holding position p as item `it` sees it, and its slot there: the
- * source layer's cache before p0, the chunk's pending entries from p0. */
-static const struct kv_rows *kv_where(const struct step_item *it, const struct kv_cache *cache,
-                                      const struct kv_rows *pend, int64_t p, int64_t *slot)
+static const float *kv_entry(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf)
 {
-    *slot = p < it->p0 ? kv_cache_slot(cache, p) : p - it->p0;
-    return p < it->p0 ? &cache->rows : pend;
-}
-
-/* Head g's key (which 0) or value (1) at position p. */
-static const float *kv_at(const struct step_item *it, const struct kv_cache *cache, const struct kv_rows *pend,
-                          int64_t p, int64_t g, int which, float *buf)
-{
-    int64_t slot;
-    const struct kv_rows *rows = kv_where(it, cache, pend, p, &slot);
-    return kv_rows_head(&cache->fmt, rows, slot, p, g, which, buf);
-}
-
-/* kv_at's bytes of key and value, asked for ahead of use. */
-static void kv_ahead(const struct step_item *it, const struct kv_cache *cache, const struct kv_rows *pend, int64_t p,
-                     int64_t g)
-{
-    int64_t slot;
-    const struct kv_rows *rows = kv_where(it, cache, pend, p, &slot);
-    for (int which = 0; which < 2; which++)
-        kv_rows_prefetch(&cache->fmt, rows, slot, p, g, which);
-}
-
-/* One token and a block of heads sharing a KV head: softmax(q·K) · V over
- * the visible keys, in position order, for each head. */
-static void attn_task(void *arg, int64_t task, int worker)
-{
-    const struct attn_job *j = arg;
-    const struct fwd *f = j->f;
-    const dot_fn dot = f->r->kt.dot;
-    const axpy_fn axpy = f->r->kt.axpy;
-    int64_t per_row = j->Nq / j->group * j->blocks; /* tasks of one token: KV heads × head blocks */
-    int64_t row = task / per_row, g = task % per_row / j->blocks, d = j->d;
-    int64_t h0 = g * j->group + task % j->blocks * ATTN_HEADS, h1 = (g + 1) * j->group; /* g's heads end at h1 */
-    int nh = (int)(h1 - h0 < ATTN_HEADS ? h1 - h0 : ATTN_HEADS);
-    const struct step_item *it = f->it;
-    while (row >= it->off + it->n)
-        it++;
-    int64_t t = row - it->off, P = it->p0 + t;
-    int64_t k0 = j->window ? (P - j->window + 1 > 0 ? P - j->window + 1 : 0) : 0;
-    const struct kv_cache *cache = &it->s->cache[j->src];
-    const struct kv_rows *pend = &it->pending[j->src];
-    const float *q = j->q + (row * j->Nq + h0) * d;          /* [nh, d] */
-    float *o = j->out + (row * j->Nq + h0) * d;              /* [nh, d] */
-    float *s = j->scratch + worker * j->stride;              /* [nh, keys] scores */
-    float *buf = s + ATTN_HEADS * j->keys;                   /* [d] a decoded key or value */
-    float m[ATTN_HEADS], sum[ATTN_HEADS];
-    for (int u = 0; u < nh; u++)
-        m[u] = -INFINITY;
-    for (int64_t p = k0; p <= P && p < k0 + ATTN_AHEAD; p++)
-        kv_ahead(it, cache, pend, p, g);
-    for (int64_t p = k0; p <= P; p++) {
-        if (p + ATTN_AHEAD <= P)
-            kv_ahead(it, cache, pend, p + ATTN_AHEAD, g); /* the values are read in the last loop below */
-        if (it->key_mask && !it->key_mask[t * (it->p0 + it->n) + p]) {
-            for (int u = 0; u < nh; u++)
-                s[u * j->keys + p - k0] = -INFINITY;
-            continue;
-        }
-        const float *k = kv_at(it, cache, pend, p, g, 0, buf);
-        for (int u = 0; u < nh; u++) {
-            float x = dot(q + u * d, k, d); /* q·k, scale 1.0 (§3.5) */
-            s[u * j->keys + p - k0] = x;
-            m[u] = fmaxf(m[u], x);
-        }
-    }
-    for (int u = 0; u < nh; u++) {
-        float *su = s + u * j->keys;
-        sum[u] = 0.0f;
-        for (int64_t p = k0; p <= P; p++) {
-            su[p - k0] = su[p - k0] == -INFINITY ? 0.0f : expf(su[p - k0] - m[u]);
-            sum[u] += su[p - k0];
-        }
-    }
-    memset(o, 0, (size_t)(nh * d) * sizeof *o);
-    for (int64_t p = k0; p <= P; p++) {
-        const float *v = NULL;
-        for (int u = 0; u < nh; u++) {
-            float w = s[u * j->keys + p - k0] / sum[u];
-            if (w < 0x1p-100f) /* adds at most 2^-100·|v| per key; its w·v would be subnormal (slow) */
-                continue;
-            if (!v)
-                v = kv_at(it, cache, pend, p, g, 1, buf);
-            axpy(o + u * d, w, v, d); /* o += w·v */
-        }
-    }
+    const struct kv_view *kv = ctx;
+    const struct run_state *s = &kv->r->rs;
+    const struct step_item *it = &s->items[s->item_of[row]];
+    int64_t t = row - it->off;
+    if (it->key_mask && !it->key_mask[t * (it->p0 + it->n) + p])
+        return NULL;
+    const struct kv_cache *c = &it->s->cache[kv->src];
+    if (p < it->p0)
+        return kv_rows_head(&c->fmt, &c->rows, kv_cache_slot(c, p), p, g, which, buf);
+    return kv_rows_head(&c->fmt, &s->pending[kv->src], it->off + p - it->p0, p, g, which, buf);
 }
 
 /* Per-head RMSNorm (weighted or not) and optional RoPE of x[N, heads, d]. */
-static void heads_norm_rope(const struct fwd *f, float *x, int64_t heads, int64_t d, const float *w, float eps,
+static void heads_norm_rope(const struct runner *r, int64_t N, float *x, int64_t heads, int64_t d, const float *w,
                             const double *inv_freq, const float *cs)
 {
-    for (int64_t t = 0; t < f->N; t++)
+    for (int64_t t = 0; t < N; t++)
         for (int64_t h = 0; h < heads; h++) {
             float *v = x + (t * heads + h) * d;
-            kern_rmsnorm(f->r->kt.dot, v, v, w, d, eps);
+            kern_rmsnorm(r->kt.dot, v, v, w, d, (float)r->m->cfg.rms_eps);
             if (inv_freq)
                 kern_rope(v, d, inv_freq, cs + t * d);
         }
 }
 
-/* §3.5: a[N, H] -> attention output [N, H]. */
-static int attention(struct fwd *f, int64_t i, float *a, struct err *e)
+/* a[N, H] -> attention output [N, H] (in place). */
+static void attention(struct runner *r, int n_items, int64_t N, int64_t i, float *a)
 {
-    struct runner *r = f->r;
     const struct gp_config *c = &r->m->cfg;
     const struct cfg_layer *ly = &c->layers[i];
     const struct layer_weights *L = &r->m->layers[i];
-    int64_t N = f->N, Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
-    float eps = (float)c->rms_eps;
+    struct run_state *s = &r->rs;
+    int64_t Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
     const double *rope = r->inv_freq[ly->type];
-    const float *cs = f->rope_cs[ly->type];
-    float *q = malloc((size_t)(N * Nq * d) * sizeof *q);       /* [N, Nq, d] */
-    float *o = malloc((size_t)(N * Nq * d) * sizeof *o);       /* [N, Nq, d] */
-    float *k = malloc((size_t)(N * G * d) * sizeof *k);        /* [N, G, d] */
-    float *v = malloc((size_t)(N * G * d) * sizeof *v);        /* [N, G, d] */
-    int rc = q && o && k && v ? ERR_OK : err_set(e, ERR_NOMEM, "attention buffers");
-    struct kern_ahead to_o;                                    /* the q/k/v and attention jobs are followed by o */
-    const struct wmat *wo = &L->o;
-    ahead(r, 1, &wo, N, &to_o);
-    if (rc == ERR_OK) {
-        const struct wmat *w[3];
-        float *y[3] = {q, k, v};
-        int count = qkv_weights(r, i, w);
-        kern_matmul_many_next(&r->kt, count, w, y, a, N, r->threads, &to_o); /* Q, K_raw, V_raw = a·W{q,k,v}ᵀ */
-        heads_norm_rope(f, q, Nq, d, L->q_norm, eps, rope, cs);          /* q_norm, RoPE */
-    }
-    if (rc == ERR_OK && !ly->shared) {
+    const float *cs = s->rope_cs[ly->type];
+    const struct wmat *w[3] = {&L->q, &L->k, &L->v};
+    float *y[3] = {s->q, s->k, s->v};                                     /* [N, Nq, d], [N, G, d], [N, G, d] */
+    kern_matmul_many(&r->kt, ly->shared ? 1 : ly->k_eq_v ? 2 : 3, w, y, a, N, r->o.threads); /* a·W{q,k,v}ᵀ */
+    heads_norm_rope(r, N, s->q, Nq, d, L->q_norm, rope, cs);              /* q_norm, RoPE */
+    if (!ly->shared) {
         if (ly->k_eq_v)
-            memcpy(v, k, (size_t)(N * G * d) * sizeof *v);               /* V_raw = K_raw (k_eq_v) */
-        heads_norm_rope(f, k, G, d, L->k_norm, eps, rope, cs);           /* k_norm, RoPE */
-        heads_norm_rope(f, v, G, d, NULL, eps, NULL, NULL);              /* v_norm (no weight, no RoPE) */
-        for (int b = 0; b < f->n_items && rc == ERR_OK; b++) {           /* the chunk's entries, as stored */
-            struct step_item *it = &f->it[b];
-            const struct kv_fmt *fmt = &it->s->cache[i].fmt;
-            if ((rc = kv_rows_alloc(fmt, &it->pending[i], it->n, e)) != ERR_OK)
-                break;
-            for (int64_t t = 0; t < it->n; t++)
-                kv_rows_put(fmt, &it->pending[i], t, it->p0 + t, k + (it->off + t) * G * d, v + (it->off + t) * G * d);
-        }
+            memcpy(s->v, s->k, (size_t)(N * G * d) * sizeof *s->v);       /* V_raw = K_raw (k_eq_v) */
+        heads_norm_rope(r, N, s->k, G, d, L->k_norm, rope, cs);           /* k_norm, RoPE */
+        heads_norm_rope(r, N, s->v, G, d, NULL, NULL, NULL);              /* v_norm (no weight, no RoPE) */
+        const struct kv_fmt *fmt = &s->items[0].s->cache[i].fmt;
+        for (int64_t t = 0; t < N; t++)                                   /* the chunk's entries, as stored */
+            kv_rows_put(fmt, &s->pending[i], t, s->pos[t], s->k + t * G * d, s->v + t * G * d);
     }
-    int64_t keys = 0; /* most keys a query sees */
-    for (int b = 0; b < f->n_items; b++)
-        keys = f->it[b].p0 + f->it[b].n > keys ? f->it[b].p0 + f->it[b].n : keys;
-    int64_t group = Nq / G, blocks = (group + ATTN_HEADS - 1) / ATTN_HEADS, tasks = N * G * blocks;
-    int workers = kern_workers(r->threads, tasks);
-    float *scratch = rc == ERR_OK ? malloc((size_t)(workers * (ATTN_HEADS * keys + d)) * sizeof *scratch) : NULL;
-    if (rc == ERR_OK && !scratch)
-        rc = err_set(e, ERR_NOMEM, "attention scratch for %lld keys", (long long)keys);
-    if (rc == ERR_OK) {
-        struct attn_job j = {.f = f, .q = q, .out = o, .src = ly->kv_src, .Nq = Nq, .d = d, .group = group,
-                             .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .blocks = blocks,
-                             .scratch = scratch, .keys = keys, .stride = ATTN_HEADS * keys + d};
-        kern_parallel_next(workers, tasks, attn_task, &j, &to_o);       /* softmax(Q·Kᵀ)·V per head */
-        const struct wmat *gu[2] = {&L->gate, &L->up};
-        struct kern_ahead to_mlp;
-        kern_matmul_next(&r->kt, &L->o, o, N, a, r->threads, ahead(r, 2, gu, N, &to_mlp)); /* a = O·Woᵀ */
-    }
-    free(scratch);
-    free(q);
-    free(o);
-    free(k);
-    free(v);
-    return rc;
+    int64_t keys = 0;                                                     /* most keys a query sees */
+    for (int b = 0; b < n_items; b++)
+        keys = s->items[b].p0 + s->items[b].n > keys ? s->items[b].p0 + s->items[b].n : keys;
+    struct kv_view view = {r, ly->kv_src};
+    struct kern_attn job = {.q = s->q, .out = s->o, .pos = s->pos, .N = N, .Nq = Nq, .G = G, .d = d,
+                            .window = ly->type == LT_SLIDING ? c->sliding_window : 0, .kv = kv_entry, .ctx = &view,
+                            .keys = keys, .scratch = s->scores};
+    kern_attention(&r->kt, &job, r->o.threads);                           /* softmax(Q·Kᵀ)·V per head */
+    kern_matmul(&r->kt, &L->o, s->o, N, a, r->o.threads);                  /* a = O·Woᵀ */
 }
 
-/* ---- feed-forward ---- */
+/* ---- feed-forward (MODEL.md §6) ---- */
 
 /* Element-wise passes in tasks of EW_TASK elements: a decode step's MLP
  * GELU is one task, while its 262,144 soft-capped logits (and a prefill's
- * millions of elements) are spread over the threads, each taking about the
- * logits its share of the head's tiles wrote (kern_parallel's shares). */
+ * millions of elements) are spread over the threads. */
 #define EW_TASK 16384
 
 struct ew_job {
@@ -412,140 +304,94 @@ static void ew_task(void *arg, int64_t task, int worker)
         j->softcap(j->x + k0, j->cap, k1 - k0);
 }
 
-static void elementwise(const struct runner *r, struct ew_job *j, const struct kern_ahead *next)
+static void elementwise(const struct runner *r, struct ew_job *j)
 {
-    kern_parallel_next(r->threads, (j->n + EW_TASK - 1) / EW_TASK, ew_task, j, next);
+    pool_run(r->o.threads, (j->n + EW_TASK - 1) / EW_TASK, ew_task, j);
 }
 
-/* §3.7: out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ; `next`: the plan of the job after it. */
-static int mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, const struct wmat *wd, const float *z,
-               int64_t n, float *out, const struct kern_ahead *next, struct err *e)
+/* out[n, H] = (gelu(z·Wgᵀ) ⊙ z·Wuᵀ)·Wdᵀ */
+static void mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, const struct wmat *wd, const float *z,
+                int64_t n, float *out)
 {
-    int64_t I = wg->rows;
-    float *g = malloc((size_t)(n * I) * sizeof *g), *u = malloc((size_t)(n * I) * sizeof *u);
-    if (!g || !u) {
-        free(g);
-        free(u);
-        return err_set(e, ERR_NOMEM, "MLP buffers");
-    }
+    struct run_state *s = &r->rs;
     const struct wmat *w[2] = {wg, wu};
-    float *y[2] = {g, u};
-    struct kern_ahead to_down;
-    ahead(r, 1, &wd, n, &to_down);
-    kern_matmul_many_next(&r->kt, 2, w, y, z, n, r->threads, &to_down); /* g[n, I] = z·Wgᵀ, u[n, I] = z·Wuᵀ */
-    struct ew_job gelu = {.gelu_mul = r->kt.gelu_mul, .x = g, .u = u, .n = n * I};
-    elementwise(r, &gelu, &to_down);                                     /* g = gelu(g)·u */
-    kern_matmul_next(&r->kt, wd, g, n, out, r->threads, next);           /* out = g·Wdᵀ */
-    free(g);
-    free(u);
-    return ERR_OK;
+    float *y[2] = {s->gate, s->up};
+    kern_matmul_many(&r->kt, 2, w, y, z, n, r->o.threads);                /* g[n, I] = z·Wgᵀ, u[n, I] = z·Wuᵀ */
+    elementwise(r, &(struct ew_job){.gelu_mul = r->kt.gelu_mul, .x = s->gate, .u = s->up, .n = n * wg->rows});
+    kern_matmul(&r->kt, wd, s->gate, n, out, r->o.threads);                /* out = g·Wdᵀ */
 }
 
-/* §3.8: routed experts of one token: out[H] = Σ_k w_k · expert_{e_k}(y). */
-static int moe_token(struct runner *r, const struct layer_weights *L, const float *resid, const float *y, float *out,
-                     struct err *e)
+/* Routed experts of one token: out[H] = Σ_k w_k · expert_{e_k}(y), from its
+ * post-attention residual `resid` and its normed input y. */
+static void moe_token(struct runner *r, const struct layer_weights *L, const float *resid, const float *y, float *out)
 {
     const struct gp_config *c = &r->m->cfg;
     int64_t H = c->hidden_size, E = c->n_experts, K = c->top_k;
-    float *z = malloc((size_t)(H + E + K) * sizeof *z);     /* [H] normed input, [E] logits, [K] weights */
-    int64_t *top = malloc((size_t)K * sizeof *top);          /* [K] chosen experts */
-    uint8_t *taken = calloc((size_t)E, 1);                  /* [E] */
-    float *eo = malloc((size_t)H * sizeof *eo);             /* [H] one expert's output */
-    int rc = z && top && taken && eo ? ERR_OK : err_set(e, ERR_NOMEM, "router buffers");
-    float *logit = rc == ERR_OK ? z + H : NULL, *w = rc == ERR_OK ? z + H + E : NULL, sum = 0.0f;
-    if (rc == ERR_OK) {
-        /* router: unweighted RMSNorm × scale × H^-½, logits, softmax over all experts */
-        kern_rmsnorm(r->kt.dot, z, resid, NULL, H, (float)c->rms_eps);
-        float hs = (float)(1.0 / sqrt((double)H));
-        for (int64_t k = 0; k < H; k++)
-            z[k] = z[k] * L->router_scale[k] * hs;
-        kern_matmul(&r->kt, &L->router, z, 1, logit, 1);
-        kern_softmax(logit, E);
-        /* top-k by probability (ties: lower expert index), renormalized, × per_expert_scale */
-        for (int64_t k = 0; k < K; k++) {
-            int64_t best = -1;
-            for (int64_t x = 0; x < E; x++)
-                if (!taken[x] && (best < 0 || logit[x] > logit[best]))
-                    best = x;
-            taken[best] = 1;
-            top[k] = best;
-            w[k] = logit[best];
-            sum += w[k];
-        }
-        memset(out, 0, (size_t)H * sizeof *out);
+    struct run_state *s = &r->rs;
+    float *z = s->moe, *logit = z + H, *w = logit + E, *eo = w + K, sum = 0.0f; /* [H], [E], [K], [H] */
+    kern_rmsnorm(r->kt.dot, z, resid, NULL, H, (float)c->rms_eps);         /* router: unweighted RMSNorm */
+    float hs = (float)(1.0 / sqrt((double)H));
+    for (int64_t k = 0; k < H; k++)
+        z[k] = z[k] * L->router_scale[k] * hs;                             /* × scale × H^-½ */
+    kern_matmul(&r->kt, &L->router, z, 1, logit, 1);                        /* logits */
+    kern_softmax(logit, E);                                                /* over all experts */
+    memset(s->taken, 0, (size_t)E);
+    for (int64_t k = 0; k < K; k++) {                                      /* top-k (ties: lower index) */
+        int64_t best = -1;
+        for (int64_t x = 0; x < E; x++)
+            if (!s->taken[x] && (best < 0 || logit[x] > logit[best]))
+                best = x;
+        s->taken[best] = 1;
+        s->top[k] = best;
+        w[k] = logit[best];
+        sum += w[k];
     }
-    for (int64_t k = 0; k < K && rc == ERR_OK; k++) {
-        float wk = w[k] / sum * L->per_expert_scale[top[k]];
-        struct wmat g = kern_wmat_expert(&L->ex_gate, top[k]), u = kern_wmat_expert(&L->ex_up, top[k]),
-                    dn = kern_wmat_expert(&L->ex_down, top[k]);
-        rc = mlp(r, &g, &u, &dn, y, 1, eo, NULL, e);
-        for (int64_t x = 0; rc == ERR_OK && x < H; x++)
+    memset(out, 0, (size_t)H * sizeof *out);
+    for (int64_t k = 0; k < K; k++) {
+        float wk = w[k] / sum * L->per_expert_scale[s->top[k]];           /* renormalized, × per_expert_scale */
+        struct wmat g = kern_wmat_expert(&L->ex_gate, s->top[k]), u = kern_wmat_expert(&L->ex_up, s->top[k]),
+                    dn = kern_wmat_expert(&L->ex_down, s->top[k]);
+        mlp(r, &g, &u, &dn, y, 1, eo);
+        for (int64_t x = 0; x < H; x++)
             out[x] += wk * eo[x];
     }
-    free(top);
-    free(taken);
-    free(eo);
-    free(z);
-    return rc;
 }
 
-/* §3.4 step 5-6: f[n, H] from the post-attention residual x[n, H]. */
-static int feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, float *f, struct err *e)
+/* f[n, H] from the post-attention residual x[n, H]. */
+static void feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, float *f)
 {
     const struct gp_config *c = &r->m->cfg;
     const struct layer_weights *L = &r->m->layers[i];
     int64_t H = c->hidden_size;
-    float eps = (float)c->rms_eps;
-    float *z = malloc((size_t)(n * H) * sizeof *z);      /* [n, H] */
-    if (!z)
-        return err_set(e, ERR_NOMEM, "feed-forward buffers");
+    float eps = (float)c->rms_eps, *z = r->rs.z, *f2 = r->rs.moe + 2 * H + c->n_experts + c->top_k; /* [n, H], [H] */
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps); /* pre_feedforward_layernorm */
-    struct kern_ahead after; /* after the MLP: the per-layer input gate or the next layer (the router: none) */
-    const struct wmat *ple_gate = &L->ple_gate;
-    const struct kern_ahead *next = c->moe ? NULL : c->ple_dim ? ahead(r, 1, &ple_gate, n, &after)
-                                                               : layer_ahead(r, i + 1, n, &after);
-    int rc = mlp(r, &L->gate, &L->up, &L->down, z, n, f, next, e);      /* dense MLP */
-    if (rc == ERR_OK && c->moe) {
-        float *f2 = malloc((size_t)H * sizeof *f2);
-        for (int64_t t = 0; t < n && rc == ERR_OK; t++) {
-            if (!f2) {
-                rc = err_set(e, ERR_NOMEM, "MoE buffer");
-                break;
-            }
-            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
-            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps); /* experts' pre-norm */
-            rc = moe_token(r, L, x + t * H, z + t * H, f2, e);            /* routed experts */
-            kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);       /* expert branch post-norm */
-            for (int64_t k = 0; k < H; k++)
-                f[t * H + k] += f2[k];
-        }
-        free(f2);
+        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps);   /* pre_feedforward_layernorm */
+    mlp(r, &L->gate, &L->up, &L->down, z, n, f);                               /* dense MLP */
+    for (int64_t t = 0; c->moe && t < n; t++) {
+        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
+        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);  /* experts' pre-norm */
+        moe_token(r, L, x + t * H, z + t * H, f2);                             /* routed experts */
+        kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);               /* expert branch post-norm */
+        for (int64_t k = 0; k < H; k++)
+            f[t * H + k] += f2[k];
     }
     for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps); /* post_feedforward_layernorm */
-    free(z);
-    return rc;
+        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps);  /* post_feedforward_layernorm */
 }
 
-/* ---- per-layer inputs ---- */
+/* ---- per-layer inputs (MODEL.md §3) ---- */
 
-/* §3.3: ple[n, L, P] = (RMSNorm_w(h0·Wᵀ · H^-½ per slice) + E_ple[t]·√P) · 2^-½ */
-static int per_layer_inputs(struct runner *r, const int32_t *tokens, const float *h0, int64_t n, float *ple,
-                            struct err *e)
+/* ple[n, L, P] = (RMSNorm_w(h0·Wᵀ · H^-½ per slice) + E_ple[t]·√P) · 2^-½ */
+static void per_layer_inputs(struct runner *r, const int32_t *tokens, const float *h0, int64_t n, float *ple)
 {
     const struct model *m = r->m;
     const struct gp_config *c = &m->cfg;
     int64_t L = c->n_layers, P = c->ple_dim, H = c->hidden_size;
-    float *tok = malloc((size_t)(L * P) * sizeof *tok);
-    if (!tok)
-        return err_set(e, ERR_NOMEM, "PLE buffer");
-    struct kern_ahead next;                                              /* then layer 0 */
-    kern_matmul_next(&r->kt, &m->ple_model_proj, h0, n, ple, r->threads,
-                     layer_ahead(r, 0, n, &next));                       /* context part [n, L·P] */
+    float *tok = r->rs.ple_tok;                                                /* [L, P] */
+    kern_matmul(&r->kt, &m->ple_model_proj, h0, n, ple, r->o.threads);         /* context part [n, L·P] */
     float hs = (float)(1.0 / sqrt((double)H)), sp = sqrtf((float)P), r2 = (float)(1.0 / sqrt(2.0));
     for (int64_t t = 0; t < n; t++) {
-        kern_row_f32(&m->ple_embed, tokens[t], tok);                    /* token part */
+        kern_row_f32(&m->ple_embed, tokens[t], tok);                          /* token part */
         for (int64_t l = 0; l < L; l++) {
             float *s = ple + (t * L + l) * P;
             for (int64_t k = 0; k < P; k++)
@@ -555,42 +401,67 @@ static int per_layer_inputs(struct runner *r, const int32_t *tokens, const float
                 s[k] = (s[k] + tok[l * P + k] * sp) * r2;
         }
     }
-    free(tok);
+}
+
+/* ---- the step ---- */
+
+/* Checks the items against the runner and lays them out in the run state:
+ * each item's rows, tokens, positions and RoPE angles. Returns the token count. */
+static int setup_items(struct runner *r, const struct runner_item *items, int n_items, int64_t *N_out, struct err *e)
+{
+    const struct gp_config *c = &r->m->cfg;
+    struct run_state *s = &r->rs;
+    int64_t N = 0, limit = c->ple_dim && c->ple_vocab < c->vocab_size ? c->ple_vocab : c->vocab_size;
+    if (n_items < 1 || n_items > r->o.n_seq)
+        return err_set(e, ERR_USAGE, "a step of %d items for a runner of %d sequences", n_items, r->o.n_seq);
+    for (int b = 0; b < n_items; b++) {
+        const struct runner_item *in = &items[b];
+        if (in->seq < 0 || in->seq >= r->o.n_seq || in->n <= 0)
+            return err_set(e, ERR_USAGE, "batch item %d: sequence %d of %d, %lld tokens", b, in->seq, r->o.n_seq,
+                           (long long)in->n);
+        for (int q = 0; q < b; q++)
+            if (items[q].seq == in->seq)
+                return err_set(e, ERR_USAGE, "batch items %d and %d continue the same sequence %d", q, b, in->seq);
+        int64_t p0 = r->seq[in->seq].pos;
+        if (N + in->n > r->o.max_step || p0 + in->n > r->o.max_context)
+            return err_set(e, ERR_RANGE, "a step of %lld tokens up to position %lld is beyond this runner's steps of "
+                                         "%lld tokens and contexts of %lld positions",
+                           (long long)(N + in->n), (long long)(p0 + in->n), (long long)r->o.max_step,
+                           (long long)r->o.max_context);
+        for (int64_t t = 0; t < in->n; t++)
+            if (in->tokens[t] < 0 || in->tokens[t] >= limit)
+                return err_set(e, ERR_RANGE, "token %d at index %lld is outside [0, %lld) (vocab_size %lld%s)",
+                               in->tokens[t], (long long)t, (long long)limit, (long long)c->vocab_size,
+                               limit < c->vocab_size ? ", and the per-layer-input table is smaller" : "");
+        s->items[b] = (struct step_item){&r->seq[in->seq], N, in->n, p0, in->key_mask};
+        for (int64_t t = 0; t < in->n; t++) {
+            s->tokens[N + t] = in->tokens[t];
+            s->pos[N + t] = p0 + t;
+            s->item_of[N + t] = b;
+            for (int ty = 0; ty < 2; ty++)                                   /* RoPE angles of every token */
+                if (r->inv_freq[ty])
+                    kern_rope_cs(s->rope_cs[ty] + (N + t) * r->rope_dim[ty], r->rope_dim[ty], r->inv_freq[ty], p0 + t);
+        }
+        N += in->n;
+    }
+    *N_out = N;
     return ERR_OK;
 }
 
-/* ---- the forward pass ---- */
-
-static int check_tokens(const struct gp_config *c, const int32_t *tokens, int64_t n, struct err *e)
+/* Appends each item's chunk entries to its sequence's caches (MODEL.md §7). */
+static void commit(struct runner *r, int n_items)
 {
-    int64_t limit = c->ple_dim && c->ple_vocab < c->vocab_size ? c->ple_vocab : c->vocab_size;
-    for (int64_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= limit)
-            return err_set(e, ERR_RANGE, "token %d at index %lld is outside [0, %lld) (vocab_size %lld%s)", tokens[t],
-                           (long long)t, (long long)limit, (long long)c->vocab_size,
-                           limit < c->vocab_size ? ", and the per-layer-input table is smaller" : "");
-    return ERR_OK;
-}
-
-/* Appends each item's chunk entries to its sequence's caches (§4). */
-static int commit(struct fwd *f, struct err *e)
-{
-    const struct gp_config *c = &f->r->m->cfg;
-    for (int b = 0; b < f->n_items; b++) {
-        struct step_item *it = &f->it[b];
+    const struct gp_config *c = &r->m->cfg;
+    for (int b = 0; b < n_items; b++) {
+        struct step_item *it = &r->rs.items[b];
         for (int64_t i = 0; i < c->n_layers; i++) {
             struct kv_cache *kc = &it->s->cache[i];
-            if (c->layers[i].shared)
-                continue;
-            int rc = kv_cache_reserve(kc, it->p0 + it->n, e);
-            if (rc != ERR_OK)
-                return rc;
-            for (int64_t t = 0; t < it->n; t++)
-                kv_rows_copy(&kc->fmt, &kc->rows, kv_cache_slot(kc, it->p0 + t), &it->pending[i], t, it->p0 + t);
+            for (int64_t t = 0; !c->layers[i].shared && t < it->n; t++)
+                kv_rows_copy(&kc->fmt, &kc->rows, kv_cache_slot(kc, it->p0 + t), &r->rs.pending[i], it->off + t,
+                             it->p0 + t);
         }
         it->s->pos = it->p0 + it->n;
     }
-    return ERR_OK;
 }
 
 static int step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
@@ -598,91 +469,38 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
 {
     const struct model *m = r->m;
     const struct gp_config *c = &m->cfg;
-    int64_t H = c->hidden_size, V = c->vocab_size, Lc = c->n_layers, N = 0;
-    float eps = (float)c->rms_eps;
-    struct fwd f = {.r = r, .it = calloc((size_t)(n_items > 0 ? n_items : 1), sizeof *f.it), .n_items = n_items};
-    int32_t *tokens = NULL;
-    float *x = NULL, *a = NULL, *ple = NULL, *g = NULL;
-    struct kern_ahead next;                                              /* the plan of the job after the current one */
-    int rc = f.it ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
-    for (int b = 0; b < n_items && rc == ERR_OK; b++) {
-        const struct runner_item *in = &items[b];
-        if (in->seq < 0 || in->seq >= r->n_seq || in->n <= 0)
-            rc = err_set(e, ERR_USAGE, "batch item %d: sequence %d of %d, %lld tokens", b, in->seq, r->n_seq,
-                         (long long)in->n);
-        for (int q = 0; q < b && rc == ERR_OK; q++)
-            if (items[q].seq == in->seq)
-                rc = err_set(e, ERR_USAGE, "batch items %d and %d continue the same sequence %d", q, b, in->seq);
-        if (rc == ERR_OK)
-            rc = check_tokens(c, in->tokens, in->n, e);
-        if (rc != ERR_OK)
-            break; /* in->seq may be out of range: touch nothing */
-        f.it[b] = (struct step_item){&r->seq[in->seq], N, in->n, r->seq[in->seq].pos, in->key_mask,
-                                     calloc((size_t)Lc, sizeof(struct kv_rows))};
-        if (rc == ERR_OK && !f.it[b].pending)
-            rc = err_set(e, ERR_NOMEM, "out of memory");
-        N += in->n;
-    }
-    f.N = N;
+    struct run_state *s = &r->rs;
+    int64_t H = c->hidden_size, V = c->vocab_size, Lc = c->n_layers, P = c->ple_dim, N;
+    float eps = (float)c->rms_eps, *x = s->x, *a = s->a;                         /* [N, H] residual, branch */
+    int rc = setup_items(r, items, n_items, &N, e);
     if (rc != ERR_OK)
-        goto out;
-    tokens = malloc((size_t)N * sizeof *tokens);                         /* [N] */
-    x = malloc((size_t)(N * H) * sizeof *x);                             /* residual stream [N, H] */
-    a = malloc((size_t)(N * H) * sizeof *a);                             /* branch [N, H] */
-    if (c->ple_dim) {
-        ple = malloc((size_t)(N * Lc * c->ple_dim) * sizeof *ple);       /* [N, L, P] */
-        g = malloc((size_t)(N * c->ple_dim) * sizeof *g);                /* [N, P] */
-    }
-    if (!tokens || !x || !a || (c->ple_dim && (!ple || !g))) {
-        rc = err_set(e, ERR_NOMEM, "forward buffers for %lld tokens", (long long)N);
-        goto out;
-    }
-    for (int b = 0; b < n_items; b++)
-        memcpy(tokens + f.it[b].off, items[b].tokens, (size_t)items[b].n * sizeof *tokens);
-    for (int ty = 0; ty < 2; ty++) {                                     /* RoPE angles of every token */
-        int64_t d = r->rope_dim[ty];
-        if (!r->inv_freq[ty])
-            continue;
-        if (!(f.rope_cs[ty] = malloc((size_t)(N * d) * sizeof *f.rope_cs[ty]))) {
-            rc = err_set(e, ERR_NOMEM, "RoPE angles for %lld tokens", (long long)N);
-            goto out;
-        }
-        for (int b = 0; b < n_items; b++)
-            for (int64_t t = 0; t < f.it[b].n; t++)
-                kern_rope_cs(f.rope_cs[ty] + (f.it[b].off + t) * d, d, r->inv_freq[ty], f.it[b].p0 + t);
-    }
-
-    float s_e = sqrtf((float)H);                                         /* §3.2 embedding scale √H */
+        return rc;
+    float s_e = sqrtf((float)H);                                                 /* embedding scale √H */
     for (int64_t t = 0; t < N; t++) {
-        kern_row_f32(&m->embed, tokens[t], x + t * H);
+        kern_row_f32(&m->embed, s->tokens[t], x + t * H);
         for (int64_t k = 0; k < H; k++)
             x[t * H + k] *= s_e;
     }
-    if (c->ple_dim && (rc = per_layer_inputs(r, tokens, x, N, ple, e)) != ERR_OK)
-        goto out;
-
-    for (int64_t i = 0; i < Lc && rc == ERR_OK; i++) {
+    if (P)
+        per_layer_inputs(r, s->tokens, x, N, s->ple);                            /* [N, L, P] */
+    for (int64_t i = 0; i < Lc; i++) {
         const struct layer_weights *L = &m->layers[i];
         for (int64_t t = 0; t < N; t++)
-            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps); /* 1. input_layernorm */
-        if ((rc = attention(&f, i, a, e)) != ERR_OK)                       /* 2. attention */
-            break;
+            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps);     /* 1. input_layernorm */
+        attention(r, n_items, N, i, a);                                           /* 2. attention */
         for (int64_t t = 0; t < N; t++) {
             kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_attn, H, eps); /* 3. post_attention_layernorm */
             for (int64_t k = 0; k < H; k++)
-                x[t * H + k] += a[t * H + k];                              /* 4. residual */
+                x[t * H + k] += a[t * H + k];                                     /* 4. residual */
         }
-        if ((rc = feed_forward(r, i, x, N, a, e)) != ERR_OK)               /* 5-6. feed-forward */
-            break;
+        feed_forward(r, i, x, N, a);                                              /* 5-6. feed-forward */
         for (int64_t k = 0; k < N * H; k++)
-            x[k] += a[k];                                                  /* 7. residual */
-        if (c->ple_dim) {                                                  /* 8. per-layer input gate */
-            int64_t P = c->ple_dim;
-            const struct wmat *proj = &L->ple_proj;
-            kern_matmul_next(&r->kt, &L->ple_gate, x, N, g, r->threads, ahead(r, 1, &proj, N, &next));
+            x[k] += a[k];                                                         /* 7. residual */
+        if (P) {                                                                  /* 8. per-layer input gate */
+            kern_matmul(&r->kt, &L->ple_gate, x, N, s->pg, r->o.threads);        /* [N, P] */
             for (int64_t t = 0; t < N; t++)
-                r->kt.gelu_mul(g + t * P, ple + (t * Lc + i) * P, P);
-            kern_matmul_next(&r->kt, proj, g, N, a, r->threads, layer_ahead(r, i + 1, N, &next));
+                r->kt.gelu_mul(s->pg + t * P, s->ple + (t * Lc + i) * P, P);
+            kern_matmul(&r->kt, &L->ple_proj, s->pg, N, a, r->o.threads);        /* [N, H] */
             for (int64_t t = 0; t < N; t++) {
                 kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_ple, H, eps);
                 for (int64_t k = 0; k < H; k++)
@@ -690,45 +508,20 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             }
         }
         for (int64_t k = 0; k < N * H; k++)
-            x[k] *= L->layer_scalar;                                       /* 9. layer_scalar */
+            x[k] *= L->layer_scalar;                                              /* 9. layer_scalar */
     }
-    if (rc != ERR_OK)
-        goto out;
-
-    /* §3.9: final norm, tied head, soft-cap (every row, or each item's last) */
-    int64_t rows = 0;
-    for (int b = 0; b < n_items; b++)
-        for (int64_t t = all_rows ? 0 : f.it[b].n - 1; t < f.it[b].n; t++, rows++)
-            kern_rmsnorm(r->kt.dot, a + rows * H, x + (f.it[b].off + t) * H, m->final_norm, H, eps);
-    const struct wmat *first = &m->ple_model_proj;                       /* a next step's first job */
-    const struct kern_ahead *next_step = c->ple_dim ? ahead(r, 1, &first, N, &next) : layer_ahead(r, 0, N, &next);
-    kern_matmul_next(&r->kt, &m->embed, a, rows, logits, r->threads, next_step);
-    if (c->has_softcap)
-        elementwise(r, &(struct ew_job){.softcap = r->kt.softcap, .x = logits, .cap = (float)c->softcap,
-                                        .n = rows * V}, next_step);      /* cap·tanh(logits/cap) */
-    rc = commit(&f, e);
-out:
-    for (int b = 0; f.it && b < n_items; b++) {
-        for (int64_t i = 0; f.it[b].pending && i < Lc; i++)
-            kv_rows_free(&f.it[b].pending[i]);
-        free(f.it[b].pending);
+    if (logits) {                           /* final norm, tied head, soft-cap: every row, or each item's last */
+        int64_t rows = 0;
+        for (int b = 0; b < n_items; b++)
+            for (int64_t t = all_rows ? 0 : s->items[b].n - 1; t < s->items[b].n; t++, rows++)
+                kern_rmsnorm(r->kt.dot, a + rows * H, x + (s->items[b].off + t) * H, m->final_norm, H, eps);
+        kern_matmul(&r->kt, &m->embed, a, rows, logits, r->o.threads);          /* [rows, V] */
+        if (c->has_softcap)
+            elementwise(r, &(struct ew_job){.softcap = r->kt.softcap, .x = logits, .cap = (float)c->softcap,
+                                            .n = rows * V});                      /* cap·tanh(logits/cap) */
     }
-    free(f.it);
-    free(f.rope_cs[0]);
-    free(f.rope_cs[1]);
-    free(tokens);
-    free(x);
-    free(a);
-    free(ple);
-    free(g);
-    return rc;
-}
-
-int runner_forward(struct runner *r, const int32_t *tokens, int64_t n, float *logits, bool all_rows,
-                   const uint8_t *key_mask, struct err *e)
-{
-    struct runner_item it = {0, tokens, n, key_mask};
-    return runner_step(r, &it, 1, logits, all_rows, e);
+    commit(r, n_items);
+    return ERR_OK;
 }
 
 int runner_step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
@@ -738,6 +531,13 @@ int runner_step(struct runner *r, const struct runner_item *items, int n_items, 
     return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(r->m));
 }
 
+int runner_forward(struct runner *r, const int32_t *tokens, int64_t n, float *logits, bool all_rows,
+                   const uint8_t *key_mask, struct err *e)
+{
+    struct runner_item it = {0, tokens, n, key_mask};
+    return runner_step(r, &it, 1, logits, all_rows, e);
+}
+
 int runner_prompt(struct runner *r, const int32_t *tokens, int64_t T, int64_t chunk, float *logits, float *last,
                   struct err *e)
 {
@@ -745,15 +545,8 @@ int runner_prompt(struct runner *r, const int32_t *tokens, int64_t T, int64_t ch
     for (int64_t t = 0; t < T; t += step) {
         int64_t n = t + step <= T ? step : T - t;
         bool final = t + n == T;
-        float *out = logits ? logits + t * V : (final ? last : NULL);
-        float *tmp = NULL;
-        if (!out) {
-            out = tmp = malloc((size_t)V * sizeof *tmp); /* logits of a middle chunk: not needed */
-            if (!tmp)
-                return err_set(e, ERR_NOMEM, "out of memory");
-        }
+        float *out = logits ? logits + t * V : final ? last : NULL;     /* a middle chunk's logits: not computed */
         int rc = runner_forward(r, tokens + t, n, out, logits != NULL, NULL, e);
-        free(tmp);
         if (rc != ERR_OK)
             return rc;
         if (final && logits && last)

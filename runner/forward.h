@@ -1,14 +1,17 @@
-/* forward.h - the Gemma 4 text forward pass with KV caches
- * (gemma4-architecture.md §3 and §4).
+/* forward.h - the Gemma 4 text forward pass with KV caches (docs/MODEL.md).
  *
  * A runner holds `n_seq` independent sequences. Each has a cache for every
- * KV-owning layer (runner/kvcache.h): growable for full attention, a ring of
- * W entries for sliding layers; KV-shared layers keep nothing and read their
- * source layer's entries, including the current chunk's. runner_step runs a
- * batch: one chunk of tokens for each of several sequences, their matmuls
- * done together; every token takes exactly the same operations whatever the
- * batch and chunking, so a sequence's logits are bitwise those of running it
- * alone, token by token or in one prefill. */
+ * KV-owning layer (runner/kvcache.h): max_context positions for full
+ * attention, a ring of W entries for sliding layers; KV-shared layers keep
+ * nothing and read their source layer's entries, including the current
+ * chunk's. runner_step runs a batch: one chunk of tokens for each of several
+ * sequences, their matmuls done together; every token takes exactly the
+ * same operations whatever the batch and chunking, so a sequence's logits
+ * are bitwise those of running it alone, token by token or in one prefill.
+ *
+ * Everything a step uses is allocated by runner_init for the largest step
+ * and context the caller declares (as llama2.c's run state): a step
+ * allocates nothing, and one beyond those limits is refused. */
 #ifndef GP_FORWARD_H
 #define GP_FORWARD_H
 
@@ -22,7 +25,7 @@
 /* KV cache representation (--kv-bits ...). */
 struct kv_opts {
     int bits;                  /* 0 (float), 4 or 8 */
-    int group_size;            /* 32, 64 or 128; per layer at most the head dim */
+    int group_size;            /* 32, 64 or 128 (0: 64); per layer at most the head dim */
     int64_t start;             /* positions below stay float */
     bool skip_last_full;       /* the last KV-owning full-attention layer stays float */
 };
@@ -30,30 +33,63 @@ struct kv_opts {
 /* Checks values as the CLI accepts them: bits 4|8 (or 0), group 32|64|128. */
 int kv_opts_validate(const struct kv_opts *o, struct err *e);
 
+struct runner_opts {
+    int threads;               /* worker threads (at least 1) */
+    enum kern_level kernels;
+    struct kv_opts kv;
+    int n_seq;                 /* sequences */
+    int64_t max_step;          /* most tokens of one step, all its items together */
+    int64_t max_context;       /* most positions of one sequence */
+};
+
 struct seq_state {
     struct kv_cache *cache;    /* [L]; KV-owning layers only */
     int64_t pos;               /* tokens in the caches */
 };
 
+/* One chunk of one sequence in a step: its rows are off..off+n-1 of every activation. */
+struct step_item {
+    struct seq_state *s;
+    int64_t off, n, p0;        /* first row, tokens, first position */
+    const uint8_t *key_mask;
+};
+
+/* Every buffer of a step, carved from one allocation for max_step tokens:
+ * [N, .] is N = max_step rows. */
+struct run_state {
+    int32_t *tokens;           /* [N] */
+    int64_t *pos;              /* [N] each row's position */
+    int32_t *item_of;          /* [N] each row's item */
+    float *x, *a;              /* [N, H] residual stream, branch */
+    float *z;                  /* [N, H] normed feed-forward input */
+    float *q, *o;              /* [N, Nq, dmax] queries, attention output */
+    float *k, *v;              /* [N, Gmax, dmax] this chunk's keys and values */
+    float *gate, *up;          /* [N, Imax] */
+    float *ple;                /* [N, L, P] per-layer inputs */
+    float *pg;                 /* [N, P] per-layer input gate */
+    float *ple_tok;            /* [L, P] one token's row of the per-layer table */
+    float *rope_cs[2];         /* [N, d] per layer type: each row's cos, sin */
+    float *scores;             /* [threads, kern_attn_scratch(max_context, dmax)] */
+    float *moe;                /* [H normed router input | E logits | K weights | H one expert | H routed sum] */
+    int64_t *top;              /* [K] chosen experts */
+    uint8_t *taken;            /* [E] */
+    struct step_item *items;   /* [n_seq] */
+    struct kv_rows *pending;   /* [L] the step's entries of each KV-owning layer, max_step slots */
+    void *block;               /* the allocation the arrays above are carved from */
+};
+
 struct runner {
     const struct model *m;
     struct kern_table kt;
-    int threads;
-    struct kv_opts kv;
+    struct runner_opts o;
     int kv_float_layer;        /* layer kept float by skip_last_full, or -1 */
     double *inv_freq[2];       /* RoPE inverse frequencies per layer type, [d/2] */
     int64_t rope_dim[2];       /* that type's head dim d */
-    struct seq_state *seq;
-    int n_seq;
+    struct seq_state *seq;     /* [n_seq] */
+    struct run_state rs;
 };
 
-/* Also sets, process-wide, glibc's malloc to keep freed memory for reuse
- * (M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB): a prefill allocates
- * megabytes of step buffers per layer, and with the defaults each layer
- * faulted fresh pages in (a quarter of a 512-token prefill's time on the
- * project VM; docs/PERFORMANCE.md). */
-int runner_init(struct runner *r, const struct model *m, int threads, enum kern_level level,
-                const struct kv_opts *kv, int n_seq, struct err *e);
+int runner_init(struct runner *r, const struct model *m, const struct runner_opts *o, struct err *e);
 void runner_free(struct runner *r);
 
 /* Forgets a sequence (position 0). */
@@ -69,9 +105,10 @@ struct runner_item {
                                   mask gives bitwise the results of NULL) */
 };
 
-/* Runs the items (distinct sequences) together and appends their tokens to
- * their caches. logits: every token's row, items in order (all_rows), or
- * one row per item for its last token; after the soft-cap. */
+/* Runs the items (distinct sequences, at most max_step tokens together)
+ * and appends their tokens to their caches. logits: every token's row,
+ * items in order (all_rows), or one row per item for its last token; after
+ * the soft-cap. NULL: no logits (the head is not run). */
 int runner_step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
                 struct err *e);
 

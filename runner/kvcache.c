@@ -3,8 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/quant.h"
-#include "kernels/kernels.h"
+#include "quant/quant.h"
 
 void kv_fmt_init(struct kv_fmt *f, int64_t heads, int64_t d, int bits, int gs, int64_t qstart)
 {
@@ -32,18 +31,6 @@ static float *params_at(const struct kv_fmt *f, uint8_t *e, int k)
     return (float *)(void *)(e + 2 * n * (size_t)f->bits / 8) + (size_t)k * ng;
 }
 
-/* One row of heads·d values as affine groups: codes, scales, biases. */
-static void quantize_row(const struct kv_fmt *f, const float *x, uint8_t *codes, float *scales, float *biases)
-{
-    int64_t n = f->heads * f->d, ng = n / f->gs;
-    uint8_t c[128];
-    memset(codes, 0, (size_t)(n * f->bits / 8));
-    for (int64_t g = 0; g < ng; g++) {
-        quant_affine_group(x + g * f->gs, f->gs, f->bits, c, &scales[g], &biases[g]);
-        quant_pack_codes(c, (size_t)f->gs, f->bits, (uint32_t *)(void *)(codes + g * f->gs * f->bits / 8));
-    }
-}
-
 void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_t pos, const float *k, const float *v)
 {
     size_t n = (size_t)(f->heads * f->d);
@@ -53,9 +40,11 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
         memcpy(dst + n, v, n * sizeof *dst);
         return;
     }
-    uint8_t *e = r->q + (size_t)slot * f->qbytes;
-    quantize_row(f, k, codes_at(f, e, 0), params_at(f, e, 0), params_at(f, e, 1));
-    quantize_row(f, v, codes_at(f, e, 1), params_at(f, e, 2), params_at(f, e, 3));
+    uint8_t *e = r->q + (size_t)slot * f->qbytes; /* heads·d values a row, as affine groups */
+    quant_affine_row(k, n, (int)f->gs, f->bits, DT_F32, (uint32_t *)(void *)codes_at(f, e, 0), params_at(f, e, 0),
+                     params_at(f, e, 1));
+    quant_affine_row(v, n, (int)f->gs, f->bits, DT_F32, (uint32_t *)(void *)codes_at(f, e, 1), params_at(f, e, 2),
+                     params_at(f, e, 3));
 }
 
 /* Where head h of the K (which 0) or V (1) row of the entry in `slot` lies:
@@ -86,18 +75,6 @@ const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64
         return at.f;
     dequant_affine_row(at.codes, at.scales, at.biases, DT_F32, (size_t)f->d, f->gs, f->bits, buf);
     return buf;
-}
-
-void kv_rows_prefetch(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, int which)
-{
-    struct head_loc at = head_at(f, r, slot, pos, h, which);
-    const uint8_t *p = at.f ? (const uint8_t *)(const void *)at.f : at.codes;
-    size_t bytes = at.f ? (size_t)f->d * sizeof(float) : (size_t)(f->d * f->bits / 8);
-    if (!at.f) {
-        kern_prefetch(at.scales, 1);
-        kern_prefetch(at.biases, 1);
-    }
-    kern_prefetch(p, bytes);
 }
 
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
@@ -135,19 +112,19 @@ void kv_rows_free(struct kv_rows *r)
     memset(r, 0, sizeof *r);
 }
 
-int kv_cache_init(struct kv_cache *c, const struct kv_fmt *f, bool ring, int64_t window, struct err *e)
+int kv_cache_init(struct kv_cache *c, const struct kv_fmt *f, bool ring, int64_t cap, struct err *e)
 {
     memset(c, 0, sizeof *c);
     c->fmt = *f;
     c->ring = ring;
-    return ring ? kv_rows_alloc(f, &c->rows, window, e) : ERR_OK;
+    return kv_rows_alloc(f, &c->rows, cap, e);
 }
 
-int kv_cache_reserve(struct kv_cache *c, int64_t npos, struct err *e)
+int kv_cache_reserve(const struct kv_cache *c, int64_t npos, struct err *e)
 {
     if (c->ring || npos <= c->rows.cap)
         return ERR_OK;
-    return kv_rows_alloc(&c->fmt, &c->rows, (npos + 255) / 256 * 256, e);
+    return err_set(e, ERR_RANGE, "%lld positions are beyond the cache's %lld", (long long)npos, (long long)c->rows.cap);
 }
 
 void kv_cache_free(struct kv_cache *c)

@@ -1,6 +1,6 @@
-/* kvcache.h - the KV cache of one KV-owning layer (gemma4-architecture.md §4).
+/* kvcache.h - the KV cache of one KV-owning layer (docs/MODEL.md §7).
  *
- * Full-attention layers keep every position (grown in steps of 256);
+ * Full-attention layers keep every position up to the runner's context;
  * sliding layers keep a ring of W slots (slot = position mod W). An entry
  * holds the layer's K (after k_norm and RoPE) and V (after v_norm) for all
  * its KV heads.
@@ -52,11 +52,6 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
 const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
                           int which, float *buf);
 
-/* Asks for the bytes kv_rows_head would read (head h's codes and the first
- * line of its scales and biases when quantized), so that they arrive while
- * earlier entries are used. */
-void kv_rows_prefetch(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h, int which);
-
 /* Copies an entry between row stores of the same format. */
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
                   int64_t sslot, int64_t pos);
@@ -71,9 +66,10 @@ struct kv_cache {
     bool ring;             /* sliding layer: cap = W, slot = pos mod W */
 };
 
-int kv_cache_init(struct kv_cache *c, const struct kv_fmt *f, bool ring, int64_t window, struct err *e);
-/* Full caches: room for positions [0, npos). */
-int kv_cache_reserve(struct kv_cache *c, int64_t npos, struct err *e);
+/* cap slots: W for a sliding layer's ring, the context for a full layer. */
+int kv_cache_init(struct kv_cache *c, const struct kv_fmt *f, bool ring, int64_t cap, struct err *e);
+/* ERR_RANGE unless a full cache has room for positions [0, npos). */
+int kv_cache_reserve(const struct kv_cache *c, int64_t npos, struct err *e);
 static inline int64_t kv_cache_slot(const struct kv_cache *c, int64_t pos)
 {
     return c->ring ? pos % c->rows.cap : pos;

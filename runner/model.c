@@ -504,7 +504,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
                                               b0 + per < blocks ? b0 + per : blocks};
             }
     }
-    kern_parallel(threads, (int64_t)n, block_task, p);
+    pool_run(threads, (int64_t)n, block_task, p);
     for (size_t i = 0; i < n_mats; i++)
         if (blk[i])
             *w[i] = kern_blocked_view(w[i], dst[i]);
@@ -576,7 +576,7 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
             start[i + 1] = start[i] + (size_t)(sp[i].hi - sp[i].lo);
         }
         struct copy_job j = {sp, start, merged};
-        kern_parallel(threads, (int64_t)((start[merged] + COPY_PIECE - 1) / COPY_PIECE), copy_task, &j);
+        pool_run(threads, (int64_t)((start[merged] + COPY_PIECE - 1) / COPY_PIECE), copy_task, &j);
         rc = block_matrices(w, ex, blk, n_mats, arena + blocks_at, threads, e);
         mprotect(arena, total, PROT_READ);
         for (size_t i = 0; rc == ERR_OK && i < n_mats; i++) {

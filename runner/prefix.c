@@ -68,8 +68,8 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
     else
         memcpy(weights, r->m->fingerprint, sizeof weights); /* one process, one model */
     snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s|numerics=%d",
-             COLD_VERSION, weights, r->kv.bits, r->kv.group_size, (long long)r->kv.start,
-             r->kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "", KERN_NUMERICS);
+             COLD_VERSION, weights, r->o.kv.bits, r->o.kv.group_size, (long long)r->o.kv.start,
+             r->o.kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "", KERN_NUMERICS);
     struct sha256 h;
     sha256_init(&h);
     sha256_update(&h, ns, strlen(ns));

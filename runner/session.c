@@ -13,6 +13,21 @@ static double seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void session_limits(const struct token_seqs *s, const struct session_opts *o, int64_t prefix_block,
+                    int64_t *max_step, int64_t *max_context)
+{
+    int64_t step = s->n, longest = 0, prefill = 0;
+    for (int b = 0; b < s->n; b++) {
+        int64_t len = s->len[b], chunk = prefix_block ? prefix_block : o->chunk > 0 ? o->chunk : len;
+        longest = len > longest ? len : longest;
+        prefill += chunk < len ? chunk : len;
+        if (prefix_block) /* one prompt at a time through the prefix cache */
+            step = (chunk < len ? chunk : len) > step ? (chunk < len ? chunk : len) : step;
+    }
+    *max_step = prefix_block || prefill < step ? step : prefill;
+    *max_context = longest + (o->generate > 1 ? o->generate - 1 : 0);
+}
+
 /* Prefill of all prompts in lockstep chunks; last[b] gets prompt b's final logits. */
 static int prefill(struct runner *r, const struct token_seqs *s, const struct session_opts *o,
                    struct session_result *res, float *last, struct err *e)
@@ -61,8 +76,8 @@ int session_run(struct runner *r, const struct token_seqs *s, const struct sessi
     memset(res, 0, sizeof *res);
     int B = s->n;
     int64_t V = r->m->cfg.vocab_size, G = o->generate;
-    if (B > r->n_seq)
-        return err_set(e, ERR_USAGE, "%d prompts for a runner of %d sequences", B, r->n_seq);
+    if (B > r->o.n_seq)
+        return err_set(e, ERR_USAGE, "%d prompts for a runner of %d sequences", B, r->o.n_seq);
     res->n = B;
     res->len = malloc((size_t)B * sizeof *res->len);
     for (int b = 0; res->len && b < B; b++) {

@@ -35,6 +35,11 @@ struct session_result {
     int64_t prefill_tokens, decode_tokens;
 };
 
+/* The runner limits (runner_opts max_step, max_context) session_run needs for
+ * these prompts and options; prefix_block: the prefix cache's block, or 0. */
+void session_limits(const struct token_seqs *s, const struct session_opts *o, int64_t prefix_block,
+                    int64_t *max_step, int64_t *max_context);
+
 int session_run(struct runner *r, const struct token_seqs *s, const struct session_opts *o,
                 struct session_result *res, struct err *e);
 void session_result_free(struct session_result *res);

@@ -254,7 +254,9 @@ static int decode(int bits)
                    level == KERN_Q8 ? " in blocks of rows" : "", t_load);
         }
         struct runner r;
-        if (runner_init(&r, &m, threads, level, NULL, 1, &e) != ERR_OK)
+        if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = 16,
+                                                       .max_context = 16 + DECODE_ROUNDS * (DECODE_STEPS + 1)},
+                        &e) != ERR_OK)
             return 1;
         int32_t tok[16];
         for (int i = 0; i < 16; i++)
@@ -341,7 +343,8 @@ static int prefill(void)
             enum kern_level lv = k ? KERN_BLAS : KERN_BEST;
             int runs = k ? 3 : 1; /* the fused path takes minutes */
             struct runner r;
-            if (runner_init(&r, &m, threads, lv, NULL, 1, &e) != ERR_OK)
+            if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = lv, .n_seq = 1, .max_step = T,
+                                                           .max_context = T}, &e) != ERR_OK)
                 return 1;
             float *last = malloc((size_t)m.cfg.vocab_size * sizeof *last);
             runner_prompt(&r, tok, 1, 0, NULL, last, &e); /* every weight page read once before timing */

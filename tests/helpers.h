@@ -32,4 +32,10 @@ char *th_fixture(const char *dir, const char *sub, struct fixture_opts o);
  * NULL when that folder is absent (tests then skip). malloc'ed. */
 char *th_external_golden(const char *name);
 
+/* runner_init options for one sequence of up to T positions, steps of up to
+ * T tokens (a compound literal: use where runner/forward.h is included). */
+#define TH_RUNNER(threads_, level_, T_)                                                                                \
+    (&(struct runner_opts){.threads = (threads_), .kernels = (level_), .n_seq = 1, .max_step = (T_),                   \
+                           .max_context = (T_)})
+
 #endif

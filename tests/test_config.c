@@ -17,7 +17,7 @@
 
 #include "core/config.h"
 #include "core/err.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 
 /* ------------------------------------------------------------ the configs */
 

@@ -29,7 +29,7 @@
 #include "core/err.h"
 #include "core/fileio.h"
 #include "core/pack.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "tests/helpers.h"

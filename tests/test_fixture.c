@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "tests/helpers.h"

@@ -36,7 +36,7 @@
  * the 4-bit mask 15 -> 7 (AVX2 and AVX-512), a skipped last 8-lane block or
  * last tail element of the bf16 loops, bias·Σx scaled by 1.0001, the last
  * token of a TB block not written, one row of the sgemm tile not copied back,
- * kern_parallel dropping a task with 3 threads, the RoPE angle taken in float,
+ * pool_run dropping a task with 3 threads, the RoPE angle taken in float,
  * the GELU cubic constant 0.0447, eps added outside the rsqrt: every one
  * fails at least one test below.
  * KERN_ABS_TOL covers results that cancel to ~0 with tiny S (a 1-column bf16
@@ -52,8 +52,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 #include "kernels/kernels.h"
 
 #define KERN_REL_TOL 4e-6
@@ -296,8 +297,8 @@ static const struct path paths[] = {
 static bool path_available(const struct path *p)
 {
     switch (p->isa) {
-    case 2: return kern_cpu_has_avx2();
-    case 5: return kern_cpu_has_avx512();
+    case 2: return cpu_has_avx2();
+    case 5: return cpu_has_avx512();
     case 9: return have_blas();
     default: return true;
     }
@@ -646,10 +647,10 @@ Test(kernels, init_tables)
     cr_assert_str_eq(t.name, "scalar");
     cr_assert(!t.qdot && !t.matvec_bf16 && !t.blas);
     kern_init(&t, KERN_BEST);
-    if (kern_cpu_has_avx512()) {
+    if (cpu_has_avx512()) {
         cr_assert_str_eq(t.name, "avx512");
         cr_assert(t.qdot == kern_qdot_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
-    } else if (kern_cpu_has_avx2()) {
+    } else if (cpu_has_avx2()) {
         cr_assert_str_eq(t.name, "avx2");
         cr_assert(t.qdot == kern_qdot_avx2 && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
@@ -668,7 +669,7 @@ Test(kernels, init_tables)
     struct kern_table tq;
     kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot */
     cr_assert(tq.qdot == t.qdot && tq.matvec_bf16 == t.matvec_bf16 && tq.dot == t.dot && !tq.blas);
-    if (kern_cpu_has_avx512_vnni()) {
+    if (cpu_has_avx512_vnni()) {
         cr_assert_str_eq(tq.name, "avx512-q8");
         cr_assert(tq.q8dot == kern_q8dot_avx512);
     } else {
@@ -686,17 +687,19 @@ static size_t tables(struct kern_table *t, const char **label)
     size_t k = 0;
     label[k] = "KERN_SCALAR";
     kern_init(&t[k++], KERN_SCALAR);
-    if (kern_cpu_has_avx2()) {
+    if (cpu_has_avx2()) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
                                      .dot = kern_dot_avx2, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_avx2,
-                                     .softcap = kern_softcap_avx2};
+                                     .softcap = kern_softcap_avx2,
+                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
-    if (kern_cpu_has_avx512()) {
+    if (cpu_has_avx512()) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
-                                     .softcap = kern_softcap_avx512};
+                                     .softcap = kern_softcap_avx512,
+                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
@@ -871,96 +874,6 @@ Test(kernels, token_independent_bits, .timeout = 60)
         tmat_free(&mats[i]);
 }
 
-struct counts {
-    atomic_int seen[64];
-    int max_worker;     /* workers must be < this */
-    atomic_int bad_worker;
-    bool nest;          /* each task also runs a 3-task kern_parallel (inline when the pool is busy) */
-};
-
-static void inner_task(void *arg, int64_t task, int worker)
-{
-    (void)task;
-    if (worker < 0 || worker >= kern_workers(2, 3))
-        atomic_fetch_add(&((struct counts *)arg)->bad_worker, 1);
-}
-
-static void count_task(void *arg, int64_t task, int worker)
-{
-    struct counts *c = arg;
-    atomic_fetch_add(&c->seen[task], 1);
-    if (worker < 0 || worker >= c->max_worker)
-        atomic_fetch_add(&c->bad_worker, 1);
-    if (c->nest)
-        kern_parallel(2, 3, inner_task, c);
-}
-
-/* One round; the number of problems: a task not run exactly once, a worker
- * index out of range (no assert here: it also runs off the test's thread). */
-static int parallel_round(int threads, int64_t n, bool nest, const struct kern_ahead *next)
-{
-    struct counts c = {.max_worker = kern_workers(threads, n), .nest = nest};
-    kern_parallel_next(threads, n, count_task, &c, next);
-    int bad = atomic_load(&c.bad_worker);
-    for (int64_t k = 0; k < 64; k++)
-        bad += atomic_load(&c.seen[k]) != (k < n ? 1 : 0);
-    return bad;
-}
-
-static void *parallel_rounds(void *arg)
-{
-    int *bad = arg;
-    for (int round = 0; round < 200; round++)
-        *bad += parallel_round(1 + round % 4, round % 64, false, NULL);
-    return NULL;
-}
-
-/* The persistent pool: thread counts going up and down (workers that sit a
- * job out), nested calls, and two threads calling at once (one finds the
- * pool busy and runs its tasks itself). */
-Test(kernels, parallel_runs_every_task_once)
-{
-    for (int threads = 1; threads <= 5; threads++)
-        for (int64_t n = 0; n <= 11; n++)
-            cr_assert_eq(parallel_round(threads, n, false, NULL), 0, "threads %d, %lld tasks", threads, (long long)n);
-    for (int round = 0; round < 300; round++)
-        cr_assert_eq(parallel_round(1 + (round * 7) % 5, (round * 13) % 64, round % 3 == 0, NULL), 0, "round %d",
-                     round);
-    pthread_t other;
-    int bad[2] = {0, 0};
-    cr_assert_eq(pthread_create(&other, NULL, parallel_rounds, &bad[1]), 0);
-    parallel_rounds(&bad[0]);
-    pthread_join(other, NULL);
-    cr_assert_eq(bad[0] + bad[1], 0, "two threads calling kern_parallel at once: %d problems", bad[0] + bad[1]);
-}
-
-struct steal {
-    atomic_int ran_by[100];
-};
-
-static void steal_task(void *arg, int64_t task, int worker)
-{
-    struct steal *st = arg;
-    atomic_store(&st->ran_by[task], worker + 1);
-    if (task >= 50)
-        nanosleep(&(struct timespec){0, 2000000}, NULL); /* the second share is slow: 2 ms a task */
-}
-
-/* Two participants, 100 tasks: the caller's share (0-49) is instant, the
- * helper's (50-99) takes 2 ms a task, so the caller, done with its own,
- * takes the helper's last tasks from the back: task 99 is the caller's, and
- * every task ran once (ran_by set). */
-Test(kernels, parallel_takes_from_the_back_of_other_shares)
-{
-    struct steal st = {0};
-    kern_parallel(2, 100, steal_task, &st);
-    for (int t = 0; t < 100; t++)
-        cr_assert(atomic_load(&st.ran_by[t]) == 1 || atomic_load(&st.ran_by[t]) == 2, "task %d not run", t);
-    for (int t = 0; t < 50; t++)
-        cr_assert_eq(atomic_load(&st.ran_by[t]), 1, "task %d of the caller's share ran on the helper", t);
-    cr_assert_eq(atomic_load(&st.ran_by[99]), 1, "the helper's last task was not taken by the caller");
-}
-
 Test(kernels, row_f32)
 {
     struct tmat q;
@@ -1029,7 +942,7 @@ Test(kernels, rmsnorm_paths_bitwise_equal_reference)
         x[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 16) - 8);
         w[i] = (float)(rng_next(&s) % 2001) / 1000.0f;
     }
-    const dot_fn dots[] = {kern_cpu_has_avx2() ? kern_dot_avx2 : NULL, kern_cpu_has_avx512() ? kern_dot_avx512 : NULL};
+    const dot_fn dots[] = {cpu_has_avx2() ? kern_dot_avx2 : NULL, cpu_has_avx512() ? kern_dot_avx512 : NULL};
     const int64_t lens[] = {1, 15, 16, 17, 255, 256, 1535, N};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         const int64_t n = lens[k];
@@ -1136,8 +1049,8 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
     }
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         g0[3 * i + 1] = special[i];
-    const gelu_mul_fn simd[] = {kern_cpu_has_avx2() ? kern_gelu_mul_avx2 : NULL,
-                                kern_cpu_has_avx512() ? kern_gelu_mul_avx512 : NULL};
+    const gelu_mul_fn simd[] = {cpu_has_avx2() ? kern_gelu_mul_avx2 : NULL,
+                                cpu_has_avx512() ? kern_gelu_mul_avx512 : NULL};
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
     for (int f = 0; f < 2; f++)
@@ -1170,8 +1083,8 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
         x0[i] = (float)(rng_next(&s) % 120001) / 1000.0f - 60.0f;
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         x0[3 * i + 1] = special[i];
-    const softcap_fn simd[] = {kern_cpu_has_avx2() ? kern_softcap_avx2 : NULL,
-                               kern_cpu_has_avx512() ? kern_softcap_avx512 : NULL};
+    const softcap_fn simd[] = {cpu_has_avx2() ? kern_softcap_avx2 : NULL,
+                               cpu_has_avx512() ? kern_softcap_avx512 : NULL};
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
     const float caps[] = {30.0f, 2.5f};
@@ -1266,60 +1179,6 @@ Test(kernels, rope)
 
 /* ------------------------------------------------------------------ quantizer */
 
-/* The AVX-512 quantizer gives the scalar quantizer's bytes (words, scales,
- * biases) for every bits/group/scale dtype, on rows with wide magnitudes,
- * ties at .5, constant groups, zeros of both signs, subnormals, infinities
- * and NaNs. */
-Test(kernels, quant_row_avx512_bit_exact)
-{
-    if (!kern_cpu_has_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
-    enum { K = 1024 };
-    static const int bits_grid[] = {2, 3, 4, 5, 6, 8};
-    static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, INFINITY, -INFINITY, NAN, 0.5f, 1.5f, -2.5f};
-    uint64_t s = 77;
-    float w[K];
-    size_t cases = 0, nonzero = 0;
-    for (int trial = 0; trial < 24; trial++) {
-        for (size_t i = 0; i < K; i++) {
-            uint64_t r = rng_next(&s);
-            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 40) - 20);
-            if (trial % 3 == 1 && r % 11 == 0)
-                v = special[(r >> 8) % LEN(special)];
-            if (trial % 3 == 2)
-                v = (float)(int)((r >> 16) % 7) * 0.25f; /* many exact ties and constant runs */
-            w[i] = v;
-        }
-        for (size_t b = 0; b < LEN(bits_grid); b++)
-            for (size_t g = 0; g < LEN(gs_grid); g++)
-                for (size_t d = 0; d < LEN(sdt_grid); d++) {
-                    int bits = bits_grid[b], gs = gs_grid[g];
-                    enum dtype sdt = sdt_grid[d];
-                    size_t nw = quant_row_words(K, bits), np = K / (size_t)gs * dtype_table[sdt].bits / 8;
-                    uint32_t w1[K], w2[K];
-                    uint8_t s1[K * 4], s2[K * 4], b1[K * 4], b2[K * 4];
-                    memset(w2, 0xAB, sizeof w2);
-                    quant_affine_row(w, K, gs, bits, sdt, w1, s1, b1);
-                    kern_quant_row_avx512(w, K, gs, bits, sdt, w2, s2, b2);
-                    cr_assert(memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, np) == 0 && memcmp(b1, b2, np) == 0,
-                              "trial %d, %d bits, group %d, %s scales: AVX-512 bytes differ from the scalar quantizer",
-                              trial, bits, gs, dtype_name(sdt));
-                    for (size_t i = 0; i < nw; i++)
-                        nonzero += w1[i] != 0;
-                    cases++;
-                }
-    }
-    cr_assert_eq(cases, 24 * LEN(bits_grid) * LEN(gs_grid) * LEN(sdt_grid));
-    cr_assert_gt(nonzero, cases, "the rows quantize to real codes");
-    uint32_t words[K];
-    uint8_t sc[K], bi[K];
-    kern_quant_row(w, K, 64, 4, DT_BF16, words, sc, bi); /* the dispatcher takes the same path */
-    uint32_t ref[K];
-    uint8_t rs[K], rb[K];
-    quant_affine_row(w, K, 64, 4, DT_BF16, ref, rs, rb);
-    cr_assert(memcmp(words, ref, quant_row_words(K, 4) * 4) == 0);
-}
-
 /* The dot products of attention: every path gives kern_dot_ref's bits, for
  * every length around the 16-lane steps, on values spanning many magnitudes
  * (where a different order would round differently); the reference itself is
@@ -1341,11 +1200,11 @@ Test(kernels, dot_paths_bitwise_equal_reference)
             mag += fabs((double)a[i] * (double)b[i]);
         }
         cr_assert(fabs((double)r - exact) <= 1e-6 * mag + 1e-30, "n %lld: %g vs %g", (long long)n, (double)r, exact);
-        if (kern_cpu_has_avx2()) {
+        if (cpu_has_avx2()) {
             float v = kern_dot_avx2(a, b, n);
             cr_assert(memcmp(&r, &v, 4) == 0, "avx2 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
         }
-        if (kern_cpu_has_avx512()) {
+        if (cpu_has_avx512()) {
             float v = kern_dot_avx512(a, b, n);
             cr_assert(memcmp(&r, &v, 4) == 0, "avx512 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
         }
@@ -1356,7 +1215,7 @@ Test(kernels, dot_paths_bitwise_equal_reference)
  * leaves everything past n alone. */
 Test(kernels, axpy_avx512_bitwise_equal_reference)
 {
-    if (!kern_cpu_has_avx512())
+    if (!cpu_has_avx512())
         cr_skip_test("no AVX-512 on this CPU");
     enum { N = 40 };
     float x[N], y0[N + 1] = {0};
@@ -1379,66 +1238,6 @@ Test(kernels, axpy_avx512_bitwise_equal_reference)
     }
 }
 
-/* kern_dequant_row_avx512 gives dequant_affine_row's bits (NaN scales only
- * need to stay NaN) for 2/4/8 bits, every group size and scale dtype, on
- * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
-Test(kernels, dequant_row_avx512_matches_reference)
-{
-    if (!kern_cpu_has_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
-    static const int bitss[] = {2, 4, 8}, gss[] = {32, 64, 128};
-    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
-    enum { K = 384 };
-    uint8_t codes[K], sb[2][4 * K / 32];
-    uint64_t s = 9;
-    for (size_t i = 0; i < sizeof codes; i++)
-        codes[i] = (uint8_t)rng_next(&s);
-    for (int h = 0; h < 2; h++)
-        for (size_t i = 0; i < sizeof sb[h]; i++)
-            sb[h][i] = (uint8_t)rng_next(&s);
-    for (size_t b = 0; b < LEN(bitss); b++)
-        for (size_t g = 0; g < LEN(gss); g++)
-            for (size_t d = 0; d < LEN(dts); d++) {
-                float a[K + 1], v[K + 1];
-                memset(v, 0x5A, sizeof v);
-                dequant_affine_row(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], a);
-                kern_dequant_row_avx512(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], v);
-                for (int i = 0; i < K; i++)
-                    cr_assert(memcmp(&a[i], &v[i], 4) == 0 || (isnan(a[i]) && isnan(v[i])),
-                              "%d-bit group %d %s: value %d: %a vs %a", bitss[b], gss[g], dtype_name(dts[d]), i,
-                              (double)a[i], (double)v[i]);
-                uint32_t guard;
-                memcpy(&guard, &v[K], 4);
-                cr_assert_eq(guard, 0x5A5A5A5Au, "wrote past the end");
-            }
-}
-
-/* kern_to_f32_avx512 widens like dtype_to_f32 (bitwise; NaNs only need to
- * stay NaNs) for every length around the 16-lane steps. */
-Test(kernels, to_f32_avx512_matches_dtype_to_f32)
-{
-    if (!kern_cpu_has_avx512())
-        cr_skip_test("no AVX-512 on this CPU");
-    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
-    uint8_t src[4 * 64];
-    uint64_t s = 5;
-    for (size_t i = 0; i < sizeof src; i++)
-        src[i] = (uint8_t)rng_next(&s);
-    for (size_t d = 0; d < LEN(dts); d++)
-        for (int64_t n = 0; n <= 40; n++) {
-            float a[64], b[64];
-            memset(b, 0x5A, sizeof b);
-            dtype_to_f32(dts[d], src, a, (size_t)n);
-            kern_to_f32_avx512(dts[d], src, b, n);
-            for (int64_t i = 0; i < n; i++)
-                cr_assert(memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i])), "%s n %lld: value %lld",
-                          dtype_name(dts[d]), (long long)n, (long long)i);
-            uint32_t guard;
-            memcpy(&guard, &b[n], 4);
-            cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
-        }
-}
-
 /* ------------------------------------------------------------------ int8 activations (KERN_Q8) */
 
 /* kern_q8dot_ref and its AVX-512 VNNI twin must give the same bits; the
@@ -1449,9 +1248,11 @@ Test(kernels, to_f32_avx512_matches_dtype_to_f32)
 static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n, float *y)
 {
     struct kern_q8input in;
-    cr_assert_eq(kern_q8input_prepare(w, x, n, &in), ERR_OK);
+    void *buf = malloc(kern_q8input_bytes(w, n));
+    cr_assert(buf);
+    kern_q8input_prepare(w, x, n, buf, &in);
     fn(w, &in, n, y, 0, w->rows);
-    kern_q8input_free(&in);
+    free(buf);
 }
 
 /* The shapes: every (bits, gs, scale dtype) the kernel takes, rows across
@@ -1464,7 +1265,7 @@ static const int64_t q8_groups[] = {1, 3, 5, 7, 13, 17};
 
 Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
 {
-    if (!kern_cpu_has_avx512_vnni())
+    if (!cpu_has_avx512_vnni())
         cr_skip_test("no AVX-512 VNNI on this CPU");
     int cases = 0;
     for (int bits = 4; bits <= 8; bits += 4)
@@ -1544,7 +1345,7 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                             cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
                                          "q%d g%d %s %lld x %lld n %lld: kern_q8dot_ref on blocks", bits, gs,
                                          dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols, (long long)n);
-                            if (kern_cpu_has_avx512_vnni()) {
+                            if (cpu_has_avx512_vnni()) {
                                 q8_run(kern_q8dot_avx512, &b, x, n, y);
                                 cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
                                              "q%d g%d %s %lld x %lld n %lld: kern_q8dot_avx512 on blocks", bits, gs,
@@ -1598,7 +1399,7 @@ Test(kernels_q8, blockable)
  * values at x/d = k + 0.5 (ties to even). */
 Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
 {
-    if (!kern_cpu_has_avx512())
+    if (!cpu_has_avx512())
         cr_skip_test("no AVX-512 on this CPU");
     int cases = 0;
     for (int bits = 4; bits <= 8; bits += 4)
@@ -1621,8 +1422,11 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                     for (int64_t j = 0; j < gs; j++)                    /* token 2, group 2: x/d = k + 0.5 */
                         x[2 * cols + 2 * gs + j] = j == 0 ? 127.0f : (float)((j % 254) - 127) + 0.5f;
                 struct kern_q8input a, b;
-                cr_assert_eq(kern_q8input_prepare(&t.m, x, n, &a), ERR_OK);
-                cr_assert_eq(kern_q8input_prepare_avx512(&t.m, x, n, &b), ERR_OK);
+                void *ba = malloc(kern_q8input_bytes(&t.m, n)), *bb = malloc(kern_q8input_bytes(&t.m, n));
+                cr_assert(ba && bb);
+                memset(bb, 0x5A, kern_q8input_bytes(&t.m, n)); /* every byte the preparation leaves is checked */
+                kern_q8input_prepare(&t.m, x, n, ba, &a);
+                kern_q8input_prepare_avx512(&t.m, x, n, bb, &b);
                 cr_assert_eq(a.stride, b.stride);
                 cr_assert_eq(memcmp(a.d, b.d, (size_t)(n * ng) * sizeof *a.d), 0, "q%d g%d %lld groups: d", bits, gs,
                              (long long)ng);
@@ -1631,8 +1435,8 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                 cr_assert_eq(memcmp(a.xq, b.xq, (size_t)(n * a.stride)), 0, "q%d g%d %lld groups: xq", bits, gs,
                              (long long)ng);
                 cr_assert(isnan(a.d[0]) && a.d[ng] == 0.0f && a.d[2 * ng] == 0.0f, "the hostile groups are there");
-                kern_q8input_free(&a);
-                kern_q8input_free(&b);
+                free(ba);
+                free(bb);
                 free(x);
                 tmat_free(&t);
                 cases++;
@@ -1751,16 +1555,18 @@ Test(kernels_q8, nan_inf_zero_groups)
     for (int j = 64; j < 128; j++) /* max|x| so small that d = max/127 underflows to 0: no 0/0 */
         x[2 * 128 + j] = j == 70 ? 1e-44f : 0.0f;
     struct kern_q8input in;
-    cr_assert_eq(kern_q8input_prepare(&t.m, x, n, &in), ERR_OK);
+    void *buf = malloc(kern_q8input_bytes(&t.m, n));
+    cr_assert(buf);
+    kern_q8input_prepare(&t.m, x, n, buf, &in);
     cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f && in.d[5] == 0.0f);
     for (int j = 0; j < 128; j++)
         cr_assert_eq(in.xq[2 * in.stride + j], 0, "token 2: zero and underflowing groups keep xq = 0");
     kern_q8dot_ref(&t.m, &in, n, a, 0, 9);
-    if (kern_cpu_has_avx512_vnni()) {
+    if (cpu_has_avx512_vnni()) {
         kern_q8dot_avx512(&t.m, &in, n, b, 0, 9);
         cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(n * 9)), 0);
     }
-    kern_q8input_free(&in);
+    free(buf);
     float *one = nan_vec(9);
     q8_run(kern_q8dot_ref, &t.m, x + 3 * 128, 1, one);
     for (int r = 0; r < 9; r++) {
@@ -1777,104 +1583,92 @@ Test(kernels_q8, nan_inf_zero_groups)
 
 /* ------------------------------------------------------------------ the next job's plan */
 
-/* kern_matmul_ahead: each participant's range starts at the first row of its
- * share of the tiles (matrices of 256 rows and 64 columns are 4 tiles of 64
- * rows: MIN_TASKS quarters) and ends with the share, its matrix or
- * KERN_AHEAD_BYTES, by rows and in blocks, across the matrices of a
- * kern_matmul_many; a split view's rows are not one run, and get none. */
-Test(kernels, matmul_ahead_plans_each_share_front)
+
+/* ------------------------------------------------------------------ attention */
+
+/* Keys and values of a test: [P, G, d] each, position-major; a mask hides
+ * key p from query row r when hide[r * P + p]. */
+struct kv_test {
+    const float *k, *v;
+    const uint8_t *hide;
+    int64_t P, G, d;
+};
+
+static const float *kv_test_entry(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf)
 {
-    struct kern_table q8;
-    kern_init(&q8, KERN_Q8);
-    struct tmat a, b, big;
-    make_quant(&a, 256, 64, 4, 64, DT_BF16, 71);
-    make_quant(&b, 256, 64, 4, 64, DT_BF16, 72);
-    uint8_t *buf;
-    struct wmat ab = block_copy(&a.m, &buf);
-    size_t row = a.m.row_bytes, brow = a.m.row_bytes + 2 * a.m.srow_bytes;
-    struct kern_ahead plan;
-
-    const struct wmat *one[1] = {&a.m};
-    kern_matmul_ahead(&q8, 1, one, 1, 2, &plan);
-    cr_assert_eq(plan.parts, 2);
-    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 128 * row, "by rows: participant 0, rows 0-127");
-    cr_assert(plan.p[1] == a.m.w + 128 * row && plan.n[1] == 128 * row, "by rows: participant 1, rows 128-255");
-    kern_matmul_ahead(&q8, 1, one, 1, 3, &plan);
-    cr_assert(plan.parts == 3 && plan.p[1] == a.m.w + 64 * row && plan.p[2] == a.m.w + 128 * row,
-              "3 participants: tasks 0, 1 and 2 of 4 (rows 0, 64, 128)");
-    cr_assert(plan.n[0] == 64 * row && plan.n[1] == 64 * row && plan.n[2] == 128 * row, "shares of 1, 1 and 2 tiles");
-
-    const struct wmat *blocked[1] = {&ab};
-    kern_matmul_ahead(&q8, 1, blocked, 1, 2, &plan);
-    cr_assert(plan.p[0] == ab.w && plan.n[0] == 128 * brow, "in blocks: codes, scales and biases of the share");
-    cr_assert(plan.p[1] == ab.w + kern_block_off(&ab, 128 / KERN_BLOCK_ROWS, 0) && plan.n[1] == 128 * brow,
-              "in blocks: participant 1 from block 8");
-
-    const struct wmat *two[2] = {&a.m, &b.m};
-    kern_matmul_ahead(&q8, 2, two, 1, 2, &plan);
-    cr_assert(plan.p[0] == a.m.w && plan.n[0] == 256 * row && plan.p[1] == b.m.w && plan.n[1] == 256 * row,
-              "two matrices, 8 tiles: a share each");
-
-    struct wmat half = half_view(&a, 1);
-    const struct wmat *split[1] = {&half};
-    kern_matmul_ahead(&q8, 1, split, 1, 2, &plan);
-    cr_assert(plan.parts == 2 && plan.n[0] == 0 && plan.n[1] == 0, "a split view: no run of bytes");
-
-    make_quant(&big, 1024, 2048, 8, 64, DT_BF16, 73); /* 2 KiB rows: 16 tiles of 64 rows */
-    const struct wmat *large[1] = {&big.m};
-    kern_matmul_ahead(&q8, 1, large, 1, 2, &plan);
-    cr_assert(plan.p[1] == big.m.w + 512 * big.m.row_bytes, "participant 1 from row 512");
-    cr_assert(plan.n[0] == KERN_AHEAD_BYTES && plan.n[1] == KERN_AHEAD_BYTES, "capped at KERN_AHEAD_BYTES");
-
-    struct wmat empty = a.m;
-    empty.rows = 0;
-    const struct wmat *none[2] = {&empty, &empty};
-    kern_matmul_ahead(&q8, 2, none, 1, 2, &plan);
-    cr_assert_eq(plan.parts, 0, "matrices without rows: no job, no plan");
-
-    struct kern_table blas;
-    kern_init(&blas, KERN_BLAS);
-    if (blas.blas) {
-        kern_matmul_ahead(&blas, 1, one, KERN_BLAS_MIN_TOKENS, 2, &plan);
-        cr_assert_eq(plan.parts, 0, "the sgemm path has no plan");
-    }
-    kern_free(&blas);
-    kern_free(&q8);
-    free(buf);
-    tmat_free(&a);
-    tmat_free(&b);
-    tmat_free(&big);
+    const struct kv_test *t = ctx;
+    (void)buf;
+    if (t->hide && t->hide[row * t->P + p])
+        return NULL;
+    return (which ? t->v : t->k) + (p * t->G + g) * t->d;
 }
 
-/* A job naming the next one still runs every task once, whatever the plan
- * (of its own participants, or of another count), and a matrix product gives
- * the bits it gives without one. */
-Test(kernels, parallel_next_runs_every_task_once_same_bits)
+/* kern_attention: every level's table gives the scalar table's bits (1 to 3
+ * threads), and those are within float rounding of a float64 evaluation, on
+ * grouped heads (group 6: a full and a partial block of KERN_ATTN_HEADS),
+ * full and sliding windows, queries at scattered positions, masked keys,
+ * and head dims around the 16-lane steps. */
+Test(kernels, attention_levels_bitwise_and_close_to_float64)
 {
-    static uint8_t mem[3][64 << 10];
-    struct kern_ahead plan = {.parts = 2, .p = {mem[0], mem[1]}, .n = {sizeof mem[0], sizeof mem[1]}};
-    struct kern_ahead other = {.parts = 3, .p = {mem[0], mem[1], mem[2]}, .n = {64, 64, 64}};
-    for (int round = 0; round < 200; round++)
-        cr_assert_eq(parallel_round(2, round % 40, round % 3 == 0, round % 2 ? &plan : &other), 0, "round %d", round);
-    struct kern_table q8;
-    kern_init(&q8, KERN_Q8);
-    struct tmat t;
-    make_quant(&t, 512, 256, 4, 64, DT_BF16, 74);
-    uint8_t *buf;
-    struct wmat w = block_copy(&t.m, &buf);
-    const struct wmat *ws[1] = {&w};
-    uint64_t s = 75;
-    float *x = rand_vec(&s, 256), *y0 = nan_vec(512), *y1 = nan_vec(512);
-    kern_matmul_ahead(&q8, 1, ws, 1, 2, &plan);
-    kern_matmul(&q8, &w, x, 1, y0, 2);
-    for (int round = 0; round < 20; round++) {
-        kern_matmul_next(&q8, &w, x, 1, y1, 2, &plan); /* its own plan: the same rows warmed next time */
-        cr_assert_eq(memcmp(y0, y1, 512 * sizeof *y0), 0, "round %d", round);
-    }
-    free(x);
-    free(y0);
-    free(y1);
-    free(buf);
-    tmat_free(&t);
-    kern_free(&q8);
+    static const int64_t dims[] = {16, 37, 64};
+    struct kern_table ref, best;
+    kern_init(&ref, KERN_SCALAR);
+    kern_init(&best, KERN_BEST);
+    for (size_t di = 0; di < LEN(dims); di++)
+        for (int window = 0; window <= 5; window += 5) {
+            const int64_t d = dims[di], G = 2, Nq = 12, N = 4, P = 23;
+            uint64_t s = 500 + (uint64_t)(di * 7 + (size_t)window);
+            float *q = rand_vec(&s, (size_t)(N * Nq * d)), *k = rand_vec(&s, (size_t)(P * G * d));
+            float *v = rand_vec(&s, (size_t)(P * G * d));
+            int64_t pos[4] = {0, 7, 21, 22};
+            uint8_t hide[4 * 23] = {0};
+            hide[2 * P + 20] = hide[3 * P + 0] = 1;             /* masked keys */
+            struct kv_test kv = {k, v, hide, P, G, d};
+            float *out[4], *scratch = malloc(3 * kern_attn_scratch(P, d) * sizeof(float));
+            cr_assert(scratch);
+            for (int run = 0; run < 4; run++) {
+                out[run] = nan_vec((size_t)(N * Nq * d));
+                struct kern_attn a = {.q = q, .out = out[run], .pos = pos, .N = N, .Nq = Nq, .G = G, .d = d,
+                                      .window = window, .kv = kv_test_entry, .ctx = &kv, .keys = P,
+                                      .scratch = scratch};
+                kern_attention(run ? &best : &ref, &a, run ? run : 1);
+            }
+            for (int run = 1; run < 4; run++)
+                cr_assert_eq(memcmp(out[0], out[run], (size_t)(N * Nq * d) * sizeof(float)), 0,
+                             "d %lld window %d: %d threads of %s differ from the scalar table", (long long)d, window,
+                             run, best.name);
+            double worst = 0.0;
+            for (int64_t r = 0; r < N; r++)
+                for (int64_t h = 0; h < Nq; h++) {
+                    int64_t g = h / (Nq / G), k0 = window && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
+                    double sc[23], m = -(double)INFINITY, sum = 0.0;
+                    for (int64_t p = k0; p <= pos[r]; p++) {
+                        sc[p] = -(double)INFINITY;
+                        if (hide[r * P + p])
+                            continue;
+                        double x = 0.0;
+                        for (int64_t i = 0; i < d; i++)
+                            x += (double)q[(r * Nq + h) * d + i] * (double)k[(p * G + g) * d + i];
+                        sc[p] = x;
+                        m = fmax(m, x);
+                    }
+                    for (int64_t p = k0; p <= pos[r]; p++)
+                        sum += sc[p] == -(double)INFINITY ? 0.0 : exp(sc[p] - m);
+                    for (int64_t i = 0; i < d; i++) {
+                        double o = 0.0;
+                        for (int64_t p = k0; p <= pos[r]; p++)
+                            o += (sc[p] == -(double)INFINITY ? 0.0 : exp(sc[p] - m) / sum) * (double)v[(p * G + g) * d + i];
+                        worst = fmax(worst, fabs(o - (double)out[0][(r * Nq + h) * d + i]));
+                    }
+                }
+            cr_assert_lt(worst, 1e-5, "d %lld window %d: %g from float64", (long long)d, window, worst);
+            for (int run = 0; run < 4; run++)
+                free(out[run]);
+            free(scratch);
+            free(q);
+            free(k);
+            free(v);
+        }
+    kern_free(&ref);
+    kern_free(&best);
 }

@@ -1,13 +1,15 @@
-/* test_quant.c - MLX affine quantization against formats.md §2.7 (V1-V5) and
- * the properties of MLX's own tests (§2.6). */
+/* test_quant.c - quant/: MLX affine quantization against formats.md §2.7
+ * (V1-V5) and the properties of MLX's own tests (§2.6); the mode table; the
+ * AVX-512 twins bit for bit against the definitions; the QAT lattice. */
 #include <criterion/criterion.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
-#include "core/quant.h"
+#include "quant/quant.h"
 
 static const int all_bits[] = {2, 3, 4, 5, 6, 8};
 #define N_BITS (sizeof all_bits / sizeof all_bits[0])
@@ -450,4 +452,169 @@ Test(quant, property_zeros_exact)
             }
         }
     }
+}
+
+/* ---------------------------------------------------------------- the fast twins */
+
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+static const int gs_grid[] = {32, 64, 128};
+static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1), an exact multiple of 2^-23. */
+static float rng_float(uint64_t *s)
+{
+    return (float)(int32_t)((rng_next(s) >> 40) - (1u << 23)) / (float)(1u << 23);
+}
+
+/* The AVX-512 quantizer gives the scalar quantizer's bytes (words, scales,
+ * biases) for every bits/group/scale dtype, on rows with wide magnitudes,
+ * ties at .5, constant groups, zeros of both signs, subnormals, infinities
+ * and NaNs. */
+Test(quant, affine_row_avx512_bit_exact)
+{
+    if (!cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    enum { K = 1024 };
+    static const int bits_grid[] = {2, 3, 4, 5, 6, 8};
+    static const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, INFINITY, -INFINITY, NAN, 0.5f, 1.5f, -2.5f};
+    uint64_t s = 77;
+    float w[K];
+    size_t cases = 0, nonzero = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        for (size_t i = 0; i < K; i++) {
+            uint64_t r = rng_next(&s);
+            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 40) - 20);
+            if (trial % 3 == 1 && r % 11 == 0)
+                v = special[(r >> 8) % LEN(special)];
+            if (trial % 3 == 2)
+                v = (float)(int)((r >> 16) % 7) * 0.25f; /* many exact ties and constant runs */
+            w[i] = v;
+        }
+        for (size_t b = 0; b < LEN(bits_grid); b++)
+            for (size_t g = 0; g < LEN(gs_grid); g++)
+                for (size_t d = 0; d < LEN(sdt_grid); d++) {
+                    int bits = bits_grid[b], gs = gs_grid[g];
+                    enum dtype sdt = sdt_grid[d];
+                    size_t nw = quant_row_words(K, bits), np = K / (size_t)gs * dtype_table[sdt].bits / 8;
+                    uint32_t w1[K], w2[K];
+                    uint8_t s1[K * 4], s2[K * 4], b1[K * 4], b2[K * 4];
+                    memset(w2, 0xAB, sizeof w2);
+                    quant_affine_row(w, K, gs, bits, sdt, w1, s1, b1);
+                    quant_affine_row_avx512(w, K, gs, bits, sdt, w2, s2, b2);
+                    cr_assert(memcmp(w1, w2, nw * 4) == 0 && memcmp(s1, s2, np) == 0 && memcmp(b1, b2, np) == 0,
+                              "trial %d, %d bits, group %d, %s scales: AVX-512 bytes differ from the scalar quantizer",
+                              trial, bits, gs, dtype_name(sdt));
+                    for (size_t i = 0; i < nw; i++)
+                        nonzero += w1[i] != 0;
+                    cases++;
+                }
+    }
+    cr_assert_eq(cases, 24 * LEN(bits_grid) * LEN(gs_grid) * LEN(sdt_grid));
+    cr_assert_gt(nonzero, cases, "the rows quantize to real codes");
+    uint32_t words[K];
+    uint8_t sc[K], bi[K];
+    quant_row(w, K, 64, 4, DT_BF16, words, sc, bi); /* the dispatcher takes the same path */
+    uint32_t ref[K];
+    uint8_t rs[K], rb[K];
+    quant_affine_row(w, K, 64, 4, DT_BF16, ref, rs, rb);
+    cr_assert(memcmp(words, ref, quant_row_words(K, 4) * 4) == 0);
+}
+
+
+/* quant_dequant_row_avx512 gives dequant_affine_row's bits (NaN scales only
+ * need to stay NaN) for 2/4/8 bits, every group size and scale dtype, on
+ * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
+Test(quant, dequant_row_avx512_matches_reference)
+{
+    if (!cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    static const int bitss[] = {2, 4, 8}, gss[] = {32, 64, 128};
+    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    enum { K = 384 };
+    uint8_t codes[K], sb[2][4 * K / 32];
+    uint64_t s = 9;
+    for (size_t i = 0; i < sizeof codes; i++)
+        codes[i] = (uint8_t)rng_next(&s);
+    for (int h = 0; h < 2; h++)
+        for (size_t i = 0; i < sizeof sb[h]; i++)
+            sb[h][i] = (uint8_t)rng_next(&s);
+    for (size_t b = 0; b < LEN(bitss); b++)
+        for (size_t g = 0; g < LEN(gss); g++)
+            for (size_t d = 0; d < LEN(dts); d++) {
+                float a[K + 1], v[K + 1];
+                memset(v, 0x5A, sizeof v);
+                dequant_affine_row(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], a);
+                quant_dequant_row_avx512(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], v);
+                for (int i = 0; i < K; i++)
+                    cr_assert(memcmp(&a[i], &v[i], 4) == 0 || (isnan(a[i]) && isnan(v[i])),
+                              "%d-bit group %d %s: value %d: %a vs %a", bitss[b], gss[g], dtype_name(dts[d]), i,
+                              (double)a[i], (double)v[i]);
+                uint32_t guard;
+                memcpy(&guard, &v[K], 4);
+                cr_assert_eq(guard, 0x5A5A5A5Au, "wrote past the end");
+            }
+}
+
+/* quant_to_f32_avx512 widens like dtype_to_f32 (bitwise; NaNs only need to
+ * stay NaNs) for every length around the 16-lane steps. */
+Test(quant, to_f32_avx512_matches_dtype_to_f32)
+{
+    if (!cpu_has_avx512())
+        cr_skip_test("no AVX-512 on this CPU");
+    static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    uint8_t src[4 * 64];
+    uint64_t s = 5;
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)rng_next(&s);
+    for (size_t d = 0; d < LEN(dts); d++)
+        for (int64_t n = 0; n <= 40; n++) {
+            float a[64], b[64];
+            memset(b, 0x5A, sizeof b);
+            dtype_to_f32(dts[d], src, a, (size_t)n);
+            quant_to_f32_avx512(dts[d], src, b, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i])), "%s n %lld: value %lld",
+                          dtype_name(dts[d]), (long long)n, (long long)i);
+            uint32_t guard;
+            memcpy(&guard, &b[n], 4);
+            cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
+        }
+}
+
+/* ---------------------------------------------------------------- the QAT lattice */
+
+/* A group on the q4_0 grid d·q (q in [-8, 7], d exact in the scales dtype)
+ * becomes codes q + 8, scale d, bias -8d, and dequantizes to the same
+ * values exactly; a group off it is quantized as quant_row would. */
+Test(quant, lattice_exact_groups_and_the_rest)
+{
+    enum { K = 96 };
+    float w[K], back[K];
+    const float d = 0.0078125f * 3; /* 3·2^-7, exact in bf16 */
+    for (int i = 0; i < 64; i++)
+        w[i] = d * (float)(i % 16 - 8);                /* groups 0 and 1: the grid, every code */
+    for (int i = 64; i < K; i++)
+        w[i] = d * (float)(i % 16 - 8) + 1e-3f * (float)(i % 3); /* group 2: off it */
+    uint32_t words[K / 8], ref_words[K / 8];
+    uint16_t sc[K / 32], bi[K / 32], ref_sc[K / 32], ref_bi[K / 32];
+    uint64_t groups = 0, exact = 0;
+    quant_lattice_row(w, K, DT_BF16, words, sc, bi, &groups, &exact);
+    cr_assert(groups == 3 && exact == 2, "%llu of %llu groups on the grid", (unsigned long long)exact,
+              (unsigned long long)groups);
+    dequant_affine_row((const uint8_t *)words, sc, bi, DT_BF16, 64, 32, 4, back);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(f32_bits(back[i]), f32_bits(w[i]), "value %d: %a, expected %a", i, (double)back[i], (double)w[i]);
+    for (int i = 0; i < 32; i++)
+        cr_assert_eq(quant_code_at((const uint8_t *)words, (size_t)i, 4), (uint32_t)(i % 16), "code %d", i);
+    quant_affine_row(w + 64, 32, 32, 4, DT_BF16, ref_words, ref_sc, ref_bi);
+    cr_assert(!memcmp(words + 8, ref_words, 16) && sc[2] == ref_sc[0] && bi[2] == ref_bi[0],
+              "the group off the grid differs from the affine quantizer's");
 }

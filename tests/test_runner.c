@@ -33,7 +33,7 @@ static float *run_logits_kern(const char *model_path, const int32_t *tokens, int
     struct runner r;
     struct err e = {0};
     cr_assert_eq(model_open(&m, model_path, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(runner_init(&r, &m, threads, level, NULL, 1, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(threads, level, T), &e), ERR_OK, "%s", e.msg);
     int64_t V = m.cfg.vocab_size;
     float *logits = malloc((size_t)(T * V) * sizeof *logits);
     cr_assert(logits);
@@ -169,7 +169,7 @@ static void external(const char *name)
         struct model m;
         struct runner r;
         cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
-        cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &m, TH_RUNNER(1, KERN_BEST, T), &e), ERR_OK, "%s", e.msg);
         V = m.cfg.vocab_size;
         float *logits = malloc((size_t)(T * V) * sizeof *logits);
         if (mode == 0) {
@@ -339,7 +339,7 @@ static void loaded_weights(const char *variant, int quant, bool to_pack, enum ke
         cr_assert(!L->q.blocked || level == KERN_Q8, "blocks only for the int8 kernels");
     }
     cr_assert(level != KERN_Q8 || blocked > 0, "%s: no matrix laid out in blocks", variant);
-    cr_assert_eq(runner_init(&r, &m, 2, level, NULL, 1, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(2, level, T), &e), ERR_OK, "%s", e.msg);
     float *loaded = malloc((size_t)(T * V) * sizeof *loaded);
     cr_assert(loaded);
     cr_assert_eq(runner_prompt(&r, s.seq[0], T, 1, loaded, NULL, &e), ERR_OK, "%s", e.msg);
@@ -416,7 +416,7 @@ Test(runner, all_true_mask_equals_no_mask)
     memset(mask, 1, (size_t)(T * T));
     for (int with_mask = 0; with_mask < 2; with_mask++) {
         struct runner r;
-        cr_assert_eq(runner_init(&r, &m, 2, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &m, TH_RUNNER(2, KERN_BEST, T), &e), ERR_OK, "%s", e.msg);
         cr_assert_eq(runner_forward(&r, s.seq[0], T, with_mask ? b : a, true, with_mask ? mask : NULL, &e), ERR_OK,
                      "%s", e.msg);
         runner_free(&r);
@@ -425,7 +425,7 @@ Test(runner, all_true_mask_equals_no_mask)
     /* and the mask is live: hiding key 0 from the last query changes its row */
     struct runner r;
     mask[(T - 1) * T + 0] = 0;
-    cr_assert_eq(runner_init(&r, &m, 1, KERN_BEST, NULL, 1, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(1, KERN_BEST, T), &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(runner_forward(&r, s.seq[0], T, b, true, mask, &e), ERR_OK, "%s", e.msg);
     cr_expect_neq(memcmp(a + (T - 1) * V, b + (T - 1) * V, (size_t)V * sizeof *a), 0, "a masked key had no effect");
     runner_free(&r);

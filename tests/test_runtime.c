@@ -107,10 +107,17 @@ struct run_info {
     int float_layer;
 };
 
+/* Steps and contexts these tests stay within (the longest prompt here is
+ * 20 blocks of 8 plus a few generated tokens; batches of a few prompts). */
+#define TEST_STEP 512
+#define TEST_CONTEXT 256
+
 static void runner_open(struct runner *r, const struct model *m, const struct kv_opts *kv, int n_seq)
 {
     struct err e = {0};
-    cr_assert_eq(runner_init(r, m, 1, KERN_BEST, kv, n_seq, &e), ERR_OK, "%s", e.msg);
+    struct runner_opts o = {.threads = 1, .kernels = KERN_BEST, .kv = kv ? *kv : (struct kv_opts){0}, .n_seq = n_seq,
+                            .max_step = TEST_STEP, .max_context = TEST_CONTEXT};
+    cr_assert_eq(runner_init(r, m, &o, &e), ERR_OK, "%s", e.msg);
 }
 
 /* Every row's logits [T, V] of a prompt through a fresh runner, in chunks
@@ -426,7 +433,8 @@ Test(runtime, kv_opts_validate)
     fx_open(&f, "e2b");
     struct runner r;
     struct kv_opts three = {.bits = 3, .group_size = 64};
-    cr_expect_eq(runner_init(&r, &f.m, 1, KERN_BEST, &three, 1, &e), ERR_USAGE);
+    cr_expect_eq(runner_init(&r, &f.m, &(struct runner_opts){.threads = 1, .kv = three, .n_seq = 1, .max_step = 1,
+                                                             .max_context = 1}, &e), ERR_USAGE);
     cr_expect_null(r.seq, "nothing allocated for a rejected configuration");
     runner_free(&r);
     fx_close(&f);
@@ -1235,7 +1243,7 @@ Test(runtime, prefix_kernels_namespace)
         struct err e = {0};
         ref[k] = malloc((size_t)V * sizeof(float));
         got[k] = malloc((size_t)V * sizeof(float));
-        cr_assert_eq(runner_init(&r, &f.m, 1, lv[k], NULL, 1, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(runner_init(&r, &f.m, TH_RUNNER(1, lv[k], TEST_CONTEXT), &e), ERR_OK, "%s", e.msg);
         name[k] = r.kt.name;
         cr_assert_eq(runner_prompt(&r, b, LEN_B, 0, NULL, ref[k], &e), ERR_OK, "%s", e.msg);
         runner_reset(&r, 0);

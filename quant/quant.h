@@ -1,11 +1,14 @@
-/* quant.h - MLX affine quantization (formats.md §2): the scalar definition.
+/* quant.h - the representation of stored weights: MLX quantization modes,
+ * the affine definition (formats.md §2), its fast twins, and the QAT
+ * lattice. One place that convert, run and the KV cache all use.
  *
  * A row of K weights is cut into groups of `gs` consecutive elements; each
  * group has a float scale and bias and b-bit codes q with w = scale*q + bias.
  * Codes of a row form one LSB-first bitstream over little-endian uint32 words
  * (element i occupies bits [i*b, i*b+b)), K*b/32 words per row.
  * The quantizer is MLX's CPU algorithm (formats.md §2.2), bit-exact on the
- * test vectors of formats.md §2.7. */
+ * test vectors of formats.md §2.7. Every fast twin (quant_avx512.c) gives
+ * the definition's bits exactly (tests/test_quant.c). */
 #ifndef GP_QUANT_H
 #define GP_QUANT_H
 
@@ -14,19 +17,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
-
-enum qmode { QM_AFFINE, QM_MXFP4, QM_NVFP4, QM_MXFP8 };
-
-/* "affine", "mxfp4", ... ; false for an unknown string. */
-bool qmode_from_name(const char *s, enum qmode *out);
-const char *qmode_name(enum qmode m);
-
-/* Mode defaults (formats.md §2.1): affine 64/4, mxfp4 32/4, nvfp4 16/4, mxfp8 32/8. */
-void qmode_defaults(enum qmode m, int *group_size, int *bits);
-
-/* True when (bits, group_size) is allowed for the mode:
- * affine: bits in {2,3,4,5,6,8}, gs in {32,64,128}; fp modes: their one pair. */
-bool quant_params_valid(enum qmode m, int bits, int group_size);
+#include "core/qmode.h"
 
 /* Number of uint32 words holding k codes of `bits` bits (k*bits/32; callers
  * guarantee k is a multiple of the group size, so this is exact). */
@@ -61,5 +52,32 @@ void quant_affine_row(const float *w, size_t k, int gs, int bits, enum dtype sdt
  * dtype sdt (raw little-endian bytes, any alignment). */
 void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void *biases,
                         enum dtype sdt, size_t k, int gs, int bits, float *out);
+
+/* ---- the fast twins: the definition's bits on the fastest path this CPU has ---- */
+
+/* quant_affine_row. */
+void quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
+               void *biases);
+/* dequant_affine_row (any bits; 2, 4 and 8 take the vector path). */
+void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void *biases, enum dtype sdt, size_t k,
+                       int gs, int bits, float *out);
+/* dtype_to_f32 (core/dtype.h). */
+void quant_to_f32(enum dtype t, const uint8_t *src, float *dst, size_t n);
+
+void quant_affine_row_avx512(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words,
+                             void *scales, void *biases);
+void quant_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt, int64_t k,
+                              int gs, int bits, float *out);
+void quant_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
+
+/* ---- the QAT lattice (DESIGN.md §6) ---- */
+
+/* quant_row at 4 bits, group 32, with every group first tried on the QAT
+ * "q4_0" grid: a group whose values are exactly d·q, q in [-8, 7], for one
+ * d that `sdt` holds exactly, is stored as codes q + 8, scale d, bias -8d
+ * (bit-exact); the others as quant_row stores them. *groups and *exact
+ * count the groups and those on the grid. */
+void quant_lattice_row(const float *w, size_t k, enum dtype sdt, uint32_t *words, void *scales, void *biases,
+                       uint64_t *groups, uint64_t *exact);
 
 #endif

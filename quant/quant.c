@@ -1,55 +1,11 @@
 /* quant.c - MLX affine quantization: modes, the CPU quantizer, packing and
  * dequantization (formats.md §2.1-2.4). All arithmetic is float32. */
-#include "core/quant.h"
+#include "quant/quant.h"
+
+#include "core/cpu.h"
 
 #include <math.h>
 #include <string.h>
-
-static const char *const qmode_names[] = {
-    [QM_AFFINE] = "affine", [QM_MXFP4] = "mxfp4", [QM_NVFP4] = "nvfp4", [QM_MXFP8] = "mxfp8",
-};
-
-#define N_QMODES (sizeof qmode_names / sizeof qmode_names[0])
-
-bool qmode_from_name(const char *s, enum qmode *out)
-{
-    for (size_t i = 0; i < N_QMODES; i++) {
-        if (strcmp(s, qmode_names[i]) == 0) {
-            *out = (enum qmode)i;
-            return true;
-        }
-    }
-    return false;
-}
-
-const char *qmode_name(enum qmode m)
-{
-    return (size_t)m < N_QMODES ? qmode_names[m] : "unknown";
-}
-
-void qmode_defaults(enum qmode m, int *group_size, int *bits)
-{
-    switch (m) {
-    case QM_MXFP4: *group_size = 32; *bits = 4; break;
-    case QM_NVFP4: *group_size = 16; *bits = 4; break;
-    case QM_MXFP8: *group_size = 32; *bits = 8; break;
-    case QM_AFFINE:
-    default: *group_size = 64; *bits = 4; break;
-    }
-}
-
-bool quant_params_valid(enum qmode m, int bits, int group_size)
-{
-    switch (m) {
-    case QM_AFFINE:
-        return (bits >= 2 && bits <= 8 && bits != 7) &&
-               (group_size == 32 || group_size == 64 || group_size == 128);
-    case QM_MXFP4: return bits == 4 && group_size == 32;
-    case QM_NVFP4: return bits == 4 && group_size == 16;
-    case QM_MXFP8: return bits == 8 && group_size == 32;
-    }
-    return false;
-}
 
 /* ---- packing: element i occupies bits [i*b, i*b+b) of an LSB-first stream */
 
@@ -174,4 +130,32 @@ void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void
             out[i] = scale * (float)quant_code_at(row_bytes, i, bits) + bias;
         }
     }
+}
+
+/* ---- the fast twins ---- */
+
+void quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
+               void *biases)
+{
+    if (cpu_has_avx512())
+        quant_affine_row_avx512(w, k, gs, bits, sdt, words, scales, biases);
+    else
+        quant_affine_row(w, k, gs, bits, sdt, words, scales, biases);
+}
+
+void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void *biases, enum dtype sdt, size_t k,
+                       int gs, int bits, float *out)
+{
+    if ((bits == 2 || bits == 4 || bits == 8) && cpu_has_avx512())
+        quant_dequant_row_avx512(row_bytes, scales, biases, sdt, (int64_t)k, gs, bits, out);
+    else
+        dequant_affine_row(row_bytes, scales, biases, sdt, k, gs, bits, out);
+}
+
+void quant_to_f32(enum dtype t, const uint8_t *src, float *dst, size_t n)
+{
+    if (cpu_has_avx512())
+        quant_to_f32_avx512(t, src, dst, (int64_t)n);
+    else
+        dtype_to_f32(t, src, dst, n);
 }

@@ -1,4 +1,4 @@
-/* pool.c - kern_parallel on persistent worker threads.
+/* pool.c - pool_run on persistent worker threads.
  *
  * Decode runs hundreds of small matrix products per token; starting threads
  * for each one cost more than the product itself. Workers are started on
@@ -19,35 +19,32 @@
  * alternate tiles from one counter restarted every stream at every tile) and
  * the threads still finish together.
  *
- * A job may name what each participant reads first in the job after it
- * (kern_ahead): a helper that has run out of tasks prefetches its range until
- * the next job is posted (the caller works alone between jobs: norms, input
- * preparation), and the caller its own while it waits for the helpers' last
- * tasks, so the memory is busy while one thread works alone.
+ * The spinning hand-off pays: against a plain mutex/condvar pool (workers
+ * asleep between jobs) decode ran 18-36 % faster (docs/PERFORMANCE.md).
  *
- * One kern_parallel runs on the pool at a time; a call that finds it busy
- * (another thread, or a task calling kern_parallel) runs its tasks itself.
+ * One pool_run runs on the pool at a time; a call that finds it busy
+ * (another thread, or a task calling pool_run) runs its tasks itself.
  * Which thread runs a task never changes a result. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "kernels/kernels.h"
+#include "core/pool.h"
 
 #define POLLS 100000 /* plain loads of a flag before yielding (the next job comes within microseconds in a
                         decode; a yield here is a system call of ~1.2 us) */
 #define SPINS 4000    /* then sched_yield polls before sleeping: ~0.1-1 ms */
 
 static struct {
-    pthread_mutex_t busy;           /* held by the kern_parallel using the pool */
+    pthread_mutex_t busy;           /* held by the pool_run using the pool */
     pthread_mutex_t mu;             /* guards the sleeps below */
     pthread_cond_t wake, done;
-    pthread_t tid[KERN_MAX_THREADS];
+    pthread_t tid[POOL_MAX_THREADS];
     int started;                    /* workers 1..started exist */
     uint_fast64_t start_gen;        /* the generation before the job new workers are started for */
     bool stop;
-    /* The job, written by kern_parallel before it publishes gen: one cache
+    /* The job, written by pool_run before it publishes gen: one cache
      * line, which a helper fetches once per job. */
     _Alignas(64) atomic_uint_fast64_t gen; /* job number << 8 | its helper count: read in one load, a
                                               worker sees a job's participants with the job */
@@ -55,11 +52,10 @@ static struct {
     void *arg;
     int64_t base;                   /* the job's tasks are base + [0, 2^32) */
     int parts;                      /* participants: helpers + 1 */
-    const struct kern_ahead *next;  /* or NULL: read by a helper before it counts itself done */
     atomic_int sleepers;            /* workers asleep on `wake` or about to be (under mu) */
     /* Written by the helpers as they finish. */
     _Alignas(64) atomic_int pending; /* helpers still working on the job */
-    atomic_bool waiting;            /* kern_parallel asleep on `done` or about to be (under mu) */
+    atomic_bool waiting;            /* pool_run asleep on `done` or about to be (under mu) */
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
@@ -67,7 +63,7 @@ static struct {
  * one cache line each. */
 static struct {
     _Alignas(64) atomic_uint_fast64_t fb;
-} share[KERN_MAX_THREADS];
+} share[POOL_MAX_THREADS];
 
 /* Takes the first (first) or the last task left in share p. */
 static bool take(int p, bool first, int64_t *task)
@@ -95,26 +91,6 @@ static void run_tasks(int p)
             pool.fn(pool.arg, t, p);
 }
 
-#define AHEAD_PIECE 4096 /* bytes prefetched between two looks at whether to stop */
-
-static bool no_new_job(uint_fast64_t seen)
-{
-    return atomic_load_explicit(&pool.gen, memory_order_relaxed) == seen;
-}
-
-static bool helpers_working(uint_fast64_t unused)
-{
-    (void)unused;
-    return atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0;
-}
-
-/* Prefetches [p, p + n) a piece at a time while go(arg). */
-static void prefetch_while(const uint8_t *p, size_t n, bool (*go)(uint_fast64_t), uint_fast64_t arg)
-{
-    for (size_t off = 0; off < n && go(arg); off += AHEAD_PIECE)
-        kern_prefetch(p + off, n - off < AHEAD_PIECE ? n - off : AHEAD_PIECE);
-}
-
 static void *worker_main(void *p)
 {
     int id = (int)(intptr_t)p;
@@ -139,14 +115,11 @@ static void *worker_main(void *p)
         if (id > (int)(seen & 0xFF))
             continue; /* not a helper of this job */
         run_tasks(id);
-        const uint8_t *ahead = pool.next ? pool.next->p[id] : NULL; /* the job's fields change once we count down */
-        size_t ahead_n = pool.next ? pool.next->n[id] : 0;
         if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.waiting)) {
             pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.mu);
         }
-        prefetch_while(ahead, ahead_n, no_new_job, seen);
     }
 }
 
@@ -191,15 +164,18 @@ static int pool_grow(int helpers)
 
 #define JOB_TASKS 0xFFFFFFFFll /* most tasks of one job: a share's bounds are 32-bit */
 
-void kern_parallel(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
+int pool_workers(int threads, int64_t n_tasks)
 {
-    kern_parallel_next(threads, n_tasks, fn, arg, NULL);
+    if (threads > POOL_MAX_THREADS)
+        threads = POOL_MAX_THREADS;
+    if (threads > n_tasks)
+        threads = (int)n_tasks;
+    return threads < 1 ? 1 : threads;
 }
 
-void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg,
-                        const struct kern_ahead *next)
+void pool_run(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int worker), void *arg)
 {
-    threads = kern_workers(threads, n_tasks);
+    threads = pool_workers(threads, n_tasks);
     if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
         for (int64_t t = 0; t < n_tasks; t++)
             fn(arg, t, 0);
@@ -209,7 +185,6 @@ void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int6
     pool.fn = fn;
     pool.arg = arg;
     pool.parts = helpers + 1;
-    pool.next = next && next->parts == pool.parts ? next : NULL; /* a plan for another split would warm others' rows */
     for (pool.base = 0; pool.base < n_tasks; pool.base += JOB_TASKS) {
         int64_t n = n_tasks - pool.base < JOB_TASKS ? n_tasks - pool.base : JOB_TASKS;
         for (int p = 0; p < pool.parts; p++) /* published by the store of gen below (release) */
@@ -224,8 +199,6 @@ void kern_parallel_next(int threads, int64_t n_tasks, void (*fn)(void *arg, int6
             pthread_mutex_unlock(&pool.mu);
         }
         run_tasks(0);
-        if (pool.next)
-            prefetch_while(pool.next->p[0], pool.next->n[0], helpers_working, 0);
         for (int i = 0; i < POLLS && atomic_load_explicit(&pool.pending, memory_order_relaxed) > 0; i++)
             continue;
         for (int i = 0; i < SPINS && atomic_load(&pool.pending) > 0; i++)

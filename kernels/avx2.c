@@ -1,0 +1,237 @@
+/* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
+ *
+ * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
+ * the form MLX's own kernels use; the bias terms use per-group input sums
+ * computed once per call. Codes are read as 32-bit words, 16 words (one
+ * AVX-512 vector, two AVX2 vectors) at a time: lane l holds word l, and code
+ * k of every lane is isolated with one AND of the mask (2^bits − 1)·2^(bits·k)
+ * (the top code with one shift) and converted to float, which is then
+ * q·2^(bits·k) exactly. So that no shift back is needed, the input is
+ * rearranged once per call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k),
+ * W = 32/bits codes per word (a power-of-two scaling, exact), zero-padded
+ * to whole blocks of 16 words. The q·x products of a block accumulate in two
+ * chains, are multiplied by the group scales of their lanes, and accumulate
+ * in two vectors across the row; one reduction ends the row.
+ *
+ * bf16 weights: Σ x·w with the same vector accumulation.
+ *
+ * A weight row is decoded once for up to TB tokens, and every token goes
+ * through exactly the same operations as when it is alone, so prefill,
+ * chunked and decode runs give bitwise-identical logits. Compiled with
+ * per-function target attributes and chosen at run time (no -march flag).
+ * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bytes.h"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+
+/* kern_dot_ref's order on two vectors: lo holds lanes 0-7, hi lanes 8-15. */
+AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    }
+    if (i < n) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
+        __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane);
+        lo = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, mlo), _mm256_maskload_ps(b + i, mlo), lo);
+        hi = _mm256_fmadd_ps(_mm256_maskload_ps(a + i + 8, mhi), _mm256_maskload_ps(b + i + 8, mhi), hi);
+    }
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+EXP_PARTS(AVX2, exp_parts256, __m256, _mm256, _mm256_castsi256_ps)
+
+#define ZERO_OF256(x) _mm256_and_ps(x, _mm256_set1_ps(-0.0f))
+#define SELECT_GT256(a, b, y, z) _mm256_blendv_ps(y, z, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
+GELU(AVX2, gelu256, __m256, _mm256, exp_parts256, ZERO_OF256, SELECT_GT256)
+
+/* softcap512 on 8 lanes; the tail through kern_softcap itself. */
+AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
+{
+    const __m256 c = _mm256_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 two_n, P = exp_parts256(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_div_ps(_mm256_loadu_ps(x + i), c)), &two_n);
+        __m256 em = _mm256_add_ps(_mm256_mul_ps(two_n, P), _mm256_sub_ps(two_n, _mm256_set1_ps(1.0f)));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(c, _mm256_div_ps(em, _mm256_add_ps(em, _mm256_set1_ps(2.0f)))));
+    }
+    kern_softcap_ref(x + i, cap, n - i);
+}
+
+/* The tail (fewer than 8) through kern_gelu itself: the same bits. */
+AVX2 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(gelu256(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+    kern_gelu_mul_ref(g + i, u + i, n - i);
+}
+
+AVX2 INLINE float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Half h of a block of 16 words (words: how many of its 8 are present) for
+ * each token: the q·x products in two chains, summed, times each lane's
+ * group scale sv, into accumulator h. */
+AVX2 INLINE void qhalf256(const uint8_t *c, int64_t words, const float *xb, int64_t stride, const int tb,
+                          const int bits, __m256 sv, __m256 (*acc)[2], const int h)
+{
+    const int per_word = 32 / bits;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m256i v = words >= 8 ? _mm256_loadu_si256((const __m256i *)(const void *)c)
+                                 : _mm256_maskload_epi32((const int *)(const void *)c,
+                                                         _mm256_cmpgt_epi32(_mm256_set1_epi32((int)words),
+                                                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    __m256 p[TB][2];
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++) {
+        __m256i qi = k == per_word - 1 ? _mm256_srli_epi32(v, 32 - bits)
+                                       : _mm256_and_si256(v, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
+        __m256 q = _mm256_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        for (int u = 0; u < tb; u++) {
+            __m256 xv = _mm256_loadu_ps(xb + u * stride + 16 * k + 8 * h);
+            p[u][k & 1] = k < 2 ? _mm256_mul_ps(xv, q) : _mm256_fmadd_ps(xv, q, p[u][k & 1]);
+        }
+    }
+    for (int u = 0; u < tb; u++)
+        acc[u][h] = _mm256_fmadd_ps(_mm256_add_ps(p[u][0], p[u][1]), sv, acc[u][h]);
+}
+
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
+ * after inlining, so every loop over a block unrolls. */
+AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                          int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, stride = in->stride;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    const __m256i gidx0 = _mm256_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                            GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7));
+    const __m256i gidx1 = _mm256_setr_epi32(GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                            GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
+    float sc[PARAMS_MAX + 8], bi[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        __m256 acc[TB][2], bacc[TB]; /* first and second halves of the blocks, two chains across the row; bias terms */
+        for (int u = 0; u < tb; u++)
+            acc[u][0] = acc[u][1] = bacc[u] = _mm256_setzero_ps();
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
+            dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
+            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            memset(sc + nb, 0, 8 * sizeof *sc);
+            memset(bi + nb, 0, 8 * sizeof *bi);
+            const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
+            const float *xb = in->xd + t0 * stride;
+            for (int64_t j = j0; j < j1; j += blk) {
+                int64_t words = (j1 - j) / per_word;
+                __m256 s8 = _mm256_loadu_ps(sc + (j - j0) / gs);
+                qhalf256(codes + j * bits / 8, words, xb + j, stride, tb, bits, _mm256_permutevar8x32_ps(s8, gidx0),
+                         acc, 0);
+                if (words > 8)
+                    qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits,
+                             _mm256_permutevar8x32_ps(s8, gidx1), acc, 1);
+            }
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, 8 groups a step */
+                const float *xs = in->xsum + (t0 + u) * ng + g0;
+                for (int64_t k = 0; k < nb; k += 8) {
+                    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    bacc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + k), _mm256_maskload_ps(xs + k, m), bacc[u]);
+                }
+            }
+        }
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), bacc[u]));
+    }
+}
+
+AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: QROWS_DISPATCH(qrows256, 1); break;
+        case 2: QROWS_DISPATCH(qrows256, 2); break;
+        case 3: QROWS_DISPATCH(qrows256, 3); break;
+        default: QROWS_DISPATCH(qrows256, 4); break;
+        }
+    }
+}
+
+void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    struct kern_qinput in;
+    void *buf = malloc(kern_qinput_bytes(w, n));
+    if (!buf) {
+        kern_matmul_ref(w, x, n, y, row0, row1);
+        return;
+    }
+    kern_qinput_prepare(w, x, n, buf, &in);
+    kern_qdot_avx2(w, &in, n, y, row0, row1);
+    free(buf);
+}
+
+
+AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
+                              __m256 (*acc)[4], int c)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
+    __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    for (int u = 0; u < tb; u++)
+        acc[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+}
+
+AVX2 INLINE void bf16rows256(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
+                             int64_t row1)
+{
+    int64_t c8 = w->cols & ~(int64_t)7, cols = w->cols;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        __m256 acc[TB][4]; /* four independent chains per token */
+        for (int u = 0; u < tb; u++)
+            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 32 <= c8; j += 32)
+            for (int c = 0; c < 4; c++)
+                bf16_step256(row, x, cols, t0, tb, j + 8 * c, acc, c);
+        for (int c = 0; j < c8; j += 8, c++)
+            bf16_step256(row, x, cols, t0, tb, j, acc, c);
+        for (int u = 0; u < tb; u++) {
+            float s = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), _mm256_add_ps(acc[u][2], acc[u][3])));
+            for (int64_t k = c8; k < cols; k++)
+                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
+            y[(t0 + u) * w->rows + r] = s;
+        }
+    }
+}
+
+AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: bf16rows256(w, x, t0, 1, y, row0, row1); break;
+        case 2: bf16rows256(w, x, t0, 2, y, row0, row1); break;
+        case 3: bf16rows256(w, x, t0, 3, y, row0, row1); break;
+        default: bf16rows256(w, x, t0, 4, y, row0, row1); break;
+        }
+    }
+}

@@ -1,0 +1,267 @@
+/* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
+ *
+ * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
+ * the form MLX's own kernels use; the bias terms use per-group input sums
+ * computed once per call. Codes are read as 32-bit words, 16 words (one
+ * AVX-512 vector, two AVX2 vectors) at a time: lane l holds word l, and code
+ * k of every lane is isolated with one AND of the mask (2^bits − 1)·2^(bits·k)
+ * (the top code with one shift) and converted to float, which is then
+ * q·2^(bits·k) exactly. So that no shift back is needed, the input is
+ * rearranged once per call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k),
+ * W = 32/bits codes per word (a power-of-two scaling, exact), zero-padded
+ * to whole blocks of 16 words. The q·x products of a block accumulate in two
+ * chains, are multiplied by the group scales of their lanes, and accumulate
+ * in two vectors across the row; one reduction ends the row.
+ *
+ * bf16 weights: Σ x·w with the same vector accumulation.
+ *
+ * A weight row is decoded once for up to TB tokens, and every token goes
+ * through exactly the same operations as when it is alone, so prefill,
+ * chunked and decode runs give bitwise-identical logits. Compiled with
+ * per-function target attributes and chosen at run time (no -march flag).
+ * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bytes.h"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+#include "quant/quant.h"
+
+/* kern_dot_ref's order: lane l of one vector is the reference's lane l; the
+ * tail comes through a masked load (0·0 added to a lane leaves it unchanged). */
+AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return hsum512(acc);
+}
+
+AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
+{
+    const __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(av, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                                      _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, x + i))));
+    }
+}
+
+EXP_PARTS(AVX512, exp_parts512, __m512, _mm512, _mm512_castsi512_ps)
+
+#define ZERO_OF512(x) _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)))
+#define SELECT_GT512(a, b, y, z) _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), z)
+GELU(AVX512, gelu512, __m512, _mm512, exp_parts512, ZERO_OF512, SELECT_GT512)
+
+/* kern_softcap on 16 lanes, step for step. */
+AVX512 INLINE __m512 softcap512(__m512 x, __m512 cap)
+{
+    __m512 two_n, P = exp_parts512(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_div_ps(x, cap)), &two_n);
+    __m512 em = _mm512_add_ps(_mm512_mul_ps(two_n, P), _mm512_sub_ps(two_n, _mm512_set1_ps(1.0f)));
+    return _mm512_mul_ps(cap, _mm512_div_ps(em, _mm512_add_ps(em, _mm512_set1_ps(2.0f))));
+}
+
+AVX512 void kern_softcap_avx512(float *x, float cap, int64_t n)
+{
+    const __m512 c = _mm512_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* four independent chains, as in kern_gelu_mul_avx512 */
+        __m512 a = softcap512(_mm512_loadu_ps(x + i), c), b = softcap512(_mm512_loadu_ps(x + i + 16), c);
+        __m512 d = softcap512(_mm512_loadu_ps(x + i + 32), c), e = softcap512(_mm512_loadu_ps(x + i + 48), c);
+        _mm512_storeu_ps(x + i, a);
+        _mm512_storeu_ps(x + i + 16, b);
+        _mm512_storeu_ps(x + i + 32, d);
+        _mm512_storeu_ps(x + i + 48, e);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, softcap512(_mm512_loadu_ps(x + i), c));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, m, softcap512(_mm512_maskz_loadu_ps(m, x + i), c));
+    }
+}
+
+AVX512 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) { /* four independent chains: each is one long dependency */
+        __m512 a = gelu512(_mm512_loadu_ps(g + i)), b = gelu512(_mm512_loadu_ps(g + i + 16));
+        __m512 c = gelu512(_mm512_loadu_ps(g + i + 32)), d = gelu512(_mm512_loadu_ps(g + i + 48));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(a, _mm512_loadu_ps(u + i)));
+        _mm512_storeu_ps(g + i + 16, _mm512_mul_ps(b, _mm512_loadu_ps(u + i + 16)));
+        _mm512_storeu_ps(g + i + 32, _mm512_mul_ps(c, _mm512_loadu_ps(u + i + 32)));
+        _mm512_storeu_ps(g + i + 48, _mm512_mul_ps(d, _mm512_loadu_ps(u + i + 48)));
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(gelu512(_mm512_loadu_ps(g + i)), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(gelu512(_mm512_maskz_loadu_ps(m, g + i)), _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+/* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
+AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
+{
+    quant_to_f32_avx512(t, src, dst, n);
+    _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
+}
+
+/* The bias terms Σ_g bias_g·Σx_g of nb groups into bacc, group g in lane
+ * g % 16 (bi holds zeros past nb). */
+AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb, __m512 bacc)
+{
+    for (int64_t k = 0; k < nb; k += 16)
+        bacc = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(mask16(nb - k), xs + k), bacc);
+    return bacc;
+}
+
+
+/* One block of 16 words (m: the words present) for each token: the q·x
+ * products in two chains, summed, times each lane's group scale sv, into
+ * accumulator a (a constant). xb: token t0's rearranged input of the block. */
+AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int64_t stride, const int tb,
+                             const int bits, __m512 sv, __m512 (*acc)[2], const int a)
+{
+    const int per_word = 32 / bits;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m512i v = _mm512_maskz_loadu_epi32(m, c);
+    __m512 p[TB][2];
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++) {
+        __m512i qi = k == per_word - 1 ? _mm512_srli_epi32(v, 32 - bits)
+                                       : _mm512_and_si512(v, _mm512_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
+        __m512 q = _mm512_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        for (int u = 0; u < tb; u++) {
+            __m512 xv = _mm512_loadu_ps(xb + u * stride + 16 * k);
+            p[u][k & 1] = k < 2 ? _mm512_mul_ps(xv, q) : _mm512_fmadd_ps(xv, q, p[u][k & 1]);
+        }
+    }
+    for (int u = 0; u < tb; u++)
+        acc[u][a] = _mm512_fmadd_ps(_mm512_add_ps(p[u][0], p[u][1]), sv, acc[u][a]);
+}
+
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
+ * after inlining, so every loop over a block unrolls. */
+AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                            int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, stride = in->stride;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    const __m512i gidx = _mm512_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                           GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
+                                           GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                           GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
+    float sc[PARAMS_MAX + 16], bi[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        params_prefetch(sr, br, w->srow_bytes);
+        __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
+        for (int u = 0; u < tb; u++)
+            acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
+        for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
+            int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
+            params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
+            params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
+            const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
+            const float *xb = in->xd + t0 * stride;
+            int64_t j = j0;
+            for (; j + 2 * blk <= j1; j += 2 * blk) {
+                qblock512(codes + j * bits / 8, 0xFFFF, xb + j, stride, tb, bits,
+                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
+                qblock512(codes + (j + blk) * bits / 8, 0xFFFF, xb + j + blk, stride, tb, bits,
+                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j + blk - j0) / gs)), acc, 1);
+            }
+            for (; j < j1; j += blk) {
+                int64_t words = (j1 - j) / per_word;
+                qblock512(codes + j * bits / 8, words >= 16 ? 0xFFFF : (__mmask16)((1u << words) - 1), xb + j, stride,
+                          tb, bits, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
+            }
+            for (int u = 0; u < tb; u++)
+                bacc[u] = bias_terms512(bi, in->xsum + (t0 + u) * ng + g0, nb, bacc[u]);
+        }
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), bacc[u]));
+    }
+}
+
+/* One instantiation per (group size, bits) for a constant tb. */
+AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                             int64_t row1)
+{
+    TOKENS_DISPATCH(qrows512)
+}
+
+void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    struct kern_qinput in;
+    void *buf = malloc(kern_qinput_bytes(w, n));
+    if (!buf) {
+        kern_matmul_ref(w, x, n, y, row0, row1);
+        return;
+    }
+    kern_qinput_prepare(w, x, n, buf, &in);
+    kern_qdot_avx512(w, &in, n, y, row0, row1);
+    free(buf);
+}
+
+AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
+                                __m512 (*acc)[4], int c)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
+    __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    for (int u = 0; u < tb; u++)
+        acc[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+}
+
+AVX512 INLINE void bf16rows512(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
+                               int64_t row1)
+{
+    int64_t c16 = w->cols & ~(int64_t)15, cols = w->cols;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        __m512 acc[TB][4]; /* four independent chains per token */
+        for (int u = 0; u < tb; u++)
+            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 64 <= c16; j += 64)
+            for (int c = 0; c < 4; c++)
+                bf16_step512(row, x, cols, t0, tb, j + 16 * c, acc, c);
+        for (int c = 0; j < c16; j += 16, c++)
+            bf16_step512(row, x, cols, t0, tb, j, acc, c);
+        for (int u = 0; u < tb; u++) {
+            float s = _mm512_reduce_add_ps(
+                _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3])));
+            for (int64_t k = c16; k < cols; k++)
+                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
+            y[(t0 + u) * w->rows + r] = s;
+        }
+    }
+}
+
+AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
+                                    int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: bf16rows512(w, x, t0, 1, y, row0, row1); break;
+        case 2: bf16rows512(w, x, t0, 2, y, row0, row1); break;
+        case 3: bf16rows512(w, x, t0, 3, y, row0, row1); break;
+        default: bf16rows512(w, x, t0, 4, y, row0, row1); break;
+        }
+    }
+}

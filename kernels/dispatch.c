@@ -1,0 +1,237 @@
+/* dispatch.c - the kernel table of a level, and the matrix products on it:
+ * each matrix split into tiles of rows fixed by its shape and the token
+ * count (never by the thread count), its input prepared once, the tiles
+ * run on the thread pool. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "kernels/internal.h"
+#include "quant/quant.h"
+
+/* Group g of row r dequantized into out[gs] on the fastest path (a group's codes are whole words:
+ * gs·bits is a multiple of 32 for every supported layout). */
+static void group_fast(const struct wmat *w, int64_t r, int64_t g, float *out)
+{
+    uint8_t codes[128]; /* gs·bits/8 <= 128·8/8 */
+    const int64_t words = w->gs * w->bits / 32;
+    for (int64_t k = 0; k < words; k++)
+        memcpy(codes + 4 * k, w->w + kern_code_off(w, r, g * words + k), 4);
+    quant_dequant_row(codes, w->s + kern_param_off(w, r, g), w->b + kern_param_off(w, r, g), w->dtype, (size_t)w->gs,
+                      w->gs, w->bits, out);
+}
+
+void kern_row_f32(const struct wmat *w, int64_t r, float *out)
+{
+    const uint8_t *row = w->w + (size_t)r * w->row_stride;
+    if (w->blocked)
+        for (int64_t g = 0; g < w->cols / w->gs; g++)
+            group_fast(w, r, g, out + g * w->gs);
+    else if (w->quantized)
+        quant_dequant_row(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
+                          (size_t)w->cols, w->gs, w->bits, out);
+    else
+        quant_to_f32(w->dtype, row, out, (size_t)w->cols);
+}
+
+void kern_init(struct kern_table *t, enum kern_level level)
+{
+    memset(t, 0, sizeof *t);
+    t->name = "scalar";
+    t->dot = kern_dot_ref;
+    t->axpy = kern_axpy_ref;
+    t->gelu_mul = kern_gelu_mul_ref;
+    t->softcap = kern_softcap_ref;
+    t->scratch = calloc(KERN_MANY, sizeof *t->scratch); /* without it (no memory): the reference kernels */
+    if (level == KERN_BLAS && kern_blas_init()) /* without its scratch (no memory): KERN_BEST */
+        t->blas_ws = calloc(POOL_MAX_THREADS, sizeof *t->blas_ws);
+    t->blas = t->blas_ws != NULL;
+    if (level == KERN_Q8) {
+        t->q8dot = cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
+        t->q8prep = cpu_has_avx512() ? kern_q8input_prepare_avx512 : kern_q8input_prepare;
+    }
+    if (level == KERN_SCALAR)
+        return;
+    if (cpu_has_avx512()) {
+        t->name = "avx512";
+        t->dot = kern_dot_avx512;
+        t->axpy = kern_axpy_avx512;
+        t->gelu_mul = kern_gelu_mul_avx512;
+        t->softcap = kern_softcap_avx512;
+        t->qdot = kern_qdot_avx512;
+        t->matvec_bf16 = kern_matvec_bf16_avx512;
+    } else if (cpu_has_avx2()) {
+        t->name = "avx2";
+        t->dot = kern_dot_avx2;
+        t->gelu_mul = kern_gelu_mul_avx2;
+        t->softcap = kern_softcap_avx2;
+        t->qdot = kern_qdot_avx2;
+        t->matvec_bf16 = kern_matvec_bf16_avx2;
+    }
+    if (level == KERN_Q8) /* the other kernels are those of KERN_BEST, and the name tells both */
+        t->name = t->q8dot == kern_q8dot_avx512 ? "avx512-q8"
+                  : !strcmp(t->name, "avx512")  ? "avx512-q8ref"
+                  : !strcmp(t->name, "avx2")    ? "avx2-q8ref"
+                                                : "scalar-q8ref";
+}
+
+void kern_free(struct kern_table *t)
+{
+    for (int i = 0; t->blas_ws && i < POOL_MAX_THREADS; i++)
+        free(t->blas_ws[i].buf);
+    free(t->blas_ws);
+    t->blas_ws = NULL;
+    t->blas = false;
+    for (int i = 0; t->scratch && i < KERN_MANY; i++)
+        free(t->scratch[i].buf);
+    free(t->scratch);
+    t->scratch = NULL;
+}
+
+/* Scratch i holding at least `bytes`; NULL when that cannot be had. */
+static void *scratch(const struct kern_table *t, int i, size_t bytes)
+{
+    struct kern_scratch *s = t->scratch ? &t->scratch[i] : NULL;
+    if (s && s->cap < bytes) {
+        free(s->buf);
+        s->buf = malloc(bytes);
+        s->cap = s->buf ? bytes : 0;
+    }
+    return s ? s->buf : NULL;
+}
+
+int kern_reserve(struct kern_table *t, int64_t n, int64_t cols)
+{
+    size_t most = 0;
+    for (int bits = 4; bits <= 8; bits += 4) { /* the inputs the fused kernels take: the largest at group 32 */
+        struct wmat w = {.quantized = true, .bits = bits, .gs = 32, .cols = (cols + 31) / 32 * 32};
+        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n);
+        most = b > most ? b : most;
+        most = b8 > most ? b8 : most;
+    }
+    for (int i = 0; i < KERN_MANY; i++)
+        if (!scratch(t, i, most))
+            return ERR_NOMEM;
+    return ERR_OK;
+}
+
+/* Rows per task: about TILE_BYTES of weights per token, but no more than a
+ * MIN_TASKS-th of the matrix and no fewer than TILE_ROWS, in whole blocks of
+ * KERN_BLOCK_ROWS (a blocked matrix's). Each thread runs a contiguous share
+ * of the tiles (pool_run), so it streams on across its tiles; the tile
+ * size sets the granularity at which the threads even out at the end
+ * (4-bit q8 decode, 2 threads, alternating steps in one process: 128 KiB
+ * tiles 0.9 % faster than 512 KiB, 256 KiB the same, 64-row tiles 1.8 %
+ * slower; docs/PERFORMANCE.md). Fixed by the matrix and the token count,
+ * never by the thread count; and every row's result is the same whatever
+ * the split (only sgemm's tiles shape rounding). */
+#define TILE_ROWS 64
+#define TILE_BYTES (128 << 10)
+#define MIN_TASKS 4
+
+static int64_t tile_rows(const struct wmat *w, int64_t n)
+{
+    int64_t row_bytes = (int64_t)w->row_stride + (w->quantized ? 2 * (int64_t)w->srow_bytes : 0);
+    int64_t rows = TILE_BYTES / (row_bytes * n > 0 ? row_bytes * n : 1), quarter = (w->rows + MIN_TASKS - 1) / MIN_TASKS;
+    rows = rows < quarter ? rows : quarter;
+    rows = (rows + KERN_BLOCK_ROWS - 1) / KERN_BLOCK_ROWS * KERN_BLOCK_ROWS; /* whole blocks of a blocked matrix */
+    return rows > TILE_ROWS ? rows : TILE_ROWS;
+}
+
+struct mm_job {
+    matmul_fn fn;             /* or, when NULL, sgemm (blas_ws set), q8dot or qdot over the prepared input */
+    struct kern_blas_ws *blas_ws;
+    int64_t tile_rows;
+    qdot_fn qdot;
+    const struct kern_qinput *qin;
+    q8dot_fn q8dot;
+    const struct kern_q8input *q8in;
+    const struct wmat *w;
+    const float *x;
+    int64_t n;
+    float *y;
+};
+
+static void mm_task(void *arg, int64_t task, int worker)
+{
+    struct mm_job *j = arg;
+    int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
+    if (j->fn)
+        j->fn(j->w, j->x, j->n, j->y, r0, r1);
+    else if (j->blas_ws)
+        kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->blas_ws[worker]);
+    else if (j->q8dot)
+        j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
+    else
+        j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
+}
+
+/* Chooses j's path for w; qin/q8in receive the input prepared for it in
+ * scratch i, unless prev (the job of another matrix of the same call) holds
+ * one made for the same bits, group size and columns, which is then shared. */
+static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const struct wmat *w, const float *x,
+                     int64_t n, float *y, struct kern_qinput *qin, struct kern_q8input *q8in, const struct mm_job *prev)
+{
+    *j = (struct mm_job){.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
+    bool same = prev && prev->w->quantized && w->quantized && prev->w->bits == w->bits && prev->w->gs == w->gs &&
+                prev->w->cols == w->cols;
+    const struct kern_q8input *q8 = same ? prev->q8in : NULL;
+    const struct kern_qinput *q = same ? prev->qin : NULL;
+    void *buf;
+    if (t->q8dot && kern_q8_supports(w) &&
+        (q8 || ((buf = scratch(t, i, kern_q8input_bytes(w, n))) && (t->q8prep(w, x, n, buf, q8in), true)))) {
+        j->fn = NULL;
+        j->q8dot = t->q8dot;
+        j->q8in = q8 ? q8 : q8in;
+    } else if (w->blocked) {
+        /* only the int8 kernels and the reference read blocks */
+    } else
+    if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
+        j->fn = NULL;
+        j->blas_ws = t->blas_ws;
+        j->tile_rows = KERN_BLAS_ROWS;
+    } else
+    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
+        (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, buf, qin), true)))) {
+        j->fn = NULL; /* the input is prepared once and read by every tile */
+        j->qdot = t->qdot;
+        j->qin = q ? q : qin;
+    } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
+        j->fn = t->matvec_bf16;
+    }
+}
+
+/* The tasks of all matrices in one job: matrix i's tiles are tasks [first[i], first[i + 1]). */
+struct many_job {
+    struct mm_job j[KERN_MANY];
+    int64_t first[KERN_MANY + 1];
+};
+
+static void many_task(void *arg, int64_t task, int worker)
+{
+    struct many_job *m = arg;
+    int i = 0;
+    while (task >= m->first[i + 1])
+        i++;
+    mm_task(&m->j[i], task - m->first[i], worker);
+}
+
+void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
+                      const float *x, int64_t n, int threads)
+{
+    for (; count > KERN_MANY; count -= KERN_MANY, w += KERN_MANY, y += KERN_MANY)
+        kern_matmul_many(t, KERN_MANY, w, y, x, n, threads);
+    struct many_job m = {0};
+    struct kern_qinput qin[KERN_MANY];
+    struct kern_q8input q8in[KERN_MANY];
+    for (int i = 0; i < count; i++) {
+        mm_setup(t, i, &m.j[i], w[i], x, n, y[i], &qin[i], &q8in[i], i ? &m.j[0] : NULL);
+        m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
+    }
+    pool_run(threads, m.first[count], many_task, &m);
+}
+
+void kern_matmul(const struct kern_table *t, const struct wmat *w, const float *x, int64_t n, float *y, int threads)
+{
+    kern_matmul_many(t, 1, &w, &y, x, n, threads);
+}

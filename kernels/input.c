@@ -1,0 +1,111 @@
+/* input.c - the inputs the fused kernels read, prepared once per matmul:
+ * their definitions (kernels.h). The AVX-512 preparation of the int8 input
+ * (q8_avx512.c) writes the same bytes. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/internal.h"
+
+void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum)
+{
+    const int64_t ng = w->cols / w->gs;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            float s = 0.0f;
+            for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++)
+                s += x[t * w->cols + j];
+            sum[t * ng + g] = s;
+        }
+}
+
+/* Floats per token of the rearranged input: cols rounded up to blocks of 16 words. */
+static int64_t qinput_stride(const struct wmat *w)
+{
+    const int64_t blk = 16 * (32 / w->bits);
+    return (w->cols + blk - 1) / blk * blk;
+}
+
+size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
+{
+    return (size_t)(n * (w->cols / w->gs) + n * qinput_stride(w)) * sizeof(float);
+}
+
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in)
+{
+    const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
+    const int64_t stride = qinput_stride(w);
+    float *xsum = buf, *xd = xsum + n * ng;
+    kern_group_sums(w, x, n, xsum);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t b = 0; b < stride; b += blk)
+            for (int64_t k = 0; k < per_word; k++) {
+                /* the top code is shifted down, the others keep their place value */
+                float unit = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
+                for (int64_t l = 0; l < 16; l++) {
+                    int64_t j = b + per_word * l + k;
+                    xd[t * stride + b + 16 * k + l] = j < cols ? x[t * cols + j] * unit : 0.0f;
+                }
+            }
+    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
+}
+
+/* Bytes per token of the int8 input: cols rounded up to 512/bits. */
+static int64_t q8input_stride(const struct wmat *w)
+{
+    const int64_t blk = 512 / w->bits;
+    return (w->cols + blk - 1) / blk * blk;
+}
+
+size_t kern_q8input_bytes(const struct wmat *w, int64_t n)
+{
+    return (size_t)(2 * n * (w->cols / w->gs)) * sizeof(float) + (size_t)(n * q8input_stride(w));
+}
+
+void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
+                         struct kern_q8parts *p)
+{
+    const int64_t stride = q8input_stride(w);
+    p->ng = w->cols / w->gs;
+    p->d = buf;
+    p->xsum = p->d + n * p->ng;
+    p->xq = (int8_t *)(void *)(p->xsum + n * p->ng);
+    memset(p->xq, 0, (size_t)(n * stride));
+    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .stride = stride};
+}
+
+/* One definition for every path (kernels.h): d = max|x|/127 per group, xq =
+ * rint(x/d) clamped to ±127 at the byte that meets x's code in the chunk
+ * (4-bit: weight o of a 128-weight chunk pairs with byte o/2, low nibble for
+ * even o, so its xq goes to byte (o odd)·64 + o/2). A group with a NaN or inf
+ * gets d = NaN and xq = 0, so the NaN reaches the output; a group whose d is
+ * 0 (all zero, or max|x| so small that /127 underflows) keeps xq = 0. */
+void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in)
+{
+    struct kern_q8parts p;
+    kern_q8input_layout(w, n, buf, in, &p);
+    const int64_t ng = p.ng, blk = 512 / w->bits, stride = in->stride;
+    kern_group_sums(w, x, n, p.xsum);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = x + t * w->cols + g * w->gs;
+            float m = 0.0f;
+            bool finite = true;
+            for (int i = 0; i < w->gs; i++) {
+                float a = fabsf(xg[i]);
+                if (!isfinite(a))
+                    finite = false;
+                else if (a > m)
+                    m = a;
+            }
+            float dg = finite ? m / 127.0f : NAN;
+            p.d[t * ng + g] = dg;
+            if (!finite || dg == 0.0f) /* dg is 0 also for a tiny m that underflows: xq stay 0 */
+                continue;
+            for (int i = 0; i < w->gs; i++) {
+                int64_t j = g * w->gs + i, c = j / blk, o = j % blk;
+                float q = rintf(xg[i] / dg);
+                q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+                p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
+            }
+        }
+}

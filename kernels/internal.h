@@ -1,0 +1,47 @@
+/* internal.h - helpers the kernel files share. Internal to kernels/. */
+#ifndef GP_KERNELS_INTERNAL_H
+#define GP_KERNELS_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+/* Where 32-bit word k of row r sits in w->w, and group g's scale or bias of
+ * row r in w->s or w->b: by rows, or in blocks of 16 (kernels.h). */
+static inline size_t kern_code_off(const struct wmat *w, int64_t r, int64_t k)
+{
+    if (!w->blocked)
+        return (size_t)r * w->row_stride + (size_t)(4 * k);
+    const int64_t words = w->gs * w->bits / 32, g = k / words, l = r % KERN_BLOCK_ROWS;
+    return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(KERN_BLOCK_ROWS * 4 * (k - g * words) + 4 * l);
+}
+
+static inline size_t kern_param_off(const struct wmat *w, int64_t r, int64_t g)
+{
+    size_t psize = dtype_table[w->dtype].bits / 8;
+    if (!w->blocked)
+        return (size_t)r * w->srow_bytes + (size_t)g * psize;
+    return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(r % KERN_BLOCK_ROWS) * psize;
+}
+
+/* Lanes l and l + w added for w = 8, 4, 2, 1 (lane is overwritten). */
+static inline float kern_lanes_sum16(float lane[16])
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
+void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
+
+/* The parts of a kern_q8input for n tokens in buf (xq zeroed): the pointers
+ * into buf the preparations write, and the group count (input.c). */
+struct kern_q8parts {
+    float *d, *xsum;
+    int8_t *xq;
+    int64_t ng;
+};
+void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
+                         struct kern_q8parts *p);
+
+#endif

@@ -1,0 +1,269 @@
+/* q8_avx512.c - the int8-activation kernels (KERN_Q8) on AVX-512 VNNI and
+ * the AVX-512 preparation of their input: the same bits as kern_q8dot_ref and
+ * kern_q8input_prepare (kernels/q8.c; tests/test_kernels.c). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/bytes.h"
+#include "core/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/internal.h"
+#include "kernels/simd.h"
+
+/* ---- AVX-512 VNNI: int8 activations (kernels.h, kern_q8dot_ref) ---- */
+
+#define Q8_WINDOW 16 /* groups whose scales and biases sit in one register */
+
+/* Scales or biases of groups [g, g + n), n <= 16, as float32 (zero past n). */
+AVX512VNNI INLINE __m512 params16(enum dtype t, const uint8_t *src, int64_t n)
+{
+    const __mmask16 m = mask16(n);
+    if (t == DT_F32)
+        return _mm512_maskz_loadu_ps(m, src);
+    if (t == DT_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src)), 16));
+}
+
+/* The 32 lanes of a then b, adjacent lanes added: lane i is ab[2i] + ab[2i + 1]. */
+AVX512VNNI INLINE __m512i pair_sums(__m512i a, __m512i b)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+}
+
+/* Chunk j of a row (its first weight; `bytes` of its 64 code bytes present,
+ * none for bytes <= 0) for each token: the exact lane sums of q·xq through
+ * vpdpbusd (codes unsigned, xq signed). Lane l holds the row's word 16c + l. */
+AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
+                                  int64_t t0, const int tb, const int bits, __m512i *s)
+{
+    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : bytes <= 0 ? 0 : ((__mmask64)1 << bytes) - 1;
+    const uint8_t *c = codes + j * bits / 8;
+    _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
+    const __m512i v = _mm512_maskz_loadu_epi8(m, c), nib = _mm512_set1_epi8(0x0F);
+    const __m512i lo = bits == 8 ? v : _mm512_and_si512(v, nib);
+    for (int u = 0; u < tb; u++) {
+        const int8_t *xb = in->xq + (t0 + u) * in->stride + j;
+        s[u] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb));
+        if (bits == 4)
+            s[u] = _mm512_dpbusd_epi32(s[u], _mm512_and_si512(_mm512_srli_epi16(v, 4), nib), _mm512_loadu_si512(xb + 64));
+    }
+}
+
+/* The group sums of the window of 16 groups from weight j0 (to j1; full: a
+ * whole window, every chunk whole) for each token, group g0 + i in lane i:
+ * the chunks' lane sums (those of one group added first when a group spans
+ * lg = gs·bits/32 >= 16 lanes) reduced by pair_sums in a binary tree. */
+AVX512VNNI INLINE void q8window512(const uint8_t *codes, int64_t j0, int64_t j1, const struct kern_q8input *in,
+                                   int64_t t0, const int tb, const int bits, const int gs, const bool full, __m512i *out)
+{
+    const int cw = 512 / bits, lg = gs * bits / 32; /* weights per 64-byte chunk; lanes per group */
+    const int leaves = lg >= 16 ? 16 : lg, leaf_chunks = lg >= 16 ? lg / 16 : 1;
+    __m512i lv[5][TB], s[TB], s2[TB]; /* the tree's pending vector of each level */
+#pragma GCC unroll 16
+    for (int i = 0; i < leaves; i++) {
+        const int64_t j = j0 + (int64_t)i * leaf_chunks * cw;
+        q8chunk512(codes, j, full ? 64 : (j1 - j) * bits / 8, in, t0, tb, bits, s);
+        if (leaf_chunks == 2) {
+            q8chunk512(codes, j + cw, full ? 64 : (j1 - j - cw) * bits / 8, in, t0, tb, bits, s2);
+            for (int u = 0; u < tb; u++)
+                s[u] = _mm512_add_epi32(s[u], s2[u]);
+        }
+        int level = 0;
+        for (int h = i; h & 1; h >>= 1, level++)
+            for (int u = 0; u < tb; u++)
+                s[u] = pair_sums(lv[level][u], s[u]);
+        for (int u = 0; u < tb; u++)
+            lv[level][u] = s[u];
+    }
+    for (int u = 0; u < tb; u++)
+        out[u] = lv[__builtin_ctz((unsigned)leaves)][u];
+}
+
+/* Rows [row0, row1) by rows, for tokens t0..t0+tb-1 (constants after
+ * inlining, as in qrows512): per window of 16 groups, their sums in one
+ * vector take the definition's two steps at once. */
+AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
+                                 float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        params_prefetch(sr, br, w->srow_bytes);
+        __m512 acc[TB];
+        for (int u = 0; u < tb; u++)
+            acc[u] = _mm512_setzero_ps();
+        for (int64_t g0 = 0; g0 < ng; g0 += Q8_WINDOW) {
+            const int64_t nb = ng - g0 < Q8_WINDOW ? ng - g0 : Q8_WINDOW, j0 = g0 * gs, j1 = (g0 + nb) * gs;
+            __m512i S[TB];
+            if (nb == Q8_WINDOW)
+                q8window512(codes, j0, j1, in, t0, tb, bits, gs, true, S);
+            else
+                q8window512(codes, j0, j1, in, t0, tb, bits, gs, false, S);
+            const __m512 sc = params16(w->dtype, sr + (size_t)g0 * psize, nb), bi = params16(w->dtype, br + (size_t)g0 * psize, nb);
+            for (int u = 0; u < tb; u++) {
+                const __m512 ds = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(nb), in->d + (t0 + u) * ng + g0), sc);
+                acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[u]), ds, acc[u]);
+                acc[u] = _mm512_fmadd_ps(bi, _mm512_maskz_loadu_ps(mask16(nb), in->xsum + (t0 + u) * ng + g0), acc[u]);
+            }
+        }
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum512(acc[u]);
+    }
+}
+
+/* Group g of a 16-row block (one row a lane; c, sb, bb: the group's first
+ * word, scale and bias) for one token: S_g of each row from the group's
+ * 64-byte words, each against the token's four xq of that word in every lane
+ * (at 4 bits those of its even weights, the low nibbles, then of its odd
+ * ones; the high nibbles kept in place, 16·q, and their sum shifted back:
+ * exact), then the definition's two steps into acc. The integer sums are
+ * exact in any order, so the number of accumulators is free: four at 8 bits,
+ * two at 4 (each a nibble half). Only the 4-bit words are prefetched: the
+ * 8-bit head streamed at 78-85 % of a plain read of its bytes with a
+ * prefetch per word and two accumulators, 91-99 % without the prefetches and
+ * with four; the 4-bit head fell to 65-69 % without its prefetches
+ * (docs/PERFORMANCE.md, item 31). */
+AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
+                                   const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
+                                   const int bits)
+{
+    const int words = gs * bits / 32;
+    const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512i lo[4] = {zero, zero, zero, zero}, hi[2] = {zero, zero};
+#pragma GCC unroll 32
+    for (int k = 0; k < words; k++) {
+        const int64_t wd = g * words + k;
+        const uint8_t *p = c + 64 * k;
+        if (bits == 8) {
+            const __m512i v = _mm512_loadu_si512(p);
+            lo[k & 3] = _mm512_dpbusd_epi32(lo[k & 3], v, _mm512_set1_epi32((int)rd_u32le(xq + 4 * wd)));
+        } else {
+            _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512(p);
+            const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
+            lo[k & 1] = _mm512_dpbusd_epi32(lo[k & 1], _mm512_and_si512(v, nib), _mm512_set1_epi32((int)rd_u32le(e)));
+            hi[k & 1] = _mm512_dpbusd_epi32(hi[k & 1], _mm512_andnot_si512(nib, v), _mm512_set1_epi32((int)rd_u32le(e + 64)));
+        }
+    }
+    __m512i s = _mm512_add_epi32(lo[0], lo[1]);
+    if (bits == 8)
+        s = _mm512_add_epi32(s, _mm512_add_epi32(lo[2], lo[3]));
+    else
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(hi[0], hi[1]), 4));
+    const __m512 sc = params16(dt, sb, 16), bi = params16(dt, bb, 16);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(d), sc), acc);
+    return _mm512_fmadd_ps(bi, _mm512_set1_ps(xs), acc);
+}
+
+/* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
+ * the definition's 16 lanes are 16 vectors here, one row per lane, summed in
+ * its order at the end. A block's bytes are read once per token (from cache
+ * after the first), front to back. */
+AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n,
+                                   float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
+    for (int64_t r = row0; r < row1; r += KERN_BLOCK_ROWS) {
+        const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
+        const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
+        for (int64_t t = t0; t < t0 + n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            __m512 acc[16];
+            for (int l = 0; l < 16; l++)
+                acc[l] = _mm512_setzero_ps();
+            for (int64_t g0 = 0; g0 < ng; g0 += 16)
+#pragma GCC unroll 16
+                for (int l = 0; l < 16; l++)
+                    if (g0 + l < ng) {
+                        const size_t gr = (size_t)(g0 + l) * rec;
+                        acc[l] = q8group16(c + gr, sb + gr, bb + gr, w->dtype, xq, g0 + l, d[g0 + l], xs[g0 + l],
+                                           acc[l], gs, bits);
+                    }
+            for (int h = 8; h >= 1; h /= 2)
+                for (int l = 0; l < h; l++)
+                    acc[l] = _mm512_add_ps(acc[l], acc[l + h]);
+            _mm512_storeu_ps(y + t * w->rows + r, acc[0]);
+        }
+    }
+}
+
+AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                  int64_t row0, int64_t row1)
+{
+    if (w->blocked) {
+        const int64_t t0 = 0; /* all n tokens, one after the other */
+        QROWS_DISPATCH(q8blocks512, n)
+    } else {
+        TOKENS_DISPATCH(q8rows512)
+    }
+}
+
+/* rint(v/d) clamped to ±127 as int8, 16 lanes: one IEEE division, rounding
+ * to the nearest even integer, exact conversions. */
+AVX512 INLINE __m128i q8_codes16(__m512 v, __m512 d)
+{
+    __m512 q = _mm512_roundscale_ps(_mm512_div_ps(v, d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), q));
+    return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+}
+
+/* kern_q8input_prepare 16 values a step, the same buffer bit for bit
+ * (tests/test_kernels.c): a group's max|x| is exact in any order; each group
+ * sum keeps its column order, 16 groups at a time, one per lane of a gather;
+ * at 4 bits the even and odd weights of 32 are split by one permute each. */
+AVX512 void kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, void *buf,
+                                        struct kern_q8input *in)
+{
+    struct kern_q8parts p;
+    kern_q8input_layout(w, n, buf, in, &p);
+    const int64_t ng = p.ng, gs = w->gs, cols = w->cols, stride = in->stride;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lane_group = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)gs));
+    const __m512i even = _mm512_slli_epi32(iota, 1), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * cols;
+        int8_t *xq = p.xq + t * stride;
+        for (int64_t g0 = 0; g0 < ng; g0 += 16) { /* group sums, in column order */
+            const __mmask16 m = mask16(ng - g0);
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t j = 0; j < gs; j++)
+                sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lane_group, xt + g0 * gs + j, 4));
+            _mm512_mask_storeu_ps(p.xsum + t * ng + g0, m, sum);
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = xt + g * gs;
+            __m512 mx = _mm512_setzero_ps();
+            __mmask16 bad = 0;
+            for (int64_t i = 0; i < gs; i += 16) {
+                __m512 a = _mm512_abs_ps(_mm512_loadu_ps(xg + i));
+                bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ); /* inf or NaN */
+                mx = _mm512_max_ps(mx, a);
+            }
+            float dg = bad ? NAN : _mm512_reduce_max_ps(mx) / 127.0f;
+            p.d[t * ng + g] = dg;
+            if (bad || dg == 0.0f)
+                continue;
+            const __m512 dv = _mm512_set1_ps(dg);
+            for (int64_t i = 0; i < gs; i += 32) {
+                const int64_t j = g * gs + i; /* at 4 bits: even, in chunk j / 128 */
+                const __m512 lo = _mm512_loadu_ps(xg + i), hi = _mm512_loadu_ps(xg + i + 16);
+                if (w->bits == 8) {
+                    _mm_storeu_si128((__m128i *)(void *)(xq + j), q8_codes16(lo, dv));
+                    _mm_storeu_si128((__m128i *)(void *)(xq + j + 16), q8_codes16(hi, dv));
+                } else {
+                    int8_t *c = xq + 128 * (j / 128) + (j % 128) / 2;
+                    _mm_storeu_si128((__m128i *)(void *)c, q8_codes16(_mm512_permutex2var_ps(lo, even, hi), dv));
+                    _mm_storeu_si128((__m128i *)(void *)(c + 64), q8_codes16(_mm512_permutex2var_ps(lo, odd, hi), dv));
+                }
+            }
+        }
+    }
+}
