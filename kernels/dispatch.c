@@ -94,7 +94,7 @@ static void *scratch(const struct kern_table *t, int i, size_t bytes)
     struct kern_scratch *s = t->scratch ? &t->scratch[i] : NULL;
     if (s && s->cap < bytes) {
         free(s->buf);
-        s->buf = malloc(bytes);
+        s->buf = aligned_alloc(64, (bytes + 63) / 64 * 64); /* the inputs' vector loads stay within cache lines */
         s->cap = s->buf ? bytes : 0;
     }
     return s ? s->buf : NULL;

@@ -25,16 +25,23 @@ static int64_t qinput_stride(const struct wmat *w)
     return (w->cols + blk - 1) / blk * blk;
 }
 
+/* Floats of the group sums, rounded up to a cache line: the rearranged
+ * input after them starts 64-byte aligned, as the kernels' loads are. */
+static int64_t qinput_sums(const struct wmat *w, int64_t n)
+{
+    return (n * (w->cols / w->gs) + 15) / 16 * 16;
+}
+
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)(n * (w->cols / w->gs) + n * qinput_stride(w)) * sizeof(float);
+    return (size_t)(qinput_sums(w, n) + n * qinput_stride(w)) * sizeof(float);
 }
 
 void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in)
 {
-    const int64_t ng = w->cols / w->gs, cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
+    const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
     const int64_t stride = qinput_stride(w);
-    float *xsum = buf, *xd = xsum + n * ng;
+    float *xsum = buf, *xd = xsum + qinput_sums(w, n);
     kern_group_sums(w, x, n, xsum);
     for (int64_t t = 0; t < n; t++)
         for (int64_t b = 0; b < stride; b += blk)
@@ -56,9 +63,16 @@ static int64_t q8input_stride(const struct wmat *w)
     return (w->cols + blk - 1) / blk * blk;
 }
 
+/* Floats of the group scales and sums, rounded up to a cache line (the int8
+ * input after them starts 64-byte aligned). */
+static int64_t q8input_params(const struct wmat *w, int64_t n)
+{
+    return (2 * n * (w->cols / w->gs) + 15) / 16 * 16;
+}
+
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)(2 * n * (w->cols / w->gs)) * sizeof(float) + (size_t)(n * q8input_stride(w));
+    return (size_t)q8input_params(w, n) * sizeof(float) + (size_t)(n * q8input_stride(w));
 }
 
 void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
@@ -68,7 +82,7 @@ void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern
     p->ng = w->cols / w->gs;
     p->d = buf;
     p->xsum = p->d + n * p->ng;
-    p->xq = (int8_t *)(void *)(p->xsum + n * p->ng);
+    p->xq = (int8_t *)(void *)(p->d + q8input_params(w, n));
     memset(p->xq, 0, (size_t)(n * stride));
     *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .stride = stride};
 }
