@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "converter/check.h"
+#include "ingest/check.h"
 #include "converter/convert.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
@@ -26,6 +26,7 @@
 #include "quant/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
+#include "ingest/inspect.h"
 #include "golden/golden.h"
 #include "runner/forward.h"
 #include "runner/prefix.h"
@@ -150,146 +151,6 @@ static const char inspect_help[] =
     "  --json      one JSON object on stdout (schema gempack.inspect/1)\n"
     "  -h, --help  this text\n";
 
-static struct json_object *tensor_json(const struct st_tensor *t, const char *file)
-{
-    struct json_object *o = json_object_new_object();
-    json_object_object_add(o, "name", json_object_new_string(t->name));
-    json_object_object_add(o, "dtype", json_object_new_string(dtype_name(t->dtype)));
-    struct json_object *s = json_object_new_array();
-    for (int d = 0; d < t->rank; d++)
-        json_object_array_add(s, json_object_new_int64((int64_t)t->shape[d]));
-    json_object_object_add(o, "shape", s);
-    json_object_object_add(o, "nbytes", json_object_new_int64((int64_t)(t->end - t->begin)));
-    json_object_object_add(o, "file", json_object_new_string(file));
-    json_object_object_add(o, "offset", json_object_new_int64((int64_t)t->begin));
-    return o;
-}
-
-static int inspect_pack(const char *path, bool json)
-{
-    struct pack p;
-    struct err e = {0};
-    if (pack_open(&p, path, &e) != ERR_OK)
-        return fail(&e);
-    FILE *out = json ? stderr : stdout;
-    fprintf(out, "%s: gempack pack v%d.%u, alignment %u, %zu bytes\n", path, PACK_VERSION_MAJOR, p.version_minor,
-            p.align, p.size);
-    fprintf(out, "  data      offset %llu, %llu bytes\n", (unsigned long long)p.data_offset,
-            (unsigned long long)p.data_size);
-    fprintf(out, "  manifest  offset %llu, %llu bytes\n", (unsigned long long)p.manifest_offset,
-            (unsigned long long)p.manifest_size);
-    struct json_object *v, *q = NULL;
-    if (json_object_object_get_ex(p.manifest, "required_features", &v))
-        fprintf(out, "  features  %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
-    if (json_object_object_get_ex(p.manifest, "options", &v))
-        fprintf(out, "  options   %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
-    if (json_object_object_get_ex(p.manifest, "normalization", &v))
-        fprintf(out, "  normalization log: %zu entries\n", json_object_array_length(v));
-    json_object_object_get_ex(p.manifest, "quantized", &q);
-    fprintf(out, "  %-56s %-5s %-22s %12s %10s  %s\n", "tensor", "dtype", "shape", "bytes", "crc32", "quantization");
-    for (size_t i = 0; i < p.n_tensors; i++) {
-        const struct pack_tensor *t = &p.tensors[i];
-        char shape[160], module[PACK_MAX_NAME + 1], quant[64] = "";
-        shape_format(shape, sizeof shape, t->shape, t->rank);
-        snprintf(module, sizeof module, "%s", t->name);
-        char *dot = strrchr(module, '.');
-        struct json_object *entry;
-        if (dot && !strcmp(dot, ".weight") && (*dot = 0, q && json_object_object_get_ex(q, module, &entry)))
-            snprintf(quant, sizeof quant, "affine %d-bit group %d",
-                     json_object_get_int(json_object_object_get(entry, "bits")),
-                     json_object_get_int(json_object_object_get(entry, "group_size")));
-        fprintf(out, "  %-56s %-5s %-22s %12llu 0x%08x  %s\n", t->name, dtype_name(t->dtype), shape,
-                (unsigned long long)t->nbytes, t->crc32, quant);
-    }
-    fprintf(out, "total: %zu tensors, %llu data bytes\n", p.n_tensors, (unsigned long long)p.data_size);
-    if (json) {
-        struct json_object *o = json_object_new_object(), *h = json_object_new_object();
-        json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
-        json_object_object_add(o, "path", json_object_new_string(path));
-        json_object_object_add(o, "kind", json_object_new_string("pack"));
-        json_object_object_add(h, "version_major", json_object_new_int(PACK_VERSION_MAJOR));
-        json_object_object_add(h, "version_minor", json_object_new_int(p.version_minor));
-        json_object_object_add(h, "alignment", json_object_new_int64(p.align));
-        json_object_object_add(h, "file_size", json_object_new_int64((int64_t)p.size));
-        json_object_object_add(h, "data_offset", json_object_new_int64((int64_t)p.data_offset));
-        json_object_object_add(h, "data_size", json_object_new_int64((int64_t)p.data_size));
-        json_object_object_add(h, "manifest_offset", json_object_new_int64((int64_t)p.manifest_offset));
-        json_object_object_add(h, "manifest_size", json_object_new_int64((int64_t)p.manifest_size));
-        json_object_object_add(o, "header", h);
-        json_object_object_add(o, "manifest", json_object_get(p.manifest));
-        print_json(o);
-        json_object_put(o);
-    }
-    pack_close(&p);
-    return 0;
-}
-
-/* True when the file starts with `magic`. */
-static bool has_magic(const char *path, const char *magic, size_t len)
-{
-    char buf[8] = {0};
-    int fd;
-    if (len > sizeof buf || fio_open_read(path, 0, &fd, NULL, NULL) != ERR_OK)
-        return false;
-    bool yes = fio_pread_all(fd, buf, len, 0, path, NULL) == ERR_OK && !memcmp(buf, magic, len);
-    close(fd);
-    return yes;
-}
-
-#define INSPECT_META_MAX (1u << 20)
-
-/* An .npz: every member read once (CRC and size checked), with dtype and
- * shape for .npy members; meta.json shown. */
-static int inspect_npz(const char *path, bool json)
-{
-    struct npz z;
-    struct err e = {0};
-    if (npz_open(&z, path, &e) != ERR_OK)
-        return fail(&e);
-    FILE *out = json ? stderr : stdout;
-    struct json_object *o = json_object_new_object(), *members = json_object_new_array(), *meta = NULL;
-    int code = 0;
-    fprintf(out, "%s: npz archive, %zu members\n", path, z.n);
-    for (size_t i = 0; i < z.n && code == 0; i++) {
-        struct npz_scan m;
-        if (npz_scan(&z, i, INSPECT_META_MAX, &m, &e) != ERR_OK) {
-            code = fail(&e);
-            break;
-        }
-        struct json_object *jm = json_object_new_object();
-        json_object_object_add(jm, "name", json_object_new_string(m.name));
-        json_object_object_add(jm, "bytes", json_object_new_int64((int64_t)m.size));
-        if (m.is_array) {
-            char shape[160];
-            shape_format(shape, sizeof shape, m.array.shape, m.array.rank);
-            fprintf(out, "  %-24s %-5s %-20s %12llu bytes\n", m.name, dtype_name(m.array.dtype), shape,
-                    (unsigned long long)m.size);
-            json_object_object_add(jm, "dtype", json_object_new_string(dtype_name(m.array.dtype)));
-            struct json_object *sh = json_object_new_array();
-            for (int d = 0; d < m.array.rank; d++)
-                json_object_array_add(sh, json_object_new_int64((int64_t)m.array.shape[d]));
-            json_object_object_add(jm, "shape", sh);
-        } else {
-            fprintf(out, "  %-24s %-5s %-20s %12llu bytes\n", m.name, "raw", "-", (unsigned long long)m.size);
-            if (!strcmp(m.name, "meta.json") && !meta && m.data &&
-                jsonx_parse((const char *)m.data, (size_t)m.size, &meta, &e) == ERR_OK)
-                fprintf(out, "  meta.json: %s\n", json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN));
-        }
-        json_object_array_add(members, jm);
-        free(m.data);
-    }
-    npz_close(&z);
-    json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
-    json_object_object_add(o, "path", json_object_new_string(path));
-    json_object_object_add(o, "kind", json_object_new_string("npz"));
-    json_object_object_add(o, "members", members);
-    json_object_object_add(o, "meta", meta);
-    if (json && code == 0)
-        print_json(o);
-    json_object_put(o);
-    return code;
-}
-
 static int cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0}};
@@ -304,87 +165,13 @@ static int cmd_inspect(int argc, char **argv)
     }
     if (optind + 1 != argc)
         return usage_error("inspect", "%s", "expected exactly one PATH");
-    const char *path = argv[optind];
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return usage_error("inspect", "%s: no such file or directory", path);
-    if (S_ISREG(st.st_mode) && has_magic(path, PACK_MAGIC, 8))
-        return inspect_pack(path, json);
-    if (S_ISREG(st.st_mode) && has_magic(path, "PK\x03\x04", 4))
-        return inspect_npz(path, json);
+    struct json_object *jo;
     struct err e = {0};
-    struct ckpt ck = {0};
-    struct st_file one = {0};
-    const struct st_file *files;
-    const char *const *names;
-    const char *single_name[1] = {path};
-    size_t n_files;
-    bool dir = S_ISDIR(st.st_mode);
-    if (dir) {
-        if (ckpt_open(&ck, path, ST_HEADER_ONLY | ST_ALLOW_TRUNCATED, &e) != ERR_OK)
-            return fail(&e);
-        files = ck.shards;
-        names = (const char *const *)ck.shard_names;
-        n_files = ck.n_shards;
-    } else {
-        if (st_open(&one, path, ST_HEADER_ONLY | ST_ALLOW_TRUNCATED, &e) != ERR_OK)
-            return fail(&e);
-        files = &one;
-        names = single_name;
-        n_files = 1;
-    }
-    uint64_t total = 0, by_dtype[DT_COUNT] = {0};
-    size_t n_tensors = 0;
-    struct json_object *jo = json_object_new_object(), *jfiles = json_object_new_array(),
-                       *jt = json_object_new_array();
-    FILE *out = json ? stderr : stdout;
-    for (size_t f = 0; f < n_files; f++) {
-        const struct st_file *sf = &files[f];
-        fprintf(out, "%s: %zu tensors, header %llu bytes%s\n", names[f], sf->n_tensors,
-                (unsigned long long)sf->header_len, sf->truncated ? " (header only)" : "");
-        struct json_object *jf = json_object_new_object(), *jm = json_object_new_object();
-        for (size_t m = 0; m < sf->n_meta; m++) {
-            fprintf(out, "  metadata %s = %s\n", sf->meta[m].key, sf->meta[m].value);
-            json_object_object_add(jm, sf->meta[m].key, json_object_new_string(sf->meta[m].value));
-        }
-        json_object_object_add(jf, "file", json_object_new_string(names[f]));
-        json_object_object_add(jf, "tensors", json_object_new_int64((int64_t)sf->n_tensors));
-        json_object_object_add(jf, "header_bytes", json_object_new_int64((int64_t)sf->header_len));
-        json_object_object_add(jf, "truncated", json_object_new_boolean(sf->truncated));
-        json_object_object_add(jf, "metadata", jm);
-        json_object_array_add(jfiles, jf);
-        for (size_t i = 0; i < sf->n_tensors; i++) {
-            const struct st_tensor *t = &sf->tensors[i];
-            char shape[160];
-            shape_format(shape, sizeof shape, t->shape, t->rank);
-            fprintf(out, "  %-64s %-5s %-22s %12llu\n", t->name, dtype_name(t->dtype), shape,
-                    (unsigned long long)(t->end - t->begin));
-            json_object_array_add(jt, tensor_json(t, names[f]));
-            total += t->end - t->begin;
-            by_dtype[t->dtype] += t->end - t->begin;
-            n_tensors++;
-        }
-    }
-    fprintf(out, "total: %zu tensors, %llu bytes in %zu file%s\n", n_tensors, (unsigned long long)total, n_files,
-            n_files == 1 ? "" : "s");
-    struct json_object *jd = json_object_new_object();
-    for (int t = 0; t < DT_COUNT; t++)
-        if (by_dtype[t]) {
-            fprintf(out, "  %-5s %llu bytes\n", dtype_name((enum dtype)t), (unsigned long long)by_dtype[t]);
-            json_object_object_add(jd, dtype_name((enum dtype)t), json_object_new_int64((int64_t)by_dtype[t]));
-        }
-    json_object_object_add(jo, "schema", json_object_new_string("gempack.inspect/1"));
-    json_object_object_add(jo, "path", json_object_new_string(path));
-    json_object_object_add(jo, "kind", json_object_new_string(dir ? "checkpoint" : "safetensors"));
-    json_object_object_add(jo, "files", jfiles);
-    json_object_object_add(jo, "tensors", jt);
-    json_object_object_add(jo, "total_bytes", json_object_new_int64((int64_t)total));
-    json_object_object_add(jo, "bytes_by_dtype", jd);
+    if (inspect_path(argv[optind], json ? stderr : stdout, &jo, &e) != ERR_OK)
+        return fail(&e);
     if (json)
         print_json(jo);
     json_object_put(jo);
-    ckpt_close(&ck);
-    st_close(&one);
     return 0;
 }
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "converter/check.h"
+#include "ingest/ingest.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/pack.h"
@@ -48,10 +48,10 @@ static struct json_object *source_json(const struct convert_report *r, const cha
 {
     struct json_object *s = json_object_new_object(), *files = json_object_new_array();
     char hex[65];
-    for (size_t i = 0; i < r->ck.n_shards; i++) {
-        const struct st_file *f = &r->ck.shards[i];
+    for (size_t i = 0; i < r->in.ck.n_shards; i++) {
+        const struct st_file *f = &r->in.ck.shards[i];
         struct json_object *fo = json_object_new_object();
-        json_object_object_add(fo, "name", json_object_new_string(r->ck.shard_names[i]));
+        json_object_object_add(fo, "name", json_object_new_string(r->in.ck.shard_names[i]));
         json_object_object_add(fo, "size", json_object_new_int64((int64_t)f->file_size));
         sha256_hex(f->map + 8, (size_t)f->header_len, hex);
         json_object_object_add(fo, "header_sha256", json_object_new_string(hex));
@@ -60,7 +60,7 @@ static struct json_object *source_json(const struct convert_report *r, const cha
     json_object_object_add(s, "files", files);
     sha256_hex(config_text, config_len, hex);
     json_object_object_add(s, "config_sha256", json_object_new_string(hex));
-    json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->norm.family)));
+    json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->in.norm.family)));
     json_object_object_add(s, "quantization",
                            json_object_new_string(r->cfg.quant.mlx ? "mlx"
                                                   : r->cfg.quant.qat_unquantized ? "qat_unquantized"
@@ -137,7 +137,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, co
     for (size_t i = 0; i < n && rc == ERR_OK; i++) {
         rc = pack_writer_begin(&w, out[i].name, out[i].dtype, out[i].rank, out[i].shape, e);
         if (rc == ERR_OK)
-            rc = plan_stream(&r->ck, &out[i], &st, pack_sink, &w, e);
+            rc = plan_stream(&r->in.ck, &out[i], &st, pack_sink, &w, e);
         if (rc == ERR_OK)
             rc = pack_writer_end(&w, e);
         r->out_bytes += out[i].nbytes;
@@ -165,7 +165,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, co
             any_q = true;
         }
     json_object_object_add(f, "quantized", quant);
-    json_object_object_add(f, "normalization", normalize_log_json(&r->norm));
+    json_object_object_add(f, "normalization", normalize_log_json(&r->in.norm));
     json_object_object_add(f, "source", source_json(r, config_text, config_len));
     json_object_object_add(f, "options", options_json(o));
     json_object_object_add(rt, "skip_last_full_attention", json_object_new_boolean(o->plan.skip_last_full));
@@ -291,10 +291,10 @@ static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t 
         if (mo[i].shard != shard)
             continue;
         if (mo[i].t) {
-            rc = plan_stream(&r->ck, (struct out_tensor *)mo[i].t, &st, st_sink, &w, e);
+            rc = plan_stream(&r->in.ck, (struct out_tensor *)mo[i].t, &st, st_sink, &w, e);
         } else {
             const uint8_t *data;
-            rc = st_data(&r->ck.shards[mo[i].tower->shard], mo[i].tower->t, &data, e);
+            rc = st_data(&r->in.ck.shards[mo[i].tower->shard], mo[i].tower->t, &data, e);
             if (rc == ERR_OK)
                 rc = st_writer_write(&w, data, (size_t)mo[i].nbytes, e);
         }
@@ -316,7 +316,7 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
     int rc = plan_outputs(&r->plan, &out, &n_out, e);
     if (rc != ERR_OK)
         return rc;
-    size_t n_tw = text_only ? 0 : r->norm.n_towers, n = n_out + n_tw;
+    size_t n_tw = text_only ? 0 : r->in.norm.n_towers, n = n_out + n_tw;
     struct mlx_out *mo = calloc(n ? n : 1, sizeof *mo);
     struct json_object *cfg = NULL, *index = NULL;
     if (!mo) {
@@ -333,7 +333,7 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
     }
     for (size_t i = 0; i < n_tw; i++) {
         struct mlx_out *m = &mo[n_out + i];
-        const struct ckpt_tensor *tw = r->norm.towers[i];
+        const struct ckpt_tensor *tw = r->in.norm.towers[i];
         /* mlx-vlm keeps towers without the HF "model." wrapper */
         snprintf(m->name, sizeof m->name, "%s", strncmp(tw->name, "model.", 6) ? tw->name : tw->name + 6);
         m->tower = tw;
@@ -429,50 +429,19 @@ static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o,
 int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *o, struct err *e)
 {
     memset(r, 0, sizeof *r);
-    struct check_report chk;
     if (!o->dry_run && !*o->out)
         return err_set(e, ERR_USAGE, "the output path is empty");
-    int rc = check_run(&chk, dir, 0, e);
-    /* the inputs are known now (check opened them): an output over one is refused before any work */
+    int rc = ingest_open(&r->in, &r->cfg, dir, e);
+    /* the inputs are known now (opened): an output over one is refused before any work */
     if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
         rc = fio_check_output(o->out, e);
-    if (rc == ERR_OK && !check_loadable(&chk)) {
-        char first[800] = "";
-        for (int i = 0; i < chk.n_groups; i++)
-            if (chk.groups[i].kind != CHK_REDUNDANT) {
-                check_group_name(&chk.groups[i], first, sizeof first);
-                size_t l = strlen(first);
-                const struct check_group *g = &chk.groups[i];
-                snprintf(first + l, sizeof first - l, ": %s%s%s%s%s%s%s", check_kind_name(g->kind),
-                         g->expected[0] ? ", expected " : "", g->expected, g->found[0] ? ", found " : "", g->found,
-                         g->message[0] ? ": " : "", g->message);
-                break;
-            }
-        rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "
-                                    "check %s' for the full report",
-                     dir, chk.n_problems, chk.n_problems == 1 ? "" : "s", first, dir);
-    }
-    check_free(&chk);
-    if (rc != ERR_OK)
-        return rc;
-    char *cfg_path = fio_join(dir, "config.json"), *cfg_text = NULL;
-    size_t cfg_len = 0;
-    rc = cfg_path ? fio_read_file(cfg_path, FIO_INPUT, 16u << 20, &cfg_text, &cfg_len, e) : err_set(e, ERR_NOMEM, "oom");
     if (rc == ERR_OK)
-        rc = cfg_parse(&r->cfg, cfg_text, cfg_len, cfg_path, e);
-    free(cfg_path);
-    if (rc == ERR_OK)
-        rc = ckpt_open(&r->ck, dir, 0, e);
-    if (rc == ERR_OK)
-        rc = normalize(&r->ck, &r->cfg, &r->norm, e);
-    if (rc == ERR_OK)
-        rc = plan_build(&r->norm, &r->cfg, &o->plan, &r->plan, e);
+        rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
     if (rc == ERR_OK && !o->dry_run) {
         r->out = strdup(o->out);
-        rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, cfg_text, cfg_len, e);
+        rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, r->in.config_text, r->in.config_len, e);
         r->written = rc == ERR_OK;
     }
-    free(cfg_text);
     return rc;
 }
 
@@ -481,8 +450,7 @@ void convert_free(struct convert_report *r)
     if (!r)
         return;
     plan_free(&r->plan);
-    normalize_free(&r->norm);
-    ckpt_close(&r->ck);
+    ingest_close(&r->in);
     cfg_free(&r->cfg);
     free(r->out);
     memset(r, 0, sizeof *r);
@@ -490,7 +458,7 @@ void convert_free(struct convert_report *r)
 
 void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
 {
-    const struct normalized *n = &r->norm;
+    const struct normalized *n = &r->in.norm;
     fprintf(out, "normalization (%zu entries; all of them in --json and in the pack manifest):\n", n->n_log);
     /* grouped by action and reason, with a count and the first key */
     bool *done = calloc(n->n_log ? n->n_log : 1, sizeof *done);
@@ -531,7 +499,7 @@ struct json_object *convert_json(const struct convert_report *r)
     json_object_object_add(o, "schema", json_object_new_string("gempack.convert/1"));
     json_object_object_add(o, "output", r->out ? json_object_new_string(r->out) : NULL);
     json_object_object_add(o, "written", json_object_new_boolean(r->written));
-    json_object_object_add(o, "normalization", normalize_log_json(&r->norm));
+    json_object_object_add(o, "normalization", normalize_log_json(&r->in.norm));
     json_object_object_add(o, "plan", plan_json(&r->plan));
     if (r->lattice_groups) {
         struct json_object *l = json_object_new_object();

@@ -10,10 +10,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "converter/normalize.h"
 #include "converter/plan.h"
-#include "core/checkpoint.h"
 #include "core/config.h"
+#include "ingest/ingest.h"
 
 #define CONVERT_MLX_SHARD_BYTES (5ull << 30) /* mlx-lm's MAX_FILE_SIZE_GB */
 
@@ -29,8 +28,7 @@ struct convert_opts {
 
 struct convert_report {
     struct gp_config cfg;
-    struct ckpt ck;
-    struct normalized norm;
+    struct ingested in;     /* the source checkpoint */
     struct plan plan;
     bool written;
     char *out;

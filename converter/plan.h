@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "converter/normalize.h"
+#include "ingest/normalize.h"
 
 struct plan_rule {
     char *pattern;        /* as given, for messages and provenance */

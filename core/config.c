@@ -527,7 +527,7 @@ int cfg_load(struct gp_config *c, const char *path, struct err *e)
     }
     char *text;
     size_t len;
-    int rc = fio_read_file(path, FIO_INPUT, 16u << 20, &text, &len, e);
+    int rc = fio_read_file(path, FIO_INPUT, CFG_MAX_BYTES, &text, &len, e);
     if (rc == ERR_OK) {
         rc = cfg_parse(c, text, len, path, e);
         free(text);

@@ -16,6 +16,7 @@
 #include "core/qmode.h"
 
 #define CFG_MAX_LAYERS 1024
+#define CFG_MAX_BYTES (16u << 20) /* config.json read whole, at most this */
 
 enum layer_type { LT_SLIDING = 0, LT_FULL = 1 };
 enum rope_kind { ROPE_DEFAULT, ROPE_PROPORTIONAL };

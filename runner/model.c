@@ -7,7 +7,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "converter/check.h"
 #include "core/bytes.h"
 #include "core/crc.h"
 #include "core/fileio.h"
@@ -44,8 +43,8 @@ static bool lookup(const struct model *m, const char *name, struct src *out)
     }
     /* directory: the normalized tensors, and the scales/biases of quantized sources */
     size_t len = strlen(name);
-    for (size_t i = 0; i < m->norm.n; i++) {
-        const struct norm_tensor *t = &m->norm.t[i];
+    for (size_t i = 0; i < m->src.norm.n; i++) {
+        const struct norm_tensor *t = &m->src.norm.t[i];
         const struct ckpt_tensor *ct = NULL;
         if (!strcmp(t->name, name)) {
             ct = t->w;
@@ -58,7 +57,7 @@ static bool lookup(const struct model *m, const char *name, struct src *out)
         if (!ct)
             continue;
         const uint8_t *base;
-        if (st_data(&m->ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
+        if (st_data(&m->src.ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
             return false;
         out->dtype = ct->t->dtype;
         if (ct == t->w && !t->q.quantized) {
@@ -92,10 +91,10 @@ static struct srcq quant_of(const struct model *m, const char *module)
         }
         return q;
     }
-    for (size_t i = 0; i < m->norm.n; i++)
-        if (m->norm.t[i].q.quantized && !strcmp(m->norm.t[i].module, module)) {
-            q.bits = m->norm.t[i].q.bits;
-            q.gs = m->norm.t[i].q.group_size;
+    for (size_t i = 0; i < m->src.norm.n; i++)
+        if (m->src.norm.t[i].q.quantized && !strcmp(m->src.norm.t[i].module, module)) {
+            q.bits = m->src.norm.t[i].q.bits;
+            q.gs = m->src.norm.t[i].q.group_size;
         }
     return q;
 }
@@ -310,26 +309,13 @@ static int open_pack(struct model *m, const char *path, struct err *e)
 
 static int open_dir(struct model *m, const char *dir, struct err *e)
 {
-    struct check_report chk;
-    int rc = check_run(&chk, dir, 0, e);
-    if (rc == ERR_OK && !check_loadable(&chk))
-        rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problems); run 'gempack check %s'",
-                     dir, chk.n_problems, dir);
-    check_free(&chk);
-    char *path = fio_join(dir, "config.json");
-    if (rc == ERR_OK)
-        rc = path ? cfg_load(&m->cfg, path, e) : err_set(e, ERR_NOMEM, "out of memory");
-    free(path);
-    if (rc == ERR_OK)
-        rc = ckpt_open(&m->ck, dir, 0, e);
-    if (rc == ERR_OK)
-        rc = normalize(&m->ck, &m->cfg, &m->norm, e);
+    int rc = ingest_open(&m->src, &m->cfg, dir, e);
     if (rc == ERR_OK) {
         struct sha256 h;
         uint8_t d[32];
         sha256_init(&h);
-        for (size_t i = 0; i < m->ck.n_shards; i++)
-            sha256_update(&h, m->ck.shards[i].map, (size_t)m->ck.shards[i].data_start);
+        for (size_t i = 0; i < m->src.ck.n_shards; i++)
+            sha256_update(&h, m->src.ck.shards[i].map, (size_t)m->src.ck.shards[i].data_start);
         sha256_final(&h, d);
         for (int i = 0; i < 32; i++)
             snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
@@ -346,8 +332,8 @@ void model_weights_fingerprint(const struct model *m, char out[65])
     struct sha256 h;
     uint8_t d[32];
     sha256_init(&h);
-    for (size_t i = 0; i < m->ck.n_shards; i++) {
-        const struct st_file *f = &m->ck.shards[i];
+    for (size_t i = 0; i < m->src.ck.n_shards; i++) {
+        const struct st_file *f = &m->src.ck.shards[i];
         uint8_t crc[4];
         wr_u32le(crc, crc32_update(0, f->map + f->data_start, f->file_size - f->data_start));
         sha256_update(&h, f->map, (size_t)f->data_start);
@@ -608,7 +594,7 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
 
 const char *model_name(const struct model *m)
 {
-    return m->from_pack ? m->pack.path : m->ck.dir ? m->ck.dir : "model";
+    return m->from_pack ? m->pack.path : m->src.ck.dir ? m->src.ck.dir : "model";
 }
 
 int model_open(struct model *m, const char *path, struct err *e)
@@ -636,8 +622,7 @@ void model_close(struct model *m)
     free(m->pack_used);
     if (m->arena)
         munmap(m->arena, m->arena_size);
-    normalize_free(&m->norm);
-    ckpt_close(&m->ck);
+    ingest_close(&m->src);
     pack_close(&m->pack);
     cfg_free(&m->cfg);
     memset(m, 0, sizeof *m);

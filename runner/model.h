@@ -11,11 +11,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "converter/normalize.h"
-#include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/err.h"
 #include "core/pack.h"
+#include "ingest/ingest.h"
 #include "kernels/kernels.h"
 
 struct layer_weights {
@@ -51,8 +50,7 @@ struct model {
     bool from_pack;
     struct pack pack;             /* from a .gpk */
     bool *pack_used;              /* [pack.n_tensors]: bound to a weight (every one must be) */
-    struct ckpt ck;               /* from a directory */
-    struct normalized norm;
+    struct ingested src;          /* from a directory */
     struct wmat embed;            /* [V, H] embed_tokens (also the tied head) */
     struct wmat ple_embed;        /* [V_ple, L·P] embed_tokens_per_layer */
     struct wmat ple_model_proj;   /* [L·P, H] per_layer_model_projection */

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "converter/check.h"
+#include "ingest/check.h"
 #include "core/fileio.h"
 #include "fixtures/fixture.h"
 

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "converter/check.h"
+#include "ingest/check.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"

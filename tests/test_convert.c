@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "converter/check.h"
+#include "ingest/check.h"
 #include "converter/convert.h"
 #include "converter/plan.h"
 #include "core/dtype.h"
@@ -102,16 +102,16 @@ static void assert_same_tensors(const char *a_path, const char *b_path)
 static size_t count_log(const struct convert_report *r, const char *action, const char *substr)
 {
     size_t n = 0;
-    for (size_t i = 0; i < r->norm.n_log; i++)
-        n += !strcmp(r->norm.log[i].action, action) && (!substr || strstr(r->norm.log[i].tensor, substr));
+    for (size_t i = 0; i < r->in.norm.n_log; i++)
+        n += !strcmp(r->in.norm.log[i].action, action) && (!substr || strstr(r->in.norm.log[i].tensor, substr));
     return n;
 }
 
 static const struct norm_log *find_log(const struct convert_report *r, const char *tensor)
 {
-    for (size_t i = 0; i < r->norm.n_log; i++)
-        if (!strcmp(r->norm.log[i].tensor, tensor))
-            return &r->norm.log[i];
+    for (size_t i = 0; i < r->in.norm.n_log; i++)
+        if (!strcmp(r->in.norm.log[i].tensor, tensor))
+            return &r->in.norm.log[i];
     return NULL;
 }
 
@@ -355,7 +355,7 @@ Test(convert, e2b_ptq_qat_mlx_text_agree)
     convert_ok(&r, hf, &o);
     /* PTQ: exactly the K/V of the shared layers 5..9 are pruned (e2b has v_proj: no k_eq_v) */
     cr_assert_eq(count_log(&r, "pruned", NULL), 3 * (E2B_LAYERS - E2B_F0), "pruned entries");
-    cr_assert_eq(r.norm.n_log, 3 * (E2B_LAYERS - E2B_F0), "nothing else is logged for a text-only HF fixture");
+    cr_assert_eq(r.in.norm.n_log, 3 * (E2B_LAYERS - E2B_F0), "nothing else is logged for a text-only HF fixture");
     for (int l = 0; l < E2B_LAYERS; l++) {
         static const char *const kv[] = {"k_proj.weight", "v_proj.weight", "k_norm.weight"};
         for (int k = 0; k < 3; k++) {
@@ -376,7 +376,7 @@ Test(convert, e2b_ptq_qat_mlx_text_agree)
     o.out = out_qat;
     convert_ok(&r, qat, &o);
     cr_assert_eq(count_log(&r, "pruned", NULL), 0, "QAT has nothing to prune");
-    cr_assert_eq(r.norm.n_log, 0);
+    cr_assert_eq(r.in.norm.n_log, 0);
     convert_free(&r);
 
     char *out_mlx = convert_to(dir, "mlx.gpk", mlx, copts(NULL));
@@ -449,8 +449,8 @@ Test(convert, multimodal_towers_dropped_never_pruned)
     convert_ok(&r, mm, &o);
 
     size_t towers = 0;
-    for (size_t i = 0; i < r.norm.n_log; i++) {
-        const struct norm_log *lg = &r.norm.log[i];
+    for (size_t i = 0; i < r.in.norm.n_log; i++) {
+        const struct norm_log *lg = &r.in.norm.log[i];
         bool tower = strstr(lg->tensor, "vision_tower") || strstr(lg->tensor, "audio_tower") ||
                      strstr(lg->tensor, "embed_vision") || strstr(lg->tensor, "embed_audio");
         if (tower) {
@@ -478,7 +478,7 @@ Test(convert, multimodal_towers_dropped_never_pruned)
     const struct norm_log *au = find_log(&r, "model.audio_tower.layers.0.self_attn.k_proj.linear.weight");
     cr_assert(au && !strcmp(au->action, "dropped") && strstr(au->reason, "audio tower"));
     cr_assert(towers > 7 * 4, "%zu tower keys logged", towers);
-    cr_assert_eq(r.norm.n_towers, towers, "every tower/projector key is kept aside for the MLX export");
+    cr_assert_eq(r.in.norm.n_towers, towers, "every tower/projector key is kept aside for the MLX export");
     convert_free(&r);
 
     struct pack p;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "converter/check.h"
+#include "ingest/check.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/dtype.h"

@@ -1,4 +1,4 @@
-#include "converter/check.h"
+#include "ingest/check.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

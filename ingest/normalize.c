@@ -1,4 +1,4 @@
-#include "converter/normalize.h"
+#include "ingest/normalize.h"
 
 #include <stdarg.h>
 #include <stdio.h>
