@@ -426,12 +426,36 @@ static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o,
 
 /* ---- the command ---- */
 
-int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *o, struct err *e)
+/* The options as they apply: group size 0 means 64; --qat-lattice is 4 bits
+ * group 32 (other values given with it are refused); --text-only is for MLX. */
+static int resolve(const struct convert_opts *given, struct convert_opts *o, struct err *e)
+{
+    *o = *given;
+    struct plan_opts *p = &o->plan;
+    if (p->qat_lattice) {
+        if ((p->bits && p->bits != 4) || (p->group_size && p->group_size != 32))
+            return err_set(e, ERR_USAGE, "--qat-lattice emits 4-bit group 32 (the q4_0 grid)");
+        p->bits = 4;
+        p->group_size = 32;
+    }
+    if (!p->group_size)
+        p->group_size = 64;
+    if (o->text_only && !o->format_mlx)
+        return err_set(e, ERR_USAGE, "--text-only applies to --format mlx (a pack is always text-only)");
+    if (!o->dry_run && (!o->out || !*o->out))
+        return err_set(e, ERR_USAGE, "the output path is empty");
+    return ERR_OK;
+}
+
+int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *given, struct err *e)
 {
     memset(r, 0, sizeof *r);
-    if (!o->dry_run && !*o->out)
-        return err_set(e, ERR_USAGE, "the output path is empty");
-    int rc = ingest_open(&r->in, &r->cfg, dir, e);
+    struct convert_opts opts;
+    const struct convert_opts *o = &opts;
+    int rc = resolve(given, &opts, e);
+    if (rc != ERR_OK)
+        return rc;
+    rc = ingest_open(&r->in, &r->cfg, dir, e);
     /* the inputs are known now (opened): an output over one is refused before any work */
     if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
         rc = fio_check_output(o->out, e);

@@ -24,7 +24,7 @@ struct plan_rule {
 
 struct plan_opts {
     int bits;             /* 0: no global requantization */
-    int group_size;       /* default 64 */
+    int group_size;       /* 0: 64 (convert_run resolves it) */
     struct plan_rule *quantize;
     size_t n_quantize;
     struct plan_rule *keep_dense;

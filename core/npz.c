@@ -270,6 +270,42 @@ int npz_write(const char *path, const struct npz_member *m, size_t n, struct err
     return rc;
 }
 
+int npz_write_logits(const char *path, int B, const int32_t *const *tokens, const int64_t *len, int64_t tmax,
+                     const float *logits, int64_t V, struct json_object *meta, struct err *e)
+{
+    int64_t T = B == 1 ? len[0] : tmax;
+    int32_t *tok = calloc((size_t)(B * T > 0 ? B * T : 1), sizeof *tok), *lens = malloc((size_t)B * sizeof *lens);
+    uint8_t *tb = NULL, *lb = NULL, *nb = NULL;
+    size_t tl = 0, ll = 0, nl = 0;
+    int rc = tok && lens ? ERR_OK : err_set(e, ERR_NOMEM, "out of memory");
+    for (int b = 0; rc == ERR_OK && b < B; b++) {
+        memcpy(tok + b * T, tokens[b], (size_t)len[b] * sizeof *tok);
+        lens[b] = (int32_t)len[b];
+    }
+    uint64_t ts[2] = {(uint64_t)B, (uint64_t)T}, ls[3] = {(uint64_t)B, (uint64_t)T, (uint64_t)V}, ns[1] = {(uint64_t)B};
+    int batch = B == 1 ? 0 : 1; /* one prompt: [T] and [T, V], no lengths */
+    if (rc == ERR_OK)
+        rc = npy_encode(DT_I32, ts + 1 - batch, 1 + batch, tok, &tb, &tl, e);
+    if (rc == ERR_OK)
+        rc = npy_encode(DT_F32, ls + 1 - batch, 2 + batch, logits, &lb, &ll, e);
+    if (rc == ERR_OK && batch)
+        rc = npy_encode(DT_I32, ns, 1, lens, &nb, &nl, e);
+    if (rc == ERR_OK) {
+        const char *ms = json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+        struct npz_member mm[4] = {{"tokens.npy", tb, tl}, {"logits.npy", lb, ll}, {"lengths.npy", nb, nl},
+                                   {"meta.json", ms, strlen(ms)}};
+        if (!batch)
+            mm[2] = mm[3];
+        rc = npz_write(path, mm, batch ? 4 : 3, e);
+    }
+    free(tok);
+    free(lens);
+    free(tb);
+    free(lb);
+    free(nb);
+    return rc;
+}
+
 int npz_open(struct npz *z, const char *path, struct err *e)
 {
     memset(z, 0, sizeof *z);

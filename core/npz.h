@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "core/dtype.h"
 #include "core/err.h"
 
@@ -50,6 +52,13 @@ struct npz_member {
 };
 
 int npz_write(const char *path, const struct npz_member *m, size_t n, struct err *e);
+
+/* The logits file of `run --dump-logits` and of a golden: for one prompt
+ * tokens.npy int32 [T], logits.npy float32 [T, V]; for B > 1 tokens.npy
+ * [B, tmax] (zero-padded), logits.npy [B, tmax, V] (rows as given) and
+ * lengths.npy int32 [B]; then meta.json (meta not consumed). */
+int npz_write_logits(const char *path, int B, const int32_t *const *tokens, const int64_t *len, int64_t tmax,
+                     const float *logits, int64_t V, struct json_object *meta, struct err *e);
 
 #define NPZ_MAX_MEMBERS 4096
 

@@ -97,30 +97,11 @@ void golden_free(struct golden *g)
     memset(g, 0, sizeof *g);
 }
 
-int golden_write(const char *path, const int32_t *tokens, int64_t T, const float *logits, int64_t V,
-                 struct json_object *meta, struct err *e)
-{
-    uint8_t *tb = NULL, *lb = NULL;
-    size_t tl, ll;
-    uint64_t ts[1] = {(uint64_t)T}, ls[2] = {(uint64_t)T, (uint64_t)V};
-    int rc = npy_encode(DT_I32, ts, 1, tokens, &tb, &tl, e);
-    if (rc == ERR_OK)
-        rc = npy_encode(DT_F32, ls, 2, logits, &lb, &ll, e);
-    if (rc == ERR_OK) {
-        const char *ms = json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
-        struct npz_member m[3] = {{"tokens.npy", tb, tl}, {"logits.npy", lb, ll}, {"meta.json", ms, strlen(ms)}};
-        rc = npz_write(path, m, 3, e);
-    }
-    free(tb);
-    free(lb);
-    return rc;
-}
-
 int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
                                 struct err *e)
 {
-    *t = (struct golden_thresholds){.max_abs = 1e-4, .nmse = -1, .kld_mean = -1, .kld_p99 = -1, .kld_max = -1,
-                                    .top1_min = 1.0};
+    *t = (struct golden_thresholds){.max_abs = GOLDEN_DEFAULT_MAX_ABS, .nmse = -1, .kld_mean = -1, .kld_p99 = -1,
+                                    .kld_max = -1, .top1_min = GOLDEN_DEFAULT_TOP1};
     struct json_object *tol;
     if (!g->meta || !json_object_object_get_ex(g->meta, "tolerances", &tol) || !tol)
         return ERR_OK;

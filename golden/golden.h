@@ -1,8 +1,9 @@
 /* golden.h - golden-logit files and their comparison (DESIGN.md §7).
  *
- * A golden file is an .npz: tokens.npy int32 [T], logits.npy float32 [T, V]
- * (after the soft-cap), optionally logits_f64.npy float64 [T, V] (preferred
- * when present: the project's references are float64), and meta.json
+ * A golden file is an .npz (written by npz_write_logits, core/npz.h):
+ * tokens.npy int32 [T], logits.npy float32 [T, V] (after the soft-cap),
+ * optionally logits_f64.npy float64 [T, V] (preferred when present: the
+ * project's references are float64), and meta.json
  * (producer, fingerprint, dtype, "tolerances"). Metrics use float64
  * throughout; KL divergence is computed from float64 log-softmax. */
 #ifndef GP_GOLDEN_H
@@ -13,6 +14,10 @@
 #include <stdint.h>
 
 #include "core/err.h"
+
+/* The thresholds a golden without "tolerances" is held to (DESIGN.md §5). */
+#define GOLDEN_DEFAULT_MAX_ABS 1e-4
+#define GOLDEN_DEFAULT_TOP1 1.0
 
 /* Thresholds; a negative value means "not checked". */
 struct golden_thresholds {
@@ -33,10 +38,6 @@ struct golden {
  * file cannot make the reader allocate more. */
 int golden_read(const char *path, int64_t vocab, struct golden *g, struct err *e);
 void golden_free(struct golden *g);
-
-/* Writes tokens.npy, logits.npy and meta.json (`meta` is not consumed). */
-int golden_write(const char *path, const int32_t *tokens, int64_t T, const float *logits, int64_t V,
-                 struct json_object *meta, struct err *e);
 
 struct golden_metrics {
     double max_abs;           /* max |Δlogit| */

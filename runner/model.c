@@ -592,6 +592,34 @@ int model_load_weights(struct model *m, int threads, bool blocked, struct err *e
     return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(m));
 }
 
+int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err *e)
+{
+    struct pack p;
+    struct model m;
+    size_t bad;
+    *verdict = false;
+    int rc = pack_open(&p, path, e);
+    if (rc != ERR_OK) /* unreadable, a newer version, an unknown feature: no verdict; else a mismatch */
+        return rc == ERR_FORMAT || rc == ERR_RANGE ? ERR_OK : rc;
+    *n_tensors = p.n_tensors;
+    rc = pack_verify(&p, &bad, e);
+    pack_close(&p);
+    if (rc == ERR_OK && (rc = model_open(&m, path, e)) == ERR_OK) /* the tensors are the config's */
+        model_close(&m);
+    *verdict = rc == ERR_OK;
+    return rc == ERR_OK || rc == ERR_FORMAT || rc == ERR_RANGE ? ERR_OK : rc;
+}
+
+bool model_kv_skip_default(const struct model *m)
+{
+    struct json_object *rt, *v;
+    if (m->from_pack && json_object_object_get_ex(m->pack.manifest, "runtime", &rt) &&
+        json_object_object_get_ex(rt, "kv_skip_last_full_attention", &v) &&
+        json_object_get_type(v) == json_type_boolean)
+        return json_object_get_boolean(v);
+    return true;
+}
+
 const char *model_name(const struct model *m)
 {
     return m->from_pack ? m->pack.path : m->src.ck.dir ? m->src.ck.dir : "model";

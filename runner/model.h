@@ -73,6 +73,16 @@ struct model {
  * CRC-32 of each shard's data (reads every byte once). */
 void model_weights_fingerprint(const struct model *m, char out[65]);
 
+/* `gempack verify`: every CRC of the pack at path and its padding
+ * (pack_verify), and its tensors exactly those its config uses (model_open).
+ * ERR_OK intact, *verdict false for a mismatch (e names it), an error code
+ * for a file that cannot be judged (unreadable, a newer version or feature). */
+int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err *e);
+
+/* The cache choice convert recorded (a pack's manifest runtime
+ * kv_skip_last_full_attention), else true. */
+bool model_kv_skip_default(const struct model *m);
+
 /* The pack's path or the directory: what messages about the model name. */
 const char *model_name(const struct model *m);
 

@@ -4,6 +4,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/fileio.h"
+#include "core/npz.h"
+#include "gp_config.h"
 #include "runner/sample.h"
 
 static double seconds(void)
@@ -128,4 +131,121 @@ void session_result_free(struct session_result *res)
     free(res->logits);
     free(res->generated);
     memset(res, 0, sizeof *res);
+}
+
+/* The JSON report of a run. */
+static struct json_object *run_json(const struct runner *r, const struct token_seqs *s, const struct run_config *c,
+                                    const struct session_result *res, const struct prefix_cache *pc, double pf,
+                                    double dc, size_t cache_bytes)
+{
+    struct json_object *j = json_object_new_object(), *g = json_object_new_array(), *kv = json_object_new_object();
+    for (int b = 0; b < s->n; b++) {
+        struct json_object *row = json_object_new_array();
+        for (int64_t k = 0; k < c->s.generate; k++)
+            json_object_array_add(row, json_object_new_int(res->generated[b * c->s.generate + k]));
+        json_object_array_add(g, row);
+    }
+    json_object_object_add(j, "schema", json_object_new_string("gempack.run/1"));
+    json_object_object_add(j, "sequences", json_object_new_int(s->n));
+    json_object_object_add(j, "prompt_tokens", json_object_new_int64(res->prefill_tokens));
+    json_object_object_add(j, "generated", s->n == 1 ? json_object_get(json_object_array_get_idx(g, 0)) : json_object_get(g));
+    json_object_put(g);
+    json_object_object_add(j, "prefill_seconds", json_object_new_double(res->prefill_s));
+    json_object_object_add(j, "prefill_tokens_per_s", json_object_new_double(pf));
+    json_object_object_add(j, "decode_tokens_per_s", json_object_new_double(dc));
+    json_object_object_add(j, "bytes_per_token", json_object_new_int64((int64_t)r->m->weight_bytes));
+    json_object_object_add(j, "weights", json_object_new_string(r->m->arena ? "copied" : "mapped"));
+    json_object_object_add(j, "threads", json_object_new_int(c->threads));
+    json_object_object_add(j, "kernels", json_object_new_string(r->kt.name));
+    json_object_object_add(kv, "bits", json_object_new_int(r->o.kv.bits));
+    json_object_object_add(kv, "group_size", json_object_new_int(r->o.kv.group_size));
+    json_object_object_add(kv, "start", json_object_new_int64(r->o.kv.start));
+    json_object_object_add(kv, "skip_last_full_attention", json_object_new_boolean(r->o.kv.skip_last_full));
+    json_object_object_add(kv, "float_layer", r->kv_float_layer >= 0 ? json_object_new_int(r->kv_float_layer) : NULL);
+    json_object_object_add(kv, "cache_bytes", json_object_new_int64((int64_t)cache_bytes));
+    json_object_object_add(j, "kv_cache", kv);
+    json_object_object_add(j, "prefix_cache_hit_tokens", json_object_new_int64(pc->hit_tokens));
+    json_object_object_add(j, "prefix_cache_hot_bytes", json_object_new_int64((int64_t)pc->hot_bytes));
+    json_object_object_add(j, "prefix_cache_cold_bytes", json_object_new_int64((int64_t)prefix_cold_bytes(pc)));
+    return j;
+}
+
+/* The text report of a run. */
+static void run_print(FILE *out, const struct runner *r, const struct token_seqs *s, const struct run_config *c,
+                      const struct session_result *res, const struct prefix_cache *pc, double pf, double dc)
+{
+    fprintf(out, "%d prompt%s, %lld tokens in %.3f s (%.1f tokens/s, %s kernels, %d thread%s)\n", s->n,
+            s->n == 1 ? "" : "s", (long long)res->prefill_tokens, res->prefill_s, pf, r->kt.name, c->threads,
+            c->threads == 1 ? "" : "s");
+    for (int b = 0; b < s->n && c->s.generate; b++) {
+        fprintf(out, "generated:");
+        if (s->n > 1)
+            fprintf(out, " [%d]", b);
+        for (int64_t k = 0; k < c->s.generate; k++)
+            fprintf(out, " %d", res->generated[b * c->s.generate + k]);
+        fprintf(out, "\n");
+    }
+    if (res->decode_tokens)
+        fprintf(out, "decode %.1f tokens/s\n", dc);
+    if (c->prefix)
+        fprintf(out, "prefix cache: %lld tokens restored, hot %zu bytes, cold %llu bytes\n", (long long)pc->hit_tokens,
+                pc->hot_bytes, (unsigned long long)prefix_cold_bytes(pc));
+}
+
+int session_main(const char *model_path, const struct token_seqs *s, const struct run_config *c, FILE *out, FILE *warn,
+                 struct json_object **jo, struct err *e)
+{
+    *jo = NULL;
+    if (c->dump && c->prefix)
+        return err_set(e, ERR_USAGE, "--dump-logits needs every position's logits, which a prefix-cache hit skips; "
+                                     "use one or the other");
+    struct model m;
+    struct runner r = {0};
+    struct prefix_cache pc = {0};
+    struct session_result res = {0};
+    struct session_opts so = c->s;
+    int rc = model_open(&m, model_path, e);
+    if (rc != ERR_OK)
+        return rc;
+    struct runner_opts ro = {.threads = c->threads, .kernels = c->kernels, .kv = c->kv, .n_seq = s->n};
+    if (!c->kv_skip_given)
+        ro.kv.skip_last_full = model_kv_skip_default(&m);
+    session_limits(s, &so, c->prefix ? c->prefix_o.block : 0, &ro.max_step, &ro.max_context);
+    rc = c->dump ? fio_check_output(c->dump, e) : ERR_OK; /* before any work: not over an input */
+    if (rc == ERR_OK && !c->mmap)
+        rc = model_load_weights(&m, c->threads, c->kernels == KERN_Q8, e);
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, &ro, e);
+    if (rc == ERR_OK && c->prefix) {
+        rc = prefix_init(&pc, &r, &c->prefix_o, e);
+        so.pc = &pc;
+    }
+    so.all_logits = c->dump != NULL;
+    if (rc == ERR_OK)
+        rc = session_run(&r, s, &so, &res, e);
+    if (rc == ERR_OK && c->dump) {
+        struct json_object *meta = json_object_new_object();
+        json_object_object_add(meta, "producer", json_object_new_string("gempack run " GEMPACK_VERSION));
+        json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
+        json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+        rc = npz_write_logits(c->dump, s->n, (const int32_t *const *)s->seq, s->len, res.tmax, res.logits,
+                              m.cfg.vocab_size, meta, e);
+        json_object_put(meta);
+    }
+    for (size_t i = 0; i < pc.n_warnings; i++)
+        fprintf(warn, "gempack run: warning: %s\n", pc.warnings[i]);
+    if (rc == ERR_OK) {
+        double pf = res.prefill_s > 0 ? (double)res.prefill_tokens / res.prefill_s : 0.0;
+        double dc = res.decode_tokens && res.decode_s > 0 ? (double)res.decode_tokens / res.decode_s : 0.0;
+        size_t cache_bytes = 0;
+        for (int b = 0; b < s->n; b++)
+            cache_bytes += runner_cache_bytes(&r, b);
+        run_print(out, &r, s, c, &res, &pc, pf, dc);
+        *jo = run_json(&r, s, c, &res, &pc, pf, dc, cache_bytes);
+    }
+    session_result_free(&res);
+    prefix_free(&pc);
+    runner_free(&r);
+    model_close(&m);
+    return rc;
 }

@@ -8,7 +8,9 @@
 #ifndef GP_SESSION_H
 #define GP_SESSION_H
 
+#include <json-c/json.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "runner/forward.h"
@@ -43,5 +45,25 @@ void session_limits(const struct token_seqs *s, const struct session_opts *o, in
 int session_run(struct runner *r, const struct token_seqs *s, const struct session_opts *o,
                 struct session_result *res, struct err *e);
 void session_result_free(struct session_result *res);
+
+/* Everything `gempack run` takes besides the model and the prompts. */
+struct run_config {
+    struct session_opts s;
+    struct kv_opts kv;
+    bool kv_skip_given;        /* else the pack's recorded choice (model_kv_skip_default) */
+    bool prefix;               /* through a prefix cache (prefix_o) */
+    struct prefix_opts prefix_o;
+    int threads;
+    enum kern_level kernels;
+    bool mmap;                 /* matrices read in place (no model_load_weights) */
+    const char *dump;          /* --dump-logits: every prompt position's logits to this file */
+};
+
+/* A whole `gempack run`: opens the model, refuses a dump over an input,
+ * loads the weights, runs the prompts and the generation, writes the dump;
+ * the text report goes to out, prefix-cache warnings to warn, and the JSON
+ * report (schema gempack.run/1) comes back in *jo (the caller puts it). */
+int session_main(const char *model_path, const struct token_seqs *s, const struct run_config *c, FILE *out, FILE *warn,
+                 struct json_object **jo, struct err *e);
 
 #endif

@@ -1,7 +1,7 @@
 /* test_golden.c - golden-logit files and their comparison (golden/golden.h,
  * DESIGN.md §7).
  *
- * Files: golden_write -> golden_read round trip; the committed numpy-written
+ * Files: npz_write_logits -> golden_read round trip; the committed numpy-written
  * golden golden/data/e2b-bf16.npz (logits_f64 preferred, meta tolerances);
  * a table of corrupt goldens and corrupt .npy images, each rejected with a
  * message naming the problem. Metrics: synthetic logits with answers known in
@@ -122,14 +122,14 @@ Test(golden, write_read_round_trip)
     json_object_object_add(tol, "max_abs", json_object_new_double(0.25));
     json_object_object_add(meta, "tolerances", tol);
     struct err e = {0};
-    cr_assert_eq(golden_write(path, tokens, T, logits, V, meta, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_write_logits(path, 1, (const int32_t *const[]){tokens}, &T, T, logits, V, meta, &e), ERR_OK, "%s", e.msg);
     json_object_put(meta);
 
     struct golden g;
     cr_assert_eq(golden_read(path, 0, &g, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(g.T, T);
     cr_assert_eq(g.V, V);
-    cr_assert_not(g.f64, "a golden_write file has float32 logits only");
+    cr_assert_not(g.f64, "an npz_write_logits file has float32 logits only");
     for (int64_t t = 0; t < T; t++)
         cr_assert_eq(g.tokens[t], tokens[t], "token %lld", (long long)t);
     for (int64_t k = 0; k < T * V; k++)
@@ -161,11 +161,11 @@ Test(golden, write_read_round_trip)
     tol = json_object_new_object();
     json_object_object_add(tol, "max_abs", json_object_new_double(0.25));
     json_object_object_add(meta, "tolerances", tol);
-    cr_assert_eq(golden_write(again, tokens, T, logits, V, meta, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(npz_write_logits(again, 1, (const int32_t *const[]){tokens}, &T, T, logits, V, meta, &e), ERR_OK, "%s", e.msg);
     json_object_put(meta);
     size_t la, lb;
     uint8_t *ba = th_read(path, &la), *bb = th_read(again, &lb);
-    cr_assert(ba && bb && la == lb && !memcmp(ba, bb, la), "golden_write is not deterministic");
+    cr_assert(ba && bb && la == lb && !memcmp(ba, bb, la), "npz_write_logits is not deterministic");
     free(ba);
     free(bb);
     free(again);

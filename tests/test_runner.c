@@ -14,7 +14,7 @@
 
 #include "converter/convert.h"
 #include "core/npz.h"
-#include "golden/golden.h"
+#include "golden/check.h"
 #include "runner/forward.h"
 #include "runner/tokens.h"
 #include "tests/helpers.h"
@@ -65,25 +65,21 @@ static char *golden_path(const char *name)
     return p;
 }
 
-/* Runs `model_path` on the golden's tokens and asserts the bar. */
+/* Runs `model_path` on the golden's tokens (golden_check_model, as `golden
+ * check` does) and asserts the bar. */
 static void expect_golden(const char *model_path, const char *golden_name)
 {
     char *gp = golden_path(golden_name);
-    struct golden g;
+    struct golden_check_opts o = golden_check_defaults();
+    o.over = (struct golden_thresholds){GOLDEN_MAX_ABS, -1, -1, -1, -1, 1.0};
+    struct golden_result res;
     struct err e = {0};
-    cr_assert_eq(golden_read(gp, 0, &g, &e), ERR_OK, "%s", e.msg);
-    cr_assert(g.f64, "%s: goldens carry float64 logits", gp);
-    int64_t V;
-    float *logits = run_logits(model_path, g.tokens, g.T, 0, 1, &V);
-    cr_assert_eq(V, g.V);
-    struct golden_thresholds th = {GOLDEN_MAX_ABS, -1, -1, -1, -1, 1.0};
-    struct golden_metrics mt;
-    golden_compare(&g, logits, th, &mt);
-    cr_expect(mt.max_abs <= GOLDEN_MAX_ABS, "%s vs %s: max |dlogit| %.3g", model_path, golden_name, mt.max_abs);
-    cr_expect_eq(mt.top1, 1.0, "%s vs %s: top-1 agreement %.3f", model_path, golden_name, mt.top1);
-    cr_expect(mt.max_abs > 0.0, "exactly equal to a float64 reference would mean the golden came from the runner");
-    free(logits);
-    golden_free(&g);
+    cr_assert_eq(golden_check_model(model_path, gp, &o, &res, &e), ERR_OK, "%s", e.msg);
+    cr_assert(res.f64, "%s: goldens carry float64 logits", gp);
+    cr_expect(res.m.max_abs <= GOLDEN_MAX_ABS, "%s vs %s: max |dlogit| %.3g", model_path, golden_name, res.m.max_abs);
+    cr_expect_eq(res.m.top1, 1.0, "%s vs %s: top-1 agreement %.3f", model_path, golden_name, res.m.top1);
+    cr_expect(res.m.max_abs > 0.0, "exactly equal to a float64 reference would mean the golden came from the runner");
+    cr_expect(res.pass, "%s vs %s: the verdict is not PASS", model_path, golden_name);
     free(gp);
 }
 

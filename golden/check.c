@@ -1,0 +1,137 @@
+#include "golden/check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fileio.h"
+#include "core/npz.h"
+#include "gp_config.h"
+#include "runner/forward.h"
+
+struct golden_check_opts golden_check_defaults(void)
+{
+    return (struct golden_check_opts){.threads = 1,
+                                      .over = {(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN,
+                                               (double)NAN}};
+}
+
+/* The golden's thresholds with the overrides applied. */
+static struct golden_thresholds applied(struct golden_thresholds th, const struct golden_thresholds *o)
+{
+    double *dst[6] = {&th.max_abs, &th.nmse, &th.kld_mean, &th.kld_p99, &th.kld_max, &th.top1_min};
+    const double src[6] = {o->max_abs, o->nmse, o->kld_mean, o->kld_p99, o->kld_max, o->top1_min};
+    for (int i = 0; i < 6; i++)
+        if (!isnan(src[i]))
+            *dst[i] = src[i] < 0 ? -1 : src[i];
+    return th;
+}
+
+int golden_check_model(const char *model_path, const char *golden_path, const struct golden_check_opts *o,
+                       struct golden_result *res, struct err *e)
+{
+    memset(res, 0, sizeof *res);
+    struct model m;
+    struct golden g;
+    struct runner r = {0};
+    float *logits = NULL;
+    int rc = model_open(&m, model_path, e);
+    if (rc != ERR_OK)
+        return rc;
+    if ((rc = golden_read(golden_path, m.cfg.vocab_size, &g, e)) != ERR_OK) {
+        model_close(&m);
+        return rc;
+    }
+    if (g.V != m.cfg.vocab_size)
+        rc = err_set(e, ERR_FORMAT, "%s: golden vocabulary %lld, model %lld: not the same model", golden_path,
+                     (long long)g.V, (long long)m.cfg.vocab_size);
+    if (rc == ERR_OK && g.T == 0)
+        rc = err_set(e, ERR_FORMAT, "%s: golden holds no positions", golden_path);
+    int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, &(struct runner_opts){.threads = o->threads, .kernels = KERN_BEST, .n_seq = 1,
+                                                       .max_step = step, .max_context = g.T}, e);
+    if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
+        rc = err_set(e, ERR_NOMEM, "out of memory");
+    if (rc == ERR_OK)
+        rc = runner_prompt(&r, g.tokens, g.T, o->chunk, logits, NULL, e);
+    if (rc == ERR_OK) {
+        res->th = applied(g.th, &o->over);
+        res->f64 = g.f64;
+        golden_compare(&g, logits, res->th, &res->m);
+        struct json_object *v = golden_verdict(&res->m, &res->th, &res->pass);
+        json_object_put(v);
+    }
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
+    golden_free(&g);
+    return rc;
+}
+
+void golden_print(FILE *out, const char *model_path, const char *golden_path, const struct golden_result *res)
+{
+    const struct golden_metrics *mt = &res->m;
+    fprintf(out, "gempack golden check: %s vs %s (%lld positions, vocab %lld, %s reference)\n", model_path, golden_path,
+            (long long)mt->T, (long long)mt->V, res->f64 ? "float64" : "float32");
+    fprintf(out, "  %-16s %-14s %s\n", "metric", "value", "threshold");
+    const char *names[] = {"max_abs", "nmse", "kld_mean", "kld_p99", "kld_max", "top1"};
+    const double vals[] = {mt->max_abs, mt->nmse, mt->kld_mean, mt->kld_p99, mt->kld_max, mt->top1};
+    const double lims[] = {res->th.max_abs, res->th.nmse,    res->th.kld_mean,
+                           res->th.kld_p99, res->th.kld_max, res->th.top1_min};
+    for (int i = 0; i < 6; i++) {
+        char lim[32] = "-";
+        if (lims[i] >= 0)
+            snprintf(lim, sizeof lim, "%s %.3g", i == 5 ? ">=" : "<=", lims[i]);
+        fprintf(out, "  %-16s %-14.6g %s\n", names[i], vals[i], lim);
+    }
+    fprintf(out, "  %-16s %-14.6g\n  %-16s %-14.6g\n  %-16s %lld\n", "cosine", mt->cosine, "rms_dp", mt->rms_dp,
+            "first_divergent", (long long)mt->first_divergent);
+    fprintf(out, "verdict: %s\n", res->pass ? "PASS" : "FAIL (regression)");
+}
+
+struct json_object *golden_meta(const char *producer, const char *fingerprint, bool tolerances)
+{
+    struct json_object *meta = json_object_new_object();
+    char who[128];
+    snprintf(who, sizeof who, "%s %s", producer, GEMPACK_VERSION);
+    json_object_object_add(meta, "producer", json_object_new_string(who));
+    json_object_object_add(meta, "model_fingerprint", json_object_new_string(fingerprint));
+    json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+    if (tolerances) {
+        struct json_object *tol = json_object_new_object();
+        json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
+        json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
+        json_object_object_add(meta, "tolerances", tol);
+    }
+    return meta;
+}
+
+int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
+                     int64_t *V, struct err *e)
+{
+    struct model m;
+    struct runner r = {0};
+    float *logits = NULL;
+    int rc = model_open(&m, model_path, e);
+    if (rc != ERR_OK)
+        return rc;
+    *V = m.cfg.vocab_size;
+    rc = fio_check_output(out_path, e); /* before any work: not over an input */
+    if (rc == ERR_OK)
+        rc = runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .n_seq = 1,
+                                                       .max_step = T, .max_context = T}, e);
+    if (rc == ERR_OK && !(logits = malloc((size_t)(T * *V) * sizeof *logits)))
+        rc = err_set(e, ERR_NOMEM, "out of memory");
+    if (rc == ERR_OK)
+        rc = runner_prompt(&r, tokens, T, 0, logits, NULL, e);
+    if (rc == ERR_OK) {
+        struct json_object *meta = golden_meta("gempack golden make", m.fingerprint, true);
+        rc = npz_write_logits(out_path, 1, &tokens, &T, T, logits, *V, meta, e);
+        json_object_put(meta);
+    }
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
+    return rc;
+}

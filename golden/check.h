@@ -1,0 +1,46 @@
+/* check.h - golden files and models: run a model on a golden's tokens and
+ * judge its logits (`golden check`), and make a golden from a model (`golden
+ * make`). The exact kernels (KERN_BEST) are used for goldens. */
+#ifndef GP_GOLDEN_CHECK_H
+#define GP_GOLDEN_CHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "golden/golden.h"
+
+struct golden_check_opts {
+    int threads;
+    int64_t chunk;                    /* 0: one prefill; N: chunks of N tokens */
+    struct golden_thresholds over;    /* NAN: the golden's own; negative: not checked */
+};
+
+struct golden_result {
+    struct golden_metrics m;
+    struct golden_thresholds th;      /* applied */
+    bool pass, f64;
+};
+
+/* The golden's thresholds, each replaced by its override when not NAN. */
+struct golden_check_opts golden_check_defaults(void);
+
+/* Runs model_path (a pack or checkpoint directory) on golden_path's tokens
+ * and compares. ERR_* for files that cannot be read or do not belong
+ * together (vocabulary, length); a regression is res->pass false. */
+int golden_check_model(const char *model_path, const char *golden_path, const struct golden_check_opts *o,
+                       struct golden_result *res, struct err *e);
+
+/* The human table of a result (metric, value, threshold, verdict). */
+void golden_print(FILE *out, const char *model_path, const char *golden_path, const struct golden_result *res);
+
+/* Runs model_path on one prompt and writes out_path (tokens, logits, meta.json
+ * with the default tolerances); *V gets the vocabulary. */
+int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
+                     int64_t *V, struct err *e);
+
+/* meta.json of a file gempack writes: producer, the model's fingerprint,
+ * dtype float32, and with `tolerances` the defaults golden check applies. */
+struct json_object *golden_meta(const char *producer, const char *fingerprint, bool tolerances);
+
+#endif
