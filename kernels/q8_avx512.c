@@ -35,12 +35,17 @@ AVX512VNNI INLINE __m512i pair_sums(__m512i a, __m512i b)
 }
 
 /* Chunk j of a row (its first weight; `bytes` of its 64 code bytes present,
- * none for bytes <= 0) for each token: the exact lane sums of q·xq through
+ * none for bytes <= 0: zero sums) for each token: the exact lane sums of q·xq through
  * vpdpbusd (codes unsigned, xq signed). Lane l holds the row's word 16c + l. */
 AVX512VNNI INLINE void q8chunk512(const uint8_t *codes, int64_t j, int64_t bytes, const struct kern_q8input *in,
                                   int64_t t0, const int tb, const int bits, __m512i *s)
 {
-    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : bytes <= 0 ? 0 : ((__mmask64)1 << bytes) - 1;
+    if (bytes <= 0) { /* past the row's end: no codes, and no input to read (it ends with the row's chunks) */
+        for (int u = 0; u < tb; u++)
+            s[u] = _mm512_setzero_si512();
+        return;
+    }
+    const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << bytes) - 1;
     const uint8_t *c = codes + j * bits / 8;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
     const __m512i v = _mm512_maskz_loadu_epi8(m, c), nib = _mm512_set1_epi8(0x0F);

@@ -10,6 +10,20 @@
 #include "core/err.h"
 #include "core/fileio.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_ASAN 1
+#endif
+#endif
+
+#ifdef TH_ASAN
+#include <dlfcn.h>
+#include <sanitizer/lsan_interface.h>
+#include <stddef.h>
+#endif
+
 char *th_mkdtemp(void)
 {
     const char *base = getenv("TMPDIR");
@@ -93,3 +107,77 @@ char *th_external_golden(const char *name)
         return NULL;
     return strdup(path);
 }
+
+/* ---- the leak check of every test (AddressSanitizer builds) ----
+ *
+ * Criterion runs each test in a worker process of its own and decides
+ * whether the test passed when its body returns: an assertion in a .fini
+ * (the suite's or the test's) or a crash after that is printed but leaves
+ * the test PASS, and LeakSanitizer's exit-time report comes later still
+ * (Criterion 2.4.1; tried). A leak must therefore be found before the body
+ * returns. Criterion's Test() macro runs the body through
+ * criterion_internal_test_main(body) (criterion/internal/test.h); defined
+ * here, in the test executable, it takes precedence over libcriterion's and
+ * hands that one a body that runs the test's body and then th_leak_check().
+ * A test whose body ends in a failed cr_assert skips the check (it has
+ * failed already). helpers.o is linked whole into every test executable
+ * (tests/meson.build), so every test is covered.
+ *
+ * The exit-time leak check is turned off in these executables
+ * (__lsan_default_options; LSAN_OPTIONS can still set it): in a worker it
+ * would only repeat the report of a test that has failed already, and in
+ * Criterion's runner process, which runs only Criterion's own code, it
+ * reports a 48-byte block Criterion leaks now and then (a calloc in
+ * libcriterion.so.3+0x1a332, whose frames LeakSanitizer cannot name, so no
+ * suppression can single it out). Other sanitizer errors (ASan, and UBSan
+ * built with -fno-sanitize-recover) end the worker with exit status 1
+ * during the test, which fails it. */
+
+#ifdef TH_ASAN
+const char *__lsan_default_options(void)
+{
+    return "leak_check_at_exit=0";
+}
+
+void th_leak_check(void)
+{
+    if (__lsan_do_recoverable_leak_check())
+        cr_assert_fail("the test leaked memory (LeakSanitizer's report with the allocation stacks is on stderr)");
+}
+
+static void (*th_body)(void);
+
+static void th_run(void)
+{
+    th_body();
+    th_leak_check();
+}
+
+static void th_run_param(void *param)
+{
+    ((void (*)(void *))th_body)(param); /* as Criterion calls a ParameterizedTest */
+    th_leak_check();
+}
+
+void criterion_internal_test_main(void (*fn)(void))
+{
+    void (*real)(void (*)(void));
+    void *sym = dlsym(RTLD_NEXT, "criterion_internal_test_main");
+    if (!sym) {
+        fprintf(stderr, "helpers.c: libcriterion's criterion_internal_test_main not found: %s\n", dlerror());
+        abort();
+    }
+    memcpy(&real, &sym, sizeof real);
+    /* Whether the test is a ParameterizedTest, as libcriterion decides it
+     * (data->param_). The worker's copy of the test's data is not aligned:
+     * read it with memcpy. */
+    const struct criterion_test_extra_data *data;
+    struct criterion_test_params (*param)(void);
+    memcpy(&data, (const char *)criterion_current_test + offsetof(struct criterion_test, data), sizeof data);
+    memcpy(&param, (const char *)data + offsetof(struct criterion_test_extra_data, param_), sizeof param);
+    th_body = fn;
+    real(param ? (void (*)(void))th_run_param : th_run);
+}
+#else
+void th_leak_check(void) {}
+#endif

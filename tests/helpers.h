@@ -1,4 +1,6 @@
-/* helpers.h - shared test utilities: scratch directories and files. */
+/* helpers.h - shared test utilities: scratch directories and files,
+ * fixtures, external goldens, and the leak check every Criterion test gets
+ * in an AddressSanitizer build (th_leak_check). */
 #ifndef GP_TEST_HELPERS_H
 #define GP_TEST_HELPERS_H
 
@@ -37,5 +39,12 @@ char *th_external_golden(const char *name);
 #define TH_RUNNER(threads_, level_, T_)                                                                                \
     (&(struct runner_opts){.threads = (threads_), .kernels = (level_), .n_seq = 1, .max_step = (T_),                   \
                            .max_context = (T_)})
+
+/* In an AddressSanitizer build: runs LeakSanitizer now and fails the
+ * current test (cr_assert_fail) if memory was allocated and is no longer
+ * reachable; LeakSanitizer prints the allocation stacks on stderr. Without
+ * ASan a no-op. helpers.c runs it at the end of every test's body (see
+ * there); tests need not call it. */
+void th_leak_check(void);
 
 #endif

@@ -54,7 +54,7 @@ static void write_two_shards(const char *dir)
 
 /* ------------------------------------------------------------------ single */
 
-Test(format, ckpt_single_file)
+Test(checkpoint, ckpt_single_file)
 {
     char *dir = th_mkdtemp();
     size_t hdr_bytes = write_st(dir, "model.safetensors", HDR1, 12);
@@ -89,7 +89,7 @@ Test(format, ckpt_single_file)
     th_rmtree(dir);
 }
 
-Test(format, ckpt_single_file_invalid_shard)
+Test(checkpoint, ckpt_single_file_invalid_shard)
 {
     char *dir = th_mkdtemp();
     write_st(dir, "model.safetensors", HDR1, 11); /* one byte short */
@@ -103,7 +103,7 @@ Test(format, ckpt_single_file_invalid_shard)
     th_rmtree(dir);
 }
 
-Test(format, ckpt_nothing_there)
+Test(checkpoint, ckpt_nothing_there)
 {
     char *dir = th_mkdtemp();
     write_text(dir, "config.json", "{}");
@@ -128,7 +128,7 @@ Test(format, ckpt_nothing_there)
 
 /* ----------------------------------------------------------------- sharded */
 
-Test(format, ckpt_sharded)
+Test(checkpoint, ckpt_sharded)
 {
     char *dir = th_mkdtemp();
     size_t h1 = write_st(dir, SHARD1, HDR1, 12);
@@ -170,7 +170,7 @@ Test(format, ckpt_sharded)
     th_rmtree(dir);
 }
 
-Test(format, ckpt_shard_opened_once)
+Test(checkpoint, ckpt_shard_opened_once)
 {
     /* Many tensors in one shard: the shard is opened once (rule 3). */
     char *dir = th_mkdtemp();
@@ -184,7 +184,7 @@ Test(format, ckpt_shard_opened_once)
     th_rmtree(dir);
 }
 
-Test(format, ckpt_total_size_advisory)
+Test(checkpoint, ckpt_total_size_advisory)
 {
     char *dir = th_mkdtemp();
     write_two_shards(dir);
@@ -265,7 +265,7 @@ static const struct bad_index bad[] = {
 };
 #define N_BAD (sizeof bad / sizeof bad[0])
 
-ParameterizedTestParameters(format, ckpt_rejects)
+ParameterizedTestParameters(checkpoint, ckpt_rejects)
 {
     static int idx[N_BAD];
     for (size_t i = 0; i < N_BAD; i++)
@@ -273,7 +273,7 @@ ParameterizedTestParameters(format, ckpt_rejects)
     return cr_make_param_array(int, idx, N_BAD);
 }
 
-ParameterizedTest(int *i, format, ckpt_rejects)
+ParameterizedTest(int *i, checkpoint, ckpt_rejects)
 {
     const struct bad_index *b = &bad[*i];
     char *dir = th_mkdtemp();
@@ -309,7 +309,7 @@ ParameterizedTest(int *i, format, ckpt_rejects)
     th_rmtree(dir);
 }
 
-Test(format, ckpt_two_shards_message_names_both)
+Test(checkpoint, ckpt_two_shards_message_names_both)
 {
     /* The duplicate is reported as such, naming both shards, whichever shard
      * the index points at. */

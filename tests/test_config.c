@@ -183,7 +183,7 @@ static void check_variant(const struct variant *v, const struct gp_config *c)
     cr_assert_eq(own[LT_FULL], v->own_full, "%s KV-owning full layers", n);
 }
 
-Test(format, cfg_official_variants)
+Test(config, cfg_official_variants)
 {
     for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++) {
         struct gp_config c;
@@ -196,7 +196,7 @@ Test(format, cfg_official_variants)
     }
 }
 
-Test(format, cfg_e2b_spot_checks)
+Test(config, cfg_e2b_spot_checks)
 {
     /* The single most error-prone rows of §0.1 / §1.3, spelled out. */
     struct gp_config c;
@@ -255,7 +255,7 @@ static char *mutated(const char *base, const struct mut *m, int n)
     return s;
 }
 
-Test(format, cfg_nesting_text_config_vs_top_level)
+Test(config, cfg_nesting_text_config_vs_top_level)
 {
     /* The same text model, nested under text_config (gemma4) or at the top
      * level (gemma4_text), gives identical derived quantities. */
@@ -291,7 +291,7 @@ Test(format, cfg_nesting_text_config_vs_top_level)
     }
 }
 
-Test(format, cfg_text_fields_ignored_at_wrong_level)
+Test(config, cfg_text_fields_ignored_at_wrong_level)
 {
     /* gemma4 reads ONLY text_config: a top-level hidden_size does not count. */
     struct mut m[2] = {{"text_config.hidden_size", NULL}, {"hidden_size", "1536"}};
@@ -304,7 +304,7 @@ Test(format, cfg_text_fields_ignored_at_wrong_level)
     free(text);
 }
 
-Test(format, cfg_per_layer_config_instead_of_global_fields)
+Test(config, cfg_per_layer_config_instead_of_global_fields)
 {
     /* Newer HF: full-layer head_dim / KV heads only in per_layer_config (§1.2 parser rule). */
     struct mut m[3] = {
@@ -330,7 +330,7 @@ Test(format, cfg_per_layer_config_instead_of_global_fields)
     free(text);
 }
 
-Test(format, cfg_nullable_fields)
+Test(config, cfg_nullable_fields)
 {
     struct gp_config c;
     struct err e = {0};
@@ -381,7 +381,7 @@ static char *golden_dir(const char *name)
     return strdup(path);
 }
 
-Test(format, cfg_external_golden_a)
+Test(config, cfg_external_golden_a)
 {
     char *dir = golden_dir("a");
     if (!dir)
@@ -424,7 +424,7 @@ Test(format, cfg_external_golden_a)
     free(dir);
 }
 
-Test(format, cfg_external_golden_c)
+Test(config, cfg_external_golden_c)
 {
     char *dir = golden_dir("c");
     if (!dir)
@@ -467,7 +467,7 @@ Test(format, cfg_external_golden_c)
 
 static const char small_cfg[] = SMALL("");
 
-Test(format, cfg_small_base_is_valid)
+Test(config, cfg_small_base_is_valid)
 {
     struct gp_config c;
     struct err e = {0};
@@ -496,7 +496,7 @@ static void assert_spec(struct cfg_qspec s, bool quantized, enum qmode mode, int
     cr_assert_eq(s.bits, bits, "%s: bits %d, expected %d", what, s.bits, bits);
 }
 
-Test(format, cfg_quant_affine_overrides)
+Test(config, cfg_quant_affine_overrides)
 {
 #define QAFF                                                                                   \
     "{\"group_size\":32,\"bits\":4,\"mode\":\"affine\","                                      \
@@ -559,7 +559,7 @@ Test(format, cfg_quant_affine_overrides)
     cfg_free(&c);
 }
 
-Test(format, cfg_quant_mode_defaults)
+Test(config, cfg_quant_mode_defaults)
 {
     static const char text[] =
         SMALL("\"quantization\":{\"group_size\":32,\"bits\":4,\"mode\":\"mxfp4\","
@@ -592,7 +592,7 @@ Test(format, cfg_quant_mode_defaults)
     cfg_free(&c);
 }
 
-Test(format, cfg_quantization_config_qat_unquantized)
+Test(config, cfg_quantization_config_qat_unquantized)
 {
     /* No quant_method, no `quantization`: Google QAT export, half-precision weights. */
     static const char top[] = SMALL("\"quantization_config\":{\"weight_bits\":4,\"group_size\":32},");
@@ -618,7 +618,7 @@ Test(format, cfg_quantization_config_qat_unquantized)
     free(text);
 }
 
-Test(format, cfg_quantization_config_hf_method_rejected)
+Test(config, cfg_quantization_config_hf_method_rejected)
 {
     static const char text[] = SMALL("\"quantization_config\":{\"quant_method\":\"compressed-tensors\","
                                      "\"format\":\"pack-quantized\"},");
@@ -711,7 +711,7 @@ static const struct bad_cfg bad[] = {
 };
 #define N_BAD (sizeof bad / sizeof bad[0])
 
-ParameterizedTestParameters(format, cfg_invalid)
+ParameterizedTestParameters(config, cfg_invalid)
 {
     static int idx[N_BAD];
     for (size_t i = 0; i < N_BAD; i++)
@@ -719,7 +719,7 @@ ParameterizedTestParameters(format, cfg_invalid)
     return cr_make_param_array(int, idx, N_BAD);
 }
 
-ParameterizedTest(int *i, format, cfg_invalid)
+ParameterizedTest(int *i, config, cfg_invalid)
 {
     const struct bad_cfg *b = &bad[*i];
     char *text = mutated(small_cfg, b->m, 3);
@@ -749,7 +749,7 @@ ParameterizedTest(int *i, format, cfg_invalid)
     free(text);
 }
 
-Test(format, cfg_three_missing_fields_three_lines)
+Test(config, cfg_three_missing_fields_three_lines)
 {
     struct mut m[3] = {
         {"text_config.hidden_size", NULL}, {"text_config.vocab_size", NULL}, {"text_config.sliding_window", NULL}};
@@ -775,7 +775,7 @@ Test(format, cfg_three_missing_fields_three_lines)
     free(text);
 }
 
-Test(format, cfg_not_json_is_format_error)
+Test(config, cfg_not_json_is_format_error)
 {
     static const char *const texts[] = {"model_type = gemma4", "{\"model_type\":\"gemma4\",", "",
                                         "{\"model_type\":\"gemma4\"} trailing"};
@@ -796,7 +796,7 @@ Test(format, cfg_not_json_is_format_error)
     cfg_free(&c);
 }
 
-Test(format, cfg_load_missing_file)
+Test(config, cfg_load_missing_file)
 {
     struct gp_config c;
     struct err e = {0};

@@ -646,6 +646,7 @@ Test(kernels, init_tables)
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
     cr_assert(!t.qdot && !t.matvec_bf16 && !t.blas);
+    kern_free(&t);
     kern_init(&t, KERN_BEST);
     if (cpu_has_avx512()) {
         cr_assert_str_eq(t.name, "avx512");
@@ -678,6 +679,8 @@ Test(kernels, init_tables)
         cr_assert_str_eq(tq.name, want);
         cr_assert(tq.q8dot == kern_q8dot_ref);
     }
+    kern_free(&t);
+    kern_free(&tq);
 }
 
 /* The tables to run kern_matmul with: scalar, AVX2 only, AVX-512 only, best,
@@ -1536,6 +1539,8 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = 60)
         free(y1);
         tmat_free(&mats[i]);
     }
+    kern_free(&q8);
+    kern_free(&best);
 }
 
 /* Hostile activations: a NaN or inf in a group makes the rows' outputs NaN

@@ -108,25 +108,25 @@ static void check(const struct name_case *c)
         cr_assert_eq(ni.layer, c->layer, "'%s': layer %d, expected %d", c->key, ni.layer, c->layer);
 }
 
-Test(unit, names_text_prefixes)
+Test(names, names_text_prefixes)
 {
     for (size_t i = 0; i < sizeof text_cases / sizeof text_cases[0]; i++)
         check(&text_cases[i]);
 }
 
-Test(unit, names_towers_and_projectors)
+Test(names, names_towers_and_projectors)
 {
     for (size_t i = 0; i < sizeof tower_cases / sizeof tower_cases[0]; i++)
         check(&tower_cases[i]);
 }
 
-Test(unit, names_clip_rotary_lm_head_unknown)
+Test(names, names_clip_rotary_lm_head_unknown)
 {
     for (size_t i = 0; i < sizeof other_cases / sizeof other_cases[0]; i++)
         check(&other_cases[i]);
 }
 
-Test(unit, names_tower_collision)
+Test(names, names_tower_collision)
 {
     /* §2.6: E2B's vision layer 15 must never look like decoder layer 15 (F0 = 15). */
     struct name_info v, d;
@@ -139,7 +139,7 @@ Test(unit, names_tower_collision)
     cr_assert_eq(d.layer, 15);
 }
 
-Test(unit, names_layer_index_strict)
+Test(names, names_layer_index_strict)
 {
     static const struct { const char *key; int layer; } t[] = {
         {"model.layers.07.mlp.down_proj.weight", -1},  /* leading zero: not layer 7 */
@@ -167,7 +167,7 @@ Test(unit, names_layer_index_strict)
     }
 }
 
-Test(unit, names_family_prefixes)
+Test(names, names_family_prefixes)
 {
     cr_assert_str_eq(name_family_prefix(NF_HF), "model.language_model.");
     cr_assert_str_eq(name_family_prefix(NF_MLX), "language_model.model.");
@@ -188,7 +188,7 @@ Test(unit, names_family_prefixes)
     }
 }
 
-Test(unit, names_class_names_distinct)
+Test(names, names_class_names_distinct)
 {
     static const enum name_class all[] = {NC_TEXT, NC_VISION, NC_AUDIO, NC_PROJECTOR,
                                           NC_CLIP, NC_ROTARY, NC_LM_HEAD, NC_UNKNOWN};

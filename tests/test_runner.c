@@ -1,5 +1,9 @@
-/* test_runner.c - the forward pass against independent goldens, and its
- * invariants: mode equivalence, thread determinism, mask = no mask.
+/* test_runner.c - runner/forward (with runner/model): the forward pass
+ * against independent goldens, and its invariants: mode equivalence, thread
+ * determinism, mask = no mask, weights loaded into the arena, the blas and
+ * q8 kernels. (The KV cache, batches, the prefix cache, sampling and token
+ * files have test files of their own: test_kvcache.c, test_session.c,
+ * test_prefix.c, test_sample.c, test_tokens.c.)
  *
  * Goldens: golden/data/<variant>-{bf16,q4,q8}.npz, float64 logits from
  * golden/reference.py (an independent NumPy forward), for fixtures made by
@@ -18,6 +22,7 @@
 #include "runner/forward.h"
 #include "runner/tokens.h"
 #include "tests/helpers.h"
+#include "tests/run_helpers.h"
 
 /* DESIGN.md §5: a float32 runner against the float64 reference. Seen: 1e-5 to 5e-5. */
 #define GOLDEN_MAX_ABS 1e-4
@@ -48,14 +53,6 @@ static float *run_logits(const char *model_path, const int32_t *tokens, int64_t 
                          int64_t *V_out)
 {
     return run_logits_kern(model_path, tokens, T, chunk, threads, KERN_BEST, V_out);
-}
-
-static double max_abs_diff(const float *a, const float *b, int64_t n)
-{
-    double m = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - (double)b[i]));
-    return m;
 }
 
 static char *golden_path(const char *name)

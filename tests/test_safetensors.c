@@ -89,7 +89,7 @@ static uint8_t *ex64_image(size_t *len)
 
 /* ------------------------------------------------------------- happy paths */
 
-Test(format, st_example_n64_f32_values)
+Test(safetensors, st_example_n64_f32_values)
 {
     cr_assert_eq(strlen(ex64_hdr), 64, "the §1.4 example header is exactly 64 bytes");
     size_t len;
@@ -129,7 +129,7 @@ Test(format, st_example_n64_f32_values)
     free(buf);
 }
 
-Test(format, st_empty_object_padded_to_8)
+Test(safetensors, st_empty_object_padded_to_8)
 {
     size_t len;
     uint8_t *buf = image("{}      ", NULL, 0, &len);
@@ -145,7 +145,7 @@ Test(format, st_empty_object_padded_to_8)
     free(buf);
 }
 
-Test(format, st_metadata_alone)
+Test(safetensors, st_metadata_alone)
 {
     size_t len;
     uint8_t *buf = image("{\"__metadata__\":{\"format\":\"pt\",\"note\":\"x y\"}}", NULL, 0, &len);
@@ -164,7 +164,7 @@ Test(format, st_metadata_alone)
     free(buf);
 }
 
-Test(format, st_metadata_null_and_empty)
+Test(safetensors, st_metadata_null_and_empty)
 {
     /* MLX writes "__metadata__": null when given no metadata (§1.2). */
     size_t len;
@@ -188,7 +188,7 @@ Test(format, st_metadata_null_and_empty)
     free(buf);
 }
 
-Test(format, st_scalar_shape_i32)
+Test(safetensors, st_scalar_shape_i32)
 {
     uint8_t v[4] = {0xfe, 0xff, 0xff, 0xff}; /* -2 as I32 LE */
     size_t len;
@@ -210,7 +210,7 @@ Test(format, st_scalar_shape_i32)
     free(buf);
 }
 
-Test(format, st_empty_tensor_shape_2_0)
+Test(safetensors, st_empty_tensor_shape_2_0)
 {
     size_t len;
     uint8_t *buf = image("{\"e\":{\"dtype\":\"F32\",\"shape\":[2,0],\"data_offsets\":[0,0]}}", NULL, 0, &len);
@@ -238,7 +238,7 @@ Test(format, st_empty_tensor_shape_2_0)
     free(buf);
 }
 
-Test(format, st_whitespace_around_header)
+Test(safetensors, st_whitespace_around_header)
 {
     size_t len;
     uint8_t *buf = image("\t\n{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}\r \t\n", NULL, 4, &len);
@@ -250,7 +250,7 @@ Test(format, st_whitespace_around_header)
     free(buf);
 }
 
-Test(format, st_every_dtype_bit_size)
+Test(safetensors, st_every_dtype_bit_size)
 {
     /* The closed set of §1.2 with tensor.rs bit sizes; written out here, not
      * read from dtype_table, so a wrong table entry fails. */
@@ -292,7 +292,7 @@ Test(format, st_every_dtype_bit_size)
     }
 }
 
-Test(format, st_packed_subbyte_sizes)
+Test(safetensors, st_packed_subbyte_sizes)
 {
     /* F4: 2 elements per byte; F6: 4 elements per 3 bytes (§1.1 packed). */
     static const struct { const char *dtype; int n; unsigned bytes; } ok[] = {
@@ -312,7 +312,7 @@ Test(format, st_packed_subbyte_sizes)
     }
 }
 
-Test(format, st_unaligned_bf16)
+Test(safetensors, st_unaligned_bf16)
 {
     /* MLX-style: no padding, a 1-byte tensor first, so the BF16 data sits at
      * an odd address (§1.3). Values: 1.0, -2.5, 0.15625, -0.0. */
@@ -359,7 +359,7 @@ Test(format, st_unaligned_bf16)
     free(buf);
 }
 
-Test(format, st_json_order_irrelevant)
+Test(safetensors, st_json_order_irrelevant)
 {
     /* Offsets listed out of order in the JSON are valid (§1.4 rule 6 sorts). */
     static const char hdr[] = "{\"z.last\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[6,8]},"
@@ -383,7 +383,7 @@ Test(format, st_json_order_irrelevant)
     free(buf);
 }
 
-Test(format, st_find_exact)
+Test(safetensors, st_find_exact)
 {
     static const char hdr[] = "{\"layers.1.w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
                               "\"layers.10.w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]},"
@@ -407,7 +407,7 @@ Test(format, st_find_exact)
     free(buf);
 }
 
-Test(format, st_header_only_reads_8_plus_n)
+Test(safetensors, st_header_only_reads_8_plus_n)
 {
     size_t len;
     uint8_t *buf = ex64_image(&len);
@@ -447,7 +447,7 @@ Test(format, st_header_only_reads_8_plus_n)
     free(buf);
 }
 
-Test(format, st_allow_truncated)
+Test(safetensors, st_allow_truncated)
 {
     size_t len;
     uint8_t *buf = ex64_image(&len);
@@ -497,7 +497,7 @@ Test(format, st_allow_truncated)
     free(buf);
 }
 
-Test(format, st_open_missing_file)
+Test(safetensors, st_open_missing_file)
 {
     char *dir = th_mkdtemp();
     char path[4200];
@@ -642,7 +642,7 @@ static void expect_rejection(const struct corrupt *c, const char *how, int rc, c
         cr_assert(strstr(e->msg, c->sub2), "[%s] via %s: message lacks \"%s\": %s", c->what, how, c->sub2, e->msg);
 }
 
-ParameterizedTestParameters(format, st_corrupt)
+ParameterizedTestParameters(safetensors, st_corrupt)
 {
     static int idx[N_CORRUPT];
     for (size_t i = 0; i < N_CORRUPT; i++)
@@ -650,7 +650,7 @@ ParameterizedTestParameters(format, st_corrupt)
     return cr_make_param_array(int, idx, N_CORRUPT);
 }
 
-ParameterizedTest(int *i, format, st_corrupt)
+ParameterizedTest(int *i, safetensors, st_corrupt)
 {
     const struct corrupt *c = &corrupt[*i];
     size_t len;
@@ -681,7 +681,7 @@ ParameterizedTest(int *i, format, st_corrupt)
     free(buf);
 }
 
-Test(format, st_corrupt_table_is_complete)
+Test(safetensors, st_corrupt_table_is_complete)
 {
     /* Guard against the table silently shrinking. */
     cr_assert_geq(N_CORRUPT, 40);
@@ -689,7 +689,7 @@ Test(format, st_corrupt_table_is_complete)
         cr_assert(corrupt[i].code != ERR_OK && corrupt[i].sub1, "%s", corrupt[i].what);
 }
 
-Test(format, st_n_exactly_limit_constant)
+Test(safetensors, st_n_exactly_limit_constant)
 {
     cr_assert_eq(ST_MAX_HEADER, 100000000ull, "§1.4 rule 2: the cap is 100,000,000 bytes");
 }
@@ -716,7 +716,7 @@ static void fill_writer_data(uint8_t data[29])
         data[24 + i] = (uint8_t)(0xa0 + i);
 }
 
-Test(format, st_writer_round_trip)
+Test(safetensors, st_writer_round_trip)
 {
     char *dir = th_mkdtemp();
     char *path = malloc(strlen(dir) + 32);
@@ -783,7 +783,7 @@ Test(format, st_writer_round_trip)
     th_rmtree(dir);
 }
 
-Test(format, st_writer_single_byte_writes)
+Test(safetensors, st_writer_single_byte_writes)
 {
     char *dir = th_mkdtemp();
     char *path = malloc(strlen(dir) + 32);
@@ -807,7 +807,7 @@ Test(format, st_writer_single_byte_writes)
     th_rmtree(dir);
 }
 
-Test(format, st_writer_misuse)
+Test(safetensors, st_writer_misuse)
 {
     char *dir = th_mkdtemp();
     char *path = malloc(strlen(dir) + 32);
@@ -834,7 +834,7 @@ Test(format, st_writer_misuse)
     th_rmtree(dir);
 }
 
-Test(format, st_writer_abort_leaves_nothing)
+Test(safetensors, st_writer_abort_leaves_nothing)
 {
     char *dir = th_mkdtemp();
     char *path = malloc(strlen(dir) + 32);
@@ -859,7 +859,7 @@ Test(format, st_writer_abort_leaves_nothing)
     th_rmtree(dir);
 }
 
-Test(format, st_writer_header_only)
+Test(safetensors, st_writer_header_only)
 {
     char *dir = th_mkdtemp();
     char *path = malloc(strlen(dir) + 32);
