@@ -79,7 +79,7 @@ static int open_indexed(struct ckpt *c, const char *index_path, unsigned flags, 
         return err_prefix(e, "%s", index_path);
     struct json_object *wm;
     if (nul) {
-        /* json-c would silently cut a tensor or shard name at the NUL (formats.md §1.5) */
+        /* json-c would silently cut a tensor or shard name at the NUL (INPUTS.md §1.5) */
         rc = err_set(e, ERR_FORMAT, "%s: contains a string with an escaped NUL (\\u0000)", index_path);
         goto out;
     }

@@ -1,5 +1,5 @@
 /* checkpoint.h - a checkpoint directory: one model.safetensors, or shards
- * listed by model.safetensors.index.json (formats.md §1.6).
+ * listed by model.safetensors.index.json (INPUTS.md §5).
  *
  * With an index: every shard name is a plain file name, every shard exists
  * and is fully valid, every weight_map entry is in its shard, every shard

@@ -168,7 +168,7 @@ static void parse_rope(struct diag *d, struct json_object *rp, const char *type_
         problem(d, "%sfactor: %g, expected > 0", scope, r->factor);
 }
 
-/* --- quantization metadata (formats.md §3) --- */
+/* --- quantization metadata (INPUTS.md §3) --- */
 
 /* A present, non-null integer key of a per-module override replaces *out. */
 static void override_int(struct diag *d, struct json_object *o, const char *key, const char *where, int64_t hi,
@@ -420,7 +420,7 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     if (c->ple_dim > 0)
         get_int(&d, t, "vocab_size_per_layer_input", REQUIRED, 0, 1, LIM_VOCAB, &c->ple_vocab);
     /* Newer HF configs may give the full layers' head_dim / KV heads only in a
-     * per_layer_config object (gemma4-architecture.md §1.2 parser rule). */
+     * per_layer_config object (MODEL.md §1.2 parser rule). */
     struct json_object *plc = get(t, "per_layer_config");
     bool use_plc = plc && json_object_get_type(plc) == json_type_object;
     if (c->k_eq_v && (has(t, "num_global_key_value_heads") || !use_plc))

@@ -3,7 +3,7 @@
  * Text fields are read from `text_config` when model_type is "gemma4" (or
  * "gemma4_unified"), from the top level when it is "gemma4_text". Every
  * architecture-defining field is required: HF and MLX defaults disagree
- * (gemma4-architecture.md §1.2), so a default would silently pick a model.
+ * (MODEL.md §1.2), so a default would silently pick a model.
  * Only fields whose HF default is semantically safe may be absent. */
 #ifndef GP_CONFIG_H
 #define GP_CONFIG_H
@@ -28,7 +28,7 @@ struct cfg_rope {
     double factor;    /* divides every inverse frequency (default 1) */
 };
 
-/* Derived per-layer quantities (gemma4-architecture.md §1.3). */
+/* Derived per-layer quantities (MODEL.md §1.3). */
 struct cfg_layer {
     enum layer_type type;
     int64_t head_dim;   /* d_i */
@@ -39,7 +39,7 @@ struct cfg_layer {
     int64_t mlp_width;  /* I_i */
 };
 
-/* Quantization of one module (MLX semantics, formats.md §3). */
+/* Quantization of one module (MLX semantics, INPUTS.md §3). */
 struct cfg_qspec {
     bool quantized;
     enum qmode mode;

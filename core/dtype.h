@@ -9,7 +9,7 @@
 
 #include "core/err.h"
 
-/* Every dtype string of the safetensors format (formats.md §1.2). */
+/* Every dtype string of the safetensors format (INPUTS.md §1.2). */
 enum dtype {
     DT_BOOL, DT_U8, DT_I8, DT_F8_E5M2, DT_F8_E4M3, DT_F8_E8M0, DT_F8_E4M3FNUZ, DT_F8_E5M2FNUZ,
     DT_F4, DT_F6_E2M3, DT_F6_E3M2, DT_I16, DT_U16, DT_F16, DT_BF16,

@@ -1,6 +1,6 @@
 /* jsonx.h - the few json-c conventions every reader here shares.
  *
- * json-c alone accepts things our readers must not (formats.md §1.5): invalid
+ * json-c alone accepts things our readers must not (INPUTS.md §1.5): invalid
  * UTF-8 unless asked, integers silently saturated to UINT64_MAX, trailing
  * garbage after the first value. jsonx_parse and jsonx_u64 close those gaps. */
 #ifndef GP_JSONX_H
@@ -27,7 +27,7 @@ int jsonx_parse(const char *buf, size_t len, struct json_object **out, struct er
 /* True when a string of the (already validated) JSON text `buf` contains the
  * escape \u0000. json-c keeps such a NUL inside string values but silently
  * cuts object KEYS at it, so a key "a\u0000b" would be read as "a"
- * (formats.md §1.5: names containing NUL must be rejected). */
+ * (INPUTS.md §1.5: names containing NUL must be rejected). */
 bool jsonx_has_escaped_nul(const char *buf, size_t len);
 
 /* A non-negative JSON integer below INT64_MAX (so never a saturated value).

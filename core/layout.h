@@ -1,6 +1,6 @@
 /* layout.h - the text-model tensor set a config implies.
  *
- * Derived from config semantics alone (gemma4-architecture.md §2.2-2.5):
+ * Derived from config semantics alone (MODEL.md §2.2-2.5):
  * head dims by layer type, KV heads, k_eq_v (no v_proj), KV-shared layers
  * (their K/V are redundant), the double-wide MLP, PLE, MoE experts fused
  * (HF) or split (MLX). `gempack check` compares a checkpoint with it and

@@ -1,4 +1,4 @@
-/* names.h - classification of checkpoint keys (gemma4-architecture.md §2.1, §2.6).
+/* names.h - classification of checkpoint keys (MODEL.md §2.1, §2.6).
  *
  * A key is classified by its PREFIX first (tower, projector, text model,
  * lm_head); only a text-model key is then split into a text-relative name

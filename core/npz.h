@@ -1,4 +1,4 @@
-/* npz.h - .npy arrays and .npz archives (formats.md §5.4), through libzip.
+/* npz.h - .npy arrays and .npz archives (INPUTS.md §4), through libzip.
  *
  * npy: "\x93NUMPY", version 1-3, a Python-dict header ('descr',
  * 'fortran_order', 'shape') padded so the data starts at a multiple of 64,

@@ -299,7 +299,7 @@ static int parse_record(struct pack *p, size_t i, struct json_object *r, struct 
 }
 
 /* A "quantized" entry names existing tensors whose dtypes and shapes agree
- * with its mode, bits and group size (formats.md §3.4). */
+ * with its mode, bits and group size (INPUTS.md §3.4). */
 static int check_quantized(struct pack *p, const char *module, struct json_object *q, struct err *e)
 {
     struct json_object *v;

@@ -1,5 +1,5 @@
 /* qmode.h - the quantization modes a checkpoint's metadata can name, one
- * table entry each (formats.md §2.1): what config.json and a pack manifest
+ * table entry each (INPUTS.md §2.1): what config.json and a pack manifest
  * say about a quantized module. The arithmetic of each mode lives in quant/. */
 #ifndef GP_QMODE_H
 #define GP_QMODE_H

@@ -113,7 +113,7 @@ static int parse_header(struct st_file *f, const char *hdr, bool allow_truncated
     int rc = ERR_OK;
     struct st_tensor **order = NULL;
     if (jsonx_has_escaped_nul(hdr, (size_t)f->header_len)) {
-        /* json-c would silently cut a tensor name at the NUL (formats.md §1.5). */
+        /* json-c would silently cut a tensor name at the NUL (INPUTS.md §1.5). */
         rc = err_set(e, ERR_FORMAT, "%s: header contains a string with an escaped NUL (\\u0000); tensor names "
                      "and metadata must not contain NUL", f->path);
         goto out;

@@ -1,9 +1,9 @@
 /* safetensors.h - hostile-input safetensors reader and streaming writer.
  *
- * Layout (formats.md §1.1): u64 LE header length N, N bytes of UTF-8 JSON,
+ * Layout (INPUTS.md §1.1): u64 LE header length N, N bytes of UTF-8 JSON,
  * then the data buffer; every data_offsets pair is relative to byte 8+N.
  * The reader applies every rule of the reference implementation
- * (formats.md §1.4): header size cap, UTF-8, strict JSON, closed dtype set,
+ * (INPUTS.md §1.4): header size cap, UTF-8, strict JSON, closed dtype set,
  * offsets contiguous from 0 when sorted (no holes, overlaps or aliases),
  * size == numel x dtype size, and the file ending exactly at the last tensor.
  * Data pointers may be unaligned (MLX writes no padding): read them through

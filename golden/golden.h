@@ -1,4 +1,4 @@
-/* golden.h - golden-logit files and their comparison (DESIGN.md §7).
+/* golden.h - golden-logit files and their comparison (CLI.md (golden make|check)).
  *
  * A golden file is an .npz (written by npz_write_logits, core/npz.h):
  * tokens.npy int32 [T], logits.npy float32 [T, V] (after the soft-cap),
@@ -15,7 +15,7 @@
 
 #include "core/err.h"
 
-/* The thresholds a golden without "tolerances" is held to (DESIGN.md §5). */
+/* The thresholds a golden without "tolerances" is held to (MODEL.md §9). */
 #define GOLDEN_DEFAULT_MAX_ABS 1e-4
 #define GOLDEN_DEFAULT_TOP1 1.0
 

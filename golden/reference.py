@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Independent float64 NumPy reference forward pass of the Gemma 4 text model.
 
-Written from /work/shared/docs/gemma4-architecture.md (sections named in the
-comments as "arch §x") and /work/shared/docs/formats.md ("fmt §x"). It shares
+Written from the Gemma 4 architecture and file formats as docs/MODEL.md and
+docs/INPUTS.md restate them (sections named in the comments as "MODEL.md §x"
+and "INPUTS.md §x"). It shares
 no code with, and was not derived from, the C runner of this repository.
 
 Library use:
@@ -16,7 +17,7 @@ Command line:
         [--compare OTHER.npz[:KEY]]
 
 Everything is computed in float64 except, by default, the RoPE cos/sin tables, which are built
-in float32 the way the upstream implementations build them (arch §3.1.4 "HF numerics"; MLX's
+in float32 the way the upstream implementations build them (MODEL.md §4 "HF numerics"; MLX's
 fast.rope does the same); --rope-tables f64 gives an all-float64 pass. See golden/README.md.
 
 Only the Python standard library and numpy are used.
@@ -39,7 +40,7 @@ PRODUCER = "gempack golden/reference.py"
 DEFAULT_TOLERANCES = {"max_abs": 1e-4, "top1": 1.0, "kld_mean": 1e-6}
 
 # ---------------------------------------------------------------------------
-# Configuration (arch §1.2 - §1.5)
+# Configuration (MODEL.md §1.2 - §1.5)
 # ---------------------------------------------------------------------------
 
 SLIDING = "sliding_attention"
@@ -62,7 +63,7 @@ def parse_config(config):
         tc = dict(config)
         multimodal = False
     elif "text_config" in config:
-        # gemma4 (and gemma4_unified) wrappers: text fields under text_config (arch §1.1).
+        # gemma4 (and gemma4_unified) wrappers: text fields under text_config (MODEL.md §1.1).
         tc = dict(config["text_config"])
         multimodal = True
         if "vocab_size" not in tc and "vocab_size" in config:
@@ -84,10 +85,10 @@ def parse_config(config):
     h["head_dim"] = int(_require(tc, "head_dim"))
     h["V"] = int(_require(tc, "vocab_size"))
     h["W"] = int(_require(tc, "sliding_window"))
-    h["P"] = int(_require(tc, "hidden_size_per_layer_input"))  # arch §1.2: must be explicit
+    h["P"] = int(_require(tc, "hidden_size_per_layer_input"))  # MODEL.md §1.2: must be explicit
     h["eps"] = float(tc.get("rms_norm_eps", 1e-6) if tc.get("rms_norm_eps") is not None else 1e-6)
 
-    # Full-layer head dim and KV heads (arch §1.2 notes, §1.3).
+    # Full-layer head dim and KV heads (MODEL.md §1.2 notes, §1.3).
     gd = tc.get("global_head_dim")
     gkv = tc.get("num_global_key_value_heads")
     plc = tc.get("per_layer_config")
@@ -110,7 +111,7 @@ def parse_config(config):
     if act not in ("gelu_pytorch_tanh", None):
         raise ReferenceError("hidden_activation %r is not the tanh GELU" % act)
     sc = tc.get("final_logit_softcapping")
-    h["softcap"] = float(sc) if sc is not None else None  # arch §3.1.5: skip if null/absent
+    h["softcap"] = float(sc) if sc is not None else None  # MODEL.md §8.4: skip if null/absent
     if h["P"] > 0:
         vp = tc.get("vocab_size_per_layer_input")
         h["V_ple"] = int(vp) if vp is not None else None
@@ -119,7 +120,7 @@ def parse_config(config):
         h["K"] = int(_require(tc, "top_k_experts"))
         h["M"] = int(_require(tc, "moe_intermediate_size"))
 
-    # Layer types (arch §1.2): explicit list; fall back to the MLX period only if absent.
+    # Layer types (MODEL.md §1.2): explicit list; fall back to the MLX period only if absent.
     lt = tc.get("layer_types")
     if lt is None:
         pat = tc.get("sliding_window_pattern")
@@ -137,7 +138,7 @@ def parse_config(config):
         lt[-1] = FULL
     h["layer_types"] = lt
 
-    # RoPE (arch §1.4): required.
+    # RoPE (MODEL.md §1.4): required.
     rp = tc.get("rope_parameters")
     if not isinstance(rp, dict):
         raise ReferenceError("config.json: rope_parameters is missing")
@@ -179,7 +180,7 @@ def parse_config(config):
 
 
 def _quant_block(config, tc):
-    """fmt §3.4 step 1: MLX quantization block or None."""
+    """INPUTS.md §3.4 step 1: MLX quantization block or None."""
     if isinstance(config.get("quantization"), dict):
         return config["quantization"]
     for qc in (config.get("quantization_config"), tc.get("quantization_config")):
@@ -190,7 +191,7 @@ def _quant_block(config, tc):
             if "bits" in qc or "group_size" in qc:
                 return qc
             # Google QAT "unquantized" block without quant_method and without MLX keys:
-            # treat as unquantized (arch §1.5).
+            # treat as unquantized (MODEL.md §1.5).
             return None
     return None
 
@@ -199,7 +200,7 @@ MODE_DEFAULTS = {"affine": (64, 4), "mxfp4": (32, 4), "nvfp4": (16, 4), "mxfp8":
 
 
 def resolve_quant(qblock, paths):
-    """Bits/group/mode of a quantized module (fmt §3.1 defaulting rule).
+    """Bits/group/mode of a quantized module (INPUTS.md §3.1 defaulting rule).
 
     paths: candidate override keys (the MLX module path first)."""
     if qblock is None:
@@ -228,7 +229,7 @@ def resolve_quant(qblock, paths):
 
 
 # ---------------------------------------------------------------------------
-# safetensors (fmt §1)
+# safetensors (INPUTS.md §1)
 # ---------------------------------------------------------------------------
 
 _DTYPES = {
@@ -259,7 +260,7 @@ class RawTensor:
 
 
 def read_safetensors(path):
-    """Parse one safetensors file and validate it (fmt §1.1, §1.4). Returns {name: RawTensor}."""
+    """Parse one safetensors file and validate it (INPUTS.md §1.1, §1.4). Returns {name: RawTensor}."""
     with open(path, "rb") as f:
         blob = f.read()
     if len(blob) < 8:
@@ -300,7 +301,7 @@ def read_safetensors(path):
 
 
 def checkpoint_files(ckpt):
-    """List of (file name) holding weights (fmt §1.6 loader rules)."""
+    """List of (file name) holding weights (INPUTS.md §5 loader rules)."""
     idx = os.path.join(ckpt, "model.safetensors.index.json")
     if os.path.exists(idx):
         with open(idx) as f:
@@ -339,7 +340,7 @@ def read_all_tensors(ckpt):
 
 
 # ---------------------------------------------------------------------------
-# MLX affine dequantization (fmt §2.3, §2.4)
+# MLX affine dequantization (INPUTS.md §2.3, §2.4)
 # ---------------------------------------------------------------------------
 
 def unpack_codes(words, bits, n_in):
@@ -368,7 +369,7 @@ def dequantize_affine(words, scales, biases, bits, gs):
 
 
 # ---------------------------------------------------------------------------
-# Loading (arch §2, fmt §3.4)
+# Loading (MODEL.md §2, INPUTS.md §3.4)
 # ---------------------------------------------------------------------------
 
 TOWERS = ("vision_tower", "audio_tower", "embed_vision", "embed_audio",
@@ -394,7 +395,7 @@ def _strip_text_prefix(key):
 
 
 def _expected_in_features(rel, h):
-    """In-features of a quantizable module from the architecture (for the fmt §3.4 cross-check)."""
+    """In-features of a quantizable module from the architecture (for the INPUTS.md §3.4 cross-check)."""
     H, P, L = h["H"], h["P"], h["L"]
     if rel == "embed_tokens":
         return H
@@ -443,7 +444,7 @@ def load_checkpoint(ckpt):
     tc, h, qblock = parse_config(config)
     raw, files = read_all_tensors(ckpt)
 
-    # 1. classify by prefix FIRST (arch §2.6 collision hazard), then strip one text prefix.
+    # 1. classify by prefix FIRST (MODEL.md §2.6 collision hazard), then strip one text prefix.
     text = {}  # rel name -> (original key, RawTensor)
     ignored = {"tower": 0, "shared_kv": 0, "other": []}
     for key, t in raw.items():
@@ -458,16 +459,16 @@ def load_checkpoint(ckpt):
             raise ReferenceError("tensor %s has no known text prefix" % key)
         if rel.split(".")[-1] in ("input_min", "input_max", "output_min", "output_max") \
                 or "rotary_emb" in rel:
-            ignored["other"].append(key)  # arch §2.6: clip bounds, rotary tables
+            ignored["other"].append(key)  # MODEL.md §2.6: clip bounds, rotary tables
             continue
         if _kv_of_shared_layer(rel, h):
-            ignored["shared_kv"] += 1  # arch §2.5: redundant K/V of KV-shared layers
+            ignored["shared_kv"] += 1  # MODEL.md §2.5: redundant K/V of KV-shared layers
             continue
         if rel in text:
             raise ReferenceError("two tensors map to %s" % rel)
         text[rel] = (key, t)
 
-    # 2. dequantize MLX affine triplets (fmt §2.4, §3.4) and upcast everything else.
+    # 2. dequantize MLX affine triplets (INPUTS.md §2.4, §3.4) and upcast everything else.
     weights = {}
     quant_info = {}
     used = set()
@@ -495,8 +496,8 @@ def load_checkpoint(ckpt):
         if scales.shape != biases.shape or words.shape[:-1] != scales.shape[:-1]:
             raise ReferenceError("quantized module %s: inconsistent shapes %s %s %s"
                                  % (mod, words.shape, scales.shape, biases.shape))
-        # bits/group from the config (fmt §3.1) and, independently, from the shapes given the
-        # architecture's in-features (fmt §2.3 "Recovering (b, gs) from shapes"); both must agree.
+        # bits/group from the config (INPUTS.md §3.1) and, independently, from the shapes given the
+        # architecture's in-features (INPUTS.md §2.3 "Recovering (b, gs) from shapes"); both must agree.
         exp_in = _expected_in_features(mod, h)
         shape_bg = None
         if exp_in is not None:
@@ -535,7 +536,7 @@ def load_checkpoint(ckpt):
             raise ReferenceError("%s holds U32 codes but there is no %s.scales" % (key, rel[:-7]))
         weights[rel] = t.as_f64()
 
-    # 3. MoE expert layouts (arch §2.3): HF fused -> split gate/up.
+    # 3. MoE expert layouts (MODEL.md §2.3): HF fused -> split gate/up.
     if h["moe"]:
         M, E = h["M"], h["E"]
         for i in range(h["L"]):
@@ -552,7 +553,7 @@ def load_checkpoint(ckpt):
                 weights[pre + "up"] = weights.pop(pre + "switch_glu.up_proj.weight")
                 weights[pre + "down"] = weights.pop(pre + "switch_glu.down_proj.weight")
 
-    # 4. tied head (arch §3.9): lm_head, if present, must equal the embedding.
+    # 4. tied head (MODEL.md §8.4): lm_head, if present, must equal the embedding.
     tied = config.get("tie_word_embeddings", tc.get("tie_word_embeddings", True))
     if tc.get("tie_word_embeddings") is False or tied is False:
         raise ReferenceError("untied output head: Gemma 4 releases are tied")
@@ -569,7 +570,7 @@ def load_checkpoint(ckpt):
 
 
 def _check_shapes(model):
-    """Every tensor the forward needs is present with the shape of arch §2.2 - §2.3; nothing extra."""
+    """Every tensor the forward needs is present with the shape of MODEL.md §2.2 - §2.3; nothing extra."""
     h, w = model["hp"], model["w"]
     H, P, L, V, Nq = h["H"], h["P"], h["L"], h["V"], h["Nq"]
     need = {"embed_tokens.weight": (V, H), "norm.weight": (H,)}
@@ -629,17 +630,17 @@ def _check_shapes(model):
 
 
 # ---------------------------------------------------------------------------
-# Forward pass (arch §3), float64 throughout
+# Forward pass (MODEL.md §8), float64 throughout
 # ---------------------------------------------------------------------------
 
 def rms_norm(x, w, eps):
-    """arch §3.1.1 / §3.1.2: x * (mean(x^2) + eps)^(-1/2) * w over the last axis. No (1 + w)."""
+    """MODEL.md §8.1 / §8.1: x * (mean(x^2) + eps)^(-1/2) * w over the last axis. No (1 + w)."""
     y = x * (np.mean(x * x, axis=-1, keepdims=True) + eps) ** -0.5
     return y if w is None else y * w
 
 
 def gelu_tanh(x):
-    """arch §3.1.3."""
+    """MODEL.md §6.1."""
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
@@ -647,7 +648,7 @@ ROPE_TABLES = ("f32", "f32-hf", "f64")
 
 
 def rope_inv_freq(params, d, tables="f32"):
-    """Inverse frequencies omega_0 .. omega_{d/2-1} for one layer type (arch §1.4, §3.1.4).
+    """Inverse frequencies omega_0 .. omega_{d/2-1} for one layer type (MODEL.md §1.4, §4).
 
     "default": omega_i = theta^(-2i/d) for every i < d/2 (partial_rotary_factor ignored).
     "proportional": omega_i = theta^(-2i/d) / factor for i < A = floor(partial * d / 2), 0 beyond;
@@ -716,7 +717,7 @@ def attention_mask(T, layer_type, W):
     k = np.arange(T)[None, :]
     m = k <= q  # causal
     if layer_type == SLIDING:
-        m &= k > q - W  # arch §1.2 notes: q - W < k <= q
+        m &= k > q - W  # MODEL.md §1.2 notes: q - W < k <= q
     return m
 
 
@@ -743,10 +744,10 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
     pos = np.arange(T)
 
     E = w["embed_tokens.weight"]
-    x = E[tokens] * math.sqrt(H)  # arch §3.2 (exact sqrt(H), f64)
+    x = E[tokens] * math.sqrt(H)  # MODEL.md §8.2 (exact sqrt(H), f64)
 
     ple = None
-    if P > 0:  # arch §3.3
+    if P > 0:  # MODEL.md §3
         vp = h["V_ple"]
         if tokens.max() >= vp:
             raise ReferenceError("token id beyond vocab_size_per_layer_input")
@@ -769,7 +770,7 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
         d, G, t = ly["d"], ly["G"], ly["type"]
         R = Nq // G
 
-        # arch §3.4 steps 1-4, attention §3.5
+        # MODEL.md §8.3 steps 1-4, attention §5
         a = rms_norm(x, w[p + "input_layernorm.weight"], eps)
         Q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, Nq, d)
         Q = apply_rope(rms_norm(Q, w[p + "self_attn.q_norm.weight"], eps), pos, inv[t])
@@ -780,7 +781,7 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
             Vv = rms_norm(Vr, None, eps)
             kv[i] = (K, Vv)
         else:
-            K, Vv = kv[ly["src"]]  # arch §3.5 step 3, src(i) of §1.3
+            K, Vv = kv[ly["src"]]  # MODEL.md §5 step 3, src(i) of §1.3
             if K.shape[1] != G or K.shape[2] != d:
                 raise ReferenceError("layer %d: KV source %d has a different head layout" % (i, ly["src"]))
         kvh = np.arange(Nq) // R  # query head h -> kv head h // R
@@ -794,7 +795,7 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
         attn = rms_norm(attn, w[p + "post_attention_layernorm.weight"], eps)
         r = x + attn
 
-        # arch §3.4 step 5, §3.7, §3.8
+        # MODEL.md §8.3 step 5, §6.1, §6.2
         z = rms_norm(r, w[p + "pre_feedforward_layernorm.weight"], eps)
         f = (gelu_tanh(z @ w[p + "mlp.gate_proj.weight"].T) * (z @ w[p + "mlp.up_proj.weight"].T)) \
             @ w[p + "mlp.down_proj.weight"].T
@@ -821,15 +822,15 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
         f = rms_norm(f, w[p + "post_feedforward_layernorm.weight"], eps)
         x = r + f
 
-        if P > 0:  # arch §3.4 step 8
+        if P > 0:  # MODEL.md §8.3 step 8
             g = gelu_tanh(x @ w[p + "per_layer_input_gate.weight"].T) * ple[:, i, :]
             g = g @ w[p + "per_layer_projection.weight"].T
             x = x + rms_norm(g, w[p + "post_per_layer_input_norm.weight"], eps)
-        x = x * w[p + "layer_scalar"][0]  # arch §3.4 step 9
+        x = x * w[p + "layer_scalar"][0]  # MODEL.md §8.3 step 9
         if return_hidden:
             hidden.append(x.copy())
 
-    z = rms_norm(x, w["norm.weight"], eps) @ E.T  # tied, unscaled (arch §3.9)
+    z = rms_norm(x, w["norm.weight"], eps) @ E.T  # tied, unscaled (MODEL.md §8.4)
     if h["softcap"] is not None:
         c = h["softcap"]
         z = c * np.tanh(z / c)
@@ -839,7 +840,7 @@ def forward(model, tokens, rope_tables="f32", return_hidden=False):
 
 
 # ---------------------------------------------------------------------------
-# Output (.npz per fmt §5.4 - §5.5)
+# Output (.npz per INPUTS.md §4 - §4.3)
 # ---------------------------------------------------------------------------
 
 def _npy_bytes(arr):
@@ -880,7 +881,7 @@ def build_meta(model, tokens, tolerances, rope_tables="f32"):
         "numpy": np.__version__,
         "dtype": "float64",
         "rope_tables": rope_tables,
-        "spec": "gemma4-architecture.md §3 (full-sequence causal prefill, positions 0..T-1)",
+        "spec": "MODEL.md §8 (full-sequence causal prefill, positions 0..T-1)",
         "config_sha256": model["config_sha256"],
         "files": files,
         "num_tokens": int(len(tokens)),

@@ -1,4 +1,4 @@
-/* normalize.h - one canonical form for every checkpoint layout (DESIGN.md §4).
+/* normalize.h - one canonical form for every checkpoint layout (MODEL.md §2.7).
  *
  * Text keys lose exactly one prefix (model.language_model., language_model.model.
  * or model.); towers, projectors, clip bounds and rotary tables are set aside;

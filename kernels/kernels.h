@@ -69,7 +69,7 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
  * (AVX-512 VNNI `vpdpbusd`: 64 byte products per instruction). The bias
  * terms keep the exact fp32 group sums. Per weight the error is at most
  * |scale|·q·d/2; results stay bitwise identical across thread counts and
- * batch sizes, but not equal to the exact default (DESIGN §5), so goldens are
+ * batch sizes, but not equal to the exact default (MODEL.md §9), so goldens are
  * checked with the exact kernels.
  *
  * The definition, kern_q8dot_ref, and its SIMD twins: for each row and

@@ -3,7 +3,7 @@
 
 #include "quant/quant.h"
 
-/* QAT "q4_0" lattice (DESIGN.md §6): a group of 32 that sits exactly on
+/* QAT "q4_0" lattice (INPUTS.md §2.6): a group of 32 that sits exactly on
  * d*q, q in [-8, 7], becomes affine codes q+8 with scale d and bias -8d,
  * which dequantize to the same values. d is tried as amax/k, k = 1..8 (the
  * largest step that fits wins) and must be exact in the scales dtype. */

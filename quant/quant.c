@@ -1,5 +1,5 @@
 /* quant.c - MLX affine quantization: modes, the CPU quantizer, packing and
- * dequantization (formats.md §2.1-2.4). All arithmetic is float32. */
+ * dequantization (INPUTS.md §2.1-2.4). All arithmetic is float32. */
 #include "quant/quant.h"
 
 #include "core/cpu.h"

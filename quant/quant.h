@@ -1,13 +1,13 @@
 /* quant.h - the representation of stored weights: MLX quantization modes,
- * the affine definition (formats.md §2), its fast twins, and the QAT
+ * the affine definition (INPUTS.md §2), its fast twins, and the QAT
  * lattice. One place that convert, run and the KV cache all use.
  *
  * A row of K weights is cut into groups of `gs` consecutive elements; each
  * group has a float scale and bias and b-bit codes q with w = scale*q + bias.
  * Codes of a row form one LSB-first bitstream over little-endian uint32 words
  * (element i occupies bits [i*b, i*b+b)), K*b/32 words per row.
- * The quantizer is MLX's CPU algorithm (formats.md §2.2), bit-exact on the
- * test vectors of formats.md §2.7. Every fast twin (quant_avx512.c) gives
+ * The quantizer is MLX's CPU algorithm (INPUTS.md §2.2), bit-exact on the
+ * test vectors of INPUTS.md §2.5. Every fast twin (quant_avx512.c) gives
  * the definition's bits exactly (tests/test_quant.c). */
 #ifndef GP_QUANT_H
 #define GP_QUANT_H
@@ -70,7 +70,7 @@ void quant_dequant_row_avx512(const uint8_t *row, const void *scales, const void
                               int gs, int bits, float *out);
 void quant_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
 
-/* ---- the QAT lattice (DESIGN.md §6) ---- */
+/* ---- the QAT lattice (INPUTS.md §2.6) ---- */
 
 /* quant_row at 4 bits, group 32, with every group first tried on the QAT
  * "q4_0" grid: a group whose values are exactly d·q, q in [-8, 7], for one

@@ -7,7 +7,7 @@
  *
  * Quantized caches (--kv-bits): an entry at a position ≥ `qstart` is stored
  * as MLX affine codes with float32 scales and biases, in groups of `gs`
- * along each head's dimension (formats.md §2.2 rules); earlier positions
+ * along each head's dimension (INPUTS.md §2.2 rules); earlier positions
  * stay float. Whatever reads an entry (the layer itself, or the KV-shared
  * layers that use it as their source) decodes that stored representation;
  * nothing keeps a float copy of a quantized entry or quantizes twice. */

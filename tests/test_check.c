@@ -2,7 +2,7 @@
  * fixtures of every variant and layout, on the external goldens, and on
  * deliberately broken checkpoints, each problem found BY NAME.
  *
- * Expectations come from gemma4-architecture.md §1.3/§2 and the tiny
+ * Expectations come from MODEL.md §1.3/§2 and the tiny
  * dimensions of fixtures/fixture.c:
  *   e2b     L 10, num_kv_shared 5 -> F0 5, period 5 (full: 4, 9), H 128, Nq 4,
  *           G 1, head_dim 32 / global 64, I 256 (double-wide 512 from F0), P 64

@@ -1,6 +1,6 @@
-/* test_checkpoint.c - checkpoint directories (formats.md §1.6): a single
+/* test_checkpoint.c - checkpoint directories (INPUTS.md §5): a single
  * model.safetensors, or shards listed by model.safetensors.index.json, with
- * the loader rules 1-6 of §1.6 checked one by one. */
+ * the loader rules 1-6 of §5 checked one by one. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 

@@ -1,5 +1,5 @@
-/* test_config.c - Gemma 4 config.json parsing (gemma4-architecture.md §1.1-1.5,
- * formats.md §3).
+/* test_config.c - Gemma 4 config.json parsing (MODEL.md §1.1-1.5,
+ * INPUTS.md §3).
  *
  * The four official variants are embedded below, written from the §1.2 table,
  * and their derived per-layer quantities are checked against the §1.3
@@ -198,7 +198,7 @@ Test(config, cfg_official_variants)
 
 Test(config, cfg_e2b_spot_checks)
 {
-    /* The single most error-prone rows of §0.1 / §1.3, spelled out. */
+    /* The single most error-prone rows of §1.3 / §1.3, spelled out. */
     struct gp_config c;
     struct err e = {0};
     cr_assert_eq(parse_str(&c, cfg_e2b, &e), ERR_OK, "%s", e.msg);
@@ -572,7 +572,7 @@ Test(config, cfg_quant_mode_defaults)
     const struct cfg_quant *q = &c.quant;
     assert_spec(q->global, true, QM_MXFP4, 32, 4, "global mxfp4");
     bool ex;
-    /* formats.md §3.1: {"group_size": 64, "bits": 8} in an mxfp4 model means AFFINE 8-bit. */
+    /* INPUTS.md §3.1: {"group_size": 64, "bits": 8} in an mxfp4 model means AFFINE 8-bit. */
     assert_spec(cfg_quant_lookup(q, "language_model.model.layers.0.router.proj", &ex), true, QM_AFFINE, 64, 8,
                 "router");
     assert_spec(cfg_quant_lookup(q, "m.a", &ex), true, QM_MXFP4, 32, 4, "mxfp4 defaults");

@@ -3,8 +3,8 @@
  * quantization plans and their numerics, MLX-quantized input carried through
  * byte for byte, the MLX export, and the inputs convert must refuse.
  *
- * Expectations come from DESIGN.md §4/§6, formats.md §3/§5.2,
- * gemma4-architecture.md §2.5-2.6 and the tiny fixture dimensions of
+ * Expectations come from MODEL.md §2.7INPUTS.mdctations come from MODEL.md §2.7/§2.6, INPUTS.md §3/,
+ * MODEL.md §2.5-2.6 and the tiny fixture dimensions of
  * fixtures/fixture.c:
  *   e2b     L 10, num_kv_shared 5 -> F0 5, full layers 4 and 9, H 128, Nq 4,
  *           G 1, head_dim 32 / global 64, I 256 (double-wide 512 from F0),
@@ -212,8 +212,8 @@ static void qmod_free(struct qmod *m)
 }
 
 /* Every dequantized value is within |scale| of the reference value (the MLX
- * property, formats.md §2.6). The codes are chosen with the f32 scale and
- * bias, which are then stored in bf16 (formats.md §2.2 step 6): that adds up
+ * property, INPUTS.md §2.5). The codes are chosen with the f32 scale and
+ * bias, which are then stored in bf16 (INPUTS.md §2.2 step 6): that adds up
  * to |q|*|scale|*2^-9 + |bias|*2^-9 with |q|, |bias|/|scale| <= n = 2^bits-1,
  * negligible at 4 bits but up to |scale| at 8 bits. So the bound is |scale|
  * for bits <= 4 and |scale| * (1/2 + n/256) above. */

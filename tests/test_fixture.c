@@ -1,6 +1,6 @@
 /* test_fixture.c - the fixture generator (fixtures/fixture.h): determinism,
  * one model across layouts, quantization of the bf16 values, PTQ vs QAT K/V,
- * the prompt, full-size header-only shapes (gemma4-architecture.md §2.4),
+ * the prompt, full-size header-only shapes (MODEL.md §2.4),
  * --like, and usage errors.
  *
  * Tiny dims (fixtures/fixture.c): vocab 512, hidden 128, sliding window 8;
@@ -285,7 +285,7 @@ Test(fixture, mlx_split_experts_are_halves_of_hf_gate_up)
 /* ---------------------------------------------------------- quantization */
 
 /* How far a dequantized element may be from its bf16 source, in units of its
- * group's stored |scale| (MLX CPU affine algorithm, formats.md §2.2, on bf16
+ * group's stored |scale| (MLX CPU affine algorithm, INPUTS.md §2.2, on bf16
  * inputs). The bias is the group's largest-magnitude element, exact in bf16.
  * In f32 an element is off by at most 0.5 code, except the clamped opposite
  * extreme, off by less than 1 code (n/(2|q0|) with |q0| > n/2), and exactly 1
@@ -586,7 +586,7 @@ Test(fixture, full_size_31b_headers_only_shards)
     }
     for (size_t i = 0; i < ck.n_tensors; i++)
         declared += ck.tensors[i].t->end - ck.tensors[i].t->begin;
-    /* gemma4-architecture.md §2.4, 31B: H 5376, L 60, sliding q [8192,5376] k/v [4096,5376],
+    /* MODEL.md §2.4, 31B: H 5376, L 60, sliding q [8192,5376] k/v [4096,5376],
      * full q [16384,5376] k [2048,5376] no v_proj, MLP [21504,5376]/[5376,21504]. */
     assert_shape(tensor(&ck, PFX_HF "embed_tokens.weight", NULL), 2, 262144, 5376, 0);
     assert_shape(tensor(&ck, PFX_HF "norm.weight", NULL), 1, 5376, 0, 0);

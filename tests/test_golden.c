@@ -1,5 +1,5 @@
 /* test_golden.c - golden-logit files and their comparison (golden/golden.h,
- * DESIGN.md §7).
+ * CLI.md (golden make|check)).
  *
  * Files: npz_write_logits -> golden_read round trip; the committed numpy-written
  * golden golden/data/e2b-bf16.npz (logits_f64 preferred, meta tolerances);

@@ -1,4 +1,4 @@
-/* test_names.c - checkpoint key classification (gemma4-architecture.md §2.1
+/* test_names.c - checkpoint key classification (MODEL.md §2.1
  * prefix families, §2.6 tensors to drop and the tower-collision hazard). */
 #include <criterion/criterion.h>
 

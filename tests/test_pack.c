@@ -1,5 +1,5 @@
 /* test_pack.c - the .gpk writer, reader and verifier (core/pack.h) against
- * formats.md §5.2.
+ * FORMAT.md.
  *
  * A small pack is written with pack_writer_*, read back and checked field by
  * field (header, offsets, bytes, CRCs against zlib, manifest). Corrupt

@@ -1,5 +1,5 @@
-/* test_quant.c - quant/: MLX affine quantization against formats.md §2.7
- * (V1-V5) and the properties of MLX's own tests (§2.6); the mode table; the
+/* test_quant.c - quant/: MLX affine quantization against INPUTS.md §2.5
+ * (V1-V5) and the properties of MLX's own tests (§2.5); the mode table; the
  * AVX-512 twins bit for bit against the definitions; the QAT lattice. */
 #include <criterion/criterion.h>
 
@@ -352,9 +352,9 @@ Test(quant, v5_bf16_gs64)
     }
 }
 
-/* ---------------------------------------------------------------- ties (not from §2.7) */
+/* ---------------------------------------------------------------- ties (not from §2.5) */
 
-/* The §2.7 vectors contain no exact .5 ties, so they cannot tell rint from
+/* The §2.5 vectors contain no exact .5 ties, so they cannot tell rint from
  * round-half-away (the GPU kernels' rounding). This group has ties both in q0
  * and in the codes: b=2, wmax=5, wmin=-1 -> scale -2, edge/scale = -2.5 ->
  * q0 = -2 (round would give -3) -> scale -2.5, bias 5; then
@@ -372,7 +372,7 @@ Test(quant, rounding_half_to_even)
         cr_assert_eq(codes[i], i < 4 ? head[i] : 2, "q[%d] = %d", i, codes[i]);
 }
 
-/* ---------------------------------------------------------------- §2.6 properties */
+/* ---------------------------------------------------------------- §2.5 properties */
 
 /* xorshift32 + Irwin-Hall(4) sum: deterministic, roughly normal, zero mean. */
 static uint32_t rng_state;

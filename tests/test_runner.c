@@ -7,7 +7,7 @@
  *
  * Goldens: golden/data/<variant>-{bf16,q4,q8}.npz, float64 logits from
  * golden/reference.py (an independent NumPy forward), for fixtures made by
- * `gempack fixture` (deterministic). The bar (DESIGN.md §5): max |Δlogit| ≤
+ * `gempack fixture` (deterministic). The bar (MODEL.md §9): max |Δlogit| ≤
  * 1e-4 against float64, top-1 agreement 100 %. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -24,7 +24,7 @@
 #include "tests/helpers.h"
 #include "tests/run_helpers.h"
 
-/* DESIGN.md §5: a float32 runner against the float64 reference. Seen: 1e-5 to 5e-5. */
+/* MODEL.md §9: a float32 runner against the float64 reference. Seen: 1e-5 to 5e-5. */
 #define GOLDEN_MAX_ABS 1e-4
 /* Same model, different chunking: the issue's bar. With the default kernels the
  * runs are bitwise identical (asserted too); OpenBLAS prefill differs from them
@@ -472,7 +472,7 @@ Test(runner, q4_pack_kld_vs_float_golden, .timeout = 120)
 }
 
 /* --kernels q8: int8 activations for the 4/8-bit matmuls, approximate by
- * design (not the DESIGN §5 bar), so measured against the float64 goldens
+ * design (not the MODEL.md §9 bar), so measured against the float64 goldens
  * with bars of their own, on quantized goldens of every topology. Seen on
  * 2026-11-23 (logged, KERN_NUMERICS 5): KL divergence per position at most
  * 4.9e-5 nats (e4b q4), top-1 agreement 1.000 everywhere, max |dlogit| 0.42-1.7 (against

@@ -1,4 +1,4 @@
-/* test_safetensors.c - the safetensors reader and writer against formats.md §1.
+/* test_safetensors.c - the safetensors reader and writer against INPUTS.md §1.
  *
  * Happy paths are the valid examples of §1.4 ("Test cases worth porting") plus
  * the MLX facts of §1.3 (unaligned tensors, any tensor order). The corrupt
