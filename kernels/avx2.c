@@ -27,7 +27,7 @@
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 #include "kernels/simd.h"
 
 /* kern_dot_ref's order on two vectors: lo holds lanes 0-7, hi lanes 8-15. */
@@ -179,15 +179,7 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
 
 void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
-    struct kern_qinput in;
-    void *buf = malloc(kern_qinput_bytes(w, n));
-    if (!buf) {
-        kern_matmul_ref(w, x, n, y, row0, row1);
-        return;
-    }
-    kern_qinput_prepare(w, x, n, buf, &in);
-    kern_qdot_avx2(w, &in, n, y, row0, row1);
-    free(buf);
+    kern_qdot_alone(kern_qdot_avx2, w, x, n, y, row0, row1);
 }
 
 

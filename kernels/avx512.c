@@ -27,7 +27,7 @@
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/kernels.h"
+#include "kernels/internal.h"
 #include "kernels/simd.h"
 #include "quant/quant.h"
 
@@ -208,15 +208,7 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 
 void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
-    struct kern_qinput in;
-    void *buf = malloc(kern_qinput_bytes(w, n));
-    if (!buf) {
-        kern_matmul_ref(w, x, n, y, row0, row1);
-        return;
-    }
-    kern_qinput_prepare(w, x, n, buf, &in);
-    kern_qdot_avx512(w, &in, n, y, row0, row1);
-    free(buf);
+    kern_qdot_alone(kern_qdot_avx512, w, x, n, y, row0, row1);
 }
 
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,

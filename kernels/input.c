@@ -2,6 +2,7 @@
  * their definitions (kernels.h). The AVX-512 preparation of the int8 input
  * (q8_avx512.c) writes the same bytes. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/internal.h"
@@ -54,6 +55,20 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
                 }
             }
     *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
+}
+
+void kern_qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
+                     int64_t row1)
+{
+    struct kern_qinput in;
+    void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
+    if (!buf) {
+        kern_matmul_ref(w, x, n, y, row0, row1);
+        return;
+    }
+    kern_qinput_prepare(w, x, n, buf, &in);
+    qdot(w, &in, n, y, row0, row1);
+    free(buf);
 }
 
 /* Bytes per token of the int8 input: cols rounded up to 512/bits. */

@@ -24,6 +24,19 @@
 #include <stddef.h>
 #endif
 
+uint64_t th_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float th_rng_float(uint64_t *s)
+{
+    return (float)(int32_t)((th_rng_next(s) >> 40) - (1u << 23)) / (float)(1u << 23);
+}
+
 char *th_mkdtemp(void)
 {
     const char *base = getenv("TMPDIR");

@@ -26,6 +26,11 @@ uint8_t *th_read(const char *path, size_t *len);
  * (filled with i & 0xff): u64 header length, header, data. malloc'ed. */
 uint8_t *th_safetensors(const char *header_json, size_t data_len, size_t *len);
 
+/* splitmix64: a deterministic integer RNG; and uniform floats in [-1, 1),
+ * exact multiples of 2^-23, from it. */
+uint64_t th_rng_next(uint64_t *s);
+float th_rng_float(uint64_t *s);
+
 /* Makes a fixture in dir/sub with the given options (out_dir is set here).
  * Returns the malloc'ed output path; asserts success. */
 char *th_fixture(const char *dir, const char *sub, struct fixture_opts o);

@@ -56,32 +56,19 @@
 #include "core/dtype.h"
 #include "quant/quant.h"
 #include "kernels/kernels.h"
+#include "tests/helpers.h"
 
 #define KERN_REL_TOL 4e-6
 #define KERN_ABS_TOL 1e-7
 
 /* ------------------------------------------------------------------ random data */
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64: deterministic integer RNG */
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [-1, 1), an exact multiple of 2^-23. */
-static float rng_float(uint64_t *s)
-{
-    return (float)(int32_t)((rng_next(s) >> 40) - (1u << 23)) / (float)(1u << 23);
-}
-
 static float *rand_vec(uint64_t *s, size_t n)
 {
     float *v = malloc((n ? n : 1) * sizeof *v);
     cr_assert(v);
     for (size_t i = 0; i < n; i++)
-        v[i] = rng_float(s);
+        v[i] = th_rng_float(s);
     return v;
 }
 
@@ -152,7 +139,7 @@ static void make_quant(struct tmat *t, int64_t rows, int64_t cols, int bits, int
     for (int64_t r = 0; r < rows; r++) {
         float mul = ldexpf(1.0f, (int)(r % 5) - 2);
         for (int64_t j = 0; j < cols; j++)
-            row[j] = rng_float(&s) * mul;
+            row[j] = th_rng_float(&s) * mul;
         uint8_t *wr = t->wraw + 1 + (size_t)r * m->row_bytes;
         uint8_t *sr = t->sraw + 1 + (size_t)r * m->srow_bytes, *br = t->braw + 1 + (size_t)r * m->srow_bytes;
         quant_affine_row(row, (size_t)cols, gs, bits, sdt, wbuf, sr, br);
@@ -190,7 +177,7 @@ static void make_float(struct tmat *t, int64_t rows, int64_t cols, enum dtype dt
     m->w = t->wraw + 1;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < cols; j++) {
-            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 5) - 2), back;
+            float v = th_rng_float(&s) * ldexpf(1.0f, (int)(r % 5) - 2), back;
             uint8_t *p = t->wraw + 1 + (size_t)r * m->row_bytes + (size_t)j * esize(dt);
             dtype_from_f32(dt, &v, p, 1);
             dtype_to_f32(dt, p, &back, 1);
@@ -942,8 +929,8 @@ Test(kernels, rmsnorm_paths_bitwise_equal_reference)
     static float x[N], w[N], r[N], v[N];
     uint64_t s = 29;
     for (int i = 0; i < N; i++) {
-        x[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 16) - 8);
-        w[i] = (float)(rng_next(&s) % 2001) / 1000.0f;
+        x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 16) - 8);
+        w[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f;
     }
     const dot_fn dots[] = {cpu_has_avx2() ? kern_dot_avx2 : NULL, cpu_has_avx512() ? kern_dot_avx512 : NULL};
     const int64_t lens[] = {1, 15, 16, 17, 255, 256, 1535, N};
@@ -1047,8 +1034,8 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
     float g0[N + 1], u[N + 1];
     uint64_t s = 31;
     for (int i = 0; i <= N; i++) {
-        g0[i] = (float)(rng_next(&s) % 24001) / 1000.0f - 12.0f;
-        u[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        g0[i] = (float)(th_rng_next(&s) % 24001) / 1000.0f - 12.0f;
+        u[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
     }
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         g0[3 * i + 1] = special[i];
@@ -1083,7 +1070,7 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
     static float x0[N + 1];
     uint64_t s = 37;
     for (int i = 0; i <= N; i++)
-        x0[i] = (float)(rng_next(&s) % 120001) / 1000.0f - 60.0f;
+        x0[i] = (float)(th_rng_next(&s) % 120001) / 1000.0f - 60.0f;
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         x0[3 * i + 1] = special[i];
     const softcap_fn simd[] = {cpu_has_avx2() ? kern_softcap_avx2 : NULL,
@@ -1192,8 +1179,8 @@ Test(kernels, dot_paths_bitwise_equal_reference)
     float a[N], b[N];
     uint64_t s = 17;
     for (int i = 0; i < N; i++) {
-        a[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 24) - 12);
-        b[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        a[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
+        b[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
     }
     for (int64_t n = 0; n <= N; n++) {
         float r = kern_dot_ref(a, b, n);
@@ -1224,8 +1211,8 @@ Test(kernels, axpy_avx512_bitwise_equal_reference)
     float x[N], y0[N + 1] = {0};
     uint64_t s = 23;
     for (int i = 0; i < N; i++) {
-        x[i] = ldexpf((float)(rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(rng_next(&s) % 24) - 12);
-        y0[i] = (float)(rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
+        y0[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
     }
     for (int64_t n = 0; n <= N; n++) {
         float r[N + 1], v[N + 1];

@@ -10,6 +10,7 @@
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "quant/quant.h"
+#include "tests/helpers.h"
 
 static const int all_bits[] = {2, 3, 4, 5, 6, 8};
 #define N_BITS (sizeof all_bits / sizeof all_bits[0])
@@ -460,20 +461,6 @@ Test(quant, property_zeros_exact)
 static const int gs_grid[] = {32, 64, 128};
 static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [-1, 1), an exact multiple of 2^-23. */
-static float rng_float(uint64_t *s)
-{
-    return (float)(int32_t)((rng_next(s) >> 40) - (1u << 23)) / (float)(1u << 23);
-}
-
 /* The AVX-512 quantizer gives the scalar quantizer's bytes (words, scales,
  * biases) for every bits/group/scale dtype, on rows with wide magnitudes,
  * ties at .5, constant groups, zeros of both signs, subnormals, infinities
@@ -490,8 +477,8 @@ Test(quant, affine_row_avx512_bit_exact)
     size_t cases = 0, nonzero = 0;
     for (int trial = 0; trial < 24; trial++) {
         for (size_t i = 0; i < K; i++) {
-            uint64_t r = rng_next(&s);
-            float v = rng_float(&s) * ldexpf(1.0f, (int)(r % 40) - 20);
+            uint64_t r = th_rng_next(&s);
+            float v = th_rng_float(&s) * ldexpf(1.0f, (int)(r % 40) - 20);
             if (trial % 3 == 1 && r % 11 == 0)
                 v = special[(r >> 8) % LEN(special)];
             if (trial % 3 == 2)
@@ -542,10 +529,10 @@ Test(quant, dequant_row_avx512_matches_reference)
     uint8_t codes[K], sb[2][4 * K / 32];
     uint64_t s = 9;
     for (size_t i = 0; i < sizeof codes; i++)
-        codes[i] = (uint8_t)rng_next(&s);
+        codes[i] = (uint8_t)th_rng_next(&s);
     for (int h = 0; h < 2; h++)
         for (size_t i = 0; i < sizeof sb[h]; i++)
-            sb[h][i] = (uint8_t)rng_next(&s);
+            sb[h][i] = (uint8_t)th_rng_next(&s);
     for (size_t b = 0; b < LEN(bitss); b++)
         for (size_t g = 0; g < LEN(gss); g++)
             for (size_t d = 0; d < LEN(dts); d++) {
@@ -573,7 +560,7 @@ Test(quant, to_f32_avx512_matches_dtype_to_f32)
     uint8_t src[4 * 64];
     uint64_t s = 5;
     for (size_t i = 0; i < sizeof src; i++)
-        src[i] = (uint8_t)rng_next(&s);
+        src[i] = (uint8_t)th_rng_next(&s);
     for (size_t d = 0; d < LEN(dts); d++)
         for (int64_t n = 0; n <= 40; n++) {
             float a[64], b[64];
