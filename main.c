@@ -10,6 +10,7 @@
 #include <json-c/json.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,28 +59,6 @@ static bool parse_u64(const char *s, unsigned long long max, unsigned long long 
     return true;
 }
 
-/* optarg as an integer in [lo, hi]; else false with *code the usage error,
- * which quotes the value as typed and the real limits. */
-static bool opt_u64(const char *cmd, const char *opt, unsigned long long lo, unsigned long long hi,
-                    unsigned long long *v, int *code)
-{
-    if (parse_u64(optarg, hi, v) && *v >= lo)
-        return true;
-    fprintf(stderr, "gempack %s: %s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n", cmd, opt,
-            optarg, lo, hi, cmd);
-    *code = EXIT_ERROR;
-    return false;
-}
-
-/* optarg as one of the strings in `names` (NULL-terminated): its index, or -1. */
-static int opt_choice(const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(optarg, names[i]))
-            return i;
-    return -1;
-}
-
 static bool parse_mode(const char *s, int64_t *chunk)
 {
     unsigned long long v;
@@ -116,12 +95,33 @@ static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
 
 /* ---- options and help, from one table per command ---- */
 
+/* An option: how --help shows it, and for the typed ones where its value
+ * goes (base + off, a field of `size` bytes) so the command need not parse it. */
+enum opt_type {
+    OPT_OWN,                   /* the command handles it */
+    OPT_FLAG,                  /* sets a bool */
+    OPT_STR,                   /* stores optarg (a const char *) */
+    OPT_UINT,                  /* an integer in [lo, hi] */
+    OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
+};
+
 struct opt {
     const char *name;          /* long option, without the dashes */
     const char *arg;           /* its argument as the help names it, or NULL */
     int code;                  /* what getopt_long returns for it */
     const char *help;          /* lines separated by '\n'; NULL: described with another option */
+    enum opt_type type;
+    size_t off, size;
+    unsigned long long lo, hi;
+    const char *choices;
+    const int *values;
 };
+
+#define OWN(name, arg, code, help) {name, arg, code, help, OPT_OWN, 0, 0, 0, 0, NULL, NULL}
+#define FLAG(name, code, S, f, help) {name, NULL, code, help, OPT_FLAG, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+#define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+#define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
+#define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {
     const char *name, *synopsis, *summary;
@@ -158,8 +158,51 @@ static void command_help(const struct command *c, FILE *out)
         fprintf(out, "\n%s\n", c->after);
 }
 
-/* getopt_long over the current command's table; 'h' is --help. */
-static int next_opt(int argc, char **argv)
+/* Stores a typed option's value at base; false (with *code) on a bad value. */
+static bool set_opt(const struct opt *o, void *base, int *code)
+{
+    unsigned long long v = 1;
+    if (o->type == OPT_STR) {
+        memcpy((char *)base + o->off, &optarg, sizeof optarg);
+        return true;
+    }
+    if (o->type == OPT_UINT && !(parse_u64(optarg, o->hi, &v) && v >= o->lo)) {
+        fprintf(stderr, "gempack %s: --%s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n",
+                current->name, o->name, optarg, o->lo, o->hi, current->name);
+        *code = EXIT_ERROR;
+        return false;
+    }
+    if (o->type == OPT_CHOICE) {
+        size_t n = strlen(optarg), k = 0;
+        const char *p = o->choices;
+        for (; *p; k++) {
+            size_t len = strcspn(p, "|");
+            if (len == n && !strncmp(p, optarg, n))
+                break;
+            p += len + (p[len] == '|');
+        }
+        if (!*p) {
+            fprintf(stderr, "gempack %s: --%s %s: expected one of %s\nTry 'gempack %s --help'.\n", current->name,
+                    o->name, optarg, o->choices, current->name);
+            *code = EXIT_ERROR;
+            return false;
+        }
+        v = o->values ? (unsigned long long)o->values[k] : k;
+    }
+    uint8_t *dst = (uint8_t *)base + o->off;
+    if (o->size == 1)
+        *dst = (uint8_t)v;
+    else if (o->size == 4)
+        memcpy(dst, &(uint32_t){(uint32_t)v}, 4);
+    else
+        memcpy(dst, &(uint64_t){(uint64_t)v}, 8);
+    return true;
+}
+
+/* The next option the command handles itself; typed ones are stored at base
+ * on the way. -1: no more; -2: a bad value (*code is the exit code). 'h'
+ * is --help. */
+static int next_opt(int argc, char **argv, void *base, int *code)
 {
     static struct option longs[40];
     static const struct command *built;
@@ -171,7 +214,16 @@ static int next_opt(int argc, char **argv)
         longs[n] = (struct option){0};
         built = current;
     }
-    return getopt_long(argc, argv, "ho:", longs, NULL);
+    for (int c; (c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1;) {
+        const struct opt *o = current->opts;
+        while (o && o->name && o->code != c)
+            o++;
+        if (!o || !o->name || o->type == OPT_OWN)
+            return c;
+        if (!set_opt(o, base, code))
+            return -2;
+    }
+    return -1;
 }
 
 /* -h and an unknown option, the same way in every command: the exit code. */
@@ -186,61 +238,58 @@ static int common_opt(int c)
 
 /* ---- check ---- */
 
+struct check_args {
+    bool json, headers_only;
+};
+
 static const struct opt check_opts[] = {
-    {"json", NULL, 'j', "print the report as one JSON object on stdout (schema\ngempack.check/1, docs/CLI.md); the text report goes to stderr"},
-    {"headers-only", NULL, 'H', "accept shards that end right after their header (fetched\nwith a range request); names, dtypes and shapes are checked"},
+    FLAG("json", 'j', struct check_args, json, "print the report as one JSON object on stdout (schema\ngempack.check/1, docs/CLI.md); the text report goes to stderr"),
+    FLAG("headers-only", 'H', struct check_args, headers_only, "accept shards that end right after their header (fetched\nwith a range request); names, dtypes and shapes are checked"),
     {0}};
 
 static int cmd_check(int argc, char **argv)
 {
-    bool json = false;
-    unsigned flags = 0;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
-        if (c == 'j')
-            json = true;
-        else if (c == 'H')
-            flags |= CHECK_HEADERS_ONLY;
-        else
-            return common_opt(c);
-    }
+    struct check_args a = {0};
+    int code;
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind + 1 != argc)
         return usage_error("check", "%s", "expected exactly one checkpoint directory");
     struct check_report r;
     struct err e = {0};
-    if (check_run(&r, argv[optind], flags, &e) != ERR_OK) {
+    if (check_run(&r, argv[optind], a.headers_only ? CHECK_HEADERS_ONLY : 0, &e) != ERR_OK) {
         check_free(&r);
         return fail(&e);
     }
-    check_print_text(json ? stderr : stdout, &r);
-    if (json) {
+    check_print_text(a.json ? stderr : stdout, &r);
+    if (a.json) {
         struct json_object *o = check_to_json(&r);
         print_json(o);
         json_object_put(o);
     }
-    int code = check_loadable(&r) ? 0 : EXIT_VERDICT;
+    code = check_loadable(&r) ? 0 : EXIT_VERDICT;
     check_free(&r);
     return code;
 }
 
 /* ---- inspect ---- */
 
-static const struct opt inspect_opts[] = {{"json", NULL, 'j', "one JSON object on stdout (schema gempack.inspect/1)"}, {0}};
+static const struct opt inspect_opts[] = {
+    FLAG("json", 'j', struct check_args, json, "one JSON object on stdout (schema gempack.inspect/1)"), {0}};
 
 static int cmd_inspect(int argc, char **argv)
 {
-    bool json = false;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
-        if (c != 'j')
-            return common_opt(c);
-        json = true;
-    }
+    struct check_args a = {0};
+    int code;
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind + 1 != argc)
         return usage_error("inspect", "%s", "expected exactly one PATH");
     struct json_object *jo;
     struct err e = {0};
-    if (inspect_path(argv[optind], json ? stderr : stdout, &jo, &e) != ERR_OK)
+    if (inspect_path(argv[optind], a.json ? stderr : stdout, &jo, &e) != ERR_OK)
         return fail(&e);
-    if (json)
+    if (a.json)
         print_json(jo);
     json_object_put(jo);
     return 0;
@@ -248,65 +297,30 @@ static int cmd_inspect(int argc, char **argv)
 
 /* ---- fixture ---- */
 
+#define FX struct fixture_opts
+static const int quant_bits[] = {0, 4, 8}, group_sizes[] = {32, 64, 128}, kv_bits[] = {4, 8};
+
 static const struct opt fixture_opts[] = {
-    {"variant", "NAME", 'v', "e2b, e4b, 26b-a4b or 31b"},
-    {"like", "CONFIG.json", 'L', "the topology of a real config, with tiny dimensions"},
-    {"layout", "L", 'l', "hf (default: model.language_model.*, fused experts),\nmlx (language_model.model.*, split experts) or\ntext (gemma4_text, model.*)"},
-    {"qat", NULL, 'q', "QAT export: KV-shared layers carry no K/V tensors\n(default PTQ: they carry the redundant ones)"},
-    {"quant", "none|4|8", 'Q', "MLX affine quantization (layout mlx or text); the MoE\nrouter is 8-bit group 64"},
-    {"group-size", "N", 'g', "32, 64 (default) or 128"},
-    {"multimodal", NULL, 'm', "add a vision tower with more layers than the first\nKV-shared layer, an audio tower stub and projectors"},
-    {"shards", "N", 's', "N shards with model.safetensors.index.json (default 1)"},
-    {"seed", "N", 'S', "weight and token seed (default 0)"},
-    {"full-size", NULL, 'F', "the variant's real dimensions"},
-    {"headers-only", NULL, 'H', "write only each shard's header (as a range request gets)"},
-    {"output", "DIR", 'o', "output directory (created; absent or empty)"},
+    STR("variant", "NAME", 'v', FX, variant, "e2b, e4b, 26b-a4b or 31b"),
+    STR("like", "CONFIG.json", 'L', FX, like_path, "the topology of a real config, with tiny dimensions"),
+    CHOICE("layout", 'l', FX, layout, "hf|mlx|text", NULL, "hf (default: model.language_model.*, fused experts),\nmlx (language_model.model.*, split experts) or\ntext (gemma4_text, model.*)"),
+    FLAG("qat", 'q', FX, qat, "QAT export: KV-shared layers carry no K/V tensors\n(default PTQ: they carry the redundant ones)"),
+    CHOICE("quant", 'Q', FX, quant_bits, "none|4|8", quant_bits, "MLX affine quantization (layout mlx or text); the MoE\nrouter is 8-bit group 64"),
+    CHOICE("group-size", 'g', FX, group_size, "32|64|128", group_sizes, "group size for --quant (default 64)"),
+    FLAG("multimodal", 'm', FX, multimodal, "add a vision tower with more layers than the first\nKV-shared layer, an audio tower stub and projectors"),
+    UINT("shards", "N", 's', FX, shards, 1, 99999, "N shards with model.safetensors.index.json (default 1)"),
+    UINT("seed", "N", 'S', FX, seed, 0, UINT64_MAX, "weight and token seed (default 0)"),
+    FLAG("full-size", 'F', FX, full_size, "the variant's real dimensions"),
+    FLAG("headers-only", 'H', FX, headers_only, "write only each shard's header (as a range request gets)"),
+    STR("output", "DIR", 'o', FX, out_dir, "output directory (created; absent or empty)"),
     {0}};
 
 static int cmd_fixture(int argc, char **argv)
 {
-    static const char *const layouts[] = {"hf", "mlx", "text", NULL}, *const quants[] = {"none", "4", "8", NULL};
-    static const char *const groups[] = {"32", "64", "128", NULL};
     struct fixture_opts o = {.layout = FX_HF, .group_size = 64, .shards = 1};
-    unsigned long long v;
-    int k, code;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
-        switch (c) {
-        case 'v': o.variant = optarg; break;
-        case 'L': o.like_path = optarg; break;
-        case 'l':
-            if ((k = opt_choice(layouts)) < 0)
-                return usage_error("fixture", "--layout %s: expected hf, mlx or text", optarg);
-            o.layout = (enum fixture_layout)k;
-            break;
-        case 'q': o.qat = true; break;
-        case 'Q':
-            if ((k = opt_choice(quants)) < 0)
-                return usage_error("fixture", "--quant %s: expected none, 4 or 8", optarg);
-            o.quant_bits = 4 * k;
-            break;
-        case 'g':
-            if ((k = opt_choice(groups)) < 0)
-                return usage_error("fixture", "--group-size %s: expected 32, 64 or 128", optarg);
-            o.group_size = 32 << k;
-            break;
-        case 'm': o.multimodal = true; break;
-        case 's':
-            if (!opt_u64("fixture", "--shards", 1, 99999, &v, &code))
-                return code;
-            o.shards = (int)v;
-            break;
-        case 'S':
-            if (!opt_u64("fixture", "--seed", 0, UINT64_MAX, &v, &code))
-                return code;
-            o.seed = v;
-            break;
-        case 'F': o.full_size = true; break;
-        case 'H': o.headers_only = true; break;
-        case 'o': o.out_dir = optarg; break;
-        default: return common_opt(c);
-        }
-    }
+    int code;
+    for (int c; (c = next_opt(argc, argv, &o, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind != argc)
         return usage_error("fixture", "unexpected argument '%s'", argv[optind]);
     if (!o.out_dir)
@@ -327,22 +341,29 @@ static int cmd_fixture(int argc, char **argv)
 
 /* ---- convert ---- */
 
+struct convert_args {
+    struct convert_opts o;
+    bool json;
+};
+#define CV struct convert_args
+static const int bit_widths[] = {2, 3, 4, 5, 6, 8};
+
 static const struct opt convert_opts[] = {
-    {"output", "OUT", 'o', "the .gpk file, or the MLX directory"},
-    {"format", "pack|mlx", 'f', "output kind (default pack)"},
-    {"bits", "2|3|4|5|6|8", 'b', "MLX affine quantization of every quantizable\nmodule (norms and scalars never; the MoE router\nat 8-bit group 64)"},
-    {"group-size", "32|64|128", 'g', "group size for --bits (default 64)"},
-    {"quantize", "REGEX=BITS[:GROUP]", 'q', "per-tensor override, matched against canonical\nnames (layers.3.mlp.down_proj.weight); repeatable,\nfirst match wins"},
-    {"keep-dense", "REGEX", 'k', "keep matching tensors unquantized; repeatable"},
-    {"ple-projection", "quantize|dense", 'p', "per_layer_model_projection (default quantize)"},
-    {"skip-last-full-attention", NULL, 's', "keep every weight of the last full-attention\nlayer at source precision"},
-    {"allow-requantize", NULL, 'r', "allow dequantize + requantize of MLX-quantized input"},
-    {"qat-lattice", NULL, 'l', "4-bit group 32 on the QAT q4_0 grid where a group\nsits on it exactly (scale d, bias -8d)"},
-    {"text-only", NULL, 't', "MLX export without vision/audio towers"},
-    {"align", "N", 'a', "pack data alignment, 64..65536 (default 4096)"},
-    {"threads", "N", 'n', "quantization threads, 1..64 (default 1; the output\nbytes are identical for any N)"},
-    {"dry-run", NULL, 'd', "print the per-tensor plan and totals; write nothing"},
-    {"json", NULL, 'j', "the report as JSON on stdout"},
+    STR("output", "OUT", 'o', CV, o.out, "the .gpk file, or the MLX directory"),
+    CHOICE("format", 'f', CV, o.format_mlx, "pack|mlx", NULL, "output kind (default pack)"),
+    CHOICE("bits", 'b', CV, o.plan.bits, "2|3|4|5|6|8", bit_widths, "MLX affine quantization of every quantizable\nmodule (norms and scalars never; the MoE router\nat 8-bit group 64)"),
+    CHOICE("group-size", 'g', CV, o.plan.group_size, "32|64|128", group_sizes, "group size for --bits (default 64)"),
+    OWN("quantize", "REGEX=BITS[:GROUP]", 'q', "per-tensor override, matched against canonical\nnames (layers.3.mlp.down_proj.weight); repeatable,\nfirst match wins"),
+    OWN("keep-dense", "REGEX", 'k', "keep matching tensors unquantized; repeatable"),
+    CHOICE("ple-projection", 'p', CV, o.plan.ple_dense, "quantize|dense", NULL, "per_layer_model_projection (default quantize)"),
+    FLAG("skip-last-full-attention", 's', CV, o.plan.skip_last_full, "keep every weight of the last full-attention\nlayer at source precision"),
+    FLAG("allow-requantize", 'r', CV, o.plan.allow_requantize, "allow dequantize + requantize of MLX-quantized input"),
+    FLAG("qat-lattice", 'l', CV, o.plan.qat_lattice, "4-bit group 32 on the QAT q4_0 grid where a group\nsits on it exactly (scale d, bias -8d)"),
+    FLAG("text-only", 't', CV, o.text_only, "MLX export without vision/audio towers"),
+    OWN("align", "N", 'a', "pack data alignment, a power of two 64..65536 (default 4096)"),
+    UINT("threads", "N", 'n', CV, o.threads, 1, 64, "quantization threads, 1..64 (default 1; the output\nbytes are identical for any N)"),
+    FLAG("dry-run", 'd', CV, o.dry_run, "print the per-tensor plan and totals; write nothing"),
+    FLAG("json", 'j', CV, json, "the report as JSON on stdout"),
     {0}};
 
 static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense, struct err *e)
@@ -357,59 +378,23 @@ static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense
     return rc;
 }
 
-static int convert_with(int argc, char **argv, struct convert_opts *o)
+static int convert_with(int argc, char **argv, struct convert_args *a)
 {
-    static const char *const formats[] = {"pack", "mlx", NULL}, *const ple[] = {"quantize", "dense", NULL};
-    bool json = false;
+    struct convert_opts *o = &a->o;
     unsigned long long v;
     struct err e = {0};
-    int k, code;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
-        switch (c) {
-        case 'o': o->out = optarg; break;
-        case 'f':
-            if ((k = opt_choice(formats)) < 0)
-                return usage_error("convert", "--format %s: expected pack or mlx", optarg);
-            o->format_mlx = k == 1;
-            break;
-        case 'b':
-            if (!parse_u64(optarg, 8, &v) || !quant_params_valid(QM_AFFINE, (int)v, 64))
-                return usage_error("convert", "--bits %s: expected 2, 3, 4, 5, 6 or 8", optarg);
-            o->plan.bits = (int)v;
-            break;
-        case 'g':
-            if (!parse_u64(optarg, 128, &v) || !quant_params_valid(QM_AFFINE, 4, (int)v))
-                return usage_error("convert", "--group-size %s: expected 32, 64 or 128", optarg);
-            o->plan.group_size = (int)v;
-            break;
-        case 'q':
-        case 'k':
+    int code;
+    for (int c; (c = next_opt(argc, argv, a, &code)) != -1;) {
+        if (c == 'q' || c == 'k') {
             if ((c == 'q' ? add_rule(&o->plan.quantize, &o->plan.n_quantize, optarg, false, &e)
                           : add_rule(&o->plan.keep_dense, &o->plan.n_keep_dense, optarg, true, &e)) != ERR_OK)
                 return usage_error("convert", "%s", e.msg);
-            break;
-        case 'p':
-            if ((k = opt_choice(ple)) < 0)
-                return usage_error("convert", "--ple-projection %s: expected quantize or dense", optarg);
-            o->plan.ple_dense = k == 1;
-            break;
-        case 's': o->plan.skip_last_full = true; break;
-        case 'r': o->plan.allow_requantize = true; break;
-        case 'l': o->plan.qat_lattice = true; break;
-        case 't': o->text_only = true; break;
-        case 'a':
+        } else if (c == 'a') {
             if (!parse_u64(optarg, 65536, &v) || v < 64 || (v & (v - 1)))
                 return usage_error("convert", "--align %s: expected a power of two from 64 to 65536", optarg);
             o->align = (uint32_t)v;
-            break;
-        case 'n':
-            if (!opt_u64("convert", "--threads", 1, 64, &v, &code))
-                return code;
-            o->threads = (int)v;
-            break;
-        case 'd': o->dry_run = true; break;
-        case 'j': json = true; break;
-        default: return common_opt(c);
+        } else {
+            return c == -2 ? code : common_opt(c);
         }
     }
     if (optind + 1 != argc)
@@ -419,8 +404,8 @@ static int convert_with(int argc, char **argv, struct convert_opts *o)
     struct convert_report r;
     int rc = convert_run(&r, argv[optind], o, &e);
     if (rc == ERR_OK) {
-        convert_print(json ? stderr : stdout, &r, o->dry_run);
-        if (json) {
+        convert_print(a->json ? stderr : stdout, &r, o->dry_run);
+        if (a->json) {
             struct json_object *jo = convert_json(&r);
             print_json(jo);
             json_object_put(jo);
@@ -433,14 +418,14 @@ static int convert_with(int argc, char **argv, struct convert_opts *o)
 
 static int cmd_convert(int argc, char **argv)
 {
-    struct convert_opts o = {.align = 4096, .threads = 1};
-    int code = convert_with(argc, argv, &o);
-    for (size_t i = 0; i < o.plan.n_quantize; i++)
-        plan_rule_free(&o.plan.quantize[i]);
-    for (size_t i = 0; i < o.plan.n_keep_dense; i++)
-        plan_rule_free(&o.plan.keep_dense[i]);
-    free(o.plan.quantize);
-    free(o.plan.keep_dense);
+    struct convert_args a = {.o = {.align = 4096, .threads = 1}};
+    int code = convert_with(argc, argv, &a);
+    for (size_t i = 0; i < a.o.plan.n_quantize; i++)
+        plan_rule_free(&a.o.plan.quantize[i]);
+    for (size_t i = 0; i < a.o.plan.n_keep_dense; i++)
+        plan_rule_free(&a.o.plan.keep_dense[i]);
+    free(a.o.plan.quantize);
+    free(a.o.plan.keep_dense);
     return code;
 }
 
@@ -448,8 +433,9 @@ static int cmd_convert(int argc, char **argv)
 
 static int cmd_verify(int argc, char **argv)
 {
-    for (int c; (c = next_opt(argc, argv)) != -1;)
-        return common_opt(c);
+    int code;
+    for (int c; (c = next_opt(argc, argv, NULL, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind + 1 != argc)
         return usage_error("verify", "%s", "expected exactly one pack file");
     bool ok;
@@ -468,126 +454,68 @@ static int cmd_verify(int argc, char **argv)
 
 /* ---- run ---- */
 
+struct run_args {
+    struct run_config c;
+    bool json;
+};
+#define RA struct run_args
+
 static const struct opt run_opts[] = {
-    {"tokens", "2,17,99", 't', "a prompt's token ids; repeat for a batch"},
-    {"tokens-file", "F", 'T', "ids from a JSON list, {\"tokens\": [...]}, a JSON list of\nlists (a batch), an .npy [T] or [B, T], or\nwhitespace-separated integers"},
-    {"mode", "M", 'm', "prefill (default: each prompt as one chunk), decode (one\ntoken at a time) or chunked:N; a batch advances together"},
-    {"dump-logits", "OUT.npz", 'd', "tokens.npy int32 and logits.npy float32, one row per\nprompt position after the soft-cap: [T] and [T, V] for\none prompt; [B, Tmax], [B, Tmax, V] and lengths.npy [B]\nfor a batch (rows past a prompt's end are zero)"},
-    {"generate", "N", 'g', "then generate N tokens per prompt (greedy unless\n--temperature)"},
-    {"temperature", "X", 'x', "sampling temperature (0: greedy)"},
-    {"top-k", "K", 'k', "sample among the K most likely (0: all)"},
-    {"top-p", "P", 'p', "sample within probability mass P"},
-    {"seed", "S", 's', "sampling seed (prompt b uses S+b)"},
-    {"kv-bits", "4|8", 'b', "quantize the KV cache (MLX affine, per token and head)"},
-    {"kv-group-size", "32|64|128", 'G', "its group size (default 64; at most the head dim)"},
-    {"kv-start", "N", 'S', "positions below N stay float (default 0)"},
-    {"kv-skip-last-full-attention", "on|off", 'L', "keep the cache of the last KV-owning\nfull-attention layer in float (default: the pack's\nrecorded choice, else on)"},
-    {"prefix-cache", NULL, 'P', "reuse the KV state of shared prompt prefixes (RAM only)"},
-    {"prefix-cache-dir", "DIR", 'D', "also keep entries on disk in DIR, across runs"},
-    {"prefix-block", "N", 'B', "tokens per prefix block (default 64)"},
-    {"prefix-cache-hot-bytes", "N", 'H', "RAM the hot tier may hold (default 256 MiB)"},
-    {"threads", "N", 'n', "worker threads (default 1; results are identical\nfor any N)"},
-    {"kernels", "K", 'K', "best (default: fused SIMD dequant kernels, every mode\nbitwise identical), scalar (the reference), or blas\n(OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\nlogits within ~1e-4 of the other modes), or q8 (4/8-bit\nweights times int8-quantized activations, llama.cpp's\ntrade: faster decode, approximate logits, still identical\nfor any --threads; not for golden checks)"},
-    {"mmap", NULL, 'M', "read the matrices in place from the mapped file (default:\ncopied once into anonymous memory advised for huge pages,\nwhich streams faster; costs that much memory and a copy)"},
-    {"json", NULL, 'j', "one JSON object on stdout (tokens, timings, caches)"},
+    OWN("tokens", "2,17,99", 't', "a prompt's token ids; repeat for a batch"),
+    OWN("tokens-file", "F", 'T', "ids from a JSON list, {\"tokens\": [...]}, a JSON list of\nlists (a batch), an .npy [T] or [B, T], or\nwhitespace-separated integers"),
+    OWN("mode", "M", 'm', "prefill (default: each prompt as one chunk), decode (one\ntoken at a time) or chunked:N; a batch advances together"),
+    STR("dump-logits", "OUT.npz", 'd', RA, c.dump, "tokens.npy int32 and logits.npy float32, one row per\nprompt position after the soft-cap: [T] and [T, V] for\none prompt; [B, Tmax], [B, Tmax, V] and lengths.npy [B]\nfor a batch (rows past a prompt's end are zero)"),
+    UINT("generate", "N", 'g', RA, c.s.generate, 0, 1u << 20, "then generate N tokens per prompt (greedy unless\n--temperature)"),
+    OWN("temperature", "X", 'x', "sampling temperature 0..100 (0: greedy)"),
+    UINT("top-k", "K", 'k', RA, c.s.top_k, 0, 1u << 30, "sample among the K most likely (0: all)"),
+    OWN("top-p", "P", 'p', "sample within probability mass P, (0, 1]"),
+    UINT("seed", "S", 's', RA, c.s.seed, 0, UINT64_MAX, "sampling seed (prompt b uses S+b)"),
+    CHOICE("kv-bits", 'b', RA, c.kv.bits, "4|8", kv_bits, "quantize the KV cache (MLX affine, per token and head)"),
+    CHOICE("kv-group-size", 'G', RA, c.kv.group_size, "32|64|128", group_sizes, "its group size (default 64; at most the head dim)"),
+    UINT("kv-start", "N", 'S', RA, c.kv.start, 0, 1ull << 40, "positions below N stay float (default 0)"),
+    OWN("kv-skip-last-full-attention", "on|off", 'L', "keep the cache of the last KV-owning\nfull-attention layer in float (default: the pack's\nrecorded choice, else on)"),
+    FLAG("prefix-cache", 'P', RA, c.prefix, "reuse the KV state of shared prompt prefixes (RAM only)"),
+    OWN("prefix-cache-dir", "DIR", 'D', "also keep entries on disk in DIR, across runs"),
+    UINT("prefix-block", "N", 'B', RA, c.prefix_o.block, 1, 1u << 20, "tokens per prefix block (default 64)"),
+    UINT("prefix-cache-hot-bytes", "N", 'H', RA, c.prefix_o.hot_limit, 0, 1ull << 40, "RAM the hot tier may hold (default 256 MiB)"),
+    UINT("threads", "N", 'n', RA, c.threads, 1, 64, "worker threads (default 1; results are identical\nfor any N)"),
+    CHOICE("kernels", 'K', RA, c.kernels, "scalar|best|blas|q8", NULL, "best (default: fused SIMD dequant kernels, every mode\nbitwise identical), scalar (the reference), or blas\n(OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\nlogits within ~1e-4 of the other modes), or q8 (4/8-bit\nweights times int8-quantized activations, llama.cpp's\ntrade: faster decode, approximate logits, still identical\nfor any --threads; not for golden checks)"),
+    FLAG("mmap", 'M', RA, c.mmap, "read the matrices in place from the mapped file (default:\ncopied once into anonymous memory advised for huge pages,\nwhich streams faster; costs that much memory and a copy)"),
+    FLAG("json", 'j', RA, json, "one JSON object on stdout (tokens, timings, caches)"),
     {0}};
 
 static int run_with(int argc, char **argv, struct token_seqs *seqs)
 {
-    static const char *const kernels[] = {"scalar", "best", "blas", "q8", NULL}, *const onoff[] = {"off", "on", NULL};
-    static const char *const kv_bits[] = {"4", "8", NULL}, *const groups[] = {"32", "64", "128", NULL};
-    struct run_config c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
-                           .prefix_o = {.block = 64, .hot_limit = 256u << 20}};
-    bool json = false;
-    unsigned long long v;
+    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
+                               .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
+    struct run_config *c = &a.c;
     double x;
-    int k, code;
-    for (int ch; (ch = next_opt(argc, argv)) != -1;) {
-        switch (ch) {
-        case 't':
-        case 'T':
+    int code;
+    for (int ch; (ch = next_opt(argc, argv, &a, &code)) != -1;) {
+        if (ch == 't' || ch == 'T') {
             if ((code = parse_tokens_arg(ch, "run", seqs)) >= 0)
                 return code;
-            break;
-        case 'm':
-            if (!parse_mode(optarg, &c.s.chunk))
+        } else if (ch == 'm') {
+            if (!parse_mode(optarg, &c->s.chunk))
                 return usage_error("run", MODE_USAGE, optarg);
-            break;
-        case 'd': c.dump = optarg; break;
-        case 'g':
-            if (!opt_u64("run", "--generate", 0, 1u << 20, &v, &code))
-                return code;
-            c.s.generate = (int64_t)v;
-            break;
-        case 'x':
+        } else if (ch == 'x') {
             if (!parse_float(optarg, 0.0, 100.0, &x))
                 return usage_error("run", "--temperature %s: expected 0..100", optarg);
-            c.s.temperature = (float)x;
-            break;
-        case 'k':
-            if (!opt_u64("run", "--top-k", 0, 1u << 30, &v, &code))
-                return code;
-            c.s.top_k = (int)v;
-            break;
-        case 'p':
+            c->s.temperature = (float)x;
+        } else if (ch == 'p') {
             if (!parse_float(optarg, 0.0, 1.0, &x) || (float)x <= 0.0f)
                 return usage_error("run", "--top-p %s: expected (0, 1]", optarg);
-            c.s.top_p = (float)x;
-            break;
-        case 's':
-            if (!opt_u64("run", "--seed", 0, UINT64_MAX, &v, &code))
-                return code;
-            c.s.seed = v;
-            break;
-        case 'n':
-            if (!opt_u64("run", "--threads", 1, 64, &v, &code))
-                return code;
-            c.threads = (int)v;
-            break;
-        case 'K':
-            if ((k = opt_choice(kernels)) < 0)
-                return usage_error("run", "--kernels %s: expected best, scalar, blas or q8", optarg);
-            c.kernels = (enum kern_level)k;
-            break;
-        case 'b':
-            if ((k = opt_choice(kv_bits)) < 0)
-                return usage_error("run", "--kv-bits %s: accepted values are 4 and 8", optarg);
-            c.kv.bits = 4 + 4 * k;
-            break;
-        case 'G':
-            if ((k = opt_choice(groups)) < 0)
-                return usage_error("run", "--kv-group-size %s: accepted values are 32, 64 and 128", optarg);
-            c.kv.group_size = 32 << k;
-            break;
-        case 'S':
-            if (!opt_u64("run", "--kv-start", 0, 1ull << 40, &v, &code))
-                return code;
-            c.kv.start = (int64_t)v;
-            break;
-        case 'L':
-            if ((k = opt_choice(onoff)) < 0)
-                return usage_error("run", "--kv-skip-last-full-attention %s: accepted values are on and off", optarg);
-            c.kv.skip_last_full = k == 1;
-            c.kv_skip_given = true;
-            break;
-        case 'P': c.prefix = true; break;
-        case 'D':
-            c.prefix = true;
-            c.prefix_o.cold_dir = optarg;
-            break;
-        case 'B':
-            if (!opt_u64("run", "--prefix-block", 1, 1u << 20, &v, &code))
-                return code;
-            c.prefix_o.block = (int64_t)v;
-            break;
-        case 'H':
-            if (!opt_u64("run", "--prefix-cache-hot-bytes", 0, 1ull << 40, &v, &code))
-                return code;
-            c.prefix_o.hot_limit = (size_t)v;
-            break;
-        case 'j': json = true; break;
-        case 'M': c.mmap = true; break;
-        default: return common_opt(ch);
+            c->s.top_p = (float)x;
+        } else if (ch == 'L') {
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return usage_error("run", "--kv-skip-last-full-attention %s: expected on or off", optarg);
+            c->kv.skip_last_full = !strcmp(optarg, "on");
+            c->kv_skip_given = true;
+        } else if (ch == 'D') {
+            c->prefix = true;
+            c->prefix_o.cold_dir = optarg;
+        } else {
+            return ch == -2 ? code : common_opt(ch);
         }
     }
     if (optind + 1 != argc)
@@ -599,10 +527,10 @@ static int run_with(int argc, char **argv, struct token_seqs *seqs)
             return usage_error("run", "%s", "every prompt needs at least one token");
     struct json_object *jo;
     struct err e = {0};
-    int rc = session_main(argv[optind], seqs, &c, json ? stderr : stdout, stderr, &jo, &e);
+    int rc = session_main(argv[optind], seqs, c, a.json ? stderr : stdout, stderr, &jo, &e);
     if (rc != ERR_OK)
         return rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("run", "%s", e.msg) : fail(&e);
-    if (json)
+    if (a.json)
         print_json(jo);
     json_object_put(jo);
     return 0;
@@ -618,39 +546,38 @@ static int cmd_run(int argc, char **argv)
 
 /* ---- golden ---- */
 
+struct golden_args {
+    const char *out;
+    int threads;
+    bool json;
+    struct golden_check_opts o;
+};
+#define GA struct golden_args
+
 static const struct opt golden_make_opts[] = {
-    {"tokens", "IDS", 't', "the prompt's token ids"},
-    {"tokens-file", "F", 'T', "or a file of them (as run takes)"},
-    {"output", "G.npz", 'o', "the golden to write"},
-    {"threads", "N", 'n', "worker threads (the logits are identical for any N)"},
+    OWN("tokens", "IDS", 't', "the prompt's token ids"),
+    OWN("tokens-file", "F", 'T', "or a file of them (as run takes)"),
+    STR("output", "G.npz", 'o', GA, out, "the golden to write"),
+    UINT("threads", "N", 'n', GA, threads, 1, 64, "worker threads (the logits are identical for any N)"),
     {0}};
 
 static int golden_make_with(int argc, char **argv, struct token_seqs *seqs)
 {
-    const char *outp = NULL;
-    int threads = 1, code;
-    unsigned long long v;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
-        if (c == 't' || c == 'T') {
-            if ((code = parse_tokens_arg(c, "golden make", seqs)) >= 0)
-                return code;
-        } else if (c == 'o') {
-            outp = optarg;
-        } else if (c == 'n') {
-            if (!opt_u64("golden make", "--threads", 1, 64, &v, &code))
-                return code;
-            threads = (int)v;
-        } else {
-            return common_opt(c);
-        }
+    struct golden_args a = {.threads = 1};
+    int code;
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
+        if (c != 't' && c != 'T')
+            return c == -2 ? code : common_opt(c);
+        if ((code = parse_tokens_arg(c, "golden make", seqs)) >= 0)
+            return code;
     }
-    if (optind + 1 != argc || !outp || seqs->n != 1 || seqs->len[0] == 0)
+    if (optind + 1 != argc || !a.out || seqs->n != 1 || seqs->len[0] == 0)
         return usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens or --tokens-file) and -o G.npz");
     int64_t V;
     struct err e = {0};
-    if (golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], threads, outp, &V, &e) != ERR_OK)
+    if (golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a.threads, a.out, &V, &e) != ERR_OK)
         return fail(&e);
-    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", outp, (long long)seqs->len[0],
+    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", a.out, (long long)seqs->len[0],
             (long long)V);
     return 0;
 }
@@ -664,49 +591,41 @@ static int cmd_golden_make(int argc, char **argv)
 }
 
 static const struct opt golden_check_opts[] = {
-    {"json", NULL, 'j', "print the verdict (schema gempack.golden/1) on stdout"},
-    {"max-abs", "X", 'a', "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\na negative value disables that check"},
-    {"nmse", "X", 'N', NULL}, {"kld-mean", "X", 'k', NULL}, {"kld-p99", "X", 'p', NULL}, {"kld-max", "X", 'K', NULL},
-    {"top1", "X", '1', NULL},
-    {"mode", "M", 'm', "prefill (default), decode or chunked:N"},
-    {"threads", "N", 'n', "worker threads (the logits are identical for any N)"},
+    FLAG("json", 'j', GA, json, "print the verdict (schema gempack.golden/1) on stdout"),
+    OWN("max-abs", "X", 'a', "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\na negative value disables that check"),
+    OWN("nmse", "X", 'N', NULL), OWN("kld-mean", "X", 'k', NULL), OWN("kld-p99", "X", 'p', NULL),
+    OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
+    OWN("mode", "M", 'm', "prefill (default), decode or chunked:N"),
+    UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (the logits are identical for any N)"),
     {0}};
 
 static int cmd_golden_check(int argc, char **argv)
 {
-    struct golden_check_opts o = golden_check_defaults();
-    double *over[] = {&o.over.max_abs, &o.over.nmse, &o.over.kld_mean, &o.over.kld_p99, &o.over.kld_max,
-                      &o.over.top1_min};
+    struct golden_args a = {.o = golden_check_defaults()};
+    double *over[] = {&a.o.over.max_abs, &a.o.over.nmse, &a.o.over.kld_mean, &a.o.over.kld_p99, &a.o.over.kld_max,
+                      &a.o.over.top1_min};
     const char *threshold_opts = "aNkpK1";
-    bool json = false;
-    unsigned long long v;
     int code;
-    for (int c; (c = next_opt(argc, argv)) != -1;) {
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
         const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
-        if (c == 'j') {
-            json = true;
-        } else if (c == 'm') {
-            if (!parse_mode(optarg, &o.chunk))
+        if (c == 'm') {
+            if (!parse_mode(optarg, &a.o.chunk))
                 return usage_error("golden check", MODE_USAGE, optarg);
-        } else if (c == 'n') {
-            if (!opt_u64("golden check", "--threads", 1, 64, &v, &code))
-                return code;
-            o.threads = (int)v;
         } else if (t) {
             if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
                 return usage_error("golden check", "threshold %s: expected a number", optarg);
         } else {
-            return common_opt(c);
+            return c == -2 ? code : common_opt(c);
         }
     }
     if (optind + 2 != argc)
         return usage_error("golden check", "%s", "expected MODEL and G.npz");
     struct golden_result res;
     struct err e = {0};
-    if (golden_check_model(argv[optind], argv[optind + 1], &o, &res, &e) != ERR_OK)
+    if (golden_check_model(argv[optind], argv[optind + 1], &a.o, &res, &e) != ERR_OK)
         return fail(&e);
     golden_print(stderr, argv[optind], argv[optind + 1], &res);
-    if (json) {
+    if (a.json) {
         bool pass;
         struct json_object *verdict = golden_verdict(&res.m, &res.th, &pass);
         print_json(verdict);

@@ -121,13 +121,6 @@ int fio_check_dir(const char *path, struct err *e)
     return ERR_OK;
 }
 
-int fio_note_input(const char *path, struct err *e)
-{
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return err_set(e, ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    return note(&st, path, e);
-}
 
 int fio_check_output(const char *path, struct err *e)
 {

@@ -41,9 +41,6 @@ int fio_open_read(const char *path, unsigned flags, int *fd, uint64_t *size, str
 /* Checks that path names an existing directory (not "", not a file). */
 int fio_check_dir(const char *path, struct err *e);
 
-/* Records an input already known by path (a directory's config.json read
- * through fio_open_read needs no second call). */
-int fio_note_input(const char *path, struct err *e);
 
 /* Checks that an output may be written at path: not empty, not an existing
  * special file or directory, not a file this process reads as an input. */

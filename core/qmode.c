@@ -8,12 +8,11 @@ static const struct {
     int default_gs, default_bits;
     unsigned bits_allowed;   /* bit b set: b bits allowed */
     unsigned gs_allowed;     /* bit k set: group size 16 << k allowed */
-    bool biases;
 } modes[] = {
-    [QM_AFFINE] = {"affine", 64, 4, 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 8, 2 | 4 | 8, true},
-    [QM_MXFP4] = {"mxfp4", 32, 4, 1u << 4, 2, false},
-    [QM_NVFP4] = {"nvfp4", 16, 4, 1u << 4, 1, false},
-    [QM_MXFP8] = {"mxfp8", 32, 8, 1u << 8, 2, false},
+    [QM_AFFINE] = {"affine", 64, 4, 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 8, 2 | 4 | 8},
+    [QM_MXFP4] = {"mxfp4", 32, 4, 1u << 4, 2},
+    [QM_NVFP4] = {"nvfp4", 16, 4, 1u << 4, 1},
+    [QM_MXFP8] = {"mxfp8", 32, 8, 1u << 8, 2},
 };
 
 #define N_MODES (sizeof modes / sizeof modes[0])
@@ -52,7 +51,3 @@ bool quant_params_valid(enum qmode m, int bits, int group_size)
     return (modes[m].bits_allowed >> bits & 1) && (modes[m].gs_allowed >> k & 1);
 }
 
-bool qmode_has_biases(enum qmode m)
-{
-    return (size_t)m < N_MODES && modes[m].biases;
-}

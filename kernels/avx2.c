@@ -177,10 +177,6 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
     }
 }
 
-void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    kern_qdot_alone(kern_qdot_avx2, w, x, n, y, row0, row1);
-}
 
 
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,

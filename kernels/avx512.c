@@ -206,10 +206,6 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
     TOKENS_DISPATCH(qrows512)
 }
 
-void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    kern_qdot_alone(kern_qdot_avx512, w, x, n, y, row0, row1);
-}
 
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                                 __m512 (*acc)[4], int c)

@@ -209,9 +209,3 @@ void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float 
     }
 }
 
-void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
-{
-    struct kern_blas_ws ws = {0};
-    kern_matmul_blas_ws(w, x, n, y, row0, row1, &ws);
-    free(ws.buf);
-}

@@ -57,19 +57,6 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
     *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
 }
 
-void kern_qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
-                     int64_t row1)
-{
-    struct kern_qinput in;
-    void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
-    if (!buf) {
-        kern_matmul_ref(w, x, n, y, row0, row1);
-        return;
-    }
-    kern_qinput_prepare(w, x, n, buf, &in);
-    qdot(w, &in, n, y, row0, row1);
-    free(buf);
-}
 
 /* Bytes per token of the int8 input: cols rounded up to 512/bits. */
 static int64_t q8input_stride(const struct wmat *w)

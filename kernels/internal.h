@@ -31,10 +31,6 @@ static inline float kern_lanes_sum16(float lane[16])
     return lane[0];
 }
 
-/* qdot with its input prepared in a buffer of its own (the standalone
- * kern_matvec_q_* entry points); the reference when that cannot be had. */
-void kern_qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
-                     int64_t row1);
 
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);

@@ -259,9 +259,7 @@ void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t 
                     int64_t row1);
 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
-void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
-void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS, loaded
@@ -270,7 +268,6 @@ void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, fl
  * take the fused kernels: sgemm pads every call to at least 144 columns).
  * kern_matmul_blas_ws keeps its tile, padded input and output in ws (grown on
  * demand: fresh multi-megabyte buffers would cost a page fault per 4 KiB);
- * kern_matmul_blas is the same with a scratch of its own.
  * kern_blas_init loads OpenBLAS (once; false when it is not installed) and
  * makes it single-threaded; the other functions need it loaded. */
 #define KERN_BLAS_MIN_TOKENS 32
@@ -281,7 +278,6 @@ struct kern_blas_ws {
 };
 void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                          struct kern_blas_ws *ws);
-void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 bool kern_blas_init(void);
 
 /* ---- element-wise and row ops (scalar; the definitions) ---- */

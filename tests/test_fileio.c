@@ -128,9 +128,6 @@ Test(fileio, output_over_an_input_is_refused)
     t = text_of(other);
     cr_assert_str_eq(t, "new");
     free(t);
-    /* an input known by path only */
-    cr_assert_eq(fio_note_input(other, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(fio_check_output(other, &e), ERR_USAGE);
     free(in);
     free(other);
     free(sym);

@@ -274,6 +274,35 @@ static bool have_blas(void)
     return on;
 }
 
+/* The fused kernels and sgemm as matmul_fn (their input prepared, or their
+ * scratch made, for the call). */
+static void qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    struct kern_qinput in;
+    void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
+    cr_assert(buf);
+    kern_qinput_prepare(w, x, n, buf, &in);
+    qdot(w, &in, n, y, r0, r1);
+    free(buf);
+}
+
+static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_avx2, w, x, n, y, r0, r1);
+}
+
+static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
+}
+
+static void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    struct kern_blas_ws ws = {0};
+    kern_matmul_blas_ws(w, x, n, y, r0, r1, &ws);
+    free(ws.buf);
+}
+
 static const struct path paths[] = {
     {"q4_avx2", kern_matvec_q_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q_avx2, WK_Q8, 2},
     {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q_avx512, WK_Q4, 5},
