@@ -100,9 +100,8 @@ static uint64_t *map_filled(size_t bytes)
 }
 
 /* Best of 5 reads of 1 GiB split over `threads`, in GB/s. The buffer is
- * memory of the kind the copied weights sit in. On 4 KiB pages (malloc's)
- * the read was 1.9 % slower (median of 30 alternations), a looser bound
- * (docs/PERFORMANCE.md, item 35). */
+ * memory of the kind the copied weights sit in (huge pages): on 4 KiB pages
+ * the read is ~2 % slower, a looser bound. */
 static double read_bandwidth(int threads)
 {
     size_t bytes = 1ull << 30;
@@ -201,7 +200,7 @@ static int cmp_double(const void *a, const void *b)
  * does no work besides moving the bytes, so this shows how often the
  * machine's memory meets the 90 % bar under this statistic: on this VM a read
  * of the 8-bit pack's 2.42 GB per step met it in 11 of 18 runs, of the 4-bit
- * pack's 1.28 GB in 16 of 16 (docs/PERFORMANCE.md, item 37). */
+ * pack's 1.28 GB in 16 of 16 (docs/PERFORMANCE.md). */
 static int read_control(uint64_t step_bytes, int threads)
 {
     size_t n = (size_t)(step_bytes / 8);
@@ -268,8 +267,8 @@ static int decode(int bits)
          * are sorted and the median is the figure. Each round's first step is
          * run untimed, like llama-bench's warm-up: the first step after any
          * pause (the read, or a sleep) took 2-16 ms longer than the steps after
-         * it, with the threads pinned or not (4-bit: 24-42 ms against 22-28;
-         * docs/PERFORMANCE.md item 33); a decode in progress has no pauses. */
+         * it, with the threads pinned or not (4-bit: 24-42 ms against 22-28);
+         * a decode in progress has no pauses. */
         double tps[DECODE_ROUNDS], bw[DECODE_ROUNDS], ratio[DECODE_ROUNDS], warm[DECODE_ROUNDS];
         for (int k = 0; k < DECODE_ROUNDS; k++) {
             bw[k] = read_bandwidth(threads);
