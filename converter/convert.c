@@ -1,11 +1,7 @@
 #include "converter/convert.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ingest/ingest.h"
 #include "core/fileio.h"
@@ -44,7 +40,7 @@ static struct json_object *options_json(const struct convert_opts *o)
     return j;
 }
 
-static struct json_object *source_json(const struct convert_report *r, const char *config_text, size_t config_len)
+static struct json_object *source_json(const struct convert_report *r)
 {
     struct json_object *s = json_object_new_object(), *files = json_object_new_array();
     char hex[65];
@@ -58,7 +54,7 @@ static struct json_object *source_json(const struct convert_report *r, const cha
         json_object_array_add(files, fo);
     }
     json_object_object_add(s, "files", files);
-    sha256_hex(config_text, config_len, hex);
+    sha256_hex(r->in.config_text, r->in.config_len, hex);
     json_object_object_add(s, "config_sha256", json_object_new_string(hex));
     json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->in.norm.family)));
     json_object_object_add(s, "quantization",
@@ -120,8 +116,7 @@ static void lattice_totals(struct convert_report *r)
     }
 }
 
-static int write_pack(struct convert_report *r, const struct convert_opts *o, const char *config_text,
-                      size_t config_len, struct err *e)
+static int write_pack(struct convert_report *r, const struct convert_opts *o, struct err *e)
 {
     struct out_tensor *out;
     size_t n;
@@ -166,7 +161,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, co
         }
     json_object_object_add(f, "quantized", quant);
     json_object_object_add(f, "normalization", normalize_log_json(&r->in.norm));
-    json_object_object_add(f, "source", source_json(r, config_text, config_len));
+    json_object_object_add(f, "source", source_json(r));
     json_object_object_add(f, "options", options_json(o));
     json_object_object_add(rt, "skip_last_full_attention", json_object_new_boolean(o->plan.skip_last_full));
     json_object_object_add(rt, "last_full_attention_layer", json_object_new_int(cfg_last_full_layer(&r->cfg)));
@@ -463,7 +458,7 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
     if (rc == ERR_OK && !o->dry_run) {
         r->out = strdup(o->out);
-        rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, r->in.config_text, r->in.config_len, e);
+        rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, e);
         r->written = rc == ERR_OK;
     }
     return rc;

@@ -1,6 +1,5 @@
 #include "converter/plan.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,12 +1,11 @@
 /* bytes.h - little-endian loads/stores and overflow-checked arithmetic.
- * Header-only, no I/O. Loads go through memcpy: pointers into mapped files may
- * be unaligned (MLX writes safetensors without padding). */
+ * Header-only, no I/O. Loads and stores go byte by byte: pointers into
+ * mapped files may be unaligned (MLX writes safetensors without padding). */
 #ifndef GP_BYTES_H
 #define GP_BYTES_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 static inline uint16_t rd_u16le(const void *p)
 {
@@ -45,21 +44,6 @@ static inline void wr_u64le(void *p, uint64_t v)
     uint8_t *b = p;
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline float rd_f32le(const void *p)
-{
-    uint32_t u = rd_u32le(p);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline void wr_f32le(void *p, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    wr_u32le(p, u);
 }
 
 /* Checked arithmetic: return false on overflow (result then unspecified). */

@@ -364,11 +364,8 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     }
     if (model_type)
         snprintf(c->model_type, sizeof c->model_type, "%s", model_type);
-    if (!t) {
-        if (e)
-            e->code = ERR_CONFIG;
-        return ERR_CONFIG;
-    }
+    if (!t)
+        return e ? (e->code = ERR_CONFIG) : ERR_CONFIG;
     c->text_json = json_object_get(t);
 
     get_int(&d, t, "vocab_size", REQUIRED, 0, 1, LIM_VOCAB, &c->vocab_size);

@@ -121,7 +121,6 @@ int fio_check_dir(const char *path, struct err *e)
     return ERR_OK;
 }
 
-
 int fio_check_output(const char *path, struct err *e)
 {
     struct stat st;

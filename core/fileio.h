@@ -41,7 +41,6 @@ int fio_open_read(const char *path, unsigned flags, int *fd, uint64_t *size, str
 /* Checks that path names an existing directory (not "", not a file). */
 int fio_check_dir(const char *path, struct err *e);
 
-
 /* Checks that an output may be written at path: not empty, not an existing
  * special file or directory, not a file this process reads as an input. */
 int fio_check_output(const char *path, struct err *e);

@@ -1,12 +1,7 @@
 #include "core/jsonx.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Values the parser would build: one per '{', '[', ',' or ':' outside strings
  * (every value but the root follows one of them), plus the root. */

@@ -43,18 +43,13 @@ void names_classify(const char *key, struct name_info *out)
         out->cls = NC_LM_HEAD;
         return;
     }
-    if (starts(key, "model.language_model.")) {
-        out->fam = NF_HF;
-        out->rel = key + strlen("model.language_model.");
-    } else if (starts(key, "language_model.model.")) {
-        out->fam = NF_MLX;
-        out->rel = key + strlen("language_model.model.");
-    } else if (starts(key, "model.")) {
-        out->fam = NF_TEXT;
-        out->rel = key + strlen("model.");
-    } else {
+    for (enum name_family f = NF_HF; f <= NF_TEXT && !out->rel; f++) /* "model." last: it prefixes the HF one */
+        if (starts(key, name_family_prefix(f))) {
+            out->fam = f;
+            out->rel = key + strlen(name_family_prefix(f));
+        }
+    if (!out->rel)
         return; /* NC_UNKNOWN */
-    }
     out->cls = NC_TEXT;
     for (size_t i = 0; i < sizeof clip_suffixes / sizeof clip_suffixes[0]; i++)
         if (ends(out->rel, clip_suffixes[i]))

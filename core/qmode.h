@@ -20,5 +20,4 @@ void qmode_defaults(enum qmode m, int *group_size, int *bits);
  * {2,3,4,5,6,8} and group sizes {32,64,128}; the others their one pair. */
 bool quant_params_valid(enum qmode m, int bits, int group_size);
 
-
 #endif

@@ -90,23 +90,6 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
     fprintf(out, "verdict: %s\n", res->pass ? "PASS" : "FAIL (regression)");
 }
 
-struct json_object *golden_meta(const char *producer, const char *fingerprint, bool tolerances)
-{
-    struct json_object *meta = json_object_new_object();
-    char who[128];
-    snprintf(who, sizeof who, "%s %s", producer, GEMPACK_VERSION);
-    json_object_object_add(meta, "producer", json_object_new_string(who));
-    json_object_object_add(meta, "model_fingerprint", json_object_new_string(fingerprint));
-    json_object_object_add(meta, "dtype", json_object_new_string("float32"));
-    if (tolerances) {
-        struct json_object *tol = json_object_new_object();
-        json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
-        json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
-        json_object_object_add(meta, "tolerances", tol);
-    }
-    return meta;
-}
-
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
                      int64_t *V, struct err *e)
 {
@@ -126,7 +109,13 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
     if (rc == ERR_OK)
         rc = runner_prompt(&r, tokens, T, 0, logits, NULL, e);
     if (rc == ERR_OK) {
-        struct json_object *meta = golden_meta("gempack golden make", m.fingerprint, true);
+        struct json_object *meta = json_object_new_object(), *tol = json_object_new_object();
+        json_object_object_add(meta, "producer", json_object_new_string("gempack golden make " GEMPACK_VERSION));
+        json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
+        json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+        json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
+        json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
+        json_object_object_add(meta, "tolerances", tol);
         rc = npz_write_logits(out_path, 1, &tokens, &T, T, logits, *V, meta, e);
         json_object_put(meta);
     }

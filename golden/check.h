@@ -39,8 +39,4 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
                      int64_t *V, struct err *e);
 
-/* meta.json of a file gempack writes: producer, the model's fingerprint,
- * dtype float32, and with `tolerances` the defaults golden check applies. */
-struct json_object *golden_meta(const char *producer, const char *fingerprint, bool tolerances);
-
 #endif

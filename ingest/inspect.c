@@ -63,23 +63,21 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
                 (unsigned long long)t->nbytes, t->crc32, quant);
     }
     fprintf(out, "total: %zu tensors, %llu data bytes\n", p.n_tensors, (unsigned long long)p.data_size);
-    {
-        struct json_object *o = json_object_new_object(), *h = json_object_new_object();
-        json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
-        json_object_object_add(o, "path", json_object_new_string(path));
-        json_object_object_add(o, "kind", json_object_new_string("pack"));
-        json_object_object_add(h, "version_major", json_object_new_int(PACK_VERSION_MAJOR));
-        json_object_object_add(h, "version_minor", json_object_new_int(p.version_minor));
-        json_object_object_add(h, "alignment", json_object_new_int64(p.align));
-        json_object_object_add(h, "file_size", json_object_new_int64((int64_t)p.size));
-        json_object_object_add(h, "data_offset", json_object_new_int64((int64_t)p.data_offset));
-        json_object_object_add(h, "data_size", json_object_new_int64((int64_t)p.data_size));
-        json_object_object_add(h, "manifest_offset", json_object_new_int64((int64_t)p.manifest_offset));
-        json_object_object_add(h, "manifest_size", json_object_new_int64((int64_t)p.manifest_size));
-        json_object_object_add(o, "header", h);
-        json_object_object_add(o, "manifest", json_object_get(p.manifest));
-        *jo = o;
-    }
+    struct json_object *o = json_object_new_object(), *h = json_object_new_object();
+    json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
+    json_object_object_add(o, "path", json_object_new_string(path));
+    json_object_object_add(o, "kind", json_object_new_string("pack"));
+    json_object_object_add(h, "version_major", json_object_new_int(PACK_VERSION_MAJOR));
+    json_object_object_add(h, "version_minor", json_object_new_int(p.version_minor));
+    json_object_object_add(h, "alignment", json_object_new_int64(p.align));
+    json_object_object_add(h, "file_size", json_object_new_int64((int64_t)p.size));
+    json_object_object_add(h, "data_offset", json_object_new_int64((int64_t)p.data_offset));
+    json_object_object_add(h, "data_size", json_object_new_int64((int64_t)p.data_size));
+    json_object_object_add(h, "manifest_offset", json_object_new_int64((int64_t)p.manifest_offset));
+    json_object_object_add(h, "manifest_size", json_object_new_int64((int64_t)p.manifest_size));
+    json_object_object_add(o, "header", h);
+    json_object_object_add(o, "manifest", json_object_get(p.manifest));
+    *jo = o;
     pack_close(&p);
     return ERR_OK;
 }

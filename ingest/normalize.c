@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 4, 5))) static int log_add(struct normalized *n, const char *tensor,
+__attribute__((format(printf, 5, 6))) static int log_add(struct normalized *n, struct err *e, const char *tensor,
                                                          const char *action, const char *fmt, ...)
 {
     if (n->n_log == n->cap_log) {
         size_t cap = n->cap_log ? 2 * n->cap_log : 64;
         struct norm_log *v = realloc(n->log, cap * sizeof *v);
         if (!v)
-            return ERR_NOMEM;
+            return err_set(e, ERR_NOMEM, "cannot grow the normalization log");
         n->log = v;
         n->cap_log = cap;
     }
@@ -56,8 +56,8 @@ static void canonical_module(const char *module, char *out, size_t len)
         snprintf(out, len, "%s", module);
 }
 
-static int add_tensor(struct normalized *n, const struct layout_entry *le, const char *canon_module,
-                      const char *canon_name)
+static struct norm_tensor *add_tensor(struct normalized *n, const struct layout_entry *le, const char *canon_module,
+                                      const char *canon_name, const struct ckpt_tensor *w)
 {
     struct norm_tensor *t = &n->t[n->n++];
     memset(t, 0, sizeof *t);
@@ -67,7 +67,8 @@ static int add_tensor(struct normalized *n, const struct layout_entry *le, const
     t->router = le->router;
     t->rank = le->rank;
     memcpy(t->shape, le->shape, sizeof t->shape);
-    return ERR_OK;
+    t->w = w;
+    return t;
 }
 
 /* lm_head.weight is accepted only when it holds the tied embedding. */
@@ -121,8 +122,8 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
         } else {
             if (ni.cls == NC_VISION || ni.cls == NC_AUDIO || ni.cls == NC_PROJECTOR)
                 n->towers[n->n_towers++] = &ck->tensors[i];
-            if (log_add(n, ck->tensors[i].name, "dropped", "%s", class_reason(ni.cls)) != ERR_OK)
-                return err_set(e, ERR_NOMEM, "cannot grow the normalization log");
+            if (log_add(n, e, ck->tensors[i].name, "dropped", "%s", class_reason(ni.cls)) != ERR_OK)
+                return ERR_NOMEM;
         }
     }
     for (int f = NF_HF; f <= NF_TEXT; f++)
@@ -152,11 +153,10 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
         }
         if (L->redundant) {
             const struct ckpt_tensor *parts[3] = {w, s, b};
-            for (int k = 0; k < 3; k++)
-                if (parts[k] && log_add(n, parts[k]->name, "pruned",
-                                        "K/V of a KV-shared layer: redundant (it reads the cache of the last "
-                                        "KV-owning layer of its type)") != ERR_OK)
-                    rc = err_set(e, ERR_NOMEM, "cannot grow the normalization log");
+            for (int k = 0; k < 3 && rc == ERR_OK; k++)
+                if (parts[k])
+                    rc = log_add(n, e, parts[k]->name, "pruned", "K/V of a KV-shared layer: redundant (it reads the "
+                                 "cache of the last KV-owning layer of its type)");
             continue;
         }
         if (!w) {
@@ -164,30 +164,24 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
             rc = err_set(e, ERR_FORMAT, "%s: tensor %s missing (run gempack check for the full report)", ck->dir, key);
             break;
         }
-        bool fused = strstr(L->name, ".experts.gate_up_proj") != NULL;
-        if (fused) {
+        if (strstr(L->name, ".experts.gate_up_proj")) {
             /* [E, 2M, H] -> gate [E, M, H] (rows 0..M-1) and up [E, M, H] (rows M..2M-1) */
             for (int half = 1; half <= 2; half++) {
                 struct layout_entry h = *L;
                 h.shape[1] /= 2;
                 snprintf(canon, sizeof canon, "layers.%d.experts.%s_proj", L->layer, half == 1 ? "gate" : "up");
                 snprintf(rel, sizeof rel, "%s.weight", canon);
-                add_tensor(n, &h, canon, rel);
-                n->t[n->n - 1].w = w;
-                n->t[n->n - 1].split = half;
+                add_tensor(n, &h, canon, rel, w)->split = half;
             }
-            if (log_add(n, w->name, "split", "fused gate_up_proj [E, 2M, H] -> experts.gate_proj and experts.up_proj "
-                                             "[E, M, H]") != ERR_OK)
-                rc = err_set(e, ERR_NOMEM, "cannot grow the normalization log");
+            rc = log_add(n, e, w->name, "split",
+                         "fused gate_up_proj [E, 2M, H] -> experts.gate_proj and experts.up_proj [E, M, H]");
             continue;
         }
         if (strstr(L->name, ".experts.down_proj") && !L->module[0]) {
             snprintf(canon, sizeof canon, "layers.%d.experts.down_proj", L->layer);
             snprintf(rel, sizeof rel, "%s.weight", canon);
-            add_tensor(n, L, canon, rel);
-            n->t[n->n - 1].w = w;
-            if (log_add(n, w->name, "renamed", "HF experts.down_proj -> %s", rel) != ERR_OK)
-                rc = err_set(e, ERR_NOMEM, "cannot grow the normalization log");
+            add_tensor(n, L, canon, rel, w);
+            rc = log_add(n, e, w->name, "renamed", "HF experts.down_proj -> %s", rel);
             continue;
         }
         canonical_module(L->module, canon, sizeof canon);
@@ -195,13 +189,10 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
             snprintf(rel, sizeof rel, "%s.weight", canon);
         else
             snprintf(rel, sizeof rel, "%s", L->name);
-        add_tensor(n, L, L->module[0] ? canon : "", rel);
-        struct norm_tensor *t = &n->t[n->n - 1];
-        t->w = w;
+        struct norm_tensor *t = add_tensor(n, L, L->module[0] ? canon : "", rel, w);
         if (s) {
             snprintf(key, sizeof key, "%s%s", prefix, L->module);
-            bool explicit_entry;
-            t->q = cfg_quant_lookup(&c->quant, key, &explicit_entry);
+            t->q = cfg_quant_lookup(&c->quant, key, NULL);
             t->s = s;
             t->b = b;
             if (!t->q.quantized || t->q.mode != QM_AFFINE || !b) {
@@ -211,16 +202,12 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
                 break;
             }
         }
-        if (strstr(L->module, "switch_glu") &&
-            log_add(n, w->name, "renamed", "MLX experts.switch_glu.* -> %s", canon) != ERR_OK)
-            rc = err_set(e, ERR_NOMEM, "cannot grow the normalization log");
+        if (strstr(L->module, "switch_glu"))
+            rc = log_add(n, e, w->name, "renamed", "MLX experts.switch_glu.* -> %s", canon);
     }
     free(le);
-    if (rc == ERR_OK && lm_head) {
-        rc = check_lm_head(ck, lm_head, &n->t[0], e);
-        if (rc == ERR_OK && log_add(n, lm_head->name, "dropped", "equals the tied embed_tokens.weight") != ERR_OK)
-            rc = err_set(e, ERR_NOMEM, "cannot grow the normalization log");
-    }
+    if (rc == ERR_OK && lm_head && (rc = check_lm_head(ck, lm_head, &n->t[0], e)) == ERR_OK)
+        rc = log_add(n, e, lm_head->name, "dropped", "equals the tied embed_tokens.weight");
     if (rc != ERR_OK)
         normalize_free(n);
     return rc;

@@ -1,31 +1,8 @@
-/* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
- *
- * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
- * the form MLX's own kernels use; the bias terms use per-group input sums
- * computed once per call. Codes are read as 32-bit words, 16 words (one
- * AVX-512 vector, two AVX2 vectors) at a time: lane l holds word l, and code
- * k of every lane is isolated with one AND of the mask (2^bits − 1)·2^(bits·k)
- * (the top code with one shift) and converted to float, which is then
- * q·2^(bits·k) exactly. So that no shift back is needed, the input is
- * rearranged once per call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k),
- * W = 32/bits codes per word (a power-of-two scaling, exact), zero-padded
- * to whole blocks of 16 words. The q·x products of a block accumulate in two
- * chains, are multiplied by the group scales of their lanes, and accumulate
- * in two vectors across the row; one reduction ends the row.
- *
- * bf16 weights: Σ x·w with the same vector accumulation.
- *
- * A weight row is decoded once for up to TB tokens, and every token goes
- * through exactly the same operations as when it is alone, so prefill,
- * chunked and decode runs give bitwise-identical logits. Compiled with
- * per-function target attributes and chosen at run time (no -march flag).
- * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
+/* avx2.c - the AVX2 twins of avx512.c's fused dequantize + dot products (the
+ * scheme, and what every token is guaranteed, are described there). */
 #include <immintrin.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/bytes.h"
 #include "core/dtype.h"
 #include "kernels/internal.h"
 #include "kernels/simd.h"
@@ -167,17 +144,8 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
 AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: QROWS_DISPATCH(qrows256, 1); break;
-        case 2: QROWS_DISPATCH(qrows256, 2); break;
-        case 3: QROWS_DISPATCH(qrows256, 3); break;
-        default: QROWS_DISPATCH(qrows256, 4); break;
-        }
-    }
+    TOKENS_DISPATCH(qrows256)
 }
-
-
 
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                               __m256 (*acc)[4], int c)

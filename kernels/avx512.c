@@ -1,4 +1,4 @@
-/* simd.c - AVX2 and AVX-512 fused dequantize + dot products.
+/* avx512.c - AVX-512 fused dequantize + dot products; avx2.c has their AVX2 twins.
  *
  * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
  * the form MLX's own kernels use; the bias terms use per-group input sums
@@ -21,11 +21,7 @@
  * per-function target attributes and chosen at run time (no -march flag).
  * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
 #include <immintrin.h>
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "core/bytes.h"
 #include "core/dtype.h"
 #include "kernels/internal.h"
 #include "kernels/simd.h"
@@ -128,7 +124,6 @@ AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb,
     return bacc;
 }
 
-
 /* One block of 16 words (m: the words present) for each token: the q·x
  * products in two chains, summed, times each lane's group scale sv, into
  * accumulator a (a constant). xb: token t0's rearranged input of the block. */
@@ -205,7 +200,6 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 {
     TOKENS_DISPATCH(qrows512)
 }
-
 
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
                                 __m512 (*acc)[4], int c)

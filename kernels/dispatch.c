@@ -185,13 +185,11 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->q8in = q8 ? q8 : q8in;
     } else if (w->blocked) {
         /* only the int8 kernels and the reference read blocks */
-    } else
-    if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
+    } else if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
         j->fn = NULL;
         j->blas_ws = t->blas_ws;
         j->tile_rows = KERN_BLAS_ROWS;
-    } else
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
+    } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
         (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, buf, qin), true)))) {
         j->fn = NULL; /* the input is prepared once and read by every tile */
         j->qdot = t->qdot;

@@ -2,7 +2,6 @@
  * their definitions (kernels.h). The AVX-512 preparation of the int8 input
  * (q8_avx512.c) writes the same bytes. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/internal.h"
@@ -56,7 +55,6 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
             }
     *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
 }
-
 
 /* Bytes per token of the int8 input: cols rounded up to 512/bits. */
 static int64_t q8input_stride(const struct wmat *w)

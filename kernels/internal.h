@@ -31,7 +31,6 @@ static inline float kern_lanes_sum16(float lane[16])
     return lane[0];
 }
 
-
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
 

@@ -188,12 +188,8 @@ void kern_softcap_avx2(float *x, float cap, int64_t n);
 void kern_softcap_avx512(float *x, float cap, int64_t n);
 
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
- * change (2: GELU and the soft-cap without libm; 3: sgemm columns chosen per
- * call shape in blas.c; 4: sgemm calls 144 or 272 columns wide; 5: the q8
- * dot's S·(d·s) in place of (S·d)·s; 6: the q8 dot's integer sums per
- * group, in lanes by group; 7: RMSNorm's Σx² in kern_dot's order), so
- * that state saved by an older build (the cold prefix cache) is never
- * restored into a newer one. */
+ * change, so that state saved by an older build (the cold prefix cache) is
+ * never restored into a newer one. */
 #define KERN_NUMERICS 7
 
 /* Which implementation serves each case; filled once by kern_init. */

@@ -3,11 +3,9 @@
  * kern_q8input_prepare (kernels/q8.c; tests/test_kernels.c). */
 #include <immintrin.h>
 #include <math.h>
-#include <string.h>
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/kernels.h"
 #include "kernels/internal.h"
 #include "kernels/simd.h"
 
@@ -132,8 +130,7 @@ AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input
  * two at 4 (each a nibble half). Only the 4-bit words are prefetched: the
  * 8-bit head streamed at 78-85 % of a plain read of its bytes with a
  * prefetch per word and two accumulators, 91-99 % without the prefetches and
- * with four; the 4-bit head fell to 65-69 % without its prefetches
- * (docs/PERFORMANCE.md, item 31). */
+ * with four; the 4-bit head fell to 65-69 % without its prefetches. */
 AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, enum dtype dt,
                                    const int8_t *xq, int64_t g, float d, float xs, __m512 acc, const int gs,
                                    const int bits)

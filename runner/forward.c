@@ -6,7 +6,6 @@
 #include "runner/forward.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- attention (MODEL.md §5) ---- */

@@ -47,33 +47,16 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
                      params_at(f, e, 3));
 }
 
-/* Where head h of the K (which 0) or V (1) row of the entry in `slot` lies:
- * its d floats, or (quantized) its codes and its first scale and bias. */
-struct head_loc {
-    const float *f;
-    const uint8_t *codes;
-    const float *scales, *biases;
-};
-
-static struct head_loc head_at(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
-                               int which)
-{
-    int64_t d = f->d, n = f->heads * d;
-    if (!kv_fmt_quantized(f, pos))
-        return (struct head_loc){.f = (const float *)(const void *)(r->f + (size_t)slot * f->fbytes) + which * n + h * d};
-    uint8_t *e = r->q + (size_t)slot * f->qbytes;
-    int64_t g0 = h * d / f->gs; /* groups never straddle heads: runner_init checks that gs divides d */
-    return (struct head_loc){.codes = codes_at(f, e, which) + (size_t)(h * d * f->bits / 8),
-                             .scales = params_at(f, e, 2 * which) + g0, .biases = params_at(f, e, 2 * which + 1) + g0};
-}
-
 const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
                           int which, float *buf)
 {
-    struct head_loc at = head_at(f, r, slot, pos, h, which);
-    if (at.f)
-        return at.f;
-    dequant_affine_row(at.codes, at.scales, at.biases, DT_F32, (size_t)f->d, f->gs, f->bits, buf);
+    int64_t d = f->d, n = f->heads * d;
+    if (!kv_fmt_quantized(f, pos))
+        return (const float *)(const void *)(r->f + (size_t)slot * f->fbytes) + which * n + h * d;
+    uint8_t *e = r->q + (size_t)slot * f->qbytes;
+    int64_t g0 = h * d / f->gs; /* groups never straddle heads: runner_init checks that gs divides d */
+    dequant_affine_row(codes_at(f, e, which) + (size_t)(h * d * f->bits / 8), params_at(f, e, 2 * which) + g0,
+                       params_at(f, e, 2 * which + 1) + g0, DT_F32, (size_t)d, f->gs, f->bits, buf);
     return buf;
 }
 

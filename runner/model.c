@@ -100,11 +100,8 @@ static struct srcq quant_of(const struct model *m, const char *module)
 }
 
 /* A matrix [experts?, rows, cols] under module path `module`. */
-static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows, int64_t cols, struct err *e,
-                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-
-static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows, int64_t cols, struct err *e,
-                   const char *fmt, ...)
+__attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t rows,
+                                                         int64_t cols, struct err *e, const char *fmt, ...)
 {
     char module[NORM_NAME_MAX], name[NORM_NAME_MAX + 16], got[96], want[96];
     va_list ap;
@@ -164,10 +161,8 @@ static int get_mat(struct model *m, struct wmat *w, int64_t experts, int64_t row
 }
 
 /* A float vector of length n, copied (norm weights, scalars). */
-static int get_vec(struct model *m, float **out, int64_t n, struct err *e, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int get_vec(struct model *m, float **out, int64_t n, struct err *e, const char *fmt, ...)
+__attribute__((format(printf, 5, 6))) static int get_vec(struct model *m, float **out, int64_t n, struct err *e,
+                                                         const char *fmt, ...)
 {
     char name[NORM_NAME_MAX];
     va_list ap;

@@ -95,7 +95,7 @@ void model_close(struct model *m);
  * the views there; the file stays mapped for the rest. Same bytes, same
  * results: only faster to stream. File-backed mappings come in 4 KiB pages,
  * and on the machine of docs/PERFORMANCE.md (a VM) decode ran about 1.5×
- * as fast from huge pages (item 21 there). Costs a memory copy of those matrices, made on
+ * as fast from huge pages. Costs a memory copy of those matrices, made on
  * `threads` threads. With `blocked` (for KERN_Q8), every matrix kern_blockable
  * takes is laid out in blocks of rows (kern_block_rows): the int8 kernels
  * read it faster and give the same bits; the other kernels must not be used
