@@ -25,12 +25,27 @@ static void write_shard(const char *dir, const char *file, const char *tensor)
     fclose(f);
 }
 
+static char dir[64];
+
+/* The directory and its three files, at exit. */
+static void remove_dir(void)
+{
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json"};
+    char path[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char dir[64];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/tmp/gempack-fuzz-index-%ld", (long)getpid());
         mkdir(dir, 0755);
+        atexit(remove_dir);
         write_shard(dir, "model-00001-of-00002.safetensors", "a");
         write_shard(dir, "model-00002-of-00002.safetensors", "b");
     }
