@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "converter/convert.h"
+#include "core/cpu.h"
 #include "fixtures/fixture.h"
 #include "golden/check.h"
 #include "ingest/check.h"
@@ -715,6 +716,11 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) {
         printf("gempack %s\n", GEMPACK_VERSION);
         return 0;
+    }
+    if (!cpu_isa_valid()) {
+        fprintf(stderr, "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, neon or dotprod\n",
+                getenv("GEMPACK_ISA"));
+        return EXIT_ERROR;
     }
     bool sub = argc >= 3 && argv[2][0] != '-'; /* a two-word command: golden make, golden check */
     for (size_t i = 0; i < N_COMMANDS; i++) {

@@ -1,31 +1,91 @@
 #include "core/cpu.h"
 
-bool cpu_has_avx2(void)
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__aarch64__) && defined(__linux__) && !defined(GP_PORTABLE)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+static bool detected(enum cpu_feature f)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl");
+    switch (f) {
+    case CPU_AVX2: return avx2;
+    case CPU_AVX_VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case CPU_AVX512: return avx512;
+    case CPU_AVX512_VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
+    default: return false;
+    }
+#elif defined(__aarch64__)
+    switch (f) {
+    case CPU_NEON: return true; /* Advanced SIMD is part of every arm64 Linux and macOS target */
+#if defined(__linux__) && !defined(GP_PORTABLE)
+    case CPU_DOTPROD: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__ARM_FEATURE_DOTPROD)
+    case CPU_DOTPROD: return true; /* the compiler's target has it (every Apple arm64 CPU) */
+#endif
+    default: return false;
+    }
 #else
+    (void)f;
     return false;
 #endif
 }
 
-bool cpu_has_avx512(void)
+/* GEMPACK_ISA's names and the features each allows; NULL name: unset. */
+static const struct {
+    const char *name;
+    unsigned allowed;
+} caps[] = {
+    {"scalar", 0},
+    {"avx2", 1u << CPU_AVX2},
+    {"avx-vnni", 1u << CPU_AVX2 | 1u << CPU_AVX_VNNI},
+    {"avx512", 1u << CPU_AVX2 | 1u << CPU_AVX512},
+    {"neon", 1u << CPU_NEON},
+    {"dotprod", 1u << CPU_NEON | 1u << CPU_DOTPROD},
+};
+
+static int cap_index(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && cpu_has_avx2();
-#else
-    return false;
-#endif
+    const char *s = getenv("GEMPACK_ISA");
+    if (!s || !*s)
+        return -1;
+    for (int i = 0; i < (int)(sizeof caps / sizeof caps[0]); i++)
+        if (!strcmp(s, caps[i].name))
+            return i;
+    return -2;
 }
 
-bool cpu_has_avx512_vnni(void)
+static unsigned features; /* what cpu_has answers, bit f for feature f */
+static bool valid;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void ask(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
-#else
-    return false;
-#endif
+    int i = cap_index();
+    valid = i != -2;
+    for (int f = CPU_AVX2; f <= CPU_DOTPROD; f++)
+        if (detected((enum cpu_feature)f) && (i == -1 || (i >= 0 && (caps[i].allowed >> f & 1))))
+            features |= 1u << f;
+}
+
+bool cpu_isa_valid(void)
+{
+    pthread_once(&once, ask);
+    return valid;
+}
+
+bool cpu_has(enum cpu_feature f)
+{
+    pthread_once(&once, ask);
+    return features >> f & 1;
 }

@@ -44,7 +44,7 @@ static void attn_task(void *arg, int64_t task, int worker)
         float *su = s + u * a->keys;
         sum[u] = 0.0f;
         for (int64_t p = k0; p <= P; p++) {
-            su[p - k0] = su[p - k0] == -INFINITY ? 0.0f : expf(su[p - k0] - m[u]);
+            su[p - k0] = su[p - k0] == -INFINITY ? 0.0f : kern_exp(su[p - k0] - m[u]);
             sum[u] += su[p - k0];
         }
     }

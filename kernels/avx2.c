@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/dtype.h"
 #include "kernels/internal.h"
 #include "kernels/simd.h"
@@ -57,14 +58,6 @@ AVX2 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n)
     kern_gelu_mul_ref(g + i, u + i, n - i);
 }
 
-AVX2 INLINE float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Half h of a block of 16 words (words: how many of its 8 are present) for
  * each token: the q·x products in two chains, summed, times each lane's
  * group scale sv, into accumulator h. */
@@ -108,9 +101,9 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        __m256 acc[TB][2], bacc[TB]; /* first and second halves of the blocks, two chains across the row; bias terms */
+        __m256 acc[TB][2], bacc[TB][2]; /* the definition's A and B, lanes 0-7 and 8-15 */
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = bacc[u] = _mm256_setzero_ps();
+            acc[u][0] = acc[u][1] = bacc[u][0] = bacc[u][1] = _mm256_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
@@ -128,16 +121,17 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
                     qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits,
                              _mm256_permutevar8x32_ps(s8, gidx1), acc, 1);
             }
-            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, 8 groups a step */
+            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, group g in lane g % 16 */
                 const float *xs = in->xsum + (t0 + u) * ng + g0;
                 for (int64_t k = 0; k < nb; k += 8) {
                     __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-                    bacc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + k), _mm256_maskload_ps(xs + k, m), bacc[u]);
+                    bacc[u][k / 8 % 2] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + k), _mm256_maskload_ps(xs + k, m), bacc[u][k / 8 % 2]);
                 }
             }
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), bacc[u]));
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], bacc[u][0]),
+                                                              _mm256_add_ps(acc[u][1], bacc[u][1])));
     }
 }
 
@@ -147,47 +141,51 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
     TOKENS_DISPATCH(qrows256)
 }
 
+/* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):
+ * `cols - j` of them present. */
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
-                              __m256 (*acc)[4], int c)
+                              __m256 (*acc)[2][2], int c)
 {
-    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * j));
-    __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    for (int u = 0; u < tb; u++)
-        acc[u][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int h = 0; h < 2; h++) {
+        const int64_t k = j + 8 * h, left = cols - k;
+        __m256 wv;
+        if (left >= 8) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k));
+            wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+        } else {
+            float tail[8] = {0};
+            for (int64_t i = 0; i < left; i++)
+                tail[i] = bf16_to_f32(rd_u16le(row + 2 * (k + i)));
+            wv = _mm256_loadu_ps(tail);
+        }
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? left : 8)), lane);
+        for (int u = 0; u < tb; u++)
+            acc[u][c][h] = _mm256_fmadd_ps(_mm256_maskload_ps(x + (t0 + u) * cols + k, m), wv, acc[u][c][h]);
+    }
 }
 
+/* kern_matvec_bf16_ref's two chains of 16 lanes, two tokens at a time (the
+ * accumulators of more would not fit the 16 registers). */
 AVX2 INLINE void bf16rows256(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
                              int64_t row1)
 {
-    int64_t c8 = w->cols & ~(int64_t)7, cols = w->cols;
+    const int64_t cols = w->cols;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        __m256 acc[TB][4]; /* four independent chains per token */
+        __m256 acc[2][2][2];
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm256_setzero_ps();
-        int64_t j = 0;
-        for (; j + 32 <= c8; j += 32)
-            for (int c = 0; c < 4; c++)
-                bf16_step256(row, x, cols, t0, tb, j + 8 * c, acc, c);
-        for (int c = 0; j < c8; j += 8, c++)
-            bf16_step256(row, x, cols, t0, tb, j, acc, c);
-        for (int u = 0; u < tb; u++) {
-            float s = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], acc[u][1]), _mm256_add_ps(acc[u][2], acc[u][3])));
-            for (int64_t k = c8; k < cols; k++)
-                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
-            y[(t0 + u) * w->rows + r] = s;
-        }
+            acc[u][0][0] = acc[u][0][1] = acc[u][1][0] = acc[u][1][1] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < cols; j += 16)
+            bf16_step256(row, x, cols, t0, tb, j, acc, (int)(j / 16 % 2));
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0][0], acc[u][1][0]),
+                                                              _mm256_add_ps(acc[u][0][1], acc[u][1][1])));
     }
 }
 
 AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: bf16rows256(w, x, t0, 1, y, row0, row1); break;
-        case 2: bf16rows256(w, x, t0, 2, y, row0, row1); break;
-        case 3: bf16rows256(w, x, t0, 3, y, row0, row1); break;
-        default: bf16rows256(w, x, t0, 4, y, row0, row1); break;
-        }
-    }
+    for (int64_t t0 = 0; t0 < n; t0 += 2)
+        bf16rows256(w, x, t0, n - t0 < 2 ? 1 : 2, y, row0, row1);
 }

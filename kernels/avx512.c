@@ -1,25 +1,24 @@
-/* avx512.c - AVX-512 fused dequantize + dot products; avx2.c has their AVX2 twins.
+/* avx512.c - AVX-512 fused dequantize + dot products; avx2.c and neon.c
+ * have their twins, all giving the bits of kern_qdot_ref and
+ * kern_matvec_bf16_ref (kernels.h).
  *
  * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
  * the form MLX's own kernels use; the bias terms use per-group input sums
  * computed once per call. Codes are read as 32-bit words, 16 words (one
- * AVX-512 vector, two AVX2 vectors) at a time: lane l holds word l, and code
- * k of every lane is isolated with one AND of the mask (2^bits − 1)·2^(bits·k)
- * (the top code with one shift) and converted to float, which is then
- * q·2^(bits·k) exactly. So that no shift back is needed, the input is
- * rearranged once per call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k),
- * W = 32/bits codes per word (a power-of-two scaling, exact), zero-padded
- * to whole blocks of 16 words. The q·x products of a block accumulate in two
- * chains, are multiplied by the group scales of their lanes, and accumulate
- * in two vectors across the row; one reduction ends the row.
- *
- * bf16 weights: Σ x·w with the same vector accumulation.
+ * AVX-512 vector) at a time: lane l holds word l, and code k of every lane is
+ * isolated with one AND of the mask (2^bits − 1)·2^(bits·k) (the top code
+ * with one shift) and converted to float, which is then q·2^(bits·k)
+ * exactly. So that no shift back is needed, the input is rearranged once per
+ * call to match: xd[16k + l] = x[W·l + k]·2^(−bits·k), W = 32/bits codes per
+ * word (a power-of-two scaling, exact), zero-padded to whole blocks of 16
+ * words. The q·x products of a block accumulate in two chains, are
+ * multiplied by the group scales of their lanes, and accumulate in one
+ * vector across the row; one reduction ends the row.
  *
  * A weight row is decoded once for up to TB tokens, and every token goes
  * through exactly the same operations as when it is alone, so prefill,
  * chunked and decode runs give bitwise-identical logits. Compiled with
- * per-function target attributes and chosen at run time (no -march flag).
- * Tested against kern_matmul_ref on odd sizes (tests/test_kernels.c). */
+ * per-function target attributes and chosen at run time (no -march flag). */
 #include <immintrin.h>
 
 #include "core/dtype.h"
@@ -126,9 +125,9 @@ AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb,
 
 /* One block of 16 words (m: the words present) for each token: the q·x
  * products in two chains, summed, times each lane's group scale sv, into
- * accumulator a (a constant). xb: token t0's rearranged input of the block. */
+ * acc. xb: token t0's rearranged input of the block. */
 AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int64_t stride, const int tb,
-                             const int bits, __m512 sv, __m512 (*acc)[2], const int a)
+                             const int bits, __m512 sv, __m512 *acc)
 {
     const int per_word = 32 / bits;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
@@ -145,7 +144,7 @@ AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int
         }
     }
     for (int u = 0; u < tb; u++)
-        acc[u][a] = _mm512_fmadd_ps(_mm512_add_ps(p[u][0], p[u][1]), sv, acc[u][a]);
+        acc[u] = _mm512_fmadd_ps(_mm512_add_ps(p[u][0], p[u][1]), sv, acc[u]);
 }
 
 /* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
@@ -165,32 +164,23 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
         params_prefetch(sr, br, w->srow_bytes);
-        __m512 acc[TB][2], bacc[TB]; /* even and odd blocks, two chains across the row; bias terms */
+        __m512 acc[TB], bacc[TB]; /* the definition's A and B */
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = bacc[u] = _mm512_setzero_ps();
+            acc[u] = bacc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
             params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
             params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
             const float *xb = in->xd + t0 * stride;
-            int64_t j = j0;
-            for (; j + 2 * blk <= j1; j += 2 * blk) {
-                qblock512(codes + j * bits / 8, 0xFFFF, xb + j, stride, tb, bits,
-                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
-                qblock512(codes + (j + blk) * bits / 8, 0xFFFF, xb + j + blk, stride, tb, bits,
-                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j + blk - j0) / gs)), acc, 1);
-            }
-            for (; j < j1; j += blk) {
-                int64_t words = (j1 - j) / per_word;
-                qblock512(codes + j * bits / 8, words >= 16 ? 0xFFFF : (__mmask16)((1u << words) - 1), xb + j, stride,
-                          tb, bits, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc, 0);
-            }
+            for (int64_t j = j0; j < j1; j += blk)
+                qblock512(codes + j * bits / 8, mask16((j1 - j) / per_word), xb + j, stride, tb, bits,
+                          _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc);
             for (int u = 0; u < tb; u++)
                 bacc[u] = bias_terms512(bi, in->xsum + (t0 + u) * ng + g0, nb, bacc[u]);
         }
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), bacc[u]));
+            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(acc[u], bacc[u]));
     }
 }
 
@@ -201,37 +191,35 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
     TOKENS_DISPATCH(qrows512)
 }
 
+/* Columns [j, j + 16) (m: those present) of each token into chain c. */
 AVX512 INLINE void bf16_step512(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
-                                __m512 (*acc)[4], int c)
+                                __mmask16 m, __m512 (*acc)[2], int c)
 {
-    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * j));
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * j);
     __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     for (int u = 0; u < tb; u++)
-        acc[u][c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + (t0 + u) * cols + j), wv, acc[u][c]);
+        acc[u][c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + (t0 + u) * cols + j), wv, acc[u][c]);
 }
 
+/* kern_matvec_bf16_ref's two chains of 16 lanes. */
 AVX512 INLINE void bf16rows512(const struct wmat *w, const float *x, int64_t t0, int tb, float *y, int64_t row0,
                                int64_t row1)
 {
-    int64_t c16 = w->cols & ~(int64_t)15, cols = w->cols;
+    const int64_t cols = w->cols;
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        __m512 acc[TB][4]; /* four independent chains per token */
+        __m512 acc[TB][2];
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = _mm512_setzero_ps();
+            acc[u][0] = acc[u][1] = _mm512_setzero_ps();
         int64_t j = 0;
-        for (; j + 64 <= c16; j += 64)
-            for (int c = 0; c < 4; c++)
-                bf16_step512(row, x, cols, t0, tb, j + 16 * c, acc, c);
-        for (int c = 0; j < c16; j += 16, c++)
-            bf16_step512(row, x, cols, t0, tb, j, acc, c);
-        for (int u = 0; u < tb; u++) {
-            float s = _mm512_reduce_add_ps(
-                _mm512_add_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_add_ps(acc[u][2], acc[u][3])));
-            for (int64_t k = c16; k < cols; k++)
-                s += x[(t0 + u) * cols + k] * bf16_to_f32((uint16_t)(row[2 * k] | row[2 * k + 1] << 8));
-            y[(t0 + u) * w->rows + r] = s;
+        for (; j + 32 <= cols; j += 32) {
+            bf16_step512(row, x, cols, t0, tb, j, 0xFFFF, acc, 0);
+            bf16_step512(row, x, cols, t0, tb, j + 16, 0xFFFF, acc, 1);
         }
+        for (; j < cols; j += 16)
+            bf16_step512(row, x, cols, t0, tb, j, mask16(cols - j), acc, (int)(j / 16 % 2));
+        for (int u = 0; u < tb; u++)
+            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(acc[u][0], acc[u][1]));
     }
 }
 

@@ -34,6 +34,46 @@ void kern_row_f32(const struct wmat *w, int64_t r, float *out)
         quant_to_f32(w->dtype, row, out, (size_t)w->cols);
 }
 
+/* The int8 kernels this CPU has (kernels.h), or false. */
+static bool pick_q8(q8dot_fn *dot, q8prep_fn *prep, const char **name)
+{
+    *prep = kern_q8input_prepare;
+#if GP_X86
+    if (cpu_has(CPU_AVX512))
+        *prep = kern_q8input_prepare_avx512;
+    if (cpu_has(CPU_AVX512_VNNI)) {
+        *dot = kern_q8dot_avx512;
+        *name = "avx512-vnni";
+    } else if (cpu_has(CPU_AVX_VNNI)) {
+        *dot = kern_q8dot_avxvnni;
+        *name = "avx-vnni";
+    } else if (cpu_has(CPU_AVX2)) {
+        *dot = kern_q8dot_avx2;
+        *name = "avx2";
+    } else {
+        return false;
+    }
+    return true;
+#elif GP_ARM64
+    if (!cpu_has(CPU_DOTPROD))
+        return false;
+    *dot = kern_q8dot_neon;
+    *name = "neon-dotprod";
+    return true;
+#else
+    (void)dot, (void)name;
+    return false;
+#endif
+}
+
+bool kern_has_q8(void)
+{
+    q8dot_fn dot;
+    q8prep_fn prep;
+    const char *name;
+    return pick_q8(&dot, &prep, &name);
+}
+
 void kern_init(struct kern_table *t, enum kern_level level)
 {
     memset(t, 0, sizeof *t);
@@ -42,17 +82,16 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->axpy = kern_axpy_ref;
     t->gelu_mul = kern_gelu_mul_ref;
     t->softcap = kern_softcap_ref;
-    t->scratch = calloc(KERN_MANY, sizeof *t->scratch); /* without it (no memory): the reference kernels */
+    t->qdot = kern_qdot_ref;
+    t->matvec_bf16 = kern_matvec_bf16_ref;
+    t->scratch = calloc(KERN_MANY, sizeof *t->scratch); /* without it (no memory): kern_matmul_ref */
     if (level == KERN_BLAS && kern_blas_init()) /* without its scratch (no memory): KERN_BEST */
         t->blas_ws = calloc(POOL_MAX_THREADS, sizeof *t->blas_ws);
     t->blas = t->blas_ws != NULL;
-    if (level == KERN_Q8) {
-        t->q8dot = cpu_has_avx512_vnni() ? kern_q8dot_avx512 : kern_q8dot_ref;
-        t->q8prep = cpu_has_avx512() ? kern_q8input_prepare_avx512 : kern_q8input_prepare;
-    }
     if (level == KERN_SCALAR)
         return;
-    if (cpu_has_avx512()) {
+#if GP_X86
+    if (cpu_has(CPU_AVX512)) {
         t->name = "avx512";
         t->dot = kern_dot_avx512;
         t->axpy = kern_axpy_avx512;
@@ -60,7 +99,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->softcap = kern_softcap_avx512;
         t->qdot = kern_qdot_avx512;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
-    } else if (cpu_has_avx2()) {
+    } else if (cpu_has(CPU_AVX2)) {
         t->name = "avx2";
         t->dot = kern_dot_avx2;
         t->gelu_mul = kern_gelu_mul_avx2;
@@ -68,11 +107,17 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->qdot = kern_qdot_avx2;
         t->matvec_bf16 = kern_matvec_bf16_avx2;
     }
-    if (level == KERN_Q8) /* the other kernels are those of KERN_BEST, and the name tells both */
-        t->name = t->q8dot == kern_q8dot_avx512 ? "avx512-q8"
-                  : !strcmp(t->name, "avx512")  ? "avx512-q8ref"
-                  : !strcmp(t->name, "avx2")    ? "avx2-q8ref"
-                                                : "scalar-q8ref";
+#elif GP_ARM64
+    if (cpu_has(CPU_NEON)) {
+        t->name = "neon";
+        t->dot = kern_dot_neon;
+        t->axpy = kern_axpy_neon;
+        t->qdot = kern_qdot_neon;
+        t->matvec_bf16 = kern_matvec_bf16_neon;
+    }
+#endif
+    if (level == KERN_Q8)
+        pick_q8(&t->q8dot, &t->q8prep, &t->q8name);
 }
 
 void kern_free(struct kern_table *t)

@@ -22,6 +22,14 @@ static inline size_t kern_param_off(const struct wmat *w, int64_t r, int64_t g)
     return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(r % KERN_BLOCK_ROWS) * psize;
 }
 
+/* Group g's scale (p = w->s) or bias (w->b) of row r as float32. */
+static inline float kern_param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
+{
+    float v;
+    dtype_to_f32(w->dtype, p + kern_param_off(w, r, g), &v, 1);
+    return v;
+}
+
 /* Lanes l and l + w added for w = 8, 4, 2, 1 (lane is overwritten). */
 static inline float kern_lanes_sum16(float lane[16])
 {

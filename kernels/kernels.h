@@ -61,6 +61,27 @@ typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int6
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
 void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in);
 
+/* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
+ * bit for bit (so a result does not depend on the machine): per row and
+ * token, 16 lanes A and 16 lanes B, all +0. The row's 32-bit code words go in
+ * blocks of 16, word 16b + l to lane l. For each block in order and each of
+ * its words: code k (k = 0 .. W−1, W = 32/bits) isolated in place, i.e. the
+ * integer word & ((2^bits − 1)·2^(bits·k)), the top one shifted down, as a
+ * float q_k; with x_k its rearranged input (kern_qinput, the place value
+ * divided out), p0 = x0·q0, p1 = x1·q1, then p_(k mod 2) = fma(x_k, q_k,
+ * p_(k mod 2)) for k ≥ 2; A[l] = fma(p0 + p1, s, A[l]) with s the scale of
+ * the word's group. Then B[g % 16] = fma(bias_g, Σx_g, B[g % 16]) for
+ * g = 0, 1, ... in order, A[l] += B[l], and the 16 lanes summed as in
+ * kern_dot_ref. Every step is one IEEE operation, so any ISA can repeat it. */
+void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                   int64_t row1);
+
+/* The definition of the bf16 kernels: per row and token, two chains of 16
+ * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
+ * column order, the chains added lane by lane, then the lanes summed as in
+ * kern_dot_ref. */
+void kern_matvec_bf16_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+
 /* ---- int8 activations (KERN_Q8: opt-in, approximate) ----
  *
  * For 4- and 8-bit affine weights, llama.cpp's trade: each group of gs input
@@ -100,6 +121,15 @@ void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t
                     int64_t row1);
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                        int64_t row1);
+void kern_q8dot_avxvnni(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                        int64_t row1);
+void kern_q8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                     int64_t row1);
+void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                     int64_t row1);
+/* True when this CPU has int8 kernels (AVX-512 VNNI, AVX-VNNI, AVX2 or arm64
+ * dotprod): without them KERN_Q8 is KERN_BEST. */
+bool kern_has_q8(void);
 
 /* The blocked layout, for the int8 kernels: a quantized matrix whose row
  * count is a multiple of KERN_BLOCK_ROWS (kern_blockable) is stored in blocks
@@ -139,11 +169,13 @@ typedef float (*dot_fn)(const float *a, const float *b, int64_t n);
 float kern_dot_ref(const float *a, const float *b, int64_t n);
 float kern_dot_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_avx512(const float *a, const float *b, int64_t n);
+float kern_dot_neon(const float *a, const float *b, int64_t n);
 
 /* y[i] += a·x[i] (a multiply, then an add: every path gives the same bits). */
 typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
 void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
+void kern_axpy_neon(float *y, float a, const float *x, int64_t n);
 
 /* e^v without libm, for GELU and the soft-cap: v clamped to ±87 (2^n stays
  * a finite normal number; NaN stays NaN), v = n·ln2 + r with n an integer,
@@ -161,6 +193,12 @@ void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
 #define KERN_EXP_C5 (1.0f / 120.0f)
 #define KERN_EXP_C6 (1.0f / 720.0f)
 #define KERN_EXP_C7 (1.0f / 5040.0f)
+
+/* e^v for v ≤ 87 (softmax's arguments are ≤ 0) from those steps: 2^n·(1 + P),
+ * 0 below −87 (where e^v is under 1.7e-38), NaN for NaN. Within 2e-7
+ * relative of e^v; the same bits on every machine, which libm's expf does
+ * not promise. */
+float kern_exp(float v);
 
 /* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
  * computed as x / (1 + e^(−2u)): the same function, without the tanh form's
@@ -190,12 +228,13 @@ void kern_softcap_avx512(float *x, float cap, int64_t n);
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change, so that state saved by an older build (the cold prefix cache) is
  * never restored into a newer one. */
-#define KERN_NUMERICS 7
+#define KERN_NUMERICS 8
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {
-    const char *name;         /* "scalar", "avx2", "avx512"; KERN_Q8: "avx512-q8" (VNNI) or
-                                 "<one of those>-q8ref" (the scalar int8 dot, slow) */
+    const char *name;         /* the exact kernels: "scalar", "avx2", "avx512" or "neon" */
+    const char *q8name;       /* KERN_Q8's int8 kernels: "avx512-vnni", "avx-vnni", "avx2" or
+                                 "neon-dotprod"; NULL: none on this CPU (KERN_BEST then) */
     qdot_fn qdot;             /* fused 4/8-bit affine kernel (NULL: none) */
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
@@ -227,7 +266,8 @@ enum kern_level {
 };
 
 /* Selects the kernels of a level (KERN_BLAS without OpenBLAS: KERN_BEST;
- * KERN_Q8 without AVX-512 VNNI: kern_q8dot_ref, the same bits, slowly). */
+ * KERN_Q8 without int8 kernels: KERN_BEST). Every level but KERN_BLAS and
+ * KERN_Q8 gives the definitions' bits, so the same on every machine. */
 void kern_init(struct kern_table *t, enum kern_level level);
 
 /* Releases what kern_init, kern_reserve and the calls since allocated. */
@@ -249,14 +289,16 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
  * `cols` columns, so that such calls allocate nothing; ERR_NOMEM if it cannot. */
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols);
 
-/* AVX2 / AVX-512 kernels (the matvec entry points prepare their input
- * themselves; call only when the CPU supports them). */
+/* The fused kernels' twins by ISA (call only when the CPU supports them). */
 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1);
+void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS, loaded
  * at run time by kern_blas_init). kern_matmul uses it for steps of at least
@@ -293,7 +335,8 @@ void kern_rope_cs(float *cs, int64_t d, const double *inv_freq, int64_t pos);
  * turns by angle i; inv_freq 0 leaves a pair as is. */
 void kern_rope(float *x, int64_t d, const double *inv_freq, const float *cs);
 
-/* Softmax in place over n values. */
+/* Softmax in place over n values: max subtracted, kern_exp, the sum in order,
+ * one division each. */
 void kern_softmax(float *x, int64_t n);
 
 /* ---- attention ---- */

@@ -50,13 +50,6 @@ void kern_block_rows(const struct wmat *w, uint8_t *dst, int64_t b0, int64_t b1)
     }
 }
 
-static float param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
-{
-    float v;
-    dtype_to_f32(w->dtype, p + kern_param_off(w, r, g), &v, 1);
-    return v;
-}
-
 /* S_g of row r: Σ q·xq over group g, exact in int32. Weight j's xq sits at j
  * (8 bits) or, at 4 bits, in its 128-weight chunk at byte (j odd)·64 + (j % 128)/2. */
 static int32_t q8_group(const struct wmat *w, int64_t r, const int8_t *xq, int64_t g)
@@ -80,8 +73,8 @@ void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t
             const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
             float lane[16] = {0};
             for (int64_t g = 0; g < ng; g++) {
-                lane[g % 16] = fmaf((float)q8_group(w, r, xq, g), d[g] * param_f32(w, w->s, r, g), lane[g % 16]);
-                lane[g % 16] = fmaf(param_f32(w, w->b, r, g), xs[g], lane[g % 16]);
+                lane[g % 16] = fmaf((float)q8_group(w, r, xq, g), d[g] * kern_param_f32(w, w->s, r, g), lane[g % 16]);
+                lane[g % 16] = fmaf(kern_param_f32(w, w->b, r, g), xs[g], lane[g % 16]);
             }
             y[t * w->rows + r] = kern_lanes_sum16(lane);
         }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "kernels/internal.h"
 #include "quant/quant.h"
 
@@ -62,6 +63,55 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
         }
 }
 
+/* The fused kernels' definition (kernels.h): per row and token, lane l of
+ * block b (16 code words) holds word 16b + l; its codes k, each times its
+ * place value, against the rearranged input in two product chains, summed,
+ * times the lane's group scale into A[l]; the bias terms into B[g % 16]. */
+void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                   int64_t row1)
+{
+    const int bits = w->bits, per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / w->gs, words = w->cols / per_word;
+    const uint32_t mask = (1u << bits) - 1;
+    for (int64_t r = row0; r < row1; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const float *xd = in->xd + t * in->stride, *xs = in->xsum + t * ng;
+            float A[16] = {0}, B[16] = {0};
+            for (int64_t b = 0; b * 16 < words; b++)
+                for (int l = 0; l < 16 && b * 16 + l < words; l++) {
+                    uint32_t v = rd_u32le(w->w + kern_code_off(w, r, b * 16 + l));
+                    float p[2];
+                    for (int k = 0; k < per_word; k++) {
+                        float q = (float)(k == per_word - 1 ? v >> (32 - bits) : v & mask << bits * k);
+                        float x = xd[b * blk + 16 * k + l];
+                        p[k & 1] = k < 2 ? x * q : fmaf(x, q, p[k & 1]);
+                    }
+                    A[l] = fmaf(p[0] + p[1], kern_param_f32(w, w->s, r, (b * blk + per_word * l) / w->gs), A[l]);
+                }
+            for (int64_t g = 0; g < ng; g++)
+                B[g % 16] = fmaf(kern_param_f32(w, w->b, r, g), xs[g], B[g % 16]);
+            for (int l = 0; l < 16; l++)
+                A[l] += B[l];
+            y[t * w->rows + r] = kern_lanes_sum16(A);
+        }
+}
+
+/* bf16 rows (kernels.h): column j in chain (j / 16) % 2, lane j % 16. */
+void kern_matvec_bf16_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        for (int64_t t = 0; t < n; t++) {
+            float c[2][16] = {{0}};
+            for (int64_t j = 0; j < w->cols; j++)
+                c[j / 16 % 2][j % 16] = fmaf(x[t * w->cols + j], bf16_to_f32(rd_u16le(row + 2 * j)), c[j / 16 % 2][j % 16]);
+            for (int l = 0; l < 16; l++)
+                c[0][l] += c[1][l];
+            y[t * w->rows + r] = kern_lanes_sum16(c[0]);
+        }
+    }
+}
+
 /* ---- element-wise ops ---- */
 
 void kern_rmsnorm(dot_fn dot, float *y, const float *x, const float *w, int64_t d, float eps)
@@ -99,6 +149,12 @@ static float exp_parts(float v, float *two_n)
     uint32_t bits = (uint32_t)((n == n ? (int32_t)n : 0) + 127) << 23; /* NaN: P is NaN, any 2^n does */
     memcpy(two_n, &bits, sizeof *two_n);
     return p * r;
+}
+
+float kern_exp(float v)
+{
+    float two_n, P = exp_parts(exp_clamp(v), &two_n);
+    return v < -KERN_EXP_VMAX ? 0.0f : (P + 1.0f) * two_n;
 }
 
 float kern_gelu(float x)
@@ -156,7 +212,7 @@ void kern_softmax(float *x, int64_t n)
         m = fmaxf(m, x[i]);
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - m);
+        x[i] = kern_exp(x[i] - m);
         sum += x[i];
     }
     for (int64_t i = 0; i < n; i++)

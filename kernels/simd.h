@@ -1,5 +1,5 @@
 /* simd.h - what the x86 SIMD kernels share (kernels/avx2.c, avx512.c,
- * q8_avx512.c): their tuning constants and the vector templates of the
+ * q8_avx512.c, q8_avx2.c): their tuning constants and the vector templates of the
  * scalar definitions (one instantiation per vector width). Internal to
  * kernels/. */
 #ifndef GP_KERNELS_SIMD_H
@@ -12,7 +12,8 @@
 #define INLINE static inline __attribute__((always_inline))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 /* exp_clamp and exp_parts of ref.c on a vector, step for step (one
  * definition per width: P is _mm512 or _mm256): returns P = e^r − 1, sets
@@ -54,6 +55,16 @@ AVX512 INLINE float hsum512(__m512 acc)
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* The 8 lanes summed in kern_dot_ref's order (l and l + w for w = 4, 2, 1):
+ * after v = lo + hi of 16 lanes, their sum in that order. */
+AVX2 INLINE float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
 }
 
 /* The first n of 16 lanes (none for n <= 0, all for n >= 16). */

@@ -137,25 +137,34 @@ void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void
 void quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
                void *biases)
 {
-    if (cpu_has_avx512())
+#if GP_X86
+    if (cpu_has(CPU_AVX512)) {
         quant_affine_row_avx512(w, k, gs, bits, sdt, words, scales, biases);
-    else
-        quant_affine_row(w, k, gs, bits, sdt, words, scales, biases);
+        return;
+    }
+#endif
+    quant_affine_row(w, k, gs, bits, sdt, words, scales, biases);
 }
 
 void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void *biases, enum dtype sdt, size_t k,
                        int gs, int bits, float *out)
 {
-    if ((bits == 2 || bits == 4 || bits == 8) && cpu_has_avx512())
+#if GP_X86
+    if ((bits == 2 || bits == 4 || bits == 8) && cpu_has(CPU_AVX512)) {
         quant_dequant_row_avx512(row_bytes, scales, biases, sdt, (int64_t)k, gs, bits, out);
-    else
-        dequant_affine_row(row_bytes, scales, biases, sdt, k, gs, bits, out);
+        return;
+    }
+#endif
+    dequant_affine_row(row_bytes, scales, biases, sdt, k, gs, bits, out);
 }
 
 void quant_to_f32(enum dtype t, const uint8_t *src, float *dst, size_t n)
 {
-    if (cpu_has_avx512())
+#if GP_X86
+    if (cpu_has(CPU_AVX512)) {
         quant_to_f32_avx512(t, src, dst, (int64_t)n);
-    else
-        dtype_to_f32(t, src, dst, n);
+        return;
+    }
+#endif
+    dtype_to_f32(t, src, dst, n);
 }

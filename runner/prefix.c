@@ -60,16 +60,18 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
     char ns[320], weights[65];
     /* The weights themselves, not just the layout: entries on disk outlive
      * this process and must never be restored into another model. The
-     * kernels too: scalar, avx2, avx512 and BLAS round differently, and a
-     * state computed by one must not be restored into a run of another, nor
-     * into a build whose kernels round differently (KERN_NUMERICS). */
+     * arithmetic too: the exact kernels give the same bits on every machine,
+     * the int8 ones other bits (the same on every machine), sgemm its own on
+     * each machine; and a build whose kernels round differently
+     * (KERN_NUMERICS) must not restore an older build's state. */
     if (o->cold_dir)
         model_weights_fingerprint(r->m, weights);
     else
         memcpy(weights, r->m->fingerprint, sizeof weights); /* one process, one model */
     snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s|numerics=%d",
              COLD_VERSION, weights, r->o.kv.bits, r->o.kv.group_size, (long long)r->o.kv.start,
-             r->o.kv.skip_last_full, (long long)o->block, r->kt.name, r->kt.blas ? "+blas" : "", KERN_NUMERICS);
+             r->o.kv.skip_last_full, (long long)o->block, r->kt.q8dot ? "int8" : r->kt.blas ? "blas-" : "exact",
+             r->kt.blas ? r->kt.name : "", KERN_NUMERICS);
     struct sha256 h;
     sha256_init(&h);
     sha256_update(&h, ns, strlen(ns));

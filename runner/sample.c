@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/kernels.h"
+
 void sampler_init(struct sampler *s, float temperature, int top_k, float top_p, uint64_t seed)
 {
     s->temperature = temperature;
@@ -70,7 +72,7 @@ int32_t sampler_next(struct sampler *s, const float *logits, int64_t vocab)
     double sum = 0.0;
     for (int64_t i = 0; i < vocab; i++) {
         c[i].id = (int32_t)i;
-        c[i].p = expf((logits[i] - logits[best]) / s->temperature);
+        c[i].p = kern_exp((logits[i] - logits[best]) / s->temperature);
         sum += (double)c[i].p;
     }
     qsort(c, (size_t)vocab, sizeof *c, by_prob);

@@ -157,6 +157,7 @@ static struct json_object *run_json(const struct runner *r, const struct token_s
     json_object_object_add(j, "weights", json_object_new_string(r->m->arena ? "copied" : "mapped"));
     json_object_object_add(j, "threads", json_object_new_int(c->threads));
     json_object_object_add(j, "kernels", json_object_new_string(r->kt.name));
+    json_object_object_add(j, "int8_kernels", r->kt.q8dot ? json_object_new_string(r->kt.q8name) : NULL);
     json_object_object_add(kv, "bits", json_object_new_int(r->o.kv.bits));
     json_object_object_add(kv, "group_size", json_object_new_int(r->o.kv.group_size));
     json_object_object_add(kv, "start", json_object_new_int64(r->o.kv.start));
@@ -174,9 +175,9 @@ static struct json_object *run_json(const struct runner *r, const struct token_s
 static void run_print(FILE *out, const struct runner *r, const struct token_seqs *s, const struct run_config *c,
                       const struct session_result *res, const struct prefix_cache *pc, double pf, double dc)
 {
-    fprintf(out, "%d prompt%s, %lld tokens in %.3f s (%.1f tokens/s, %s kernels, %d thread%s)\n", s->n,
-            s->n == 1 ? "" : "s", (long long)res->prefill_tokens, res->prefill_s, pf, r->kt.name, c->threads,
-            c->threads == 1 ? "" : "s");
+    fprintf(out, "%d prompt%s, %lld tokens in %.3f s (%.1f tokens/s, %s%s%s kernels, %d thread%s)\n", s->n,
+            s->n == 1 ? "" : "s", (long long)res->prefill_tokens, res->prefill_s, pf, r->kt.name,
+            r->kt.q8dot ? " + int8 " : "", r->kt.q8dot ? r->kt.q8name : "", c->threads, c->threads == 1 ? "" : "s");
     for (int b = 0; b < s->n && c->s.generate; b++) {
         fprintf(out, "generated:");
         if (s->n > 1)
@@ -212,8 +213,12 @@ int session_main(const char *model_path, const struct token_seqs *s, const struc
         ro.kv.skip_last_full = model_kv_skip_default(&m);
     session_limits(s, &so, c->prefix ? c->prefix_o.block : 0, &ro.max_step, &ro.max_context);
     rc = c->dump ? fio_check_output(c->dump, e) : ERR_OK; /* before any work: not over an input */
+    bool int8 = c->kernels == KERN_Q8 && kern_has_q8();
+    if (c->kernels == KERN_Q8 && !int8)
+        fprintf(warn, "gempack run: warning: --kernels q8: no int8 kernels on this CPU (they need AVX2, or arm64 "
+                      "with dotprod); running the exact kernels\n");
     if (rc == ERR_OK && !c->mmap)
-        rc = model_load_weights(&m, c->threads, c->kernels == KERN_Q8, e);
+        rc = model_load_weights(&m, c->threads, int8, e);
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &ro, e);
     if (rc == ERR_OK && c->prefix) {

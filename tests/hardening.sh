@@ -95,7 +95,7 @@ expect 2 "golden check a FIFO golden" -- "$G" golden check "$T/v.gpk" "$T/p"
 mkdir "$T/fifocfg"
 mkfifo "$T/fifocfg/config.json"
 expect 2 "check a directory whose config.json is a FIFO" -- "$G" check "$T/fifocfg"
-for f in "$T"/cache/*.gpkc; do rm "$f"; mkfifo "$f"; break; done
+for f in "$T"/cache/*.gpkc; do rm "$f"; mkfifo "$f"; done # every entry: whichever block is looked up first
 expect 0 "a FIFO in the prefix-cache directory is ignored, not read" -- "$G" run "$T/v.gpk" \
     --tokens-file "$T/src/tokens.json" --prefix-cache-dir "$T/cache" --prefix-block 8
 ok "... with a warning naming it" -- said "is a FIFO, not a regular file"
@@ -145,15 +145,15 @@ echo "# 5. a cache entry's claimed size is bounded"
 rm -rf "$T/cache" && mkdir "$T/cache"
 "$G" run "$T/v.gpk" --tokens-file "$T/src/tokens.json" --prefix-cache-dir "$T/cache" --prefix-block 8 >/dev/null
 entry=$(ls "$T"/cache/*.gpkc | head -1)
-python3 - "$entry" <<'PY'
+python3 - "$T"/cache/*.gpkc <<'PY'
 import struct, sys, zlib
-p = sys.argv[1]
-h = bytearray(open(p, "rb").read(64))
-struct.pack_into("<Q", h, 48, 1 << 30)                       # payload: 1 GiB
-struct.pack_into("<I", h, 12, zlib.crc32(bytes(h[16:64])))   # header CRC made consistent
-with open(p, "wb") as f:
-    f.write(h)
-    f.truncate(64 + (1 << 30))                               # sparse
+for p in sys.argv[1:]:                                       # every entry: whichever block is looked up first
+    h = bytearray(open(p, "rb").read(64))
+    struct.pack_into("<Q", h, 48, 1 << 30)                   # payload: 1 GiB
+    struct.pack_into("<I", h, 12, zlib.crc32(bytes(h[16:64])))  # header CRC made consistent
+    with open(p, "wb") as f:
+        f.write(h)
+        f.truncate(64 + (1 << 30))                           # sparse
 PY
 ok "the forged entry is sparse (under 100 KiB on disk)" -- test "$(du -k "$entry" | cut -f1)" -lt 100
 rss=$(rss_kib "$G" run "$T/v.gpk" --tokens-file "$T/src/tokens.json" --prefix-cache-dir "$T/cache" --prefix-block 8)

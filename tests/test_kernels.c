@@ -262,8 +262,10 @@ struct path {
     const char *name;
     matmul_fn fn;
     enum wkind kind;
-    int isa; /* 0 none, 2 AVX2, 5 AVX-512, 9 BLAS */
+    int need;       /* a CPU feature (enum cpu_feature), NEED_NONE or NEED_BLAS */
+    matmul_fn def;  /* the definition it must equal bit for bit, or NULL (sgemm) */
 };
+enum { NEED_NONE = -1, NEED_BLAS = -2 };
 
 static bool have_blas(void)
 {
@@ -286,6 +288,12 @@ static void qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64
     free(buf);
 }
 
+static void kern_matvec_q_def(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_ref, w, x, n, y, r0, r1);
+}
+
+#if GP_X86
 static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     qdot_alone(kern_qdot_avx2, w, x, n, y, r0, r1);
@@ -295,6 +303,13 @@ static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n
 {
     qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
 }
+#endif
+#if GP_ARM64
+static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_neon, w, x, n, y, r0, r1);
+}
+#endif
 
 static void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
@@ -304,20 +319,28 @@ static void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, fl
 }
 
 static const struct path paths[] = {
-    {"q4_avx2", kern_matvec_q_avx2, WK_Q4, 2},       {"q8_avx2", kern_matvec_q_avx2, WK_Q8, 2},
-    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, 2}, {"q4_avx512", kern_matvec_q_avx512, WK_Q4, 5},
-    {"q8_avx512", kern_matvec_q_avx512, WK_Q8, 5},   {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, 5},
-    {"blas", kern_matmul_blas, WK_ANY, 9},
+    {"q4_def", kern_matvec_q_def, WK_Q4, NEED_NONE, NULL},
+    {"q8_def", kern_matvec_q_def, WK_Q8, NEED_NONE, NULL},
+    {"bf16_def", kern_matvec_bf16_ref, WK_BF16, NEED_NONE, NULL},
+#if GP_X86
+    {"q4_avx2", kern_matvec_q_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def},
+    {"q8_avx2", kern_matvec_q_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def},
+    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, CPU_AVX2, kern_matvec_bf16_ref},
+    {"q4_avx512", kern_matvec_q_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def},
+    {"q8_avx512", kern_matvec_q_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def},
+    {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref},
+#endif
+#if GP_ARM64
+    {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def},
+    {"q8_neon", kern_matvec_q_neon, WK_Q8, CPU_NEON, kern_matvec_q_def},
+    {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref},
+#endif
+    {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL},
 };
 
 static bool path_available(const struct path *p)
 {
-    switch (p->isa) {
-    case 2: return cpu_has_avx2();
-    case 5: return cpu_has_avx512();
-    case 9: return have_blas();
-    default: return true;
-    }
+    return p->need == NEED_NONE || (p->need == NEED_BLAS ? have_blas() : cpu_has((enum cpu_feature)p->need));
 }
 
 static const struct path *find_path(const char *name)
@@ -356,6 +379,12 @@ static void check_view(const struct path *p, const struct wmat *w, const double 
         snprintf(msg, sizeof msg, "%s %s n=%lld", what, p->name, (long long)n);
         p->fn(w, x, n, got, 0, rows);
         assert_close(msg, got, ref, mag, n, rows, 0, rows);
+        if (p->def) { /* and the bits of its definition */
+            float *want = nan_vec(ny);
+            p->def(w, x, n, want, 0, rows);
+            cr_assert_eq(memcmp(got, want, ny * sizeof *got), 0, "%s: not the definition's bits", msg);
+            free(want);
+        }
         if (rows >= 3) { /* a sub-range: rows [1, rows-1) only */
             for (size_t k = 0; k < ny; k++)
                 got[k] = NAN;
@@ -499,12 +528,22 @@ Test(kernels, ref_hand_values)
 
 /* ------------------------------------------------------------------ fast paths vs reference */
 
+Test(kernels, q4_def) { run_path("q4_def"); }
+Test(kernels, q8_def) { run_path("q8_def"); }
+Test(kernels, bf16_def) { run_path("bf16_def"); }
+#if GP_X86
 Test(kernels, q4_avx2) { run_path("q4_avx2"); }
 Test(kernels, q8_avx2) { run_path("q8_avx2"); }
 Test(kernels, bf16_avx2) { run_path("bf16_avx2"); }
 Test(kernels, q4_avx512) { run_path("q4_avx512"); }
 Test(kernels, q8_avx512) { run_path("q8_avx512"); }
 Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
+#endif
+#if GP_ARM64
+Test(kernels, q4_neon) { run_path("q4_neon"); }
+Test(kernels, q8_neon) { run_path("q8_neon"); }
+Test(kernels, bf16_neon) { run_path("bf16_neon"); }
+#endif
 Test(kernels, blas, .timeout = 60) { run_path("blas"); }
 
 /* Runs every available path that serves w on a view (plus the reference). */
@@ -661,18 +700,23 @@ Test(kernels, init_tables)
     struct kern_table t;
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
-    cr_assert(!t.qdot && !t.matvec_bf16 && !t.blas);
+    cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot);
     kern_free(&t);
     kern_init(&t, KERN_BEST);
-    if (cpu_has_avx512()) {
+#if GP_X86
+    if (cpu_has(CPU_AVX512)) {
         cr_assert_str_eq(t.name, "avx512");
         cr_assert(t.qdot == kern_qdot_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
-    } else if (cpu_has_avx2()) {
+    } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
         cr_assert(t.qdot == kern_qdot_avx2 && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }
+#elif GP_ARM64
+    cr_assert_str_eq(t.name, "neon");
+    cr_assert(t.qdot == kern_qdot_neon && t.matvec_bf16 == kern_matvec_bf16_neon);
+#endif
     cr_assert(!t.blas, "KERN_BEST keeps the fused kernels for prefill too");
     struct kern_table tb;
     kern_init(&tb, KERN_BLAS); /* KERN_BEST plus sgemm when built with OpenBLAS */
@@ -684,17 +728,22 @@ Test(kernels, init_tables)
     cr_assert(!tb.blas && !tb.blas_ws);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
     struct kern_table tq;
-    kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot */
+    kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot, when the CPU has one */
     cr_assert(tq.qdot == t.qdot && tq.matvec_bf16 == t.matvec_bf16 && tq.dot == t.dot && !tq.blas);
-    if (cpu_has_avx512_vnni()) {
-        cr_assert_str_eq(tq.name, "avx512-q8");
-        cr_assert(tq.q8dot == kern_q8dot_avx512);
-    } else {
-        char want[32];
-        snprintf(want, sizeof want, "%s-q8ref", t.name);
-        cr_assert_str_eq(tq.name, want);
-        cr_assert(tq.q8dot == kern_q8dot_ref);
-    }
+    cr_assert_str_eq(tq.name, t.name);
+    cr_assert_eq(tq.q8dot != NULL, kern_has_q8());
+    cr_assert_eq(tq.q8name != NULL, kern_has_q8());
+#if GP_X86
+    q8dot_fn want = cpu_has(CPU_AVX512_VNNI) ? kern_q8dot_avx512
+                    : cpu_has(CPU_AVX_VNNI)  ? kern_q8dot_avxvnni
+                    : cpu_has(CPU_AVX2)      ? kern_q8dot_avx2
+                                             : NULL;
+#elif GP_ARM64
+    q8dot_fn want = cpu_has(CPU_DOTPROD) ? kern_q8dot_neon : NULL;
+#else
+    q8dot_fn want = NULL;
+#endif
+    cr_assert(tq.q8dot == want, "the int8 kernels of the best ISA (%s)", tq.q8name ? tq.q8name : "none");
     kern_free(&t);
     kern_free(&tq);
 }
@@ -706,20 +755,22 @@ static size_t tables(struct kern_table *t, const char **label)
     size_t k = 0;
     label[k] = "KERN_SCALAR";
     kern_init(&t[k++], KERN_SCALAR);
-    if (cpu_has_avx2()) {
+#if GP_X86
+    if (cpu_has(CPU_AVX2)) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
                                      .dot = kern_dot_avx2, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_avx2,
                                      .softcap = kern_softcap_avx2,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
-    if (cpu_has_avx512()) {
+    if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
                                      .softcap = kern_softcap_avx512,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
+#endif
     label[k] = "KERN_BEST";
     kern_init(&t[k++], KERN_BEST);
     label[k] = "KERN_BLAS";
@@ -734,10 +785,19 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
         return kern_matmul_blas;
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx512)
-        return kern_matvec_q_avx512;
-    if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot == kern_qdot_avx2)
-        return kern_matvec_q_avx2;
+    if (w->quantized && (w->bits == 4 || w->bits == 8)) {
+        if (t->qdot == kern_qdot_ref)
+            return kern_matvec_q_def;
+#if GP_X86
+        if (t->qdot == kern_qdot_avx512)
+            return kern_matvec_q_avx512;
+        if (t->qdot == kern_qdot_avx2)
+            return kern_matvec_q_avx2;
+#elif GP_ARM64
+        if (t->qdot == kern_qdot_neon)
+            return kern_matvec_q_neon;
+#endif
+    }
     if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
         return t->matvec_bf16;
     return kern_matmul_ref;
@@ -785,6 +845,10 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
                 for (int64_t r0 = 0; r0 < w->rows; r0 += tile)
                     fn(w, x, n, direct, r0, r0 + tile < w->rows ? r0 + tile : w->rows);
                 cr_assert_eq(memcmp(y[0], direct, ny * sizeof(float)), 0, "%s: not the expected path", what);
+                if (k == 0) /* KERN_SCALAR: the definitions; every exact table gives their bits */
+                    memcpy(ref, y[0], ny * sizeof(float));
+                else if (fn != kern_matmul_blas)
+                    cr_assert_eq(memcmp(y[0], ref, ny * sizeof(float)), 0, "%s: not the scalar table's bits", what);
                 for (int th = 0; th < 3; th++)
                     free(y[th]);
             }
@@ -961,7 +1025,7 @@ Test(kernels, rmsnorm_paths_bitwise_equal_reference)
         x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 16) - 8);
         w[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f;
     }
-    const dot_fn dots[] = {cpu_has_avx2() ? kern_dot_avx2 : NULL, cpu_has_avx512() ? kern_dot_avx512 : NULL};
+    const dot_fn dots[] = {cpu_has(CPU_AVX2) ? kern_dot_avx2 : NULL, cpu_has(CPU_AVX512) ? kern_dot_avx512 : NULL};
     const int64_t lens[] = {1, 15, 16, 17, 255, 256, 1535, N};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         const int64_t n = lens[k];
@@ -1068,8 +1132,8 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
     }
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         g0[3 * i + 1] = special[i];
-    const gelu_mul_fn simd[] = {cpu_has_avx2() ? kern_gelu_mul_avx2 : NULL,
-                                cpu_has_avx512() ? kern_gelu_mul_avx512 : NULL};
+    const gelu_mul_fn simd[] = {cpu_has(CPU_AVX2) ? kern_gelu_mul_avx2 : NULL,
+                                cpu_has(CPU_AVX512) ? kern_gelu_mul_avx512 : NULL};
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
     for (int f = 0; f < 2; f++)
@@ -1102,8 +1166,8 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
         x0[i] = (float)(th_rng_next(&s) % 120001) / 1000.0f - 60.0f;
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         x0[3 * i + 1] = special[i];
-    const softcap_fn simd[] = {cpu_has_avx2() ? kern_softcap_avx2 : NULL,
-                               cpu_has_avx512() ? kern_softcap_avx512 : NULL};
+    const softcap_fn simd[] = {cpu_has(CPU_AVX2) ? kern_softcap_avx2 : NULL,
+                               cpu_has(CPU_AVX512) ? kern_softcap_avx512 : NULL};
     if (!simd[0] && !simd[1])
         cr_skip_test("no AVX2 or AVX-512 on this CPU");
     const float caps[] = {30.0f, 2.5f};
@@ -1219,11 +1283,11 @@ Test(kernels, dot_paths_bitwise_equal_reference)
             mag += fabs((double)a[i] * (double)b[i]);
         }
         cr_assert(fabs((double)r - exact) <= 1e-6 * mag + 1e-30, "n %lld: %g vs %g", (long long)n, (double)r, exact);
-        if (cpu_has_avx2()) {
+        if (cpu_has(CPU_AVX2)) {
             float v = kern_dot_avx2(a, b, n);
             cr_assert(memcmp(&r, &v, 4) == 0, "avx2 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
         }
-        if (cpu_has_avx512()) {
+        if (cpu_has(CPU_AVX512)) {
             float v = kern_dot_avx512(a, b, n);
             cr_assert(memcmp(&r, &v, 4) == 0, "avx512 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
         }
@@ -1234,7 +1298,7 @@ Test(kernels, dot_paths_bitwise_equal_reference)
  * leaves everything past n alone. */
 Test(kernels, axpy_avx512_bitwise_equal_reference)
 {
-    if (!cpu_has_avx512())
+    if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
     enum { N = 40 };
     float x[N], y0[N + 1] = {0};
@@ -1259,7 +1323,7 @@ Test(kernels, axpy_avx512_bitwise_equal_reference)
 
 /* ------------------------------------------------------------------ int8 activations (KERN_Q8) */
 
-/* kern_q8dot_ref and its AVX-512 VNNI twin must give the same bits; the
+/* kern_q8dot_ref and its SIMD twins must give the same bits; the
  * definition itself must stay within the error its int8 input allows; and
  * kern_matmul on a KERN_Q8 table must keep the thread-count and batch
  * guarantees. Matrices as above (one byte off alignment, NaN-filled outputs). */
@@ -1282,42 +1346,62 @@ static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n,
 static const int64_t q8_rows[] = {1, 7, 65};
 static const int64_t q8_groups[] = {1, 3, 5, 7, 13, 17};
 
-Test(kernels_q8, avx512_bitwise_equal_reference, .timeout = 120)
+/* The int8 twins of this architecture; those the CPU lacks are skipped. */
+static const struct q8twin {
+    const char *name;
+    q8dot_fn fn;
+    enum cpu_feature need;
+} q8twins[] = {
+#if GP_X86
+    {"avx512-vnni", kern_q8dot_avx512, CPU_AVX512_VNNI},
+    {"avx-vnni", kern_q8dot_avxvnni, CPU_AVX_VNNI},
+    {"avx2", kern_q8dot_avx2, CPU_AVX2},
+#elif GP_ARM64
+    {"neon-dotprod", kern_q8dot_neon, CPU_DOTPROD},
+#endif
+    {NULL, NULL, CPU_AVX2},
+};
+
+Test(kernels_q8, twins_bitwise_equal_reference, .timeout = 120)
 {
-    if (!cpu_has_avx512_vnni())
-        cr_skip_test("no AVX-512 VNNI on this CPU");
-    int cases = 0;
-    for (int bits = 4; bits <= 8; bits += 4)
-        for (size_t gi = 0; gi < LEN(gs_grid); gi++)
-            for (size_t di = 0; di < LEN(sdt_grid); di++)
-                for (size_t ri = 0; ri < LEN(q8_rows); ri++)
-                    for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
-                        int gs = gs_grid[gi];
-                        int64_t rows = q8_rows[ri], cols = ci < LEN(q8_groups) ? q8_groups[ci] * gs : 293 * 32;
-                        if (ci == LEN(q8_groups) && (gs != 32 || bits != 4 || ri != 1))
-                            continue;
-                        struct tmat t;
-                        make_quant(&t, rows, cols, bits, gs, sdt_grid[di], (uint64_t)(1000 + cases));
-                        for (int64_t n = 1; n <= 5; n += 4) {
-                            uint64_t seed = (uint64_t)(2000 + cases);
-                            float *x = rand_vec(&seed, (size_t)(n * cols)), *a = nan_vec((size_t)(n * rows)),
-                                  *b = nan_vec((size_t)(n * rows));
-                            q8_run(kern_q8dot_ref, &t.m, x, n, a);
-                            q8_run(kern_q8dot_avx512, &t.m, x, n, b);
-                            for (int64_t k = 0; k < n * rows; k++)
-                                cr_assert(!isnan(a[k]), "every output written");
-                            cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0,
-                                         "q%d g%d %s, %lld x %lld, n %lld: avx512 differs from kern_q8dot_ref", bits,
-                                         gs, dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
-                                         (long long)n);
-                            free(x);
-                            free(a);
-                            free(b);
+    for (const struct q8twin *tw = q8twins; tw->name; tw++) {
+        if (!cpu_has(tw->need)) {
+            cr_log_info("kernels_q8: %s not on this CPU", tw->name);
+            continue;
+        }
+        int cases = 0;
+        for (int bits = 4; bits <= 8; bits += 4)
+            for (size_t gi = 0; gi < LEN(gs_grid); gi++)
+                for (size_t di = 0; di < LEN(sdt_grid); di++)
+                    for (size_t ri = 0; ri < LEN(q8_rows); ri++)
+                        for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
+                            int gs = gs_grid[gi];
+                            int64_t rows = q8_rows[ri], cols = ci < LEN(q8_groups) ? q8_groups[ci] * gs : 293 * 32;
+                            if (ci == LEN(q8_groups) && (gs != 32 || bits != 4 || ri != 1))
+                                continue;
+                            struct tmat t;
+                            make_quant(&t, rows, cols, bits, gs, sdt_grid[di], (uint64_t)(1000 + cases));
+                            for (int64_t n = 1; n <= 5; n += 4) {
+                                uint64_t seed = (uint64_t)(2000 + cases);
+                                float *x = rand_vec(&seed, (size_t)(n * cols)), *a = nan_vec((size_t)(n * rows)),
+                                      *b = nan_vec((size_t)(n * rows));
+                                q8_run(kern_q8dot_ref, &t.m, x, n, a);
+                                q8_run(tw->fn, &t.m, x, n, b);
+                                for (int64_t k = 0; k < n * rows; k++)
+                                    cr_assert(!isnan(a[k]), "every output written");
+                                cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0,
+                                             "q%d g%d %s, %lld x %lld, n %lld: %s differs from kern_q8dot_ref", bits,
+                                             gs, dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
+                                             (long long)n, tw->name);
+                                free(x);
+                                free(a);
+                                free(b);
+                            }
+                            tmat_free(&t);
+                            cases++;
                         }
-                        tmat_free(&t);
-                        cases++;
-                    }
-    cr_log_info("kernels_q8: %d shapes bitwise equal", cases);
+        cr_log_info("kernels_q8: %s, %d shapes bitwise equal", tw->name, cases);
+    }
 }
 
 /* The blocked layout holds the same matrix: the int8 kernels, the reference
@@ -1364,12 +1448,16 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                             cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
                                          "q%d g%d %s %lld x %lld n %lld: kern_q8dot_ref on blocks", bits, gs,
                                          dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols, (long long)n);
-                            if (cpu_has_avx512_vnni()) {
-                                q8_run(kern_q8dot_avx512, &b, x, n, y);
-                                cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
-                                             "q%d g%d %s %lld x %lld n %lld: kern_q8dot_avx512 on blocks", bits, gs,
-                                             dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
-                                             (long long)n);
+                            for (const struct q8twin *tw = q8twins; tw->name; tw++)
+                                if (cpu_has(tw->need)) {
+                                    memset(y, 0xFF, (size_t)(n * rows) * sizeof *y);
+                                    q8_run(tw->fn, &b, x, n, y);
+                                    cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
+                                                 "q%d g%d %s %lld x %lld n %lld: %s on blocks", bits, gs,
+                                                 dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
+                                                 (long long)n, tw->name);
+                                }
+                            if (q8.q8dot) {
                                 memset(y, 0xFF, (size_t)(n * rows) * sizeof *y);
                                 kern_matmul(&q8, &b, x, n, y, 2);
                                 cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0, "kern_matmul on blocks");
@@ -1418,7 +1506,7 @@ Test(kernels_q8, blockable)
  * values at x/d = k + 0.5 (ties to even). */
 Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
 {
-    if (!cpu_has_avx512())
+    if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
     int cases = 0;
     for (int bits = 4; bits <= 8; bits += 4)
@@ -1531,8 +1619,8 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = 60)
         size_t ny = (size_t)(n * w->rows);
         uint64_t s = 70 + i;
         float *x = rand_vec(&s, (size_t)(n * w->cols)), *y[3], *want = nan_vec(ny), *y1 = nan_vec((size_t)w->rows);
-        bool q8path = kern_q8_supports(w);
-        cr_assert_eq(q8path, i < 2);
+        cr_assert_eq(kern_q8_supports(w), i < 2);
+        bool q8path = kern_q8_supports(w) && q8.q8dot; /* without int8 kernels KERN_Q8 is KERN_BEST */
         if (q8path)
             q8_run(q8.q8dot, w, x, n, want);
         else
@@ -1583,10 +1671,12 @@ Test(kernels_q8, nan_inf_zero_groups)
     for (int j = 0; j < 128; j++)
         cr_assert_eq(in.xq[2 * in.stride + j], 0, "token 2: zero and underflowing groups keep xq = 0");
     kern_q8dot_ref(&t.m, &in, n, a, 0, 9);
-    if (cpu_has_avx512_vnni()) {
-        kern_q8dot_avx512(&t.m, &in, n, b, 0, 9);
-        cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(n * 9)), 0);
-    }
+    for (const struct q8twin *tw = q8twins; tw->name; tw++)
+        if (cpu_has(tw->need)) {
+            memset(b, 0xFF, sizeof(float) * (size_t)(n * 9));
+            tw->fn(&t.m, &in, n, b, 0, 9);
+            cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(n * 9)), 0, "%s", tw->name);
+        }
     free(buf);
     float *one = nan_vec(9);
     q8_run(kern_q8dot_ref, &t.m, x + 3 * 128, 1, one);

@@ -467,7 +467,7 @@ static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
  * and NaNs. */
 Test(quant, affine_row_avx512_bit_exact)
 {
-    if (!cpu_has_avx512())
+    if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
     enum { K = 1024 };
     static const int bits_grid[] = {2, 3, 4, 5, 6, 8};
@@ -521,7 +521,7 @@ Test(quant, affine_row_avx512_bit_exact)
  * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
 Test(quant, dequant_row_avx512_matches_reference)
 {
-    if (!cpu_has_avx512())
+    if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
     static const int bitss[] = {2, 4, 8}, gss[] = {32, 64, 128};
     static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
@@ -554,7 +554,7 @@ Test(quant, dequant_row_avx512_matches_reference)
  * stay NaNs) for every length around the 16-lane steps. */
 Test(quant, to_f32_avx512_matches_dtype_to_f32)
 {
-    if (!cpu_has_avx512())
+    if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
     static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     uint8_t src[4 * 64];

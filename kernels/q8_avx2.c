@@ -1,0 +1,30 @@
+/* q8_avx2.c - the int8 kernels (KERN_Q8) on 256-bit vectors: with AVX-VNNI's
+ * vpdpbusd, and with AVX2's vpmaddubsw + vpmaddwd (whose pair sums of u·s
+ * saturate past 32767: every code is split into its nibbles first). The
+ * template is q8_avx2.h; both give kern_q8dot_ref's bits (tests/test_kernels.c). */
+#include <immintrin.h>
+
+#include "core/bytes.h"
+#include "core/dtype.h"
+#include "kernels/internal.h"
+#include "kernels/simd.h"
+
+#define ATTR AVX2
+#define SFX avx2
+#define DOT(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#define DOT8(lo, hi, v, x)                                                                                           \
+    do {                                                                                                             \
+        lo = DOT(lo, _mm256_and_si256(v, nib), x);                                                                   \
+        hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), x);                                              \
+    } while (0)
+#include "kernels/q8_avx2.h"
+#undef ATTR
+#undef SFX
+#undef DOT
+#undef DOT8
+
+#define ATTR AVXVNNI
+#define SFX avxvnni
+#define DOT(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#define DOT8(lo, hi, v, x) (lo = DOT(lo, v, x))
+#include "kernels/q8_avx2.h"

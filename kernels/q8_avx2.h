@@ -1,0 +1,171 @@
+/* q8_avx2.h - the int8 kernels on 256-bit vectors, a template that
+ * q8_avx2.c instantiates twice: ATTR (target attributes), SFX (name suffix),
+ * and DOT(acc, u, s), acc's 8 int32 lanes plus the sums of four products
+ * u·s (u unsigned bytes below 129, s signed), exact; DOT8 the same for
+ * 8-bit codes (any byte). The bits of kern_q8dot_ref (kernels.h). */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define F(name) CAT(name, SFX)
+
+/* The sum of c's 8 int32 lanes (exact: the lanes are a group's partial sums). */
+ATTR INLINE int32_t F(hsum_i32_)(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+
+/* Eight scales or biases of type t as float32. */
+ATTR INLINE __m256 F(params8_)(enum dtype t, const uint8_t *src)
+{
+    if (t == DT_F32)
+        return _mm256_loadu_ps((const float *)(const void *)src);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
+    if (t == DT_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* S of one group of one row, by rows: the group's code bytes (nb of them:
+ * 16, 32 or 64) against its xq (4-bit: the low nibbles' at xlo, the high
+ * nibbles' at xlo + 64; 8-bit: xlo). */
+ATTR INLINE int32_t F(q8group_row_)(const uint8_t *c, const int8_t *xlo, const int nb, const int bits)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (int o = 0; o < nb; o += 32) {
+        __m256i v, x, xh;
+        if (nb == 16) { /* 4-bit group of 32: half a register */
+            v = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(const void *)c), 0);
+            x = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(const void *)xlo), 0);
+            xh = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(const void *)(xlo + 64)), 0);
+        } else {
+            v = _mm256_loadu_si256((const __m256i *)(const void *)(c + o));
+            x = _mm256_loadu_si256((const __m256i *)(const void *)(xlo + o));
+            xh = bits == 4 ? _mm256_loadu_si256((const __m256i *)(const void *)(xlo + 64 + o)) : x;
+        }
+        if (bits == 8) {
+            DOT8(lo, hi, v, x);
+        } else {
+            lo = DOT(lo, _mm256_and_si256(v, nib), x);
+            hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xh);
+        }
+    }
+    return F(hsum_i32_)(_mm256_add_epi32(lo, bits == 8 ? _mm256_slli_epi32(hi, 4) : hi));
+}
+
+/* Rows [row0, row1) by rows, one token at a time: the sums S_g of a window
+ * of 16 groups, then the definition's two steps on the window's lanes. */
+ATTR INLINE void F(q8rows_)(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n, float *y,
+                            int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const int nb = gs * bits / 8;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        for (int64_t t = t0; t < t0 + n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+                int32_t S[16] = {0};
+                float sc[16] = {0}, bi[16] = {0};
+                const int64_t nw = ng - g0 < 16 ? ng - g0 : 16;
+                for (int64_t i = 0; i < nw; i++) {
+                    const int64_t j = (g0 + i) * gs; /* the group's first weight */
+                    const int8_t *x = bits == 8 ? xq + j : xq + 128 * (j / 128) + j % 128 / 2;
+                    S[i] = F(q8group_row_)(codes + j * bits / 8, x, nb, bits);
+                }
+                dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nw);
+                dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nw);
+                for (int h = 0; h < 2; h++) {
+                    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nw - 8 * h)), lane);
+                    const __m256 ds = _mm256_mul_ps(_mm256_maskload_ps(d + g0 + 8 * h, m), _mm256_loadu_ps(sc + 8 * h));
+                    const __m256 Sf = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 8 * h)));
+                    acc[h] = _mm256_fmadd_ps(Sf, ds, acc[h]);
+                    acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + 8 * h), _mm256_maskload_ps(xs + g0 + 8 * h, m), acc[h]);
+                }
+            }
+            y[t * w->rows + r] = hsum256(_mm256_add_ps(acc[0], acc[1]));
+        }
+    }
+}
+
+/* S of group g (its record's words at c) for the 8 rows of one half of a
+ * 16-row block, one row a lane: word k of the group (64 bytes, the half's at
+ * 32h) against the token's four xq of that word in every lane. */
+ATTR INLINE __m256i F(q8group_half_)(const uint8_t *c, const int8_t *xq, int64_t g, const int gs, const int bits)
+{
+    const int words = gs * bits / 32;
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#pragma GCC unroll 32
+    for (int k = 0; k < words; k++) {
+        const int64_t wd = g * words + k;
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k));
+        if (bits == 8) {
+            DOT8(lo, hi, v, _mm256_set1_epi32((int)rd_u32le(xq + 4 * wd)));
+        } else {
+            const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
+            lo = DOT(lo, _mm256_and_si256(v, nib), _mm256_set1_epi32((int)rd_u32le(e)));
+            hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), _mm256_set1_epi32((int)rd_u32le(e + 64)));
+        }
+    }
+    return _mm256_add_epi32(lo, bits == 8 ? _mm256_slli_epi32(hi, 4) : hi);
+}
+
+/* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
+ * the definition's 16 lanes are 16 pairs of vectors here, one row a lane,
+ * summed in its order at the end. */
+ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n, float *y,
+                              int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
+    const size_t half = 8 * (dtype_table[w->dtype].bits / 8); /* bytes of 8 rows' scales */
+    for (int64_t r = row0; r < row1; r += KERN_BLOCK_ROWS) {
+        const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
+        const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
+        for (int64_t t = t0; t < t0 + n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            __m256 acc[16][2];
+            for (int l = 0; l < 16; l++)
+                acc[l][0] = acc[l][1] = _mm256_setzero_ps();
+            for (int64_t g = 0; g < ng; g++) {
+                const size_t gr = (size_t)g * rec;
+                for (int h = 0; h < 2; h++) {
+                    __m256i S = F(q8group_half_)(c + gr + 32 * h, xq, g, gs, bits);
+                    __m256 sc = F(params8_)(w->dtype, sb + gr + h * half), bi = F(params8_)(w->dtype, bb + gr + h * half);
+                    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(_mm256_set1_ps(d[g]), sc), acc[g % 16][h]);
+                    acc[g % 16][h] = _mm256_fmadd_ps(bi, _mm256_set1_ps(xs[g]), a);
+                }
+            }
+            for (int s = 8; s >= 1; s /= 2)
+                for (int l = 0; l < s; l++)
+                    for (int h = 0; h < 2; h++)
+                        acc[l][h] = _mm256_add_ps(acc[l][h], acc[l + s][h]);
+            _mm256_storeu_ps(y + t * w->rows + r, acc[0][0]);
+            _mm256_storeu_ps(y + t * w->rows + r + 8, acc[0][1]);
+        }
+    }
+}
+
+ATTR void F(kern_q8dot_)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1)
+{
+    const int64_t t0 = 0; /* all n tokens, one after the other */
+    if (w->blocked) {
+        QROWS_DISPATCH(F(q8blocks_), n)
+    } else {
+        QROWS_DISPATCH(F(q8rows_), n)
+    }
+}
+
+#undef F
+#undef CAT
+#undef CAT_
