@@ -2,7 +2,10 @@
  * q8_avx2.c instantiates twice: ATTR (target attributes), SFX (name suffix),
  * and DOT(acc, u, s), acc's 8 int32 lanes plus the sums of four products
  * u·s (u unsigned bytes below 129, s signed), exact; DOT8 the same for
- * 8-bit codes (any byte). The bits of kern_q8dot_ref (kernels.h). */
+ * 8-bit codes (any byte); NIBBLES(s, v, nib, xe, xo) adds to s the products
+ * of one 4-bit word's low and high nibbles with their xq (xe, xo), for up
+ * to four words, and FLUSH(acc, s) adds s to acc's int32 lanes. The bits of
+ * kern_q8dot_ref (kernels.h). */
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -95,27 +98,42 @@ ATTR INLINE void F(q8rows_)(const struct wmat *w, const struct kern_q8input *in,
     }
 }
 
-/* S of group g (its record's words at c) for the 8 rows of one half of a
- * 16-row block, one row a lane: word k of the group (64 bytes, the half's at
- * 32h) against the token's four xq of that word in every lane. */
-ATTR INLINE __m256i F(q8group_half_)(const uint8_t *c, const int8_t *xq, int64_t g, const int gs, const int bits)
+/* S of group g (its record's words at c) for the 16 rows of a block, one row
+ * a lane, rows 0-7 in S[0] and 8-15 in S[1]: word k of the group (64 bytes,
+ * 4 per row) against the token's four xq of that word in every lane. */
+ATTR INLINE void F(q8group16_)(const uint8_t *c, const int8_t *xq, int64_t g, const int gs, const int bits,
+                               __m256i S[2])
 {
     const int words = gs * bits / 32;
     const __m256i nib = _mm256_set1_epi8(0x0F);
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+    if (bits == 4) {
+#pragma GCC unroll 4
+        for (int k0 = 0; k0 < words; k0 += 4) {
+            __m256i s4[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+            for (int k = k0; k < k0 + 4; k++) {
+                const int64_t wd = g * words + k;
+                const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
+                const __m256i xe = _mm256_set1_epi32((int)rd_u32le(e)), xo = _mm256_set1_epi32((int)rd_u32le(e + 64));
+                for (int h = 0; h < 2; h++)
+                    NIBBLES(s4[h], _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k + 32 * h)), nib, xe, xo);
+            }
+            for (int h = 0; h < 2; h++)
+                FLUSH(lo[h], s4[h]);
+        }
+        S[0] = lo[0];
+        S[1] = lo[1];
+        return;
+    }
 #pragma GCC unroll 32
     for (int k = 0; k < words; k++) {
-        const int64_t wd = g * words + k;
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k));
-        if (bits == 8) {
-            DOT8(lo, hi, v, _mm256_set1_epi32((int)rd_u32le(xq + 4 * wd)));
-        } else {
-            const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
-            lo = DOT(lo, _mm256_and_si256(v, nib), _mm256_set1_epi32((int)rd_u32le(e)));
-            hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), _mm256_set1_epi32((int)rd_u32le(e + 64)));
-        }
+        const __m256i x = _mm256_set1_epi32((int)rd_u32le(xq + 4 * (g * words + k)));
+        for (int h = 0; h < 2; h++)
+            DOT8(lo[h], hi[h], _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k + 32 * h)), x);
     }
-    return _mm256_add_epi32(lo, bits == 8 ? _mm256_slli_epi32(hi, 4) : hi);
+    for (int h = 0; h < 2; h++)
+        S[h] = _mm256_add_epi32(lo[h], _mm256_slli_epi32(hi[h], 4));
 }
 
 /* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
@@ -138,10 +156,11 @@ ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *i
                 acc[l][0] = acc[l][1] = _mm256_setzero_ps();
             for (int64_t g = 0; g < ng; g++) {
                 const size_t gr = (size_t)g * rec;
+                __m256i S[2];
+                F(q8group16_)(c + gr, xq, g, gs, bits, S);
                 for (int h = 0; h < 2; h++) {
-                    __m256i S = F(q8group_half_)(c + gr + 32 * h, xq, g, gs, bits);
                     __m256 sc = F(params8_)(w->dtype, sb + gr + h * half), bi = F(params8_)(w->dtype, bb + gr + h * half);
-                    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(_mm256_set1_ps(d[g]), sc), acc[g % 16][h]);
+                    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[h]), _mm256_mul_ps(_mm256_set1_ps(d[g]), sc), acc[g % 16][h]);
                     acc[g % 16][h] = _mm256_fmadd_ps(bi, _mm256_set1_ps(xs[g]), a);
                 }
             }

@@ -242,7 +242,7 @@ static int decode(int bits)
                 return 1;
             }
             double t_load = now();
-            if (model_load_weights(&m, 2, level == KERN_Q8, &e) != ERR_OK) {
+            if (model_load_weights(&m, 2, level == KERN_Q8 && kern_has_q8(), &e) != ERR_OK) {
                 fprintf(stderr, "%s\n", e.msg);
                 model_close(&m);
                 return 1;
@@ -250,7 +250,7 @@ static int decode(int bits)
             t_load = now() - t_load;
             printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token, copied to anonymous "
                    "memory%s in %.2f s (run's default)\n", bits, pack, (double)m.weight_bytes / 1e6,
-                   level == KERN_Q8 ? " in blocks of rows" : "", t_load);
+                   level == KERN_Q8 && kern_has_q8() ? " in blocks of rows" : "", t_load);
         }
         struct runner r;
         if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = 16,
@@ -289,10 +289,12 @@ static int decode(int bits)
         qsort(ratio, DECODE_ROUNDS, sizeof *ratio, cmp_double);
         qsort(warm, DECODE_ROUNDS, sizeof *warm, cmp_double);
         const int mid = DECODE_ROUNDS / 2;
-        printf("  %d thread%s, %-9s kernels: %.2f tokens/s (rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
+        char kn[64];
+        snprintf(kn, sizeof kn, "%s%s%s", r.kt.name, r.kt.q8dot ? "+int8 " : "", r.kt.q8dot ? r.kt.q8name : "");
+        printf("  %d thread%s, %-18s kernels: %.2f tokens/s (rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
                "-> bound %.2f tokens/s; per round %.1f %% of its bound (%.1f-%.1f %%) (target >= 90 %% on 2 threads: "
                "%s); the untimed first step of a round %.1f ms (median; %.1f-%.1f)\n",
-               threads, threads == 1 ? " " : "s", r.kt.name, tps[mid], tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
+               threads, threads == 1 ? " " : "s", kn, tps[mid], tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
                bw[DECODE_ROUNDS - 1], bw[mid] * 1e9 / (double)m.weight_bytes, 100.0 * ratio[mid], 100.0 * ratio[0],
                100.0 * ratio[DECODE_ROUNDS - 1], threads == 2 ? (ratio[mid] >= 0.9 ? "PASS" : "MISS") : "-",
                1e3 * warm[mid], 1e3 * warm[0], 1e3 * warm[DECODE_ROUNDS - 1]);
@@ -483,9 +485,9 @@ static int kernel_bench_level(enum kern_level level, bool blocked)
 {
     struct kern_table t;
     kern_init(&t, level);
-    printf("4-bit matvec (%s kernels%s), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
+    printf("4-bit matvec (%s%s%s kernels%s), one token, 1536 columns, g64, bf16 scales; bytes = codes + scales + "
            "biases\n",
-           t.name, blocked ? ", in blocks of rows" : "");
+           t.name, t.q8dot ? "+int8 " : "", t.q8dot ? t.q8name : "", blocked ? ", in blocks of rows" : "");
     float x[1536];
     for (int i = 0; i < 1536; i++)
         x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
@@ -519,7 +521,7 @@ static int kernel_bench_level(enum kern_level level, bool blocked)
 
 static int kernel_bench(void)
 {
-    for (int level = 0; level < 3; level++)
+    for (int level = 0; level < (kern_has_q8() ? 3 : 1); level++)
         if (kernel_bench_level(level ? KERN_Q8 : KERN_BEST, level == 2))
             return 1;
     return 0;
