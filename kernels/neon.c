@@ -1,0 +1,352 @@
+/* neon.c - the arm64 twins: the fused dequantize + dot products (the bits of
+ * kern_qdot_ref and kern_matvec_bf16_ref), attention's dot and axpy, and the
+ * int8 kernels on the dot-product instructions (the bits of kern_q8dot_ref).
+ * The definitions' 16 lanes are four 4-lane registers here; every step is
+ * the definition's IEEE operation (vfmaq_f32 is one fused multiply-add), so a
+ * result is the same on x86 and arm64. The scheme of the fused kernels is
+ * described in avx512.c. */
+#include <arm_neon.h>
+#include <string.h>
+
+#include "core/bytes.h"
+#include "core/dtype.h"
+#include "kernels/internal.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__clang__)
+#define DOTPROD __attribute__((target("dotprod")))
+#else
+#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#define NTB 2 /* tokens sharing one decode of a weight row */
+
+/* Lanes l and l + w added for w = 8, 4, 2, 1: kern_lanes_sum16 on v[0..3]
+ * (lanes 0-3, 4-7, 8-11, 12-15). */
+INLINE float sum16(const float32x4_t v[4])
+{
+    float32x4_t t = vaddq_f32(vaddq_f32(v[0], v[2]), vaddq_f32(v[1], v[3]));
+    float32x2_t u = vadd_f32(vget_low_f32(t), vget_high_f32(t));
+    return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
+}
+
+float kern_dot_neon(const float *a, const float *b, int64_t n)
+{
+    float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 4; j++)
+            acc[j] = vfmaq_f32(acc[j], vld1q_f32(a + i + 4 * j), vld1q_f32(b + i + 4 * j));
+    if (i < n) { /* the tail's absent lanes add 0·0, which leaves a lane as it is */
+        float ta[16] = {0}, tb[16] = {0};
+        memcpy(ta, a + i, (size_t)(n - i) * sizeof *ta);
+        memcpy(tb, b + i, (size_t)(n - i) * sizeof *tb);
+        for (int j = 0; j < 4; j++)
+            acc[j] = vfmaq_f32(acc[j], vld1q_f32(ta + 4 * j), vld1q_f32(tb + 4 * j));
+    }
+    return sum16(acc);
+}
+
+void kern_axpy_neon(float *y, float a, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_n_f32(vld1q_f32(x + i), a)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* ---- 4/8-bit affine: kern_qdot_ref ---- */
+
+/* Rows [row0, row1) for tokens t0..t0+tb-1 (tb, gs and bits constants after
+ * inlining). A block's 16 words are u[0..3]; its four lanes of register j
+ * share one group, whose scale is broadcast. */
+INLINE void qrows_neon(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                       int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, words = w->cols / per_word, stride = in->stride;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        float32x4_t A[NTB][4], B[NTB][4];
+        for (int u = 0; u < tb; u++)
+            for (int j = 0; j < 4; j++)
+                A[u][j] = B[u][j] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b * 16 < words; b++) {
+            uint32x4_t v[4];
+            if ((b + 1) * 16 <= words) {
+                for (int j = 0; j < 4; j++)
+                    v[j] = vreinterpretq_u32_u8(vld1q_u8(codes + 64 * b + 16 * j));
+            } else {
+                uint8_t tail[64] = {0};
+                memcpy(tail, codes + 64 * b, (size_t)(words - 16 * b) * 4);
+                for (int j = 0; j < 4; j++)
+                    v[j] = vreinterpretq_u32_u8(vld1q_u8(tail + 16 * j));
+            }
+            float32x4_t sv[4];
+            for (int j = 0; j < 4; j++) { /* lanes 4j..4j+3: one group, or past the row (scale 0) */
+                const int64_t g = (b * blk + per_word * 4 * j) / gs;
+                float s = 0.0f;
+                if (g < ng)
+                    dtype_to_f32(w->dtype, sr + (size_t)g * psize, &s, 1);
+                sv[j] = vdupq_n_f32(s);
+            }
+            for (int u = 0; u < tb; u++) {
+                const float *xb = in->xd + (t0 + u) * stride + b * blk;
+                float32x4_t p[2][4];
+#pragma GCC unroll 8
+                for (int k = 0; k < per_word; k++)
+                    for (int j = 0; j < 4; j++) {
+                        uint32x4_t qi = k == per_word - 1 ? vshrq_n_u32(v[j], 32 - bits)
+                                                          : vandq_u32(v[j], vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
+                        float32x4_t q = vcvtq_f32_u32(qi), x = vld1q_f32(xb + 16 * k + 4 * j);
+                        p[k & 1][j] = k < 2 ? vmulq_f32(x, q) : vfmaq_f32(p[k & 1][j], x, q);
+                    }
+                for (int j = 0; j < 4; j++)
+                    A[u][j] = vfmaq_f32(A[u][j], vaddq_f32(p[0][j], p[1][j]), sv[j]);
+            }
+        }
+        for (int64_t g0 = 0; g0 < ng; g0 += 16) { /* the bias terms, group g in lane g % 16 */
+            float bi[16] = {0};
+            const int64_t nb = ng - g0 < 16 ? ng - g0 : 16;
+            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            for (int u = 0; u < tb; u++) {
+                float xs[16] = {0};
+                memcpy(xs, in->xsum + (t0 + u) * ng + g0, (size_t)nb * sizeof *xs);
+                for (int j = 0; j < 4; j++)
+                    B[u][j] = vfmaq_f32(B[u][j], vld1q_f32(bi + 4 * j), vld1q_f32(xs + 4 * j));
+            }
+        }
+        for (int u = 0; u < tb; u++) {
+            float32x4_t c[4];
+            for (int j = 0; j < 4; j++)
+                c[j] = vaddq_f32(A[u][j], B[u][j]);
+            y[(t0 + u) * w->rows + r] = sum16(c);
+        }
+    }
+}
+
+#define QROWS_NEON(tb)                                                                                               \
+    switch (w->gs * 16 + w->bits) {                                                                                  \
+    case 32 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 32, 4); break;                                        \
+    case 64 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 64, 4); break;                                        \
+    case 128 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 128, 4); break;                                      \
+    case 32 * 16 + 8: qrows_neon(w, in, t0, tb, y, row0, row1, 32, 8); break;                                        \
+    case 64 * 16 + 8: qrows_neon(w, in, t0, tb, y, row0, row1, 64, 8); break;                                        \
+    default: qrows_neon(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                \
+    }
+
+void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += NTB) {
+        if (n - t0 >= 2) {
+            QROWS_NEON(2)
+        } else {
+            QROWS_NEON(1)
+        }
+    }
+}
+
+/* ---- bf16: kern_matvec_bf16_ref ---- */
+
+INLINE void bf16rows_neon(const struct wmat *w, const float *x, int64_t t0, const int tb, float *y, int64_t row0,
+                          int64_t row1)
+{
+    const int64_t cols = w->cols;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        float32x4_t acc[NTB][2][4];
+        for (int u = 0; u < tb; u++)
+            for (int j = 0; j < 4; j++)
+                acc[u][0][j] = acc[u][1][j] = vdupq_n_f32(0.0f);
+        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+            const int c = (int)(j0 / 16 % 2);
+            float32x4_t wv[4];
+            const float *xp[NTB];
+            float xt[NTB][16];
+            if (j0 + 16 <= cols) {
+                for (int j = 0; j < 4; j++)
+                    wv[j] = vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8(row + 2 * (j0 + 4 * j))), 16));
+                for (int u = 0; u < tb; u++)
+                    xp[u] = x + (t0 + u) * cols + j0;
+            } else { /* the tail: absent lanes add 0·0 */
+                float wt[16] = {0};
+                for (int64_t k = j0; k < cols; k++)
+                    wt[k - j0] = bf16_to_f32(rd_u16le(row + 2 * k));
+                for (int j = 0; j < 4; j++)
+                    wv[j] = vld1q_f32(wt + 4 * j);
+                for (int u = 0; u < tb; u++) {
+                    memset(xt[u], 0, sizeof xt[u]);
+                    memcpy(xt[u], x + (t0 + u) * cols + j0, (size_t)(cols - j0) * sizeof(float));
+                    xp[u] = xt[u];
+                }
+            }
+            for (int u = 0; u < tb; u++)
+                for (int j = 0; j < 4; j++)
+                    acc[u][c][j] = vfmaq_f32(acc[u][c][j], vld1q_f32(xp[u] + 4 * j), wv[j]);
+        }
+        for (int u = 0; u < tb; u++) {
+            float32x4_t s[4];
+            for (int j = 0; j < 4; j++)
+                s[j] = vaddq_f32(acc[u][0][j], acc[u][1][j]);
+            y[(t0 + u) * w->rows + r] = sum16(s);
+        }
+    }
+}
+
+void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += NTB) {
+        if (n - t0 >= 2)
+            bf16rows_neon(w, x, t0, 2, y, row0, row1);
+        else
+            bf16rows_neon(w, x, t0, 1, y, row0, row1);
+    }
+}
+
+/* ---- int8 activations on SDOT: kern_q8dot_ref ---- */
+
+/* An 8-bit code's nibbles against x, four bytes per int32 lane: lo gets the
+ * low nibbles' products, hi the high ones' (S = lo + 16·hi; a nibble fits a
+ * signed byte, a code does not). */
+DOTPROD INLINE void q8dot_nibbles(int32x4_t *lo, int32x4_t *hi, uint8x16_t v, int8x16_t x)
+{
+    *lo = vdotq_s32(*lo, vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), x);
+    *hi = vdotq_s32(*hi, vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), x);
+}
+
+/* S of one group of one row, by rows: nb code bytes (16, 32 or 64) against
+ * the group's xq (4-bit: the low nibbles' at xlo, the high ones' 64 further). */
+DOTPROD INLINE int32_t q8group_row(const uint8_t *c, const int8_t *xlo, const int nb, const int bits)
+{
+    const uint8x16_t nib = vdupq_n_u8(0x0F);
+    int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
+    for (int o = 0; o < nb; o += 16) {
+        uint8x16_t v = vld1q_u8(c + o);
+        if (bits == 8) {
+            q8dot_nibbles(&lo, &hi, v, vld1q_s8(xlo + o));
+        } else {
+            lo = vdotq_s32(lo, vreinterpretq_s8_u8(vandq_u8(v, nib)), vld1q_s8(xlo + o));
+            hi = vdotq_s32(hi, vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vld1q_s8(xlo + 64 + o));
+        }
+    }
+    return vaddvq_s32(bits == 8 ? vaddq_s32(lo, vshlq_n_s32(hi, 4)) : vaddq_s32(lo, hi));
+}
+
+DOTPROD INLINE void q8rows_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const int nb = gs * bits / 8;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        for (int64_t t = 0; t < n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+            for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+                int32_t S[16] = {0};
+                float sc[16] = {0}, bi[16] = {0}, d[16] = {0}, xs[16] = {0};
+                const int64_t nw = ng - g0 < 16 ? ng - g0 : 16;
+                for (int64_t i = 0; i < nw; i++) {
+                    const int64_t j = (g0 + i) * gs;
+                    const int8_t *x = bits == 8 ? xq + j : xq + 128 * (j / 128) + j % 128 / 2;
+                    S[i] = q8group_row(codes + j * bits / 8, x, nb, bits);
+                }
+                dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nw);
+                dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nw);
+                memcpy(d, in->d + t * ng + g0, (size_t)nw * sizeof *d);
+                memcpy(xs, in->xsum + t * ng + g0, (size_t)nw * sizeof *xs);
+                for (int j = 0; j < 4; j++) {
+                    float32x4_t ds = vmulq_f32(vld1q_f32(d + 4 * j), vld1q_f32(sc + 4 * j));
+                    acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vld1q_s32(S + 4 * j)), ds);
+                    acc[j] = vfmaq_f32(acc[j], vld1q_f32(bi + 4 * j), vld1q_f32(xs + 4 * j));
+                }
+            }
+            y[t * w->rows + r] = sum16(acc);
+        }
+    }
+}
+
+/* Rows [row0, row1) of a blocked matrix (whole blocks), a token at a time:
+ * 16 rows in four registers, one row a lane; word k of group g (64 bytes, 4
+ * per row) against the token's four xq of that word in every lane. */
+DOTPROD INLINE void q8blocks_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                  int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs;
+    const int words = gs * bits / 32;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
+    for (int64_t r = row0; r < row1; r += KERN_BLOCK_ROWS) {
+        const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
+        for (int64_t t = 0; t < n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            float32x4_t acc[16][4];
+            for (int l = 0; l < 16; l++)
+                for (int j = 0; j < 4; j++)
+                    acc[l][j] = vdupq_n_f32(0.0f);
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *c = w->w + off + (size_t)g * rec;
+                int32x4_t lo[4], hi[4];
+                for (int j = 0; j < 4; j++)
+                    lo[j] = hi[j] = vdupq_n_s32(0);
+                for (int k = 0; k < words; k++) {
+                    const int64_t wd = g * words + k;
+                    if (bits == 8) {
+                        int8x16_t x = vreinterpretq_s8_u32(vdupq_n_u32(rd_u32le(xq + 4 * wd)));
+                        for (int j = 0; j < 4; j++)
+                            q8dot_nibbles(&lo[j], &hi[j], vld1q_u8(c + 64 * k + 16 * j), x);
+                    } else {
+                        const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
+                        int8x16_t xe = vreinterpretq_s8_u32(vdupq_n_u32(rd_u32le(e)));
+                        int8x16_t xo = vreinterpretq_s8_u32(vdupq_n_u32(rd_u32le(e + 64)));
+                        for (int j = 0; j < 4; j++) {
+                            uint8x16_t v = vld1q_u8(c + 64 * k + 16 * j);
+                            lo[j] = vdotq_s32(lo[j], vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), xe);
+                            hi[j] = vdotq_s32(hi[j], vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), xo);
+                        }
+                    }
+                }
+                float sc[16], bi[16];
+                dtype_to_f32(w->dtype, w->s + off + (size_t)g * rec, sc, 16);
+                dtype_to_f32(w->dtype, w->b + off + (size_t)g * rec, bi, 16);
+                for (int j = 0; j < 4; j++) {
+                    int32x4_t S = bits == 8 ? vaddq_s32(lo[j], vshlq_n_s32(hi[j], 4)) : vaddq_s32(lo[j], hi[j]);
+                    float32x4_t ds = vmulq_f32(vdupq_n_f32(d[g]), vld1q_f32(sc + 4 * j));
+                    acc[g % 16][j] = vfmaq_f32(acc[g % 16][j], vcvtq_f32_s32(S), ds);
+                    acc[g % 16][j] = vfmaq_f32(acc[g % 16][j], vld1q_f32(bi + 4 * j), vdupq_n_f32(xs[g]));
+                }
+            }
+            for (int s = 8; s >= 1; s /= 2)
+                for (int l = 0; l < s; l++)
+                    for (int j = 0; j < 4; j++)
+                        acc[l][j] = vaddq_f32(acc[l][j], acc[l + s][j]);
+            for (int j = 0; j < 4; j++)
+                vst1q_f32(y + t * w->rows + r + 4 * j, acc[0][j]);
+        }
+    }
+}
+
+#define Q8_NEON(fn)                                                                                                  \
+    switch (w->gs * 16 + w->bits) {                                                                                  \
+    case 32 * 16 + 4: fn(w, in, n, y, row0, row1, 32, 4); break;                                                     \
+    case 64 * 16 + 4: fn(w, in, n, y, row0, row1, 64, 4); break;                                                     \
+    case 128 * 16 + 4: fn(w, in, n, y, row0, row1, 128, 4); break;                                                   \
+    case 32 * 16 + 8: fn(w, in, n, y, row0, row1, 32, 8); break;                                                     \
+    case 64 * 16 + 8: fn(w, in, n, y, row0, row1, 64, 8); break;                                                     \
+    default: fn(w, in, n, y, row0, row1, 128, 8); break;                                                             \
+    }
+
+DOTPROD void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                             int64_t row1)
+{
+    if (w->blocked) {
+        Q8_NEON(q8blocks_neon)
+    } else {
+        Q8_NEON(q8rows_neon)
+    }
+}
