@@ -8,12 +8,27 @@ cd "$(dirname "$0")"
 
 packages=(build-essential meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
           libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time)
+# the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
+arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
+       libffi8:arm64 libgit2-1.5:arm64)
 if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
+    dpkg --add-architecture arm64
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+    apt-get install -y -qq --no-install-recommends "${packages[@]}" "${arm64[@]}" >/dev/null
+    # Criterion's arm64 runtime cannot be installed beside the amd64 package: unpacked instead
+    if [ ! -e build-arm64-deps/root/usr/lib/aarch64-linux-gnu/libcriterion.so.3 ]; then
+        rm -rf build-arm64-deps && mkdir -p build-arm64-deps
+        (cd build-arm64-deps && apt-get download -qq -o APT::Sandbox::User=root libcriterion3:arm64 \
+            libcriterion-dev:arm64 libnanomsg5:arm64 && for d in *.deb; do dpkg-deb -x "$d" root; done)
+    fi
+    # arm64 executables run through qemu (Criterion starts each test as a new process)
+    [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+        echo "setup.sh: cannot mount binfmt_misc: test.sh's arm64 part will fail" >&2
+    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || cat /usr/lib/binfmt.d/qemu-aarch64.conf >/proc/sys/fs/binfmt_misc/register ||
+        echo "setup.sh: cannot register qemu-aarch64 with binfmt_misc: test.sh's arm64 part will fail" >&2
 else
-    echo "setup.sh: not root, skipping apt-get install of: ${packages[*]}" >&2
+    echo "setup.sh: not root, skipping apt-get install of: ${packages[*]} ${arm64[*]}" >&2
 fi
 
 if [ -d build ]; then

@@ -1016,6 +1016,25 @@ Test(kernels, rmsnorm)
 /* Σx² is kern_dot's: every level's dot gives the reference's bits, for
  * lengths around the 16-lane steps and E2B's 1536, on values of many
  * magnitudes; the result is within float rounding of the float64 formula. */
+/* The element-wise twins of this architecture (NULL: the level uses the
+ * reference for that op); those the CPU lacks are skipped. */
+static const struct ewtwin {
+    const char *name;
+    dot_fn dot;
+    axpy_fn axpy;
+    gelu_mul_fn gelu_mul;
+    softcap_fn softcap;
+    enum cpu_feature need;
+} ewtwins[] = {
+#if GP_X86
+    {"avx2", kern_dot_avx2, NULL, kern_gelu_mul_avx2, kern_softcap_avx2, CPU_AVX2},
+    {"avx512", kern_dot_avx512, kern_axpy_avx512, kern_gelu_mul_avx512, kern_softcap_avx512, CPU_AVX512},
+#elif GP_ARM64
+    {"neon", kern_dot_neon, kern_axpy_neon, NULL, NULL, CPU_NEON},
+#endif
+    {NULL, NULL, NULL, NULL, NULL, CPU_AVX2},
+};
+
 Test(kernels, rmsnorm_paths_bitwise_equal_reference)
 {
     enum { N = 1536 };
@@ -1025,7 +1044,6 @@ Test(kernels, rmsnorm_paths_bitwise_equal_reference)
         x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 16) - 8);
         w[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f;
     }
-    const dot_fn dots[] = {cpu_has(CPU_AVX2) ? kern_dot_avx2 : NULL, cpu_has(CPU_AVX512) ? kern_dot_avx512 : NULL};
     const int64_t lens[] = {1, 15, 16, 17, 255, 256, 1535, N};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         const int64_t n = lens[k];
@@ -1037,12 +1055,11 @@ Test(kernels, rmsnorm_paths_bitwise_equal_reference)
             cr_assert(fabs((double)r[i] - (double)x[i] * (double)w[i] / sqrt(ss / (double)n + 1e-6)) <=
                           1e-6 * fabs((double)x[i] * (double)w[i] / sqrt(ss / (double)n)),
                       "n %lld, element %lld: %g", (long long)n, (long long)i, (double)r[i]);
-        for (size_t d = 0; d < sizeof dots / sizeof dots[0]; d++) {
-            if (!dots[d])
-                continue;
-            kern_rmsnorm(dots[d], v, x, w, n, 1e-6f);
-            cr_assert_eq(memcmp(r, v, (size_t)n * sizeof *v), 0, "dot %zu, n %lld", d, (long long)n);
-        }
+        for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+            if (cpu_has(tw->need)) {
+                kern_rmsnorm(tw->dot, v, x, w, n, 1e-6f);
+                cr_assert_eq(memcmp(r, v, (size_t)n * sizeof *v), 0, "%s, n %lld", tw->name, (long long)n);
+            }
     }
 }
 
@@ -1132,21 +1149,17 @@ Test(kernels, gelu_mul_simd_bitwise_equal_reference)
     }
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         g0[3 * i + 1] = special[i];
-    const gelu_mul_fn simd[] = {cpu_has(CPU_AVX2) ? kern_gelu_mul_avx2 : NULL,
-                                cpu_has(CPU_AVX512) ? kern_gelu_mul_avx512 : NULL};
-    if (!simd[0] && !simd[1])
-        cr_skip_test("no AVX2 or AVX-512 on this CPU");
-    for (int f = 0; f < 2; f++)
-        for (int64_t n = 0; n <= N && simd[f]; n = n == 40 ? 100 : n == 100 ? N : n + 1) {
+    for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+        for (int64_t n = 0; n <= N && tw->gelu_mul && cpu_has(tw->need); n = n == 40 ? 100 : n == 100 ? N : n + 1) {
             static float r[N + 1], v[N + 1]; /* n: 0..40, 100 (64 + 16 + a tail of 4), N */
             memcpy(r, g0, sizeof r);
             memcpy(v, g0, sizeof v);
             r[n] = v[n] = 12345.0f;
             kern_gelu_mul_ref(r, u, n);
-            simd[f](v, u, n);
+            tw->gelu_mul(v, u, n);
             for (int64_t i = 0; i < n; i++)
                 cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
-                          "%s n %lld [%lld]: gelu(%a)·%a = %a, reference %a", f ? "avx512" : "avx2", (long long)n,
+                          "%s n %lld [%lld]: gelu(%a)·%a = %a, reference %a", tw->name, (long long)n,
                           (long long)i, (double)g0[i], (double)u[i], (double)v[i], (double)r[i]);
             cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
             if (n > 5)
@@ -1166,25 +1179,22 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
         x0[i] = (float)(th_rng_next(&s) % 120001) / 1000.0f - 60.0f;
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
         x0[3 * i + 1] = special[i];
-    const softcap_fn simd[] = {cpu_has(CPU_AVX2) ? kern_softcap_avx2 : NULL,
-                               cpu_has(CPU_AVX512) ? kern_softcap_avx512 : NULL};
-    if (!simd[0] && !simd[1])
-        cr_skip_test("no AVX2 or AVX-512 on this CPU");
     const float caps[] = {30.0f, 2.5f};
-    for (int f = 0; f < 4; f++)
-        for (int64_t n = 0; n <= N && simd[f / 2]; n = n == 40 ? 100 : n == 100 ? N : n + 1) {
-            static float r[N + 1], v[N + 1]; /* n: 0..40, 100 (64 + 16 + a tail of 4), N */
-            memcpy(r, x0, sizeof r);
-            memcpy(v, x0, sizeof v);
-            r[n] = v[n] = 12345.0f;
-            kern_softcap_ref(r, caps[f % 2], n);
-            simd[f / 2](v, caps[f % 2], n);
-            for (int64_t i = 0; i < n; i++)
-                cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
-                          "%s cap %g n %lld [%lld]: softcap(%a) = %a, reference %a", f / 2 ? "avx512" : "avx2",
-                          (double)caps[f % 2], (long long)n, (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
-            cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
-        }
+    for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+        for (int c = 0; c < 2; c++)
+            for (int64_t n = 0; n <= N && tw->softcap && cpu_has(tw->need); n = n == 40 ? 100 : n == 100 ? N : n + 1) {
+                static float r[N + 1], v[N + 1]; /* n: 0..40, 100 (64 + 16 + a tail of 4), N */
+                memcpy(r, x0, sizeof r);
+                memcpy(v, x0, sizeof v);
+                r[n] = v[n] = 12345.0f;
+                kern_softcap_ref(r, caps[c], n);
+                tw->softcap(v, caps[c], n);
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
+                              "%s cap %g n %lld [%lld]: softcap(%a) = %a, reference %a", tw->name, (double)caps[c],
+                              (long long)n, (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
+                cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
+            }
 }
 
 Test(kernels, softmax)
@@ -1283,23 +1293,18 @@ Test(kernels, dot_paths_bitwise_equal_reference)
             mag += fabs((double)a[i] * (double)b[i]);
         }
         cr_assert(fabs((double)r - exact) <= 1e-6 * mag + 1e-30, "n %lld: %g vs %g", (long long)n, (double)r, exact);
-        if (cpu_has(CPU_AVX2)) {
-            float v = kern_dot_avx2(a, b, n);
-            cr_assert(memcmp(&r, &v, 4) == 0, "avx2 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
-        }
-        if (cpu_has(CPU_AVX512)) {
-            float v = kern_dot_avx512(a, b, n);
-            cr_assert(memcmp(&r, &v, 4) == 0, "avx512 n %lld: %a vs %a", (long long)n, (double)v, (double)r);
-        }
+        for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+            if (cpu_has(tw->need)) {
+                float v = tw->dot(a, b, n);
+                cr_assert(memcmp(&r, &v, 4) == 0, "%s n %lld: %a vs %a", tw->name, (long long)n, (double)v, (double)r);
+            }
     }
 }
 
-/* o += w·v of attention: the AVX-512 path gives the reference's bits and
+/* o += w·v of attention: every SIMD path gives the reference's bits and
  * leaves everything past n alone. */
-Test(kernels, axpy_avx512_bitwise_equal_reference)
+Test(kernels, axpy_paths_bitwise_equal_reference)
 {
-    if (!cpu_has(CPU_AVX512))
-        cr_skip_test("no AVX-512 on this CPU");
     enum { N = 40 };
     float x[N], y0[N + 1] = {0};
     uint64_t s = 23;
@@ -1307,18 +1312,19 @@ Test(kernels, axpy_avx512_bitwise_equal_reference)
         x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
         y0[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
     }
-    for (int64_t n = 0; n <= N; n++) {
-        float r[N + 1], v[N + 1];
-        memcpy(r, y0, sizeof r);
-        memcpy(v, y0, sizeof v);
-        r[n] = v[n] = 12345.0f;
-        kern_axpy_ref(r, 0.3f, x, n);
-        kern_axpy_avx512(v, 0.3f, x, n);
-        cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "n %lld", (long long)n);
-        cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
-        if (n > 0)
-            cr_assert(r[0] == y0[0] + 0.3f * x[0]);
-    }
+    for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+        for (int64_t n = 0; n <= N && tw->axpy && cpu_has(tw->need); n++) {
+            float r[N + 1], v[N + 1];
+            memcpy(r, y0, sizeof r);
+            memcpy(v, y0, sizeof v);
+            r[n] = v[n] = 12345.0f;
+            kern_axpy_ref(r, 0.3f, x, n);
+            tw->axpy(v, 0.3f, x, n);
+            cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "%s n %lld", tw->name, (long long)n);
+            cr_assert(v[n] == 12345.0f, "%s n %lld: wrote past the end", tw->name, (long long)n);
+            if (n > 0)
+                cr_assert(r[0] == y0[0] + 0.3f * x[0]);
+        }
 }
 
 /* ------------------------------------------------------------------ int8 activations (KERN_Q8) */
@@ -1500,6 +1506,7 @@ Test(kernels_q8, blockable)
     tmat_free(&t);
 }
 
+#if GP_X86
 /* kern_q8input_prepare_avx512 fills the same buffer as the definition, bit for
  * bit, for every (bits, gs), odd group counts (the gathers' masked lanes),
  * and hostile groups: a NaN, an inf, all zeros, a max that underflows d, and
@@ -1550,6 +1557,8 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
             }
     cr_log_info("kernels_q8: %d preparations bitwise equal", cases);
 }
+
+#endif
 
 /* Each x is represented as d·xq with |x − d·xq| ≤ d/2 (d = max|x|/127 of its
  * group), so |y_q8 − y| ≤ Σ_j |s_g|·q_j·d_g/2, plus the float32 rounding of

@@ -455,9 +455,10 @@ Test(quant, property_zeros_exact)
     }
 }
 
-/* ---------------------------------------------------------------- the fast twins */
+/* ---------------------------------------------------------------- the fast twins (x86) */
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
+#if GP_X86
 static const int gs_grid[] = {32, 64, 128};
 static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
 
@@ -575,6 +576,8 @@ Test(quant, to_f32_avx512_matches_dtype_to_f32)
             cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
         }
 }
+
+#endif
 
 /* ---------------------------------------------------------------- the QAT lattice */
 

@@ -1,0 +1,55 @@
+#!/bin/bash
+# arm64.sh X86_GEMPACK - the arm64 build, run under qemu-user: cross-built
+# with Debian's multiarch packages, the unit, kernels, runner and golden
+# suites (every Criterion suite) run as arm64 executables, then
+# cross_bitwise.sh compares its logits with the x86 build's. setup.sh
+# installs what this needs (as root): the cross compiler, qemu-user and its
+# binfmt registration, the arm64 libraries, and Criterion's arm64 runtime
+# unpacked into build-arm64-deps/ (its package cannot be installed beside the
+# amd64 one).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deps=$PWD/build-arm64-deps
+lib=$deps/root/usr/lib/aarch64-linux-gnu
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || [ ! -e "$lib/libcriterion.so.3" ] ||
+    ! grep -qs enabled /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+    echo "arm64: the cross toolchain, Criterion's arm64 runtime or qemu's binfmt registration is missing: run setup.sh as root" >&2
+    exit 1
+fi
+mkdir -p "$deps/pkgconfig"
+cat >"$deps/cross.ini" <<INI
+[binaries]
+c = 'aarch64-linux-gnu-gcc'
+ar = 'aarch64-linux-gnu-ar'
+strip = 'aarch64-linux-gnu-strip'
+pkgconfig = 'aarch64-linux-gnu-pkg-config'
+
+[properties]
+needs_exe_wrapper = false
+
+[host_machine]
+system = 'linux'
+cpu_family = 'aarch64'
+cpu = 'armv8-a'
+endian = 'little'
+INI
+cat >"$deps/pkgconfig/criterion.pc" <<PC
+libdir=$lib
+Name: criterion
+Description: Criterion's arm64 runtime, unpacked
+Version: 2.4.1
+Libs: -L\${libdir} -Wl,-rpath-link,\${libdir} -lcriterion
+Cflags: -I$deps/root/usr/include
+PC
+if [ ! -d build-arm64 ]; then
+    meson setup build-arm64 --cross-file "$deps/cross.ini" -Dpkg_config_path="$deps/pkgconfig" -Dblas=disabled \
+        >/dev/null || exit 1
+fi
+ninja -C build-arm64 >/dev/null || exit 1
+export LD_LIBRARY_PATH=$lib
+status=0
+meson test -C build-arm64 --print-errorlogs --timeout-multiplier 10 --suite core --suite quant --suite kernels \
+    --suite ingest --suite converter --suite runner --suite golden --suite fixtures || status=1
+bash tests/cross_bitwise.sh "$1" build-arm64/gempack | tee build-arm64/meson-logs/cross_bitwise.txt
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+exit $status
