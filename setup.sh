@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(build-essential meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
+packages=(build-essential clang meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
           libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time)
 # the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
 arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__) && !defined(GP_PORTABLE)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -14,13 +17,17 @@
 static bool detected(enum cpu_feature f)
 {
 #if defined(__x86_64__) || defined(__i386__)
+    /* F16C and AVX-VNNI from CPUID: not every compiler's __builtin_cpu_supports knows them */
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+    bool avxvnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
     __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl");
     switch (f) {
     case CPU_AVX2: return avx2;
-    case CPU_AVX_VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case CPU_AVX_VNNI: return avx2 && avxvnni;
     case CPU_AVX512: return avx512;
     case CPU_AVX512_VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
     default: return false;

@@ -14,6 +14,24 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Unnamed temporary outputs (O_TMPFILE, named by linkat through /proc or
+ * AT_EMPTY_PATH) are Linux's; elsewhere, and in a portable build, a named one. */
+#if defined(O_TMPFILE) && !defined(GP_PORTABLE)
+#define HAVE_UNNAMED 1
+#else
+#define HAVE_UNNAMED 0
+#endif
+
+/* fsync, or on macOS F_FULLFSYNC, which also flushes the drive's cache. */
+static int sync_fd(int fd)
+{
+#ifdef F_FULLFSYNC
+    if (fcntl(fd, F_FULLFSYNC) == 0)
+        return 0;
+#endif
+    return fsync(fd);
+}
+
 /* ---- inputs ---- */
 
 /* The files this process reads as inputs, by identity (device, inode). */
@@ -245,7 +263,7 @@ static void fsync_parent(const char *path)
     parent_of(path, dir, sizeof dir);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        fsync(dfd);
+        sync_fd(dfd);
         close(dfd);
     }
 }
@@ -276,7 +294,7 @@ int fio_out_open(struct fio_out *o, const char *path, struct err *e)
         return rc;
     if (!(o->path = strdup(path)))
         return err_set(e, ERR_NOMEM, "%s: cannot allocate a path", path);
-#ifdef O_TMPFILE
+#if HAVE_UNNAMED
     /* an unnamed file can be given a name only through /proc or with
      * CAP_DAC_READ_SEARCH (AT_EMPTY_PATH); without either, a named one */
     char dir[PATH_MAX];
@@ -301,6 +319,7 @@ int fio_out_open(struct fio_out *o, const char *path, struct err *e)
     return ERR_OK;
 }
 
+#if HAVE_UNNAMED
 /* Gives the unnamed file o->fd the name `name`; errno set on failure. */
 static int link_unnamed(const struct fio_out *o, const char *name)
 {
@@ -347,15 +366,18 @@ static int name_unnamed(struct fio_out *o, struct err *e)
     free(tmp);
     return rc;
 }
+#endif
 
 int fio_out_commit(struct fio_out *o, struct err *e)
 {
     int rc = ERR_OK;
     fio_crash_point();
-    if (fsync(o->fd) != 0)
+    if (sync_fd(o->fd) != 0)
         rc = err_set(e, ERR_IO, "%s: fsync failed: %s", o->tmp, strerror(errno));
+#if HAVE_UNNAMED
     if (rc == ERR_OK && !o->named)
         rc = name_unnamed(o, e);
+#endif
     if (close(o->fd) != 0 && rc == ERR_OK)
         rc = err_set(e, ERR_IO, "%s: close failed: %s", o->tmp, strerror(errno));
     o->fd = -1;

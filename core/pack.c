@@ -232,10 +232,16 @@ bool pack_feature_known(const char *f)
     return false;
 }
 
-static int cmp_by_name(const void *a, const void *b, void *ctx)
+/* A tensor's name and index, sorted by name (qsort_r's argument order differs
+ * between glibc and the BSDs). */
+struct name_index {
+    const char *name;
+    size_t i;
+};
+
+static int cmp_name_index(const void *a, const void *b)
 {
-    const struct pack_tensor *t = ctx;
-    return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+    return strcmp(((const struct name_index *)a)->name, ((const struct name_index *)b)->name);
 }
 
 static int parse_record(struct pack *p, size_t i, struct json_object *r, struct err *e)
@@ -425,9 +431,16 @@ static int validate(struct pack *p, struct err *e)
         int rc = parse_record(p, i, json_object_array_get_idx(ts, i), e);
         if (rc != ERR_OK)
             return rc;
-        p->by_name[i] = i;
     }
-    qsort_r(p->by_name, n, sizeof *p->by_name, cmp_by_name, p->tensors);
+    struct name_index *ni = malloc((n ? n : 1) * sizeof *ni);
+    if (!ni)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate the index of %zu tensors", p->path, n);
+    for (size_t i = 0; i < n; i++)
+        ni[i] = (struct name_index){p->tensors[i].name, i};
+    qsort(ni, n, sizeof *ni, cmp_name_index);
+    for (size_t i = 0; i < n; i++)
+        p->by_name[i] = ni[i].i;
+    free(ni);
     for (size_t i = 1; i < n; i++)
         if (!strcmp(p->tensors[p->by_name[i]].name, p->tensors[p->by_name[i - 1]].name))
             return err_set(e, ERR_FORMAT, "%s: tensor '%s' is listed twice", p->path, p->tensors[p->by_name[i]].name);

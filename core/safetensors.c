@@ -340,7 +340,7 @@ void st_release(const struct st_file *f, const struct st_tensor *t)
 
 void st_populate(const struct st_file *f, const struct st_tensor *t)
 {
-#ifdef MADV_POPULATE_READ
+#if defined(MADV_POPULATE_READ) && !defined(GP_PORTABLE)
     tensor_madvise(f, t, true, MADV_POPULATE_READ);
 #else
     (void)f;

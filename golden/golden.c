@@ -112,11 +112,11 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
         const char *key;
         size_t off;
         double max;
-    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs), INFINITY},
-                {"nmse", offsetof(struct golden_thresholds, nmse), INFINITY},
-                {"kld_mean", offsetof(struct golden_thresholds, kld_mean), INFINITY},
-                {"kld_p99", offsetof(struct golden_thresholds, kld_p99), INFINITY},
-                {"kld_max", offsetof(struct golden_thresholds, kld_max), INFINITY},
+    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs), HUGE_VAL},
+                {"nmse", offsetof(struct golden_thresholds, nmse), HUGE_VAL},
+                {"kld_mean", offsetof(struct golden_thresholds, kld_mean), HUGE_VAL},
+                {"kld_p99", offsetof(struct golden_thresholds, kld_p99), HUGE_VAL},
+                {"kld_max", offsetof(struct golden_thresholds, kld_max), HUGE_VAL},
                 {"top1", offsetof(struct golden_thresholds, top1_min), 1.0}};
     json_object_object_foreach(tol, key, val) {
         size_t i = 0;
@@ -143,7 +143,7 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
 /* log-softmax of a row in float64 into out[V]. */
 static void log_softmax(const double *z, int64_t V, double *out)
 {
-    double m = -INFINITY, s = 0.0;
+    double m = -HUGE_VAL, s = 0.0;
     for (int64_t k = 0; k < V; k++)
         m = fmax(m, z[k]);
     for (int64_t k = 0; k < V; k++)
@@ -182,7 +182,7 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         free(lq);
         free(q);
         free(kl);
-        m->max_abs = INFINITY;
+        m->max_abs = HUGE_VAL;
         return;
     }
     double se = 0.0, sr = 0.0, dot = 0.0, ng = 0.0, dp2 = 0.0;
@@ -193,7 +193,7 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         for (int64_t k = 0; k < V; k++) {
             double gv = (double)got[t * V + k], d = gv == ref[k] ? 0.0 : gv - ref[k];
             if (d != d)
-                d = INFINITY; /* a NaN logit is infinitely wrong (fmax would drop it) */
+                d = HUGE_VAL; /* a NaN logit is infinitely wrong (fmax would drop it) */
             row_max = fmax(row_max, fabs(d));
             se += d * d;
             sr += ref[k] * ref[k];

@@ -25,9 +25,11 @@ static void load(void)
     /* read by OpenBLAS as it loads: no thread pool at all (a pool of one is
      * all it may use here; its threads are what hung under a memory limit) */
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    setenv("VECLIB_MAXIMUM_THREADS", "1", 1); /* Accelerate's */
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblas.0.dylib",
                                         "libopenblas.dylib", "/opt/homebrew/opt/openblas/lib/libopenblas.dylib",
-                                        "/usr/local/opt/openblas/lib/libopenblas.dylib"};
+                                        "/usr/local/opt/openblas/lib/libopenblas.dylib",
+                                        "/System/Library/Frameworks/Accelerate.framework/Accelerate"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!h)
@@ -37,11 +39,12 @@ static void load(void)
         sgemm_fn f;
         memcpy(&threads, &pt, sizeof pt); /* ISO C has no cast from an object to a function pointer */
         memcpy(&f, &ps, sizeof ps);
-        if (!threads || !f) {
+        if (!f) {
             dlclose(h);
             continue;
         }
-        threads(1); /* OpenBLAS's own thread pool would compete with ours for the cores */
+        if (threads) /* OpenBLAS's own thread pool would compete with ours for the cores */
+            threads(1);
         sgemm = f;
         return;
     }

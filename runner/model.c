@@ -547,7 +547,9 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
                      "cannot map %zu bytes of anonymous memory for the weights (--mmap reads them in place)",
                      total);
     } else if (arena) {
+#if defined(MADV_HUGEPAGE) && !defined(GP_PORTABLE)
         madvise(arena, total, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
+#endif
         size_t off = 0;
         start[0] = 0;
         for (size_t i = 0; i < merged; i++) {

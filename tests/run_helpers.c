@@ -133,7 +133,7 @@ void kld_measure(const float *ref, const float *got, int64_t T, int64_t V, struc
     double sum = 0.0;
     for (int64_t t = 0; t < T; t++) {
         const float *p = ref + t * V, *q = got + t * V;
-        double mp = -INFINITY, mq = -INFINITY, zp = 0.0, zq = 0.0, kl = 0.0;
+        double mp = -HUGE_VAL, mq = -HUGE_VAL, zp = 0.0, zq = 0.0, kl = 0.0;
         for (int64_t k = 0; k < V; k++) {
             mp = fmax(mp, (double)p[k]);
             mq = fmax(mq, (double)q[k]);

@@ -357,8 +357,8 @@ Test(golden, scaled_logits_cosine_and_nmse)
     /* KL(softmax(z) || softmax(2z)) in closed form */
     double p[4], q[4], sp = 0, sq = 0, kl = 0;
     for (int k = 0; k < 4; k++) {
-        p[k] = exp(ref[k]);
-        q[k] = exp(got[k]);
+        p[k] = exp((double)ref[k]);
+        q[k] = exp((double)got[k]);
         sp += p[k];
         sq += q[k];
     }

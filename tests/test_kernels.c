@@ -1095,7 +1095,7 @@ Test(kernels, softcap)
             for (int e = -30; e < 9; e++)
                 for (int m = 0; m < 256; m++) {
                     float x = (float)sign * ldexpf(1.0f + (float)m / 256.0f, e);
-                    double want = (double)caps[c] * tanh((double)x / (double)caps[c]), got = kern_softcap(x, caps[c]);
+                    double want = (double)caps[c] * tanh((double)x / (double)caps[c]), got = (double)kern_softcap(x, caps[c]);
                     cr_assert(fabs(got - want) <= 5e-7 * fabs(want), "softcap(%a, %g) = %a, float64 %.17g", (double)x,
                               (double)caps[c], got, want);
                     if (fabs(got - want) / fabs(want) > worst)
@@ -1121,7 +1121,7 @@ Test(kernels, gelu_accuracy)
         for (int e = -30; e < 7; e++)
             for (int m = 0; m < 512; m++) {
                 float x = (float)sign * ldexpf(1.0f + (float)m / 512.0f, e);
-                double xd = x, v = -2.0 * 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
+                double xd = (double)x, v = -2.0 * 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
                 double want = xd / (1.0 + exp(v)), err = fabs((double)kern_gelu(x) - want);
                 double rel = 2.5e-7 * fmax(1.0, fabs(v));
                 cr_assert(err <= rel * fabs(want) || (v > 87.0 && err <= 1e-35), "gelu(%a) = %a, float64 %.17g",
