@@ -54,7 +54,7 @@ static bool pick_q8(q8dot_fn *dot, q8prep_fn *prep, const char **name)
         return false;
     }
     return true;
-#elif GP_ARM64
+#elif KERN_NEON_DOTPROD
     if (!cpu_has(CPU_DOTPROD))
         return false;
     *dot = kern_q8dot_neon;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/pool.h"
 
@@ -127,6 +128,14 @@ void kern_q8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_
                      int64_t row1);
 void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                      int64_t row1);
+/* kern_q8dot_neon needs the dot-product intrinsics: GCC enables them per
+ * function, clang (14) only for a target that has them, as Apple's arm64
+ * targets do. Without them KERN_Q8 has no int8 kernels on arm64. */
+#if GP_ARM64 && (!defined(__clang__) || defined(__ARM_FEATURE_DOTPROD))
+#define KERN_NEON_DOTPROD 1
+#else
+#define KERN_NEON_DOTPROD 0
+#endif
 /* True when this CPU has int8 kernels (AVX-512 VNNI, AVX-VNNI, AVX2 or arm64
  * dotprod): without them KERN_Q8 is KERN_BEST. */
 bool kern_has_q8(void);

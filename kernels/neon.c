@@ -98,7 +98,7 @@ INLINE void qrows_neon(const struct wmat *w, const struct kern_qinput *in, int64
 #pragma GCC unroll 8
                 for (int k = 0; k < per_word; k++)
                     for (int j = 0; j < 4; j++) {
-                        uint32x4_t qi = k == per_word - 1 ? vshrq_n_u32(v[j], 32 - bits)
+                        uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v[j], vdupq_n_s32(bits - 32))
                                                           : vandq_u32(v[j], vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
                         float32x4_t q = vcvtq_f32_u32(qi), x = vld1q_f32(xb + 16 * k + 4 * j);
                         p[k & 1][j] = k < 2 ? vmulq_f32(x, q) : vfmaq_f32(p[k & 1][j], x, q);
@@ -206,6 +206,7 @@ void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, floa
     }
 }
 
+#if KERN_NEON_DOTPROD
 /* ---- int8 activations on SDOT: kern_q8dot_ref ---- */
 
 /* An 8-bit code's nibbles against x, four bytes per int32 lane: lo gets the
@@ -350,3 +351,4 @@ DOTPROD void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in
         Q8_NEON(q8rows_neon)
     }
 }
+#endif

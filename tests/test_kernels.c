@@ -738,7 +738,7 @@ Test(kernels, init_tables)
                     : cpu_has(CPU_AVX_VNNI)  ? kern_q8dot_avxvnni
                     : cpu_has(CPU_AVX2)      ? kern_q8dot_avx2
                                              : NULL;
-#elif GP_ARM64
+#elif KERN_NEON_DOTPROD
     q8dot_fn want = cpu_has(CPU_DOTPROD) ? kern_q8dot_neon : NULL;
 #else
     q8dot_fn want = NULL;
@@ -1362,7 +1362,7 @@ static const struct q8twin {
     {"avx512-vnni", kern_q8dot_avx512, CPU_AVX512_VNNI},
     {"avx-vnni", kern_q8dot_avxvnni, CPU_AVX_VNNI},
     {"avx2", kern_q8dot_avx2, CPU_AVX2},
-#elif GP_ARM64
+#elif KERN_NEON_DOTPROD
     {"neon-dotprod", kern_q8dot_neon, CPU_DOTPROD},
 #endif
     {NULL, NULL, CPU_AVX2},
