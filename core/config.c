@@ -334,6 +334,35 @@ static void derive_layers(struct diag *d, struct gp_config *c)
     }
 }
 
+#define MODEL_TYPES "\"gemma4\", \"gemma4_unified\", \"gemma4_text\" or \"gemma4_unified_text\""
+
+/* The architectures gempack runs (MODEL.md §1.1). Anything else a config
+ * names (DiffusionGemma, the assistant/draft models, a future class) is
+ * refused, never run as if it were one of these. */
+static const char *const known_architectures[] = {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM",
+                                                  "Gemma4UnifiedForConditionalGeneration", "Gemma4UnifiedForCausalLM"};
+
+static void check_architectures(struct diag *d, struct json_object *root)
+{
+    struct json_object *a = get(root, "architectures");
+    if (!a || json_object_get_type(a) == json_type_null)
+        return;
+    if (json_object_get_type(a) != json_type_array) {
+        problem(d, "architectures: %s, expected an array of strings", jsonx_type_name(a));
+        return;
+    }
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        struct json_object *v = json_object_array_get_idx(a, i);
+        const char *s = json_object_get_type(v) == json_type_string ? json_object_get_string(v) : NULL;
+        bool known = false;
+        for (size_t k = 0; s && k < sizeof known_architectures / sizeof *known_architectures; k++)
+            known |= !strcmp(s, known_architectures[k]);
+        if (!known)
+            problem(d, "architectures[%zu]: not a Gemma 4 text model gempack runs: %s", i,
+                    s ? s : json_object_to_json_string(v));
+    }
+}
+
 int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *path, struct err *e)
 {
     memset(c, 0, sizeof *c);
@@ -349,7 +378,7 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     const char *model_type = mt && json_object_get_type(mt) == json_type_string ? json_object_get_string(mt) : NULL;
     struct json_object *t = root;
     if (!model_type) {
-        problem(&d, "model_type: missing or not a string, expected \"gemma4\" or \"gemma4_text\"");
+        problem(&d, "model_type: missing or not a string, expected " MODEL_TYPES);
     } else if (!strcmp(model_type, "gemma4") || !strcmp(model_type, "gemma4_unified")) {
         t = get(root, "text_config");
         if (!t || json_object_get_type(t) != json_type_object) {
@@ -359,14 +388,20 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
         }
         c->nested = true;
         d.scope = "text_config.";
-    } else if (strcmp(model_type, "gemma4_text") != 0) {
-        problem(&d, "model_type: \"%s\", expected \"gemma4\", \"gemma4_unified\" or \"gemma4_text\"", model_type);
+    } else if (strcmp(model_type, "gemma4_text") != 0 && strcmp(model_type, "gemma4_unified_text") != 0) {
+        problem(&d, "model_type: \"%s\", expected " MODEL_TYPES, model_type);
     }
     if (model_type)
         snprintf(c->model_type, sizeof c->model_type, "%s", model_type);
     if (!t)
         return e ? (e->code = ERR_CONFIG) : ERR_CONFIG;
     c->text_json = json_object_get(t);
+    /* The 12B's classes (MODEL.md §1.1): the top model_type or the text config's */
+    struct json_object *tmt = get(t, "model_type");
+    c->unified = (model_type && !strncmp(model_type, "gemma4_unified", 14)) ||
+                 (tmt && json_object_get_type(tmt) == json_type_string &&
+                  !strcmp(json_object_get_string(tmt), "gemma4_unified_text"));
+    check_architectures(&d, root);
 
     get_int(&d, t, "vocab_size", REQUIRED, 0, 1, LIM_VOCAB, &c->vocab_size);
     get_int(&d, t, "hidden_size", REQUIRED, 0, 1, LIM_DIM, &c->hidden_size);
@@ -376,11 +411,23 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     get_int(&d, t, "num_key_value_heads", REQUIRED, 0, 1, LIM_HEADS, &c->n_kv_heads);
     get_int(&d, t, "head_dim", REQUIRED, 0, 2, 65536, &c->head_dim);
     get_int(&d, t, "sliding_window", REQUIRED, 0, 1, INT32_MAX, &c->sliding_window);
-    get_int(&d, t, "hidden_size_per_layer_input", REQUIRED, 0, 0, LIM_DIM, &c->ple_dim);
-    get_int(&d, t, "num_kv_shared_layers", OPTIONAL, 0, 0, CFG_MAX_LAYERS, &c->n_kv_shared);
+    /* The unified text class does not declare the per-layer-input and MoE
+     * fields: absent, they mean none (its checkpoints hold no such tensors). */
+    get_int(&d, t, "hidden_size_per_layer_input", c->unified ? OPTIONAL : REQUIRED, 0, 0, LIM_DIM, &c->ple_dim);
+    get_int(&d, t, "num_kv_shared_layers", REQUIRED, 0, 0, CFG_MAX_LAYERS, &c->n_kv_shared);
     get_bool(&d, t, "attention_k_eq_v", false, &c->k_eq_v);
     get_bool(&d, t, "enable_moe_block", false, &c->moe);
+    if (c->unified && (c->ple_dim || c->moe))
+        problem(&d, "%s%s: the Gemma 4 unified (12B) text model has no %s", d.scope,
+                c->ple_dim ? "hidden_size_per_layer_input" : "enable_moe_block",
+                c->ple_dim ? "per-layer inputs" : "mixture of experts");
+    /* HF's default is false, mlx-lm's true: it decides the KV-shared layers'
+     * MLP width, so it is required exactly when there are any */
     get_bool(&d, t, "use_double_wide_mlp", false, &c->double_wide);
+    if (c->n_kv_shared > 0 && !has(t, "use_double_wide_mlp"))
+        problem(&d, "%suse_double_wide_mlp: missing (required with KV-shared layers: HF defaults to false, mlx-lm to "
+                    "true)",
+                d.scope);
     get_bool(&d, t, "tie_word_embeddings", true, &c->tie_embeddings);
     if (!has(t, "tie_word_embeddings") && c->nested)
         get_bool(&d, root, "tie_word_embeddings", true, &c->tie_embeddings);

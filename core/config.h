@@ -1,7 +1,9 @@
 /* config.h - Gemma 4 config.json: parsing, validation, derived quantities.
  *
  * Text fields are read from `text_config` when model_type is "gemma4" (or
- * "gemma4_unified"), from the top level when it is "gemma4_text". Every
+ * "gemma4_unified"), from the top level when it is "gemma4_text" (or
+ * "gemma4_unified_text"). An `architectures` entry gempack does not run
+ * is refused. Every
  * architecture-defining field is required: HF and MLX defaults disagree
  * (MODEL.md §1.2), so a default would silently pick a model.
  * Only fields whose HF default is semantically safe may be absent. */
@@ -63,6 +65,7 @@ struct cfg_quant {
 struct gp_config {
     char model_type[32];      /* top-level model_type */
     bool nested;              /* text fields under text_config */
+    bool unified;             /* the 12B's classes: gemma4_unified / gemma4_unified_text */
     int64_t vocab_size, hidden_size, n_layers, intermediate_size;
     int64_t n_heads, n_kv_heads, n_global_kv_heads; /* n_global_kv_heads: 0 when null */
     int64_t head_dim, global_head_dim;              /* global_head_dim: 0 when null */

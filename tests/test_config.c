@@ -29,8 +29,9 @@
     "\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}," \
     "\"full_attention\":{\"rope_type\":\"proportional\",\"partial_rotary_factor\":0.25,"          \
     "\"rope_theta\":1000000.0}}"
-#define COMMON_TEXT                                                                                  \
-    "\"model_type\":\"gemma4_text\",\"head_dim\":256,\"global_head_dim\":512,\"vocab_size\":262144," \
+#define COMMON_TEXT "\"model_type\":\"gemma4_text\"," TEXT_FIELDS
+#define TEXT_FIELDS                                                                                  \
+    "\"head_dim\":256,\"global_head_dim\":512,\"vocab_size\":262144,"                               \
     "\"final_logit_softcapping\":30.0,\"tie_word_embeddings\":true,\"rms_norm_eps\":1e-06,"        \
     "\"hidden_activation\":\"gelu_pytorch_tanh\",\"attention_bias\":false,\"pad_token_id\":0,"     \
     "\"bos_token_id\":2,\"eos_token_id\":1," ROPE
@@ -82,10 +83,33 @@ static const char cfg_31b[] =
     "\"sliding_window\":1024,\"use_double_wide_mlp\":false,\"enable_moe_block\":false,"
     "\"max_position_embeddings\":262144,\"use_bidirectional_attention\":\"vision\"," COMMON_TEXT "}";
 
+/* The 12B as released (MODEL.md §1.1): gemma4_unified, the text config of the
+ * unified class with the per-layer-input and MoE keys the HF export still
+ * writes (0, and a stale vocab_size_per_layer_input). */
+#define P6x8 P6 "," P6 "," P6 "," P6 "," P6 "," P6 "," P6 "," P6
+#define TEXT_12B                                                                                                  \
+    "\"hidden_size\":3840,\"num_hidden_layers\":48,\"intermediate_size\":15360,\"num_attention_heads\":16,"    \
+    "\"num_key_value_heads\":8,\"num_global_key_value_heads\":1,\"attention_k_eq_v\":true,"                     \
+    "\"num_kv_shared_layers\":0,\"layer_types\":[" P6x8 "],\"sliding_window\":1024,"                           \
+    "\"use_double_wide_mlp\":false,\"max_position_embeddings\":262144,\"use_bidirectional_attention\":\"vision\","
+static const char cfg_12b[] =
+    "{\"architectures\":[\"Gemma4UnifiedForConditionalGeneration\"],\"model_type\":\"gemma4_unified\","
+    "\"text_config\":{" TEXT_12B "\"hidden_size_per_layer_input\":0,\"vocab_size_per_layer_input\":262144,"
+    "\"enable_moe_block\":false,\"num_experts\":null,\"top_k_experts\":null,\"moe_intermediate_size\":null,"
+    "\"model_type\":\"gemma4_unified_text\"," TEXT_FIELDS "},"
+    "\"vision_config\":{\"model_type\":\"gemma4_unified_vision\"},\"audio_config\":{\"model_type\":"
+    "\"gemma4_unified_audio\"}," MM_TAIL "}";
+
+/* Its text-only export: gemma4_unified_text at the top level, without the
+ * keys its class does not declare (they mean no PLE and no MoE). */
+static const char cfg_12b_text[] =
+    "{\"architectures\":[\"Gemma4UnifiedForCausalLM\"]," TEXT_12B "\"model_type\":\"gemma4_unified_text\"," TEXT_FIELDS "}";
+
 /* §1.3 Concrete table. */
 struct variant {
     const char *name;
     const char *json;
+    const char *model_type;
     bool nested;
     int64_t H, L, P;
     int full[10];
@@ -102,14 +126,18 @@ struct variant {
 };
 
 static const struct variant variants[] = {
-    {"E2B", cfg_e2b, true, 1536, 35, 256, {4, 9, 14, 19, 24, 29, 34}, 7, 15, 12, 3, 13, 14, 6144, 12288, 8, 256, 1,
+    {"E2B", cfg_e2b, "gemma4", true, 1536, 35, 256, {4, 9, 14, 19, 24, 29, 34}, 7, 15, 12, 3, 13, 14, 6144, 12288, 8, 256, 1,
      512, 1, false, false, 0, 0, 0, 512},
-    {"E4B", cfg_e4b, true, 2560, 42, 256, {5, 11, 17, 23, 29, 35, 41}, 7, 24, 20, 4, 22, 23, 10240, 10240, 8, 256, 2,
+    {"E4B", cfg_e4b, "gemma4", true, 2560, 42, 256, {5, 11, 17, 23, 29, 35, 41}, 7, 24, 20, 4, 22, 23, 10240, 10240, 8, 256, 2,
      512, 2, false, false, 0, 0, 0, 512},
-    {"26B-A4B", cfg_26b, true, 2816, 30, 0, {5, 11, 17, 23, 29}, 5, 30, 25, 5, -1, -1, 2112, 2112, 16, 256, 8, 512,
+    {"26B-A4B", cfg_26b, "gemma4", true, 2816, 30, 0, {5, 11, 17, 23, 29}, 5, 30, 25, 5, -1, -1, 2112, 2112, 16, 256, 8, 512,
      2, true, true, 128, 8, 704, 1024},
-    {"31B", cfg_31b, false, 5376, 60, 0, {5, 11, 17, 23, 29, 35, 41, 47, 53, 59}, 10, 60, 50, 10, -1, -1, 21504,
-     21504, 32, 256, 16, 512, 4, true, false, 0, 0, 0, 1024},
+    {"31B", cfg_31b, "gemma4_text", false, 5376, 60, 0, {5, 11, 17, 23, 29, 35, 41, 47, 53, 59}, 10, 60, 50, 10,
+     -1, -1, 21504, 21504, 32, 256, 16, 512, 4, true, false, 0, 0, 0, 1024},
+    {"12B", cfg_12b, "gemma4_unified", true, 3840, 48, 0, {5, 11, 17, 23, 29, 35, 41, 47}, 8, 48, 40, 8, -1, -1,
+     15360, 15360, 16, 256, 8, 512, 1, true, false, 0, 0, 0, 1024},
+    {"12B text-only", cfg_12b_text, "gemma4_unified_text", false, 3840, 48, 0, {5, 11, 17, 23, 29, 35, 41, 47}, 8,
+     48, 40, 8, -1, -1, 15360, 15360, 16, 256, 8, 512, 1, true, false, 0, 0, 0, 1024},
 };
 
 static bool is_full(const struct variant *v, int i)
@@ -190,7 +218,8 @@ Test(config, cfg_official_variants)
         struct err e = {0};
         int rc = parse_str(&c, variants[k].json, &e);
         cr_assert_eq(rc, ERR_OK, "%s: %s", variants[k].name, e.msg);
-        cr_assert_str_eq(c.model_type, variants[k].nested ? "gemma4" : "gemma4_text", "%s", variants[k].name);
+        cr_assert_str_eq(c.model_type, variants[k].model_type, "%s", variants[k].name);
+        cr_assert_eq(c.unified, !strncmp(variants[k].model_type, "gemma4_unified", 14), "%s", variants[k].name);
         check_variant(&variants[k], &c);
         cfg_free(&c);
     }
@@ -352,19 +381,31 @@ Test(config, cfg_nullable_fields)
     cfg_free(&c);
     free(text);
 
-    /* Fields whose HF default is safe may be absent (§1.2 notes). */
-    struct mut m3[4] = {{"text_config.attention_bias", NULL},
-                        {"text_config.num_kv_shared_layers", NULL},
-                        {"text_config.use_double_wide_mlp", NULL},
-                        {"text_config.enable_moe_block", NULL}};
-    text = mutated(cfg_e4b, m3, 4);
+    /* Fields whose defaults agree between HF and mlx-lm may be absent
+     * (MODEL.md §1.2); use_double_wide_mlp only matters with KV-shared layers. */
+    struct mut m3[3] = {{"attention_bias", NULL},
+                        {"use_double_wide_mlp", NULL},
+                        {"enable_moe_block", NULL}};
+    text = mutated(cfg_31b, m3, 3);
     cr_assert_eq(parse_str(&c, text, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(c.n_kv_shared, 0);
-    cr_assert_eq(c.first_shared, 42);
     cr_assert_not(c.double_wide);
     cr_assert_not(c.moe);
-    cr_assert_not(c.layers[41].shared);
-    cr_assert_eq(c.layers[41].kv_src, 41);
+    cfg_free(&c);
+    free(text);
+
+    /* ... but not num_kv_shared_layers (HF 0, mlx-lm 20), nor use_double_wide_mlp
+     * beside KV-shared layers (HF false, mlx-lm true) */
+    struct mut m4[1] = {{"num_kv_shared_layers", NULL}};
+    text = mutated(cfg_31b, m4, 1);
+    cr_assert_eq(parse_str(&c, text, &e), ERR_CONFIG);
+    cr_assert(strstr(e.msg, "config.json: num_kv_shared_layers: missing"), "%s", e.msg);
+    cfg_free(&c);
+    free(text);
+    struct mut m5[1] = {{"text_config.use_double_wide_mlp", NULL}};
+    text = mutated(cfg_e4b, m5, 1);
+    cr_assert_eq(parse_str(&c, text, &e), ERR_CONFIG);
+    cr_assert(strstr(e.msg, "text_config.use_double_wide_mlp: missing (required with KV-shared layers"), "%s", e.msg);
     cfg_free(&c);
     free(text);
 }
@@ -690,6 +731,22 @@ static const struct bad_cfg bad[] = {
      "text_config.num_experts", "missing"},
     {"PLE without vocab_size_per_layer_input", {{"text_config.vocab_size_per_layer_input", NULL}},
      "text_config.vocab_size_per_layer_input", "missing"},
+    {"missing num_kv_shared_layers (HF 0, mlx-lm 20)", {{"text_config.num_kv_shared_layers", NULL}},
+     "text_config.num_kv_shared_layers", "missing"},
+    {"missing use_double_wide_mlp beside KV-shared layers (HF false, mlx-lm true)",
+     {{"text_config.use_double_wide_mlp", NULL}}, "text_config.use_double_wide_mlp", "HF defaults to false"},
+    {"DiffusionGemma", {{"architectures", "[\"DiffusionGemma4ModelForBlockDiffusion\"]"}}, "architectures[0]",
+     "not a Gemma 4 text model gempack runs: DiffusionGemma4ModelForBlockDiffusion"},
+    {"the E-series drafter", {{"architectures", "[\"Gemma4AssistantForCausalLM\"]"}}, "architectures[0]",
+     "not a Gemma 4 text model gempack runs: Gemma4AssistantForCausalLM"},
+    {"the 12B drafter", {{"architectures", "[\"Gemma4UnifiedAssistantForCausalLM\"]"}}, "architectures[0]",
+     "not a Gemma 4 text model gempack runs: Gemma4UnifiedAssistantForCausalLM"},
+    {"the DSpark drafter", {{"architectures", "[\"Gemma4ForConditionalGeneration\", \"Gemma4DSparkModel\"]"}},
+     "architectures[1]", "not a Gemma 4 text model gempack runs: Gemma4DSparkModel"},
+    {"architectures not an array", {{"architectures", "\"Gemma4ForCausalLM\""}}, "architectures", "string"},
+    {"a unified text model with per-layer inputs",
+     {{"model_type", "\"gemma4_unified\""}},
+     "text_config.hidden_size_per_layer_input", "has no per-layer inputs"},
     {"model_type llama", {{"model_type", "\"llama\""}}, "model_type", "llama"},
     {"missing model_type", {{"model_type", NULL}}, "model_type", "missing"},
     {"gemma4 without text_config", {{"text_config", NULL}}, "text_config", "missing"},
