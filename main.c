@@ -302,7 +302,7 @@ static int cmd_inspect(int argc, char **argv)
 static const int quant_bits[] = {0, 4, 8}, group_sizes[] = {32, 64, 128}, kv_bits[] = {4, 8};
 
 static const struct opt fixture_opts[] = {
-    STR("variant", "NAME", 'v', FX, variant, "e2b, e4b, 26b-a4b or 31b"),
+    STR("variant", "NAME", 'v', FX, variant, "e2b, e4b, 12b, 26b-a4b or 31b"),
     STR("like", "CONFIG.json", 'L', FX, like_path, "the topology of a real config, with tiny dimensions"),
     CHOICE("layout", 'l', FX, layout, "hf|mlx|text", NULL, "hf (default: model.language_model.*, fused experts),\nmlx (language_model.model.*, split experts) or\ntext (gemma4_text, model.*)"),
     FLAG("qat", 'q', FX, qat, "QAT export: KV-shared layers carry no K/V tensors\n(default PTQ: they carry the redundant ones)"),
@@ -682,7 +682,7 @@ static const struct command commands[] = {
      "RMS dp, first divergent position. A table goes to stderr.\n",
      golden_check_opts, "Exit: 0 pass, 1 regression, 2 error (unreadable files, vocabulary or length\nmismatch).",
      cmd_golden_check},
-    {"fixture", "gempack fixture --variant e2b|e4b|26b-a4b|31b [options] -o DIR\n"
+    {"fixture", "gempack fixture --variant e2b|e4b|12b|26b-a4b|31b [options] -o DIR\n"
                 "       gempack fixture --like CONFIG.json [options] -o DIR",
      "tiny random checkpoints with the exact layout of a real variant",
      "Writes a random-weight checkpoint with the exact layout of a real Gemma 4\n"

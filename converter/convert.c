@@ -64,8 +64,23 @@ static struct json_object *source_json(const struct convert_report *r)
     return s;
 }
 
+/* Writes into a text config object every field whose default differs
+ * between loaders (MODEL.md §1.2) with the value this config means, so that
+ * HF, mlx-lm and gempack read the same model from it; the unified (12B)
+ * class's undeclared per-layer-input and MoE fields become explicit. */
+static void explicit_fields(struct json_object *t, const struct gp_config *c)
+{
+    json_object_object_add(t, "hidden_size_per_layer_input", json_object_new_int64(c->ple_dim));
+    json_object_object_add(t, "vocab_size_per_layer_input", json_object_new_int64(c->ple_dim ? c->ple_vocab : 0));
+    json_object_object_add(t, "num_kv_shared_layers", json_object_new_int64(c->n_kv_shared));
+    json_object_object_add(t, "use_double_wide_mlp", json_object_new_boolean(c->double_wide));
+    json_object_object_add(t, "enable_moe_block", json_object_new_boolean(c->moe));
+}
+
 /* The text config as a standalone gemma4_text config (no quantization keys:
- * the pack records quantization per module). */
+ * the pack records quantization per module). The 12B's text class is the
+ * Gemma 4 text model without PLE and MoE, so it is written as gemma4_text
+ * too, with those fields explicit: every loader of gemma4_text runs it. */
 static struct json_object *text_config(const struct gp_config *c)
 {
     struct json_object *t = NULL;
@@ -73,6 +88,7 @@ static struct json_object *text_config(const struct gp_config *c)
     json_object_object_del(t, "quantization");
     json_object_object_del(t, "quantization_config");
     json_object_object_add(t, "model_type", json_object_new_string("gemma4_text"));
+    explicit_fields(t, c);
     return t;
 }
 
@@ -205,6 +221,7 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
         json_object_deep_copy(r->cfg.root_json, &root, NULL);
         struct json_object *t = json_object_object_get(root, "text_config");
         json_object_object_del(t, "quantization_config");
+        explicit_fields(t, &r->cfg);
     }
     json_object_object_del(root, "quantization");
     json_object_object_del(root, "quantization_config");

@@ -59,7 +59,7 @@ def _require(tc, key):
 
 def parse_config(config):
     """Return (text_config dict, derived hyper-parameters dict, quantization block or None)."""
-    if config.get("model_type") == "gemma4_text" and "text_config" not in config:
+    if config.get("model_type") in ("gemma4_text", "gemma4_unified_text") and "text_config" not in config:
         tc = dict(config)
         multimodal = False
     elif "text_config" in config:
@@ -72,8 +72,11 @@ def parse_config(config):
         raise ReferenceError("config.json: model_type %r has neither text_config nor "
                              "gemma4_text fields" % config.get("model_type"))
     mt = tc.get("model_type", config.get("model_type"))
-    if mt not in ("gemma4_text", "gemma4", "gemma4_unified", None):
+    if mt not in ("gemma4_text", "gemma4", "gemma4_unified", "gemma4_unified_text", None):
         raise ReferenceError("config.json: unexpected text model_type %r" % mt)
+    # The 12B's text class (transformers models/gemma4_unified) declares no
+    # per-layer-input and no MoE fields: absent, there are none.
+    unified = mt == "gemma4_unified_text" or config.get("model_type") == "gemma4_unified"
 
     h = {}
     h["multimodal"] = multimodal
@@ -85,7 +88,10 @@ def parse_config(config):
     h["head_dim"] = int(_require(tc, "head_dim"))
     h["V"] = int(_require(tc, "vocab_size"))
     h["W"] = int(_require(tc, "sliding_window"))
-    h["P"] = int(_require(tc, "hidden_size_per_layer_input"))  # MODEL.md §1.2: must be explicit
+    if unified:
+        h["P"] = int(tc.get("hidden_size_per_layer_input") or 0)
+    else:
+        h["P"] = int(_require(tc, "hidden_size_per_layer_input"))  # MODEL.md §1.2: must be explicit
     h["eps"] = float(tc.get("rms_norm_eps", 1e-6) if tc.get("rms_norm_eps") is not None else 1e-6)
 
     # Full-layer head dim and KV heads (MODEL.md §1.2 notes, §1.3).

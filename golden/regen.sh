@@ -1,7 +1,7 @@
 #!/bin/bash
 # regen.sh BUILD_DIR - regenerate the committed goldens in golden/data/.
 #
-# For every topology (e2b, e4b, 26b-a4b, 31b): the bf16 fixture (HF layout;
+# For every topology (e2b, e4b, 12b, 26b-a4b, 31b): the bf16 fixture (HF layout;
 # the MLX, text-only and QAT layouts of the same seed hold the same model) and
 # the MLX 4-bit and 8-bit fixtures, each run through golden/reference.py in
 # float64 with exact RoPE tables. The fixtures are made by `gempack fixture`
@@ -12,7 +12,7 @@ build=${1:-$here/../build}
 gempack="$build/gempack"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gempack-regen-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-for v in e2b e4b 26b-a4b 31b; do
+for v in e2b e4b 12b 26b-a4b 31b; do
     for kind in bf16 q4 q8; do
         case $kind in
             bf16) args=(--layout hf) ;;

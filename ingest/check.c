@@ -415,13 +415,13 @@ int check_run(struct check_report *r, const char *dir, unsigned flags, struct er
     free(info);
     qsort(keys, n, sizeof *keys, cmp_tkey);
     if (r->config_ok) {
-        bool text_only = !strcmp(r->cfg.model_type, "gemma4_text");
+        bool text_only = !r->cfg.nested; /* gemma4_text, gemma4_unified_text */
         if (text_only && r->family != NF_TEXT && r->family != NF_NONE)
-            finding(r, CHK_LAYOUT, name_family_prefix(r->family), -1, "model.", "", 
-                    "model_type gemma4_text loads text keys under 'model.'");
+            finding(r, CHK_LAYOUT, name_family_prefix(r->family), -1, "model.", "",
+                    "model_type %s loads text keys under 'model.'", r->cfg.model_type);
         if (!text_only && r->family == NF_TEXT)
             finding(r, CHK_LAYOUT, "model.", -1, "model.language_model. or language_model.model.", "",
-                    "model_type %s nests the text model; 'model.' keys belong to a gemma4_text checkpoint",
+                    "model_type %s nests the text model; 'model.' keys belong to a text-only checkpoint",
                     r->cfg.model_type);
         if (r->cfg.moe && !r->experts_split && r->family == NF_MLX)
             r->experts_split = find_key(keys, n, "layers.0.experts.gate_up_proj") == NULL;

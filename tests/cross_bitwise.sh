@@ -9,7 +9,7 @@ X="$1" A="$2"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 . "$(dirname "$0")/lib.sh"
 
-for v in e2b e4b 26b-a4b 31b; do
+for v in e2b e4b 12b 26b-a4b 31b; do
     expect 0 "$v: hf fixture" -- "$X" fixture --variant $v --layout hf -o "$T/$v"
     expect 0 "$v: 4-bit mlx fixture" -- "$X" fixture --variant $v --layout mlx --quant 4 -o "$T/$v-q4"
     expect 0 "$v: 8-bit mlx fixture" -- "$X" fixture --variant $v --layout mlx --quant 8 --group-size 32 -o "$T/$v-q8"

@@ -338,6 +338,9 @@ Test(check, loadable_26b_text) { matrix("26b-a4b", FX_TEXT); }
 Test(check, loadable_31b_hf) { matrix("31b", FX_HF); }
 Test(check, loadable_31b_mlx) { matrix("31b", FX_MLX); }
 Test(check, loadable_31b_text) { matrix("31b", FX_TEXT); }
+Test(check, loadable_12b_hf) { matrix("12b", FX_HF); }
+Test(check, loadable_12b_mlx) { matrix("12b", FX_MLX); }
+Test(check, loadable_12b_text) { matrix("12b", FX_TEXT); }
 
 /* Vision tower keys of the fixture: per encoder layer 4 norms, q/k/v/o as
  * clipped linears (weight + 4 clip scalars), q/k norms, 3 clipped MLP
@@ -404,6 +407,28 @@ Test(check, multimodal_e2b) { multimodal("e2b", 7, true, 5); }
 Test(check, multimodal_e4b) { multimodal("e4b", 8, true, 6); }
 Test(check, multimodal_26b) { multimodal("26b-a4b", 8, false, -1); }
 Test(check, multimodal_31b) { multimodal("31b", 14, false, -1); }
+
+/* The 12B's encoder-free embedder: 9 vision_embedder keys and the vision and
+ * audio projections, all ignored, in every layout. */
+Test(check, multimodal_12b)
+{
+    char *tmp = th_mkdtemp();
+    static const enum fixture_layout layouts[] = {FX_HF, FX_MLX};
+    for (size_t k = 0; k < 2; k++) {
+        struct fixture_opts o = fx("12b", layouts[k]);
+        o.multimodal = true;
+        char *dir = th_fixture(tmp, layouts[k] == FX_HF ? "mm-12b-hf" : "mm-12b-mlx", o);
+        struct check_report r;
+        run_check(&r, dir, 0);
+        expect_loadable(&r, "multimodal 12b");
+        cr_assert_eq(r.ignored[NC_VISION], 9, "%d vision keys", r.ignored[NC_VISION]);
+        cr_assert_eq(r.ignored[NC_PROJECTOR], 2);
+        cr_assert_eq(r.ignored[NC_AUDIO] + r.ignored[NC_UNKNOWN], 0, "%s", describe(&r));
+        check_free(&r);
+        free(dir);
+    }
+    th_rmtree(tmp);
+}
 
 Test(check, sharded)
 {

@@ -551,6 +551,49 @@ Test(fixture, tokens_json)
 
 /* ------------------------------------------------ full-size, headers only */
 
+/* The 12B at its real dimensions (MODEL.md §2.4): 40 sliding layers of 14
+ * tensors, 8 full k_eq_v layers of 13 (no v_proj), embed and norm: 666 text
+ * tensors; 11 more with the multimodal embedder. */
+Test(fixture, full_size_12b_headers_only)
+{
+    char *tmp = th_mkdtemp();
+    for (int mm = 0; mm < 2; mm++) {
+        struct fixture_opts o = fx("12b", FX_HF);
+        o.full_size = true;
+        o.headers_only = true;
+        o.multimodal = mm;
+        char *dir = th_fixture(tmp, mm ? "12b-mm" : "12b", o);
+        struct ckpt c;
+        struct err e = {0};
+        cr_assert_eq(ckpt_open(&c, dir, ST_HEADER_ONLY | ST_ALLOW_TRUNCATED, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(c.n_tensors, mm ? 677u : 666u, "%zu tensors", c.n_tensors);
+        static const struct {
+            const char *name;
+            uint64_t rows, cols;
+        } want[] = {
+            {"model.language_model.embed_tokens.weight", 262144, 3840},
+            {"model.language_model.layers.0.self_attn.q_proj.weight", 4096, 3840},
+            {"model.language_model.layers.0.self_attn.v_proj.weight", 2048, 3840},
+            {"model.language_model.layers.5.self_attn.q_proj.weight", 8192, 3840},
+            {"model.language_model.layers.5.self_attn.k_proj.weight", 512, 3840},
+            {"model.language_model.layers.47.self_attn.o_proj.weight", 3840, 8192},
+            {"model.language_model.layers.47.mlp.down_proj.weight", 3840, 15360},
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const struct ckpt_tensor *ct = ckpt_find(&c, want[i].name);
+            cr_assert(ct, "no %s", want[i].name);
+            const struct st_tensor *t = ct->t;
+            cr_assert(t->shape[0] == want[i].rows && t->shape[1] == want[i].cols, "%s: [%llu, %llu]", want[i].name,
+                      (unsigned long long)t->shape[0], (unsigned long long)t->shape[1]);
+        }
+        cr_assert_null(ckpt_find(&c, "model.language_model.layers.5.self_attn.v_proj.weight"), "k = v: no v_proj");
+        cr_assert_null(ckpt_find(&c, "model.language_model.embed_tokens_per_layer.weight"), "no PLE");
+        ckpt_close(&c);
+        free(dir);
+    }
+    th_rmtree(tmp);
+}
+
 Test(fixture, full_size_31b_headers_only_shards)
 {
     char *tmp = th_mkdtemp();

@@ -101,6 +101,11 @@ static struct layout_case cases[] = {
     {"26b-a4b", FX_MLX, false, false, 4, 1, "q4"},  {"26b-a4b", FX_MLX, false, false, 8, 1, "q8"},
     {"31b", FX_HF, false, false, 0, 1, "bf16"},     {"31b", FX_MLX, false, true, 0, 2, "bf16"},
     {"31b", FX_MLX, false, false, 4, 1, "q4"},      {"31b", FX_TEXT, false, false, 8, 1, "q8"},
+    /* the 12B's classes: gemma4_unified (HF, MLX, multimodal with its encoder-free
+     * embedder) and a gemma4_unified_text export without PLE or MoE fields */
+    {"12b", FX_HF, false, false, 0, 1, "bf16"},     {"12b", FX_TEXT, false, false, 0, 1, "bf16"},
+    {"12b", FX_MLX, false, true, 0, 2, "bf16"},     {"12b", FX_MLX, false, false, 4, 1, "q4"},
+    {"12b", FX_TEXT, false, false, 8, 1, "q8"},
 };
 
 /* Parameters are indices into a table: Criterion runs each case in a new
