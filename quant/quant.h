@@ -70,6 +70,33 @@ void quant_dequant_row_avx512(const uint8_t *row, const void *scales, const void
                               int gs, int bits, float *out);
 void quant_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
 
+/* ---- MLX microscaling modes (INPUTS.md §2.7) ----
+ *
+ * mxfp4 (E2M1 codes, group 32, E8M0 scales), nvfp4 (E2M1, group 16, E4M3
+ * scales) and mxfp8 (E4M3 codes, group 32, E8M0 scales): codes packed as
+ * affine's, one uint8 scale per group, no biases. A weight is
+ * code value × scale value, exact in float32. */
+
+float mx_e2m1_value(unsigned code);          /* ±{0, .5, 1, 1.5, 2, 3, 4, 6}; bit 3 the sign */
+float mx_e4m3_value(uint8_t b);              /* MLX's FromFP8: no NaN, 0x7F is 480 */
+uint8_t mx_e4m3_encode(float x);             /* MLX's ToFP8: nearest even, saturating at ±448 */
+float mx_scale_value(enum qmode m, uint8_t b); /* E8M0 2^(b−127) (255: +inf), or E4M3 for nvfp4 */
+float mx_code_value(enum qmode m, unsigned code);
+/* The E2M1 code MLX's CPU quantizer picks for q, whose distances are
+ * rounded to t: the argmin itself, and the equal threshold form. */
+unsigned mx_e2m1_argmin(enum dtype t, float q);
+unsigned mx_e2m1_code(enum dtype t, float q);
+
+/* Quantizes a row of k values of dtype t (BF16, F16 or F32: the values of w
+ * are exact in t) as MLX's CPU path does: words (k·bits/32) and k/gs scale
+ * bytes. Returns -1, or the index of the first group MLX leaves undefined
+ * (mxfp4/mxfp8 with NaN or inf, or an exponent outside −127..127), which
+ * gempack refuses; the row is then incomplete. */
+int64_t quant_mx_row(enum qmode m, enum dtype t, const float *w, size_t k, uint32_t *words, uint8_t *scales);
+
+/* Dequantizes a row of k values (exact). */
+void dequant_mx_row(enum qmode m, const uint8_t *row_bytes, const uint8_t *scales, size_t k, float *out);
+
 /* ---- the QAT lattice (INPUTS.md §2.6) ---- */
 
 /* quant_row at 4 bits, group 32, with every group first tried on the QAT

@@ -579,6 +579,90 @@ Test(quant, to_f32_avx512_matches_dtype_to_f32)
 
 #endif
 
+/* ---------------------------------------------------------------- MLX microscaling modes */
+
+#include "tests/mx/vectors.h"
+
+/* Every vector of tests/mx/make_vectors.py (from the independent transcription
+ * tests/mx/reference.py): the scale byte and every code, or a refusal where
+ * MLX's CPU path is undefined; and the row packed as MLX packs it. */
+Test(quant, mx_vectors_bit_exact)
+{
+    int cases[3] = {0, 0, 0}, refused = 0;
+    for (size_t i = 0; i < sizeof mx_vectors / sizeof mx_vectors[0]; i++) {
+        const struct mx_vector *v = &mx_vectors[i];
+        int gs, bits;
+        qmode_defaults(v->mode, &gs, &bits);
+        float x[32];
+        memcpy(x, v->x, sizeof x);
+        uint32_t words[8];
+        uint8_t scale = 0xAA;
+        int64_t bad = quant_mx_row(v->mode, v->t, x, (size_t)gs, words, &scale);
+        if (v->refused) {
+            cr_assert_eq(bad, 0, "%s %s: refused", qmode_name(v->mode), v->what);
+            refused++;
+            continue;
+        }
+        cr_assert_eq(bad, -1, "%s %s: not refused", qmode_name(v->mode), v->what);
+        cr_assert_eq(scale, v->scale, "%s %s: scale 0x%02X, expected 0x%02X", qmode_name(v->mode), v->what, scale,
+                     v->scale);
+        for (int j = 0; j < gs; j++)
+            cr_assert_eq(quant_code_at((const uint8_t *)words, (size_t)j, bits), v->codes[j],
+                         "%s %s: element %d (%a): code 0x%02X, expected 0x%02X", qmode_name(v->mode), v->what, j,
+                         (double)x[j], quant_code_at((const uint8_t *)words, (size_t)j, bits), v->codes[j]);
+        cases[v->mode - QM_MXFP4]++;
+    }
+    cr_log_info("mx vectors: mxfp4 %d, nvfp4 %d, mxfp8 %d groups bit-exact, %d refused", cases[0], cases[1], cases[2],
+                refused);
+}
+
+/* The threshold form of the E2M1 rounding is MLX's argmin for every bf16 and
+ * f16 q below 512 in magnitude, and for float32 q on a sweep. */
+Test(quant, mx_e2m1_threshold_equals_argmin)
+{
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float b = bf16_to_f32((uint16_t)h), f = f16_to_f32((uint16_t)h);
+        if (fabsf(b) < 512.0f)
+            cr_assert_eq(mx_e2m1_code(DT_BF16, b), mx_e2m1_argmin(DT_BF16, b), "bf16 %a", (double)b);
+        if (fabsf(f) < 512.0f)
+            cr_assert_eq(mx_e2m1_code(DT_F16, f), mx_e2m1_argmin(DT_F16, f), "f16 %a", (double)f);
+    }
+    uint64_t s = 7;
+    for (int i = 0; i < 2000000; i++) {
+        float q = ldexpf(th_rng_float(&s), (int)(th_rng_next(&s) % 40) - 20);
+        cr_assert_eq(mx_e2m1_code(DT_F32, q), mx_e2m1_argmin(DT_F32, q), "f32 %a", (double)q);
+    }
+}
+
+/* E4M3 round trip: every byte decodes to a value its encoder gives back (but
+ * 0x7F/0xFF, 480, which MLX never produces: they saturate to 0x7E/0xFE, and
+ * −0 encodes as 0x80); dequantization is code value × scale value. */
+Test(quant, mx_e4m3_and_dequant)
+{
+    for (int b = 0; b < 256; b++) {
+        float v = mx_e4m3_value((uint8_t)b);
+        uint8_t want = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : (uint8_t)b;
+        cr_assert_eq(mx_e4m3_encode(v), want, "0x%02X (%a)", b, (double)v);
+    }
+    cr_assert_eq(mx_e4m3_value(0x7E), 448.0f);
+    cr_assert_eq(mx_e4m3_value(0x01), 0x1p-9f);
+    cr_assert_eq(mx_scale_value(QM_MXFP4, 0), 0x1p-127f);
+    cr_assert_eq(mx_scale_value(QM_MXFP4, 127), 1.0f);
+    cr_assert(isinf(mx_scale_value(QM_MXFP8, 255)));
+    uint8_t row[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE}, sc[2] = {126, 128};
+    float out[16];
+    dequant_mx_row(QM_NVFP4, row, (const uint8_t[]){0x38}, 16, out);
+    for (int j = 0; j < 16; j++)
+        cr_assert_eq(out[j], mx_e2m1_value((unsigned)j), "nvfp4 element %d", j);
+    uint8_t row8[32];
+    for (int j = 0; j < 32; j++)
+        row8[j] = (uint8_t)(j * 7);
+    float out8[32];
+    dequant_mx_row(QM_MXFP8, row8, sc, 32, out8);
+    for (int j = 0; j < 32; j++)
+        cr_assert_eq(out8[j], mx_e4m3_value((uint8_t)(j * 7)) * (j < 32 ? 0.5f : 2.0f), "mxfp8 element %d", j);
+}
+
 /* ---------------------------------------------------------------- the QAT lattice */
 
 /* A group on the q4_0 grid d·q (q in [-8, 7], d exact in the scales dtype)
