@@ -649,7 +649,7 @@ Test(quant, mx_e4m3_and_dequant)
     cr_assert_eq(mx_scale_value(QM_MXFP4, 0), 0x1p-127f);
     cr_assert_eq(mx_scale_value(QM_MXFP4, 127), 1.0f);
     cr_assert(isinf(mx_scale_value(QM_MXFP8, 255)));
-    uint8_t row[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE}, sc[2] = {126, 128};
+    uint8_t row[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE}, sc[1] = {126};
     float out[16];
     dequant_mx_row(QM_NVFP4, row, (const uint8_t[]){0x38}, 16, out);
     for (int j = 0; j < 16; j++)
@@ -660,7 +660,7 @@ Test(quant, mx_e4m3_and_dequant)
     float out8[32];
     dequant_mx_row(QM_MXFP8, row8, sc, 32, out8);
     for (int j = 0; j < 32; j++)
-        cr_assert_eq(out8[j], mx_e4m3_value((uint8_t)(j * 7)) * (j < 32 ? 0.5f : 2.0f), "mxfp8 element %d", j);
+        cr_assert_eq(out8[j], mx_e4m3_value((uint8_t)(j * 7)) * 0.5f, "mxfp8 element %d", j);
 }
 
 /* ---------------------------------------------------------------- the QAT lattice */
