@@ -58,11 +58,32 @@ AVX2 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n)
     kern_gelu_mul_ref(g + i, u + i, n - i);
 }
 
+/* code512 of avx512.c on 8 lanes: the E2M1 magnitudes from an 8-entry table,
+ * the sign (bit 3) or'ed in. */
+AVX2 INLINE __m256 code256(__m256i v, const int k, const int bits, const int mode)
+{
+    if (mode == QM_AFFINE)
+        return _mm256_cvtepi32_ps(k == 32 / bits - 1 ? _mm256_srli_epi32(v, 32 - bits)
+                                                     : _mm256_and_si256(v, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k)))));
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi32(v, bits * k), _mm256_set1_epi32((1 << bits) - 1));
+    __m256 mag;
+    __m256i sign;
+    if (mode == QM_MXFP8) {
+        __m256i m = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F)), 20);
+        mag = _mm256_mul_ps(_mm256_castsi256_ps(m), _mm256_set1_ps(0x1p120f));
+        sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    } else {
+        mag = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), c);
+        sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+    }
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+}
+
 /* Half h of a block of 16 words (words: how many of its 8 are present) for
  * each token: the q·x products in two chains, summed, times each lane's
  * group scale sv, into accumulator h. */
 AVX2 INLINE void qhalf256(const uint8_t *c, int64_t words, const float *xb, int64_t stride, const int tb,
-                          const int bits, __m256 sv, __m256 (*acc)[2], const int h)
+                          const int bits, const int mode, __m256 sv, __m256 (*acc)[2], const int h)
 {
     const int per_word = 32 / bits;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
@@ -73,9 +94,7 @@ AVX2 INLINE void qhalf256(const uint8_t *c, int64_t words, const float *xb, int6
     __m256 p[TB][2];
 #pragma GCC unroll 8
     for (int k = 0; k < per_word; k++) {
-        __m256i qi = k == per_word - 1 ? _mm256_srli_epi32(v, 32 - bits)
-                                       : _mm256_and_si256(v, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
-        __m256 q = _mm256_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        __m256 q = code256(v, k, bits, mode);
         for (int u = 0; u < tb; u++) {
             __m256 xv = _mm256_loadu_ps(xb + u * stride + 16 * k + 8 * h);
             p[u][k & 1] = k < 2 ? _mm256_mul_ps(xv, q) : _mm256_fmadd_ps(xv, q, p[u][k & 1]);
@@ -85,10 +104,10 @@ AVX2 INLINE void qhalf256(const uint8_t *c, int64_t words, const float *xb, int6
         acc[u][h] = _mm256_fmadd_ps(_mm256_add_ps(p[u][0], p[u][1]), sv, acc[u][h]);
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
- * after inlining, so every loop over a block unrolls. */
-AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                          int64_t row0, int64_t row1, const int gs, const int bits)
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs, bits and mode are
+ * constants after inlining, so every loop over a block unrolls. */
+AVX2 INLINE void qrows256m(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                           int64_t row0, int64_t row1, const int gs, const int bits, const int mode)
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, stride = in->stride;
@@ -100,14 +119,19 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
     float sc[PARAMS_MAX + 8], bi[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes;
+        const uint8_t *br = mode == QM_AFFINE ? w->b + (size_t)r * w->srow_bytes : sr;
         __m256 acc[TB][2], bacc[TB][2]; /* the definition's A and B, lanes 0-7 and 8-15 */
         for (int u = 0; u < tb; u++)
             acc[u][0] = acc[u][1] = bacc[u][0] = bacc[u][1] = _mm256_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
-            dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
-            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            if (mode == QM_AFFINE) {
+                dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
+                dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
+            } else {
+                kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
+            }
             memset(sc + nb, 0, 8 * sizeof *sc);
             memset(bi + nb, 0, 8 * sizeof *bi);
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
@@ -115,13 +139,13 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
             for (int64_t j = j0; j < j1; j += blk) {
                 int64_t words = (j1 - j) / per_word;
                 __m256 s8 = _mm256_loadu_ps(sc + (j - j0) / gs);
-                qhalf256(codes + j * bits / 8, words, xb + j, stride, tb, bits, _mm256_permutevar8x32_ps(s8, gidx0),
-                         acc, 0);
+                qhalf256(codes + j * bits / 8, words, xb + j, stride, tb, bits, mode,
+                         _mm256_permutevar8x32_ps(s8, gidx0), acc, 0);
                 if (words > 8)
-                    qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits,
+                    qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits, mode,
                              _mm256_permutevar8x32_ps(s8, gidx1), acc, 1);
             }
-            for (int u = 0; u < tb; u++) { /* the bias terms Σ_g bias_g · Σx_g, group g in lane g % 16 */
+            for (int u = 0; u < tb && mode == QM_AFFINE; u++) { /* the bias terms Σ_g bias_g · Σx_g, group g in lane g % 16 */
                 const float *xs = in->xsum + (t0 + u) * ng + g0;
                 for (int64_t k = 0; k < nb; k += 8) {
                     __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -135,10 +159,20 @@ AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, in
     }
 }
 
+AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                          int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    qrows256m(w, in, t0, tb, y, row0, row1, gs, bits, QM_AFFINE);
+}
+
 AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
-    TOKENS_DISPATCH(qrows256)
+    if (w->mode != QM_AFFINE) {
+        MX_TOKENS_DISPATCH(qrows256m)
+    } else {
+        TOKENS_DISPATCH(qrows256)
+    }
 }
 
 /* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):

@@ -123,11 +123,29 @@ AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb,
     return bacc;
 }
 
+/* Code k of every lane of v as a float: affine q·2^(bits·k) (the place
+ * value kept, exact), an MX mode the code's value (mx_code_value). */
+AVX512 INLINE __m512 code512(__m512i v, const int k, const int bits, const int mode)
+{
+    if (mode == QM_AFFINE)
+        return _mm512_cvtepi32_ps(k == 32 / bits - 1 ? _mm512_srli_epi32(v, 32 - bits)
+                                                     : _mm512_and_si512(v, _mm512_set1_epi32((int)(((1u << bits) - 1) << (bits * k)))));
+    const __m512i c = _mm512_and_si512(_mm512_srli_epi32(v, bits * k), _mm512_set1_epi32((1 << bits) - 1));
+    if (mode == QM_MXFP8) { /* E4M3: the magnitude's bits moved into a float and scaled by 2^120, the sign or'ed */
+        __m512i mag = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x7F)), 20);
+        __m512 m = _mm512_mul_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(0x1p120f));
+        return _mm512_castsi512_ps(
+            _mm512_or_si512(_mm512_castps_si512(m), _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24)));
+    }
+    return _mm512_permutexvar_ps(c, _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
+                                                   -1.5f, -2.0f, -3.0f, -4.0f, -6.0f));
+}
+
 /* One block of 16 words (m: the words present) for each token: the q·x
  * products in two chains, summed, times each lane's group scale sv, into
  * acc. xb: token t0's rearranged input of the block. */
 AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int64_t stride, const int tb,
-                             const int bits, __m512 sv, __m512 *acc)
+                             const int bits, const int mode, __m512 sv, __m512 *acc)
 {
     const int per_word = 32 / bits;
     _mm_prefetch((const char *)c + PREFETCH, _MM_HINT_T0);
@@ -135,9 +153,7 @@ AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int
     __m512 p[TB][2];
 #pragma GCC unroll 8
     for (int k = 0; k < per_word; k++) {
-        __m512i qi = k == per_word - 1 ? _mm512_srli_epi32(v, 32 - bits)
-                                       : _mm512_and_si512(v, _mm512_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
-        __m512 q = _mm512_cvtepi32_ps(qi); /* q·2^(bits·k), exact */
+        __m512 q = code512(v, k, bits, mode);
         for (int u = 0; u < tb; u++) {
             __m512 xv = _mm512_loadu_ps(xb + u * stride + 16 * k);
             p[u][k & 1] = k < 2 ? _mm512_mul_ps(xv, q) : _mm512_fmadd_ps(xv, q, p[u][k & 1]);
@@ -147,10 +163,10 @@ AVX512 INLINE void qblock512(const uint8_t *c, __mmask16 m, const float *xb, int
         acc[u] = _mm512_fmadd_ps(_mm512_add_ps(p[u][0], p[u][1]), sv, acc[u]);
 }
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs and bits are constants
- * after inlining, so every loop over a block unrolls. */
-AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                            int64_t row0, int64_t row1, const int gs, const int bits)
+/* Rows [row0, row1) for tokens t0..t0+tb-1; tb, gs, bits and mode are
+ * constants after inlining, so every loop over a block unrolls. */
+AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                             int64_t row0, int64_t row1, const int gs, const int bits, const int mode)
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, stride = in->stride;
@@ -162,21 +178,27 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
     float sc[PARAMS_MAX + 16], bi[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
+        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes;
+        const uint8_t *br = mode == QM_AFFINE ? w->b + (size_t)r * w->srow_bytes : sr;
         params_prefetch(sr, br, w->srow_bytes);
         __m512 acc[TB], bacc[TB]; /* the definition's A and B */
         for (int u = 0; u < tb; u++)
             acc[u] = bacc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
-            params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
-            params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
+            if (mode == QM_AFFINE) {
+                params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
+                params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
+            } else {
+                kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
+                _mm512_storeu_ps(sc + nb, _mm512_setzero_ps());
+            }
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
             const float *xb = in->xd + t0 * stride;
             for (int64_t j = j0; j < j1; j += blk)
-                qblock512(codes + j * bits / 8, mask16((j1 - j) / per_word), xb + j, stride, tb, bits,
+                qblock512(codes + j * bits / 8, mask16((j1 - j) / per_word), xb + j, stride, tb, bits, mode,
                           _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc);
-            for (int u = 0; u < tb; u++)
+            for (int u = 0; u < tb && mode == QM_AFFINE; u++)
                 bacc[u] = bias_terms512(bi, in->xsum + (t0 + u) * ng + g0, nb, bacc[u]);
         }
         for (int u = 0; u < tb; u++)
@@ -184,11 +206,21 @@ AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, 
     }
 }
 
+AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
+                            int64_t row0, int64_t row1, const int gs, const int bits)
+{
+    qrows512m(w, in, t0, tb, y, row0, row1, gs, bits, QM_AFFINE);
+}
+
 /* One instantiation per (group size, bits) for a constant tb. */
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
-    TOKENS_DISPATCH(qrows512)
+    if (w->mode != QM_AFFINE) {
+        MX_TOKENS_DISPATCH(qrows512m)
+    } else {
+        TOKENS_DISPATCH(qrows512)
+    }
 }
 
 /* Columns [j, j + 16) (m: those present) of each token into chain c. */

@@ -27,6 +27,8 @@ void kern_row_f32(const struct wmat *w, int64_t r, float *out)
     if (w->blocked)
         for (int64_t g = 0; g < w->cols / w->gs; g++)
             group_fast(w, r, g, out + g * w->gs);
+    else if (w->quantized && w->mode != QM_AFFINE)
+        dequant_mx_row(w->mode, row, w->s + (size_t)r * w->srow_bytes, (size_t)w->cols, out);
     else if (w->quantized)
         quant_dequant_row(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
                           (size_t)w->cols, w->gs, w->bits, out);
@@ -148,8 +150,8 @@ static void *scratch(const struct kern_table *t, int i, size_t bytes)
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols)
 {
     size_t most = 0;
-    for (int bits = 4; bits <= 8; bits += 4) { /* the inputs the fused kernels take: the largest at group 32 */
-        struct wmat w = {.quantized = true, .bits = bits, .gs = 32, .cols = (cols + 31) / 32 * 32};
+    for (int bits = 4; bits <= 8; bits += 4) { /* the inputs the fused kernels take: the largest at group 16 */
+        struct wmat w = {.quantized = true, .bits = bits, .gs = 16, .cols = (cols + 31) / 32 * 32};
         size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n);
         most = b > most ? b : most;
         most = b8 > most ? b8 : most;
@@ -218,8 +220,8 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
                      int64_t n, float *y, struct kern_qinput *qin, struct kern_q8input *q8in, const struct mm_job *prev)
 {
     *j = (struct mm_job){.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
-    bool same = prev && prev->w->quantized && w->quantized && prev->w->bits == w->bits && prev->w->gs == w->gs &&
-                prev->w->cols == w->cols;
+    bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode && prev->w->bits == w->bits &&
+                prev->w->gs == w->gs && prev->w->cols == w->cols;
     const struct kern_q8input *q8 = same ? prev->q8in : NULL;
     const struct kern_qinput *q = same ? prev->qin : NULL;
     void *buf;

@@ -46,8 +46,9 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
     for (int64_t t = 0; t < n; t++)
         for (int64_t b = 0; b < stride; b += blk)
             for (int64_t k = 0; k < per_word; k++) {
-                /* the top code is shifted down, the others keep their place value */
-                float unit = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
+                /* affine: the top code is shifted down, the others keep their place
+                 * value; MX codes are looked up as values */
+                float unit = k == per_word - 1 || w->mode != QM_AFFINE ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
                 for (int64_t l = 0; l < 16; l++) {
                     int64_t j = b + per_word * l + k;
                     xd[t * stride + b + 16 * k + l] = j < cols ? x[t * cols + j] * unit : 0.0f;

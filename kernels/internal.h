@@ -3,6 +3,14 @@
 #define GP_KERNELS_INTERNAL_H
 
 #include "kernels/kernels.h"
+#include "quant/quant.h"
+
+/* n scale bytes of an MX-quantized row as float32 (mx_scale_value). */
+static inline void kern_mx_scales(enum qmode m, const uint8_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = mx_scale_value(m, src[i]);
+}
 
 /* Where 32-bit word k of row r sits in w->w, and group g's scale or bias of
  * row r in w->s or w->b: by rows, or in blocks of 16 (kernels.h). */
@@ -25,6 +33,8 @@ static inline size_t kern_param_off(const struct wmat *w, int64_t r, int64_t g)
 /* Group g's scale (p = w->s) or bias (w->b) of row r as float32. */
 static inline float kern_param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
 {
+    if (w->mode != QM_AFFINE)
+        return mx_scale_value(w->mode, p[kern_param_off(w, r, g)]);
     float v;
     dtype_to_f32(w->dtype, p + kern_param_off(w, r, g), &v, 1);
     return v;

@@ -16,14 +16,16 @@
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/pool.h"
+#include "core/qmode.h"
 
 /* A weight matrix [rows, cols] as stored (one expert's slice of a 3-D tensor
  * is addressed with kern_wmat_expert). */
 struct wmat {
-    bool quantized;           /* MLX affine: codes + scales + biases */
-    enum dtype dtype;         /* float weights: F32/F16/BF16; quantized: the scales dtype */
+    bool quantized;           /* MLX: codes + scales (+ biases for affine) */
+    enum qmode mode;          /* quantized: affine, or an MX mode (4/8-bit codes, U8 scales, no biases) */
+    enum dtype dtype;         /* float weights: F32/F16/BF16; quantized: the scales dtype (U8 for MX) */
     const uint8_t *w;         /* float data or packed codes (may be unaligned) */
-    const uint8_t *s, *b;     /* scales, biases [rows, cols/gs] (quantized) */
+    const uint8_t *s, *b;     /* scales, biases [rows, cols/gs] (quantized; b NULL for MX) */
     int bits, gs;
     int64_t rows, cols;
     size_t row_bytes;         /* bytes of one row of w */
@@ -66,14 +68,16 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
  * bit for bit (so a result does not depend on the machine): per row and
  * token, 16 lanes A and 16 lanes B, all +0. The row's 32-bit code words go in
  * blocks of 16, word 16b + l to lane l. For each block in order and each of
- * its words: code k (k = 0 .. W−1, W = 32/bits) isolated in place, i.e. the
- * integer word & ((2^bits − 1)·2^(bits·k)), the top one shifted down, as a
- * float q_k; with x_k its rearranged input (kern_qinput, the place value
+ * its words: code k (k = 0 .. W−1, W = 32/bits) as a float q_k: for affine
+ * isolated in place, i.e. the integer word & ((2^bits − 1)·2^(bits·k)), the
+ * top one shifted down; for an MX mode the code's value (mx_code_value).
+ * With x_k its rearranged input (kern_qinput; for affine the place value
  * divided out), p0 = x0·q0, p1 = x1·q1, then p_(k mod 2) = fma(x_k, q_k,
  * p_(k mod 2)) for k ≥ 2; A[l] = fma(p0 + p1, s, A[l]) with s the scale of
- * the word's group. Then B[g % 16] = fma(bias_g, Σx_g, B[g % 16]) for
- * g = 0, 1, ... in order, A[l] += B[l], and the 16 lanes summed as in
- * kern_dot_ref. Every step is one IEEE operation, so any ISA can repeat it. */
+ * the word's group. Then, for affine, B[g % 16] = fma(bias_g, Σx_g,
+ * B[g % 16]) for g = 0, 1, ... in order. A[l] += B[l], and the 16 lanes
+ * summed as in kern_dot_ref. Every step is one IEEE operation, so any ISA
+ * can repeat it. */
 void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1);
 

@@ -137,9 +137,14 @@ INLINE void qrows_neon(const struct wmat *w, const struct kern_qinput *in, int64
     default: qrows_neon(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                \
     }
 
+/* The MX modes take the scalar definition on arm64 (the same bits, slower). */
 void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                     int64_t row1)
 {
+    if (w->mode != QM_AFFINE) {
+        kern_qdot_ref(w, in, n, y, row0, row1);
+        return;
+    }
     for (int64_t t0 = 0; t0 < n; t0 += NTB) {
         if (n - t0 >= 2) {
             QROWS_NEON(2)

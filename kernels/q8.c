@@ -7,7 +7,8 @@
 
 bool kern_q8_supports(const struct wmat *w)
 {
-    return w->quantized && (w->bits == 4 || w->bits == 8) && (w->gs == 32 || w->gs == 64 || w->gs == 128) &&
+    return w->quantized && w->mode == QM_AFFINE && (w->bits == 4 || w->bits == 8) &&
+           (w->gs == 32 || w->gs == 64 || w->gs == 128) &&
            w->cols % w->gs == 0;
 }
 

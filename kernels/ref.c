@@ -13,7 +13,8 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
     v.w += (size_t)e * w->expert_bytes;
     if (w->quantized) {
         v.s += (size_t)e * w->expert_sbytes;
-        v.b += (size_t)e * w->expert_sbytes;
+        if (v.b)
+            v.b += (size_t)e * w->expert_sbytes;
     }
     return v;
 }
@@ -36,6 +37,9 @@ static void row_chunk(const struct wmat *w, int64_t r, int64_t j, int64_t len, f
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
     if (w->blocked) {
         group_f32(w, r, j / w->gs, out);
+    } else if (w->quantized && w->mode != QM_AFFINE) {
+        dequant_mx_row(w->mode, row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + (size_t)(j / w->gs),
+                       (size_t)len, out);
     } else if (w->quantized) {
         size_t sb = dtype_table[w->dtype].bits / 8, g = (size_t)(j / w->gs);
         dequant_affine_row(row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + g * sb,
@@ -82,13 +86,15 @@ void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n
                     uint32_t v = rd_u32le(w->w + kern_code_off(w, r, b * 16 + l));
                     float p[2];
                     for (int k = 0; k < per_word; k++) {
-                        float q = (float)(k == per_word - 1 ? v >> (32 - bits) : v & mask << bits * k);
+                        float q = w->mode != QM_AFFINE    ? mx_code_value(w->mode, v >> bits * k & mask)
+                                  : k == per_word - 1 ? (float)(v >> (32 - bits))
+                                                      : (float)(v & mask << bits * k);
                         float x = xd[b * blk + 16 * k + l];
                         p[k & 1] = k < 2 ? x * q : fmaf(x, q, p[k & 1]);
                     }
                     A[l] = fmaf(p[0] + p[1], kern_param_f32(w, w->s, r, (b * blk + per_word * l) / w->gs), A[l]);
                 }
-            for (int64_t g = 0; g < ng; g++)
+            for (int64_t g = 0; g < ng && w->mode == QM_AFFINE; g++)
                 B[g % 16] = fmaf(kern_param_f32(w, w->b, r, g), xs[g], B[g % 16]);
             for (int l = 0; l < 16; l++)
                 A[l] += B[l];

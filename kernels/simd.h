@@ -98,6 +98,24 @@ INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_by
     default: fn(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                        \
     }
 
+/* The MX modes' instantiations (fn takes the mode after bits), and tokens TB
+ * at a time as TOKENS_DISPATCH. */
+#define MX_DISPATCH(fn, tb)                                                                                          \
+    switch (w->mode) {                                                                                               \
+    case QM_MXFP4: fn(w, in, t0, tb, y, row0, row1, 32, 4, QM_MXFP4); break;                                         \
+    case QM_NVFP4: fn(w, in, t0, tb, y, row0, row1, 16, 4, QM_NVFP4); break;                                         \
+    default: fn(w, in, t0, tb, y, row0, row1, 32, 8, QM_MXFP8); break;                                               \
+    }
+#define MX_TOKENS_DISPATCH(fn)                                                                                       \
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {                                                                         \
+        switch (n - t0 < TB ? n - t0 : TB) {                                                                         \
+        case 1: MX_DISPATCH(fn, 1); break;                                                                           \
+        case 2: MX_DISPATCH(fn, 2); break;                                                                           \
+        case 3: MX_DISPATCH(fn, 3); break;                                                                           \
+        default: MX_DISPATCH(fn, 4); break;                                                                          \
+        }                                                                                                            \
+    }
+
 /* Tokens TB at a time, each run through fn's instantiation for its count. */
 #define TOKENS_DISPATCH(fn)                                                                                          \
     for (int64_t t0 = 0; t0 < n; t0 += TB) {                                                                         \

@@ -159,6 +159,49 @@ static void make_quant(struct tmat *t, int64_t rows, int64_t cols, int bits, int
     free(wbuf);
 }
 
+/* An MX-quantized matrix (mxfp4, nvfp4, mxfp8) from random bf16 values,
+ * quantized as MLX does; its exact values are code value × scale. */
+static void make_mx(struct tmat *t, int64_t rows, int64_t cols, enum qmode mode, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    int gs, bits;
+    qmode_defaults(mode, &gs, &bits);
+    uint64_t s = seed;
+    size_t words = quant_row_words((size_t)cols, bits), ng = (size_t)(cols / gs);
+    struct wmat *m = &t->m;
+    *m = (struct wmat){.quantized = true, .mode = mode, .dtype = DT_U8, .bits = bits, .gs = gs, .rows = rows,
+                       .cols = cols, .row_bytes = words * 4, .row_stride = words * 4, .srow_bytes = ng};
+    m->expert_bytes = (size_t)rows * m->row_bytes;
+    m->expert_sbytes = (size_t)rows * m->srow_bytes;
+    t->wraw = malloc((size_t)rows * m->row_bytes + 1);
+    t->sraw = malloc((size_t)rows * m->srow_bytes + 1);
+    t->wd = malloc((size_t)(rows * cols) * sizeof *t->wd);
+    t->mag = malloc((size_t)(rows * cols) * sizeof *t->mag);
+    float *row = malloc((size_t)cols * sizeof *row);
+    uint32_t *wbuf = malloc(words * sizeof *wbuf);
+    cr_assert(t->wraw && t->sraw && t->wd && t->mag && row && wbuf);
+    m->w = t->wraw + 1;
+    m->s = t->sraw + 1;
+    for (int64_t r = 0; r < rows; r++) {
+        float mul = ldexpf(1.0f, (int)(r % 5) - 2);
+        for (int64_t j = 0; j < cols; j++)
+            row[j] = bf16_to_f32(f32_to_bf16(th_rng_float(&s) * mul));
+        uint8_t *wr = t->wraw + 1 + (size_t)r * m->row_bytes, *sr = t->sraw + 1 + (size_t)r * m->srow_bytes;
+        cr_assert_eq(quant_mx_row(mode, DT_BF16, row, (size_t)cols, wbuf, sr), -1);
+        for (size_t k = 0; k < words; k++)
+            for (int b = 0; b < 4; b++)
+                wr[4 * k + (size_t)b] = (uint8_t)(wbuf[k] >> (8 * b));
+        for (int64_t j = 0; j < cols; j++) {
+            double v = (double)mx_code_value(mode, quant_code_at(wr, (size_t)j, bits)) *
+                       (double)mx_scale_value(mode, sr[j / gs]);
+            t->wd[r * cols + j] = v;
+            t->mag[r * cols + j] = fabs(v);
+        }
+    }
+    free(row);
+    free(wbuf);
+}
+
 /* Float weights (F32 / F16 / BF16) from random floats. */
 static void make_float(struct tmat *t, int64_t rows, int64_t cols, enum dtype dt, uint64_t seed)
 {
@@ -256,7 +299,7 @@ static void assert_close_exact(const char *what, const float *got, const double 
 
 /* ------------------------------------------------------------------ the paths */
 
-enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_ANY };
+enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_MX, WK_ANY };
 
 struct path {
     const char *name;
@@ -322,6 +365,7 @@ static const struct path paths[] = {
     {"q4_def", kern_matvec_q_def, WK_Q4, NEED_NONE, NULL},
     {"q8_def", kern_matvec_q_def, WK_Q8, NEED_NONE, NULL},
     {"bf16_def", kern_matvec_bf16_ref, WK_BF16, NEED_NONE, NULL},
+    {"mx_def", kern_matvec_q_def, WK_MX, NEED_NONE, NULL},
 #if GP_X86
     {"q4_avx2", kern_matvec_q_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def},
     {"q8_avx2", kern_matvec_q_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def},
@@ -329,14 +373,30 @@ static const struct path paths[] = {
     {"q4_avx512", kern_matvec_q_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def},
     {"q8_avx512", kern_matvec_q_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def},
     {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref},
+    {"mx_avx2", kern_matvec_q_avx2, WK_MX, CPU_AVX2, kern_matvec_q_def},
+    {"mx_avx512", kern_matvec_q_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def},
 #endif
 #if GP_ARM64
     {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def},
     {"q8_neon", kern_matvec_q_neon, WK_Q8, CPU_NEON, kern_matvec_q_def},
     {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref},
+    {"mx_neon", kern_matvec_q_neon, WK_MX, CPU_NEON, kern_matvec_q_def},
 #endif
     {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL},
 };
+
+/* Whether path p computes matrix w (the fused paths: their kind of weights). */
+static bool path_serves(const struct path *p, const struct wmat *w)
+{
+    bool affine = w->quantized && w->mode == QM_AFFINE;
+    switch (p->kind) {
+    case WK_Q4: return affine && w->bits == 4;
+    case WK_Q8: return affine && w->bits == 8;
+    case WK_BF16: return !w->quantized && w->dtype == DT_BF16;
+    case WK_MX: return w->quantized && w->mode != QM_AFFINE;
+    default: return true;
+    }
+}
 
 static bool path_available(const struct path *p)
 {
@@ -434,6 +494,30 @@ static void quant_grid(const struct path *p, int bits)
     }
 }
 
+/* Every MX mode on columns of 1, 3 and 5 groups, 384, and 300 groups (past
+ * the 256 a kernel converts at once, ending in a partial block). */
+static void mx_grid(const struct path *p)
+{
+    uint64_t seed = 3000;
+    static const enum qmode modes[] = {QM_MXFP4, QM_NVFP4, QM_MXFP8};
+    for (size_t mi = 0; mi < LEN(modes); mi++) {
+        int gs, bits;
+        qmode_defaults(modes[mi], &gs, &bits);
+        int64_t cols_grid[] = {gs, 3 * gs, 5 * gs, 384, 300 * gs};
+        for (size_t c = 0; c < LEN(cols_grid); c++)
+            for (size_t r = 0; r < (c == LEN(cols_grid) - 1 ? 2 : LEN(rows_grid)); r++) {
+                struct tmat t;
+                make_mx(&t, rows_grid[r], cols_grid[c], modes[mi], seed++);
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld, %lld]", qmode_name(modes[mi]), (long long)rows_grid[r],
+                         (long long)cols_grid[c]);
+                check_tmat(p, &t, 1, seed++, what);
+                check_tmat(p, &t, 5, seed++, what);
+                tmat_free(&t);
+            }
+    }
+}
+
 static void float_grid(const struct path *p, enum dtype dt)
 {
     uint64_t seed = 1000;
@@ -459,6 +543,7 @@ static void run_path(const char *name)
     case WK_Q4: quant_grid(p, 4); break;
     case WK_Q8: quant_grid(p, 8); break;
     case WK_BF16: float_grid(p, DT_BF16); break;
+    case WK_MX: mx_grid(p); break;
     case WK_ANY:
         quant_grid(p, 4);
         quant_grid(p, 8);
@@ -466,6 +551,7 @@ static void run_path(const char *name)
         float_grid(p, DT_BF16);
         float_grid(p, DT_F16);
         float_grid(p, DT_F32);
+        mx_grid(p);
         break;
     }
     cr_log_info("%s: max |fast - ref| / S = %.3g, max |ref - f64| / S = %.3g", name, worst_ratio, worst_ref_ratio);
@@ -531,6 +617,7 @@ Test(kernels, ref_hand_values)
 Test(kernels, q4_def) { run_path("q4_def"); }
 Test(kernels, q8_def) { run_path("q8_def"); }
 Test(kernels, bf16_def) { run_path("bf16_def"); }
+Test(kernels, mx_def) { run_path("mx_def"); }
 #if GP_X86
 Test(kernels, q4_avx2) { run_path("q4_avx2"); }
 Test(kernels, q8_avx2) { run_path("q8_avx2"); }
@@ -538,11 +625,14 @@ Test(kernels, bf16_avx2) { run_path("bf16_avx2"); }
 Test(kernels, q4_avx512) { run_path("q4_avx512"); }
 Test(kernels, q8_avx512) { run_path("q8_avx512"); }
 Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
+Test(kernels, mx_avx2) { run_path("mx_avx2"); }
+Test(kernels, mx_avx512) { run_path("mx_avx512"); }
 #endif
 #if GP_ARM64
 Test(kernels, q4_neon) { run_path("q4_neon"); }
 Test(kernels, q8_neon) { run_path("q8_neon"); }
 Test(kernels, bf16_neon) { run_path("bf16_neon"); }
+Test(kernels, mx_neon) { run_path("mx_neon"); }
 #endif
 Test(kernels, blas, .timeout = 60) { run_path("blas"); }
 
@@ -554,10 +644,7 @@ static void all_paths_on_view(const struct wmat *w, const double *wd, const doub
         check_view(NULL, w, wd, mag, pitch, r0, c0, n, seed + (uint64_t)n, what);
         for (size_t i = 0; i < LEN(paths); i++) {
             const struct path *p = &paths[i];
-            bool serves = p->kind == WK_ANY || (p->kind == WK_Q4 && w->quantized && w->bits == 4) ||
-                          (p->kind == WK_Q8 && w->quantized && w->bits == 8) ||
-                          (p->kind == WK_BF16 && !w->quantized && w->dtype == DT_BF16);
-            if (serves && path_available(p))
+            if (path_serves(p, w) && path_available(p))
                 check_view(p, w, wd, mag, pitch, r0, c0, n, seed + (uint64_t)n, what);
         }
     }
@@ -808,13 +895,16 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     struct kern_table tab[5];
     const char *label[5];
     size_t nt = tables(tab, label);
-    struct tmat mats[6];
+    struct tmat mats[9];
     make_quant(&mats[0], 300, 192, 4, 64, DT_BF16, 11); /* 300 rows: two sgemm tiles */
     make_quant(&mats[1], 130, 160, 8, 32, DT_F32, 12);
     make_quant(&mats[2], 200, 128, 3, 128, DT_F16, 13);
     make_float(&mats[3], 130, 257, DT_BF16, 14);
     make_float(&mats[4], 129, 33, DT_F32, 15);
     make_float(&mats[5], 65, 7, DT_F16, 16);
+    make_mx(&mats[6], 300, 192, QM_MXFP4, 17);
+    make_mx(&mats[7], 130, 176, QM_NVFP4, 18);
+    make_mx(&mats[8], 65, 160, QM_MXFP8, 19);
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
         static const int64_t ns[] = {1, 5, 17, 40, 300}; /* 40, 300: sgemm's narrow call; wide, then narrow */
@@ -922,11 +1012,14 @@ Test(kernels, matmul_many_bitwise_equal_one_by_one, .timeout = 60)
  * call, where a single token takes the narrow one) must equal, bit for bit, the single-token call on x[t] — on every path. */
 Test(kernels, token_independent_bits, .timeout = 60)
 {
-    struct tmat mats[4];
+    struct tmat mats[7];
     make_quant(&mats[0], 65, 192, 4, 64, DT_BF16, 21);
     make_quant(&mats[1], 7, 160, 8, 32, DT_F32, 22);
     make_float(&mats[2], 65, 257, DT_BF16, 23);
     make_float(&mats[3], 3, 33, DT_F16, 24);
+    make_mx(&mats[4], 65, 192, QM_MXFP4, 25);
+    make_mx(&mats[5], 7, 176, QM_NVFP4, 26);
+    make_mx(&mats[6], 17, 160, QM_MXFP8, 27);
     const int64_t n = 131;
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
@@ -936,10 +1029,7 @@ Test(kernels, token_independent_bits, .timeout = 60)
         for (size_t k = 0; k <= LEN(paths); k++) {
             const struct path *p = k < LEN(paths) ? &paths[k] : NULL; /* NULL: the reference */
             matmul_fn fn = p ? p->fn : kern_matmul_ref;
-            bool serves = !p || p->kind == WK_ANY || (p->kind == WK_Q4 && w->quantized && w->bits == 4) ||
-                          (p->kind == WK_Q8 && w->quantized && w->bits == 8) ||
-                          (p->kind == WK_BF16 && !w->quantized && w->dtype == DT_BF16);
-            if (!serves || (p && !path_available(p)))
+            if (p && (!path_serves(p, w) || !path_available(p)))
                 continue;
             fn(w, x, n, yb, 0, w->rows);
             for (int64_t t = 0; t < n; t++) {
