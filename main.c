@@ -299,15 +299,15 @@ static int cmd_inspect(int argc, char **argv)
 /* ---- fixture ---- */
 
 #define FX struct fixture_opts
-static const int quant_bits[] = {0, 4, 8}, group_sizes[] = {32, 64, 128}, kv_bits[] = {4, 8};
+static const int group_sizes[] = {32, 64, 128}, kv_bits[] = {4, 8};
 
 static const struct opt fixture_opts[] = {
     STR("variant", "NAME", 'v', FX, variant, "e2b, e4b, 12b, 26b-a4b or 31b"),
     STR("like", "CONFIG.json", 'L', FX, like_path, "the topology of a real config, with tiny dimensions"),
     CHOICE("layout", 'l', FX, layout, "hf|mlx|text", NULL, "hf (default: model.language_model.*, fused experts),\nmlx (language_model.model.*, split experts) or\ntext (gemma4_text, model.*)"),
     FLAG("qat", 'q', FX, qat, "QAT export: KV-shared layers carry no K/V tensors\n(default PTQ: they carry the redundant ones)"),
-    CHOICE("quant", 'Q', FX, quant_bits, "none|4|8", quant_bits, "MLX affine quantization (layout mlx or text); the MoE\nrouter is 8-bit group 64"),
-    CHOICE("group-size", 'g', FX, group_size, "32|64|128", group_sizes, "group size for --quant (default 64)"),
+    OWN("quant", "none|4|8|mxfp4|nvfp4|mxfp8", 'Q', "MLX quantization (layout mlx or text): affine 4 or 8\nbits, or a microscaling mode; the MoE router is\naffine 8-bit group 64"),
+    CHOICE("group-size", 'g', FX, group_size, "32|64|128", group_sizes, "group size for affine --quant (default 64)"),
     FLAG("multimodal", 'm', FX, multimodal, "add a vision tower with more layers than the first\nKV-shared layer, an audio tower stub and projectors"),
     UINT("shards", "N", 's', FX, shards, 1, 99999, "N shards with model.safetensors.index.json (default 1)"),
     UINT("seed", "N", 'S', FX, seed, 0, UINT64_MAX, "weight and token seed (default 0)"),
@@ -318,10 +318,25 @@ static const struct opt fixture_opts[] = {
 
 static int cmd_fixture(int argc, char **argv)
 {
-    struct fixture_opts o = {.layout = FX_HF, .group_size = 64, .shards = 1};
+    struct fixture_opts o = {.layout = FX_HF, .shards = 1};
     int code;
-    for (int c; (c = next_opt(argc, argv, &o, &code)) != -1;)
-        return c == -2 ? code : common_opt(c);
+    for (int c; (c = next_opt(argc, argv, &o, &code)) != -1;) {
+        if (c != 'Q')
+            return c == -2 ? code : common_opt(c);
+        if (qmode_from_name(optarg, &o.quant_mode) && o.quant_mode != QM_AFFINE) {
+            int gs;
+            qmode_defaults(o.quant_mode, &gs, &o.quant_bits);
+        } else if (!strcmp(optarg, "none") || !strcmp(optarg, "4") || !strcmp(optarg, "8")) {
+            o.quant_mode = QM_AFFINE;
+            o.quant_bits = atoi(optarg);
+        } else {
+            return usage_error("fixture", "--quant %s: expected one of none|4|8|mxfp4|nvfp4|mxfp8", optarg);
+        }
+    }
+    if (!o.group_size) { /* affine's default, or the MX mode's own group */
+        int bits;
+        qmode_defaults(o.quant_mode, &o.group_size, &bits);
+    }
     if (optind != argc)
         return usage_error("fixture", "unexpected argument '%s'", argv[optind]);
     if (!o.out_dir)
@@ -352,9 +367,10 @@ static const int bit_widths[] = {2, 3, 4, 5, 6, 8};
 static const struct opt convert_opts[] = {
     STR("output", "OUT", 'o', CV, o.out, "the .gpk file, or the MLX directory"),
     CHOICE("format", 'f', CV, o.format_mlx, "pack|mlx", NULL, "output kind (default pack)"),
-    CHOICE("bits", 'b', CV, o.plan.bits, "2|3|4|5|6|8", bit_widths, "MLX affine quantization of every quantizable\nmodule (norms and scalars never; the MoE router\nat 8-bit group 64)"),
+    CHOICE("bits", 'b', CV, o.plan.bits, "2|3|4|5|6|8", bit_widths, "MLX affine quantization of every quantizable\nmodule (norms and scalars never; the MoE router\nat affine 8-bit group 64)"),
     CHOICE("group-size", 'g', CV, o.plan.group_size, "32|64|128", group_sizes, "group size for --bits (default 64)"),
-    OWN("quantize", "REGEX=BITS[:GROUP]", 'q', "per-tensor override, matched against canonical\nnames (layers.3.mlp.down_proj.weight); repeatable,\nfirst match wins"),
+    CHOICE("mode", 'm', CV, o.plan.mode, "affine|mxfp4|nvfp4|mxfp8", NULL, "MLX quantization mode (default affine); mxfp4,\nnvfp4 and mxfp8 fix their bits and group and\nneed no --bits"),
+    OWN("quantize", "REGEX=BITS[:GROUP]|REGEX=MODE", 'q', "per-tensor override, matched against canonical\nnames (layers.3.mlp.down_proj.weight); repeatable,\nfirst match wins"),
     OWN("keep-dense", "REGEX", 'k', "keep matching tensors unquantized; repeatable"),
     CHOICE("ple-projection", 'p', CV, o.plan.ple_dense, "quantize|dense", NULL, "per_layer_model_projection (default quantize)"),
     FLAG("skip-last-full-attention", 's', CV, o.plan.skip_last_full, "keep every weight of the last full-attention\nlayer at source precision"),

@@ -17,12 +17,16 @@ static struct json_object *options_json(const struct convert_opts *o)
     const struct plan_opts *p = &o->plan;
     struct json_object *j = json_object_new_object();
     json_object_object_add(j, "format", json_object_new_string(o->format_mlx ? "mlx" : "pack"));
+    json_object_object_add(j, "mode", json_object_new_string(qmode_name(p->mode)));
     json_object_object_add(j, "bits", p->bits ? json_object_new_int(p->bits) : NULL);
     json_object_object_add(j, "group_size", json_object_new_int(p->group_size));
     struct json_object *q = json_object_new_array(), *d = json_object_new_array();
     for (size_t i = 0; i < p->n_quantize; i++) {
         char s[600];
-        snprintf(s, sizeof s, "%s=%d:%d", p->quantize[i].pattern, p->quantize[i].bits, p->quantize[i].group_size);
+        if (p->quantize[i].mode == QM_AFFINE)
+            snprintf(s, sizeof s, "%s=%d:%d", p->quantize[i].pattern, p->quantize[i].bits, p->quantize[i].group_size);
+        else
+            snprintf(s, sizeof s, "%s=%s", p->quantize[i].pattern, qmode_name(p->quantize[i].mode));
         json_object_array_add(q, json_object_new_string(s));
     }
     for (size_t i = 0; i < p->n_keep_dense; i++)
@@ -97,13 +101,13 @@ static struct json_object *quantized_entry(const struct plan_item *it)
     const struct norm_tensor *t = it->nt;
     struct json_object *q = json_object_new_object();
     char name[NORM_NAME_MAX + 16];
-    json_object_object_add(q, "mode", json_object_new_string("affine"));
+    json_object_object_add(q, "mode", json_object_new_string(qmode_name(it->mode)));
     json_object_object_add(q, "bits", json_object_new_int(it->bits));
     json_object_object_add(q, "group_size", json_object_new_int(it->group_size));
     json_object_object_add(q, "in_features", json_object_new_int64((int64_t)t->shape[t->rank - 1]));
     json_object_object_add(q, "out_features", json_object_new_int64((int64_t)t->shape[t->rank - 2]));
     static const char *const part[] = {"weight", "scales", "biases"};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (it->mode == QM_AFFINE ? 3 : 2); k++) {
         snprintf(name, sizeof name, "%s.%s", t->module, part[k]);
         json_object_object_add(q, part[k], json_object_new_string(name));
     }
@@ -169,12 +173,9 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
     json_object_object_add(model, "architecture", json_object_new_string("gemma4_text"));
     json_object_object_add(model, "config", text_config(&r->cfg));
     json_object_object_add(f, "model", model);
-    bool any_q = false;
     for (size_t i = 0; i < r->plan.n; i++)
-        if (r->plan.items[i].quantized_out) {
+        if (r->plan.items[i].quantized_out)
             json_object_object_add(quant, r->plan.items[i].nt->module, quantized_entry(&r->plan.items[i]));
-            any_q = true;
-        }
     json_object_object_add(f, "quantized", quant);
     json_object_object_add(f, "normalization", normalize_log_json(&r->in.norm));
     json_object_object_add(f, "source", source_json(r));
@@ -190,8 +191,18 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
         json_object_object_add(l, "exact", json_object_new_int64((int64_t)r->lattice_exact));
         json_object_object_add(f, "qat_lattice", l);
     }
-    static const char *const qfeat[] = {"quant:affine"};
-    rc = pack_writer_finish(&w, f, qfeat, any_q ? 1 : 0, e);
+    /* one feature per quantization mode the pack uses */
+    const char *qfeat[4];
+    size_t n_feat = 0;
+    static const char *const mode_feature[] = {[QM_AFFINE] = "quant:affine", [QM_MXFP4] = "quant:mxfp4",
+                                               [QM_NVFP4] = "quant:nvfp4", [QM_MXFP8] = "quant:mxfp8"};
+    for (int m = QM_AFFINE; m <= QM_MXFP8; m++)
+        for (size_t i = 0; i < r->plan.n; i++)
+            if (r->plan.items[i].quantized_out && (int)r->plan.items[i].mode == m) {
+                qfeat[n_feat++] = mode_feature[m];
+                break;
+            }
+    rc = pack_writer_finish(&w, f, qfeat, n_feat, e);
     r->n_files = 1;
     return rc;
 }
@@ -225,8 +236,9 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
     }
     json_object_object_del(root, "quantization");
     json_object_object_del(root, "quantization_config");
-    /* global: the most common (bits, group) among quantized outputs */
+    /* global: the most common (mode, bits, group) among quantized outputs */
     int best_bits = 0, best_gs = 0;
+    enum qmode best_mode = QM_AFFINE;
     size_t best = 0;
     for (size_t i = 0; i < r->plan.n; i++) {
         const struct plan_item *a = &r->plan.items[i];
@@ -234,10 +246,11 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
             continue;
         size_t count = 0;
         for (size_t j = 0; j < r->plan.n; j++)
-            count += r->plan.items[j].quantized_out && r->plan.items[j].bits == a->bits &&
-                     r->plan.items[j].group_size == a->group_size;
+            count += r->plan.items[j].quantized_out && r->plan.items[j].mode == a->mode &&
+                     r->plan.items[j].bits == a->bits && r->plan.items[j].group_size == a->group_size;
         if (count > best) {
             best = count;
+            best_mode = a->mode;
             best_bits = a->bits;
             best_gs = a->group_size;
         }
@@ -247,7 +260,7 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
     struct json_object *q = json_object_new_object();
     json_object_object_add(q, "group_size", json_object_new_int(best_gs));
     json_object_object_add(q, "bits", json_object_new_int(best_bits));
-    json_object_object_add(q, "mode", json_object_new_string("affine"));
+    json_object_object_add(q, "mode", json_object_new_string(qmode_name(best_mode)));
     char path[NORM_NAME_MAX + 64];
     for (size_t i = 0; i < r->plan.n; i++) {
         const struct plan_item *it = &r->plan.items[i];
@@ -256,10 +269,13 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
         mlx_name(prefix, it->nt->module, path, sizeof path);
         if (!it->quantized_out) {
             json_object_object_add(q, path, json_object_new_boolean(false));
-        } else if (it->bits != best_bits || it->group_size != best_gs) {
+        } else if (it->mode != best_mode || it->bits != best_bits || it->group_size != best_gs) {
+            /* mlx-lm reads a module's dict with mode affine unless it says otherwise */
             struct json_object *d = json_object_new_object();
             json_object_object_add(d, "group_size", json_object_new_int(it->group_size));
             json_object_object_add(d, "bits", json_object_new_int(it->bits));
+            if (it->mode != QM_AFFINE)
+                json_object_object_add(d, "mode", json_object_new_string(qmode_name(it->mode)));
             json_object_object_add(q, path, d);
         }
     }
@@ -445,10 +461,19 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     *o = *given;
     struct plan_opts *p = &o->plan;
     if (p->qat_lattice) {
-        if ((p->bits && p->bits != 4) || (p->group_size && p->group_size != 32))
-            return err_set(e, ERR_USAGE, "--qat-lattice emits 4-bit group 32 (the q4_0 grid)");
+        if ((p->bits && p->bits != 4) || (p->group_size && p->group_size != 32) || p->mode != QM_AFFINE)
+            return err_set(e, ERR_USAGE, "--qat-lattice emits affine 4-bit group 32 (the q4_0 grid)");
         p->bits = 4;
         p->group_size = 32;
+    }
+    if (p->mode != QM_AFFINE) { /* an MX mode fixes its bits and group */
+        int gs, bits;
+        qmode_defaults(p->mode, &gs, &bits);
+        if ((p->bits && p->bits != bits) || (p->group_size && p->group_size != gs))
+            return err_set(e, ERR_USAGE, "--mode %s is %d-bit group %d: drop --bits and --group-size, or give those",
+                           qmode_name(p->mode), bits, gs);
+        p->bits = bits;
+        p->group_size = gs;
     }
     if (!p->group_size)
         p->group_size = 64;

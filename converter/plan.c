@@ -13,15 +13,23 @@ int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct 
     const char *eq = is_dense ? NULL : strrchr(arg, '=');
     if (!is_dense) {
         if (!eq || eq == arg)
-            return err_set(e, ERR_USAGE, "--quantize %s: expected REGEX=BITS[:GROUP]", arg);
-        char *end;
-        long bits = strtol(eq + 1, &end, 10), gs = 64;
-        if (*end == ':')
-            gs = strtol(end + 1, &end, 10);
-        if (*end || !quant_params_valid(QM_AFFINE, (int)bits, (int)gs))
-            return err_set(e, ERR_USAGE, "--quantize %s: bits must be 2, 3, 4, 5, 6 or 8 and group 32, 64 or 128", arg);
-        r->bits = (int)bits;
-        r->group_size = (int)gs;
+            return err_set(e, ERR_USAGE, "--quantize %s: expected REGEX=BITS[:GROUP] or REGEX=MODE", arg);
+        if (qmode_from_name(eq + 1, &r->mode)) {
+            qmode_defaults(r->mode, &r->group_size, &r->bits);
+        } else {
+            char *end;
+            long bits = strtol(eq + 1, &end, 10), gs = 64;
+            if (*end == ':')
+                gs = strtol(end + 1, &end, 10);
+            if (*end || !quant_params_valid(QM_AFFINE, (int)bits, (int)gs))
+                return err_set(e, ERR_USAGE,
+                               "--quantize %s: expected BITS 2, 3, 4, 5, 6 or 8 with GROUP 32, 64 or 128, or a mode: "
+                               "affine, mxfp4, nvfp4, mxfp8",
+                               arg);
+            r->mode = QM_AFFINE;
+            r->bits = (int)bits;
+            r->group_size = (int)gs;
+        }
     }
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     r->pattern = strndup(arg, len);
@@ -75,14 +83,24 @@ static uint64_t numel(const struct norm_tensor *t)
     return n;
 }
 
-/* Output bytes of an item: codes + scales + biases, or the float tensor. */
+/* Output bytes of an item: codes + scales (+ biases), or the float tensor. */
 static uint64_t item_bytes(const struct plan_item *it)
 {
     uint64_t n = numel(it->nt);
     if (!it->quantized_out)
         return n * dtype_table[it->dtype].bits / 8;
     uint64_t groups = n / (uint64_t)it->group_size;
-    return n * (uint64_t)it->bits / 8 + 2 * groups * dtype_table[it->dtype].bits / 8;
+    return n * (uint64_t)it->bits / 8 + (it->mode == QM_AFFINE ? 2 : 1) * groups * dtype_table[it->dtype].bits / 8;
+}
+
+/* "affine 4-bit group 64", "mxfp4" */
+static const char *qname(enum qmode m, int bits, int gs, char *buf, size_t len)
+{
+    if (m == QM_AFFINE)
+        snprintf(buf, len, "affine %d-bit group %d", bits, gs);
+    else
+        snprintf(buf, len, "%s", qmode_name(m));
+    return buf;
 }
 
 __attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, const char *fmt, ...)
@@ -101,6 +119,7 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
     bool src_q = t->q.quantized;
     it->act = ACT_COPY;
     it->quantized_out = src_q;
+    it->mode = src_q ? t->q.mode : QM_AFFINE;
     it->bits = src_q ? t->q.bits : 0;
     it->group_size = src_q ? t->q.group_size : 0;
     it->dtype = src_q ? t->s->t->dtype : t->w->t->dtype;
@@ -125,18 +144,22 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
         return ERR_OK;
     }
     int bits = 0, gs = 0;
+    enum qmode mode = QM_AFFINE;
+    char a[40], b[40];
     if (rq) {
+        mode = rq->mode;
         bits = rq->bits;
         gs = rq->group_size;
-        why(it, "--quantize %s=%d:%d", rq->pattern, bits, gs);
+        why(it, "--quantize %s=%s", rq->pattern, qname(mode, bits, gs, a, sizeof a));
     } else if (o->bits && t->router) {
         bits = 8;
         gs = 64;
-        why(it, "MoE router: 8-bit group 64");
+        why(it, "MoE router: affine 8-bit group 64");
     } else if (o->bits) {
+        mode = o->mode;
         bits = o->bits;
         gs = o->group_size;
-        why(it, "--bits %d --group-size %d", bits, gs);
+        why(it, "--mode %s --bits %d --group-size %d", qmode_name(mode), bits, gs);
     } else {
         why(it, src_q ? "source quantization kept" : "source precision kept");
         return ERR_OK;
@@ -145,20 +168,26 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
         why(it, "in_features %llu not a multiple of group %d: kept dense", (unsigned long long)in, gs);
         return ERR_OK;
     }
-    if (src_q && t->q.bits == bits && t->q.group_size == gs) {
-        why(it, "already %d-bit group %d: copied", bits, gs);
+    if (src_q && t->q.mode == mode && t->q.bits == bits && t->q.group_size == gs) {
+        why(it, "already %s: copied", qname(mode, bits, gs, a, sizeof a));
         return ERR_OK;
     }
     if (src_q && !o->allow_requantize)
-        return err_set(e, ERR_USAGE, "%s is already MLX-quantized (%d-bit group %d); quantizing it again at %d-bit group "
-                                     "%d would compound the rounding error. Pass --allow-requantize to dequantize and "
-                                     "requantize anyway, or convert the original float checkpoint",
-                       t->name, t->q.bits, t->q.group_size, bits, gs);
+        return err_set(e, ERR_USAGE, "%s is already MLX-quantized (%s); quantizing it again (%s) would compound the "
+                                     "rounding error. Pass --allow-requantize to dequantize and requantize anyway, or "
+                                     "convert the original float checkpoint",
+                       t->name, qname(t->q.mode, t->q.bits, t->q.group_size, a, sizeof a), qname(mode, bits, gs, b, sizeof b));
     it->act = src_q ? ACT_REQUANTIZE : ACT_QUANTIZE;
-    it->lattice = o->qat_lattice && bits == 4 && gs == 32;
+    it->lattice = o->qat_lattice && mode == QM_AFFINE && bits == 4 && gs == 32;
     it->quantized_out = true;
+    it->mode = mode;
     it->bits = bits;
     it->group_size = gs;
+    /* affine scales in the source's float type; the MX modes' are bytes */
+    if (mode != QM_AFFINE)
+        it->dtype = DT_U8;
+    else if (src_q && t->q.mode != QM_AFFINE)
+        it->dtype = DT_BF16;
     return ERR_OK;
 }
 
@@ -201,7 +230,8 @@ void plan_free(struct plan *p)
 
 void plan_print(FILE *out, const struct plan *p)
 {
-    fprintf(out, "%-56s %-10s %-5s %4s %5s %12s  %s\n", "tensor", "action", "dtype", "bits", "group", "bytes", "why");
+    fprintf(out, "%-56s %-10s %-6s %-5s %4s %5s %12s  %s\n", "tensor", "action", "mode", "dtype", "bits", "group",
+            "bytes", "why");
     for (size_t i = 0; i < p->n; i++) {
         const struct plan_item *it = &p->items[i];
         char bits[8] = "-", group[8] = "-";
@@ -209,8 +239,9 @@ void plan_print(FILE *out, const struct plan *p)
             snprintf(bits, sizeof bits, "%d", it->bits);
             snprintf(group, sizeof group, "%d", it->group_size);
         }
-        fprintf(out, "%-56s %-10s %-5s %4s %5s %12llu  %s\n", it->nt->name, plan_action_name(it->act),
-                it->quantized_out ? "U32" : dtype_name(it->dtype), bits, group, (unsigned long long)it->bytes, it->why);
+        fprintf(out, "%-56s %-10s %-6s %-5s %4s %5s %12llu  %s\n", it->nt->name, plan_action_name(it->act),
+                it->quantized_out ? qmode_name(it->mode) : "-", it->quantized_out ? "U32" : dtype_name(it->dtype), bits,
+                group, (unsigned long long)it->bytes, it->why);
     }
     fprintf(out, "total: %zu tensors, %llu weights, %llu bytes, %.3f bits per weight\n", p->n,
             (unsigned long long)p->params, (unsigned long long)p->bytes,
@@ -226,6 +257,7 @@ struct json_object *plan_json(const struct plan *p)
         json_object_object_add(r, "tensor", json_object_new_string(it->nt->name));
         json_object_object_add(r, "action", json_object_new_string(plan_action_name(it->act)));
         json_object_object_add(r, "dtype", json_object_new_string(it->quantized_out ? "U32" : dtype_name(it->dtype)));
+        json_object_object_add(r, "mode", it->quantized_out ? json_object_new_string(qmode_name(it->mode)) : NULL);
         json_object_object_add(r, "bits", it->quantized_out ? json_object_new_int(it->bits) : NULL);
         json_object_object_add(r, "group_size", it->quantized_out ? json_object_new_int(it->group_size) : NULL);
         json_object_object_add(r, "bytes", json_object_new_int64((int64_t)it->bytes));
@@ -252,7 +284,7 @@ int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struc
     for (size_t i = 0; i < p->n; i++) {
         struct plan_item *it = &p->items[i];
         const struct norm_tensor *t = it->nt;
-        int parts = it->quantized_out ? 3 : 1;
+        int parts = !it->quantized_out ? 1 : it->mode == QM_AFFINE ? 3 : 2;
         for (int part = 0; part < parts; part++) {
             struct out_tensor *o = &(*out)[k++];
             o->item = it;
@@ -287,7 +319,8 @@ static int source_open(const struct ckpt *ck, const struct norm_tensor *t, struc
 {
     *src = (struct source){.t = t};
     int rc = st_data(&ck->shards[t->w->shard], t->w->t, &src->w, e);
-    if (rc == ERR_OK && t->q.quantized && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK)
+    if (rc == ERR_OK && t->q.quantized && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK &&
+        t->b)
         rc = st_data(&ck->shards[t->b->shard], t->b->t, &src->b, e);
     const struct ckpt_tensor *parts[3] = {t->w, t->s, t->b};
     for (int k = 0; k < 3 && rc == ERR_OK && !t->split; k++) /* a half of a fused tensor reads half of it */
@@ -313,8 +346,11 @@ static void source_row_f32(const struct source *src, uint64_t r, float *row)
     }
     uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
     unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
-    dequant_affine_row(src->w + r * words * 4, src->s + r * ng * ssz, src->b + r * ng * ssz, t->s->t->dtype,
-                       (size_t)cols, t->q.group_size, t->q.bits, row);
+    if (t->q.mode != QM_AFFINE)
+        dequant_mx_row(t->q.mode, src->w + r * words * 4, src->s + r * ng, (size_t)cols, row);
+    else
+        dequant_affine_row(src->w + r * words * 4, src->s + r * ng * ssz, src->b + r * ng * ssz, t->s->t->dtype,
+                           (size_t)cols, t->q.group_size, t->q.bits, row);
 }
 
 void plan_stream_free(struct stream_state *st)
@@ -344,9 +380,11 @@ struct qblock {
     struct stream_state *st;
     uint64_t r0;
     size_t cols, ng, ssz, row_bytes;
+    enum dtype t;            /* the type the MX quantizer rounds in: the source's */
     float *scratch;          /* [workers][cols] */
     uint8_t *out;            /* [block][row_bytes] packed codes */
     uint64_t *groups, *exact; /* [block] lattice counts, summed after the block */
+    int64_t *bad;            /* [block] the first group an MX quantizer refused, or -1 */
 };
 
 static void quant_task(void *arg, int64_t task, int worker)
@@ -358,10 +396,23 @@ static void quant_task(void *arg, int64_t task, int worker)
     uint8_t *sc = b->st->scales + r * b->ng * b->ssz, *bi = b->st->biases + r * b->ng * b->ssz;
     source_row_f32(b->src, r, row);
     b->groups[task] = b->exact[task] = 0;
-    if (b->it->lattice)
+    b->bad[task] = -1;
+    if (b->it->mode != QM_AFFINE)
+        b->bad[task] = quant_mx_row(b->it->mode, b->t, row, b->cols, words, b->st->scales + r * b->ng);
+    else if (b->it->lattice)
         quant_lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
         quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
+}
+
+/* The float type a source row is exact in, which MLX would quantize it in:
+ * the weight's, an affine source's scales', bf16 for an MX source (MLX
+ * dequantizes those to bf16). */
+static enum dtype source_type(const struct norm_tensor *t)
+{
+    if (!t->q.quantized)
+        return t->w->t->dtype;
+    return t->q.mode == QM_AFFINE ? t->s->t->dtype : DT_BF16;
 }
 
 static int stream_quantized(const struct source *src, struct plan_item *it, struct stream_state *st, uint64_t rows,
@@ -378,28 +429,36 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     st->scales = malloc(st->nbytes ? st->nbytes : 1);
     st->biases = malloc(st->nbytes ? st->nbytes : 1);
     struct qblock b = {.src = src, .it = it, .st = st, .cols = (size_t)cols, .ng = ng, .ssz = ssz,
-                       .row_bytes = row_bytes,
+                       .row_bytes = row_bytes, .t = source_type(src->t),
                        .scratch = malloc((size_t)workers * (size_t)cols * sizeof(float)),
                        .out = malloc((size_t)block * row_bytes),
                        .groups = malloc((size_t)block * sizeof(uint64_t)),
-                       .exact = malloc((size_t)block * sizeof(uint64_t))};
+                       .exact = malloc((size_t)block * sizeof(uint64_t)),
+                       .bad = malloc((size_t)block * sizeof(int64_t))};
     int rc = ERR_OK;
-    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact)
+    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact || !b.bad)
         rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu rows of %llu for quantization", src->t->name,
                      (unsigned long long)block, (unsigned long long)cols);
     for (b.r0 = 0; b.r0 < rows && rc == ERR_OK; b.r0 += block) {
         uint64_t n = rows - b.r0 < block ? rows - b.r0 : block;
         pool_run(workers, (int64_t)n, quant_task, &b);
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = 0; i < n && rc == ERR_OK; i++) {
             it->lattice_groups += b.groups[i];
             it->lattice_exact += b.exact[i];
+            if (b.bad[i] >= 0)
+                rc = err_set(e, ERR_UNSUPPORTED,
+                             "%s: row %llu, group %lld holds a NaN or inf, or magnitudes outside %s's exponent range: "
+                             "MLX's quantizer is undefined there; keep the tensor dense (--keep-dense) or use affine",
+                             src->t->name, (unsigned long long)(b.r0 + i), (long long)b.bad[i], qmode_name(it->mode));
         }
-        rc = sink(ctx, b.out, (size_t)n * row_bytes, e);
+        if (rc == ERR_OK)
+            rc = sink(ctx, b.out, (size_t)n * row_bytes, e);
     }
     free(b.scratch);
     free(b.out);
     free(b.groups);
     free(b.exact);
+    free(b.bad);
     return rc;
 }
 

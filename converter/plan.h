@@ -1,11 +1,12 @@
 /* plan.h - what convert does to each canonical tensor, and the byte streams
  * that carry it out.
  *
- * Default (no --bits, no --quantize): every tensor keeps its source
- * representation. Quantizing is MLX affine; norms, layer_scalar, router.scale
- * and router.per_expert_scale are never quantized; the MoE router projection
- * is 8-bit group 64. Requantizing an MLX-quantized source needs
- * --allow-requantize. */
+ * Default (no --bits, --mode or --quantize): every tensor keeps its source
+ * representation. Quantizing is MLX's: affine, or an MX mode (mxfp4, nvfp4,
+ * mxfp8); norms, layer_scalar, router.scale and router.per_expert_scale are
+ * never quantized; the MoE router projection is affine 8-bit group 64 (as
+ * mlx-lm's Gemma 4 predicate, in every mode). Requantizing an MLX-quantized
+ * source needs --allow-requantize. */
 #ifndef GP_PLAN_H
 #define GP_PLAN_H
 
@@ -19,12 +20,14 @@
 struct plan_rule {
     char *pattern;        /* as given, for messages and provenance */
     regex_t re;           /* matched (unanchored) against canonical tensor names */
-    int bits, group_size; /* --quantize REGEX=BITS[:GROUP]; 0 for --keep-dense */
+    enum qmode mode;      /* --quantize REGEX=BITS[:GROUP] (affine) or REGEX=MODE */
+    int bits, group_size; /* 0 for --keep-dense */
 };
 
 struct plan_opts {
-    int bits;             /* 0: no global requantization */
-    int group_size;       /* 0: 64 (convert_run resolves it) */
+    enum qmode mode;      /* --mode (default affine) */
+    int bits;             /* 0: no global requantization (an MX --mode implies its bits) */
+    int group_size;       /* 0: the mode's default (convert_run resolves it) */
     struct plan_rule *quantize;
     size_t n_quantize;
     struct plan_rule *keep_dense;
@@ -37,16 +40,17 @@ struct plan_opts {
 
 enum plan_action {
     ACT_COPY,        /* bytes as in the source (float, or an MLX triplet) */
-    ACT_QUANTIZE,    /* float -> MLX affine */
-    ACT_REQUANTIZE,  /* MLX affine -> float32 -> MLX affine at other bits/group */
-    ACT_DEQUANTIZE,  /* MLX affine -> F32 (a dense-kept module of a quantized source) */
+    ACT_QUANTIZE,    /* float -> MLX quantized */
+    ACT_REQUANTIZE,  /* MLX quantized -> float32 -> MLX quantized another way */
+    ACT_DEQUANTIZE,  /* MLX quantized -> F32 (a dense-kept module of a quantized source) */
 };
 
 struct plan_item {
     const struct norm_tensor *nt;
     enum plan_action act;
-    int bits, group_size;     /* output quantization (quantized outputs) */
-    enum dtype dtype;         /* float output dtype, or the scales dtype */
+    enum qmode mode;          /* output quantization (quantized outputs) */
+    int bits, group_size;
+    enum dtype dtype;         /* float output dtype, or the scales dtype (U8 for MX) */
     bool quantized_out;
     char why[96];             /* the rule that decided */
     uint64_t bytes;           /* output bytes (all parts) */
@@ -60,7 +64,7 @@ struct plan {
     uint64_t bytes, params;   /* totals: output bytes, logical weights */
 };
 
-/* Parses "REGEX=BITS[:GROUP]" (or "REGEX" with is_dense) into a rule. */
+/* Parses "REGEX=BITS[:GROUP]" or "REGEX=MODE" (or "REGEX" with is_dense) into a rule. */
 int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct err *e);
 void plan_rule_free(struct plan_rule *r);
 
@@ -78,7 +82,8 @@ struct json_object *plan_json(const struct plan *p);
 
 enum out_part { PART_WEIGHT, PART_SCALES, PART_BIASES };
 
-/* One output tensor: a float tensor, or one part of a quantized triplet. */
+/* One output tensor: a float tensor, or one part of a quantized module
+ * (weight, scales, and for affine biases). */
 struct out_tensor {
     struct plan_item *item;
     enum out_part part;

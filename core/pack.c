@@ -220,7 +220,7 @@ void pack_writer_abort(struct pack_writer *w)
 
 bool pack_feature_known(const char *f)
 {
-    static const char *const known[] = {"quant:affine"};
+    static const char *const known[] = {"quant:affine", "quant:mxfp4", "quant:nvfp4", "quant:mxfp8"};
     if (!strncmp(f, "dtype:", 6)) {
         enum dtype d;
         return dtype_from_name(f + 6, strlen(f + 6), &d) &&
@@ -317,16 +317,21 @@ static int check_quantized(struct pack *p, const char *module, struct json_objec
         !json_object_object_get_ex(q, "out_features", &v) || !jsonx_u64(v, &out))
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: needs mode, bits, group_size, in_features, out_features",
                        p->path, module);
-    if (mode != QM_AFFINE || bits > 8 || gs > 128 || !quant_params_valid(mode, (int)bits, (int)gs))
+    if (bits > 8 || gs > 128 || !quant_params_valid(mode, (int)bits, (int)gs))
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s bits %llu group %llu is not supported (affine: bits "
-                                      "2-6, 8; group 32, 64, 128)",
+                                      "2-6, 8; group 32, 64, 128; mxfp4 4/32, nvfp4 4/16, mxfp8 8/32)",
                        p->path, module, qmode_name(mode), (unsigned long long)bits, (unsigned long long)gs);
     if (in == 0 || in % gs || (in * bits) % 32)
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: in_features %llu is not a multiple of group %llu",
                        p->path, module, (unsigned long long)in, (unsigned long long)gs);
+    /* affine: weight, scales, biases; the MX modes: weight and U8 scales only */
+    const bool affine = mode == QM_AFFINE;
     const char *role[3] = {"weight", "scales", "biases"};
-    const struct pack_tensor *t[3];
-    for (int k = 0; k < 3; k++) {
+    const struct pack_tensor *t[3] = {NULL, NULL, NULL};
+    if (!affine && json_object_object_get_ex(q, "biases", NULL))
+        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s quantization has no biases", p->path, module,
+                       qmode_name(mode));
+    for (int k = 0; k < (affine ? 3 : 2); k++) {
         /* the triplet is MODULE.weight/.scales/.biases: readers find it by those names */
         char want[PACK_MAX_NAME + 16];
         snprintf(want, sizeof want, "%s.%s", module, role[k]);
@@ -335,10 +340,12 @@ static int check_quantized(struct pack *p, const char *module, struct json_objec
             return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"].%s must name the pack's tensor %s", p->path, module,
                            role[k], want);
     }
+    if (!affine)
+        t[2] = t[1]; /* the checks below then hold for the absent biases */
     int r = t[0]->rank;
     bool ok = t[0]->dtype == DT_U32 && r >= 2 && t[1]->rank == r && t[2]->rank == r &&
-              dtype_is_weight_float(t[1]->dtype) && t[2]->dtype == t[1]->dtype && t[0]->shape[r - 2] == out &&
-              t[0]->shape[r - 1] == in * bits / 32 && t[1]->shape[r - 1] == in / gs;
+              (affine ? dtype_is_weight_float(t[1]->dtype) : t[1]->dtype == DT_U8) && t[2]->dtype == t[1]->dtype &&
+              t[0]->shape[r - 2] == out && t[0]->shape[r - 1] == in * bits / 32 && t[1]->shape[r - 1] == in / gs;
     for (int d = 0; ok && d < r - 1; d++)
         ok = t[1]->shape[d] == t[0]->shape[d] && t[2]->shape[d] == t[0]->shape[d];
     ok = ok && t[2]->shape[r - 1] == t[1]->shape[r - 1];

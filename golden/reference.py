@@ -375,6 +375,39 @@ def dequantize_affine(words, scales, biases, bits, gs):
 
 
 # ---------------------------------------------------------------------------
+# MLX microscaling dequantization (INPUTS.md §2.7): element value × scale
+# ---------------------------------------------------------------------------
+
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
+
+
+def e4m3_value(b):
+    """FP8 E4M3 bytes -> float64: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+    subnormal (m/8 * 2^-6); no NaN (0x7F is 480)."""
+    b = b.astype(np.int64)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+    return np.where(b & 0x80, -v, v)
+
+
+def dequantize_mx(words, scales, mode):
+    """words U32 [..., n_in*bits/32], scales U8 [..., n_in/gs] -> float64 [..., n_in]."""
+    gs, bits = MODE_DEFAULTS[mode]
+    n_in = scales.shape[-1] * gs
+    codes = unpack_codes(words, bits, n_in)
+    v = e4m3_value(codes) if mode == "mxfp8" else E2M1[codes]
+    if mode == "nvfp4":
+        sc = e4m3_value(scales)
+    else:  # E8M0: 2^(b-127); 255 is +inf
+        b = scales.astype(np.float64)
+        sc = np.where(b == 255, np.inf, np.exp2(b - 127.0))
+    lead = v.shape[:-1]
+    w = v.reshape(lead + (scales.shape[-1], gs)) * sc[..., None]
+    return w.reshape(lead + (n_in,))
+
+
+# ---------------------------------------------------------------------------
 # Loading (MODEL.md §2, INPUTS.md §3.4)
 # ---------------------------------------------------------------------------
 
@@ -493,11 +526,23 @@ def load_checkpoint(ckpt):
         for p in ("language_model.model.", "model.", "model.language_model."):
             if p + mod not in cands:
                 cands.append(p + mod)
-        r = resolve_quant(qblock, cands)
         words = t_w.as_u32()
+        r = resolve_quant(qblock, cands)
+        if r is not None and r[2] != "affine":  # MX modes: U8 scales, no biases
+            bits, gs, mode, src = r
+            if (gs, bits) != MODE_DEFAULTS.get(mode) or t_scales.dtype != "U8" or mod + ".biases" in text:
+                raise ReferenceError("module %s: %s needs U8 scales, group %s, bits %s and no biases"
+                                     % (mod, mode, MODE_DEFAULTS[mode][0], MODE_DEFAULTS[mode][1]))
+            scales = np.frombuffer(t_scales.data, dtype="u1").reshape(t_scales.shape)
+            if words.shape[:-1] != scales.shape[:-1] or words.shape[-1] * 32 != scales.shape[-1] * gs * bits:
+                raise ReferenceError("module %s: %s shapes %s %s disagree" % (mod, mode, words.shape, scales.shape))
+            weights[mod + ".weight"] = dequantize_mx(words, scales, mode)
+            quant_info[mod] = {"mode": mode, "bits": bits, "group_size": gs, "from": src or "global"}
+            used.update((rel, mod + ".weight"))
+            continue
         scales = t_scales.as_f64()
         if mod + ".biases" not in text:
-            raise ReferenceError("quantized module %s has no .biases (only affine is supported)" % mod)
+            raise ReferenceError("quantized module %s has no .biases (affine needs them)" % mod)
         biases = text[mod + ".biases"][1].as_f64()
         if scales.shape != biases.shape or words.shape[:-1] != scales.shape[:-1]:
             raise ReferenceError("quantized module %s: inconsistent shapes %s %s %s"

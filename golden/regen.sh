@@ -23,3 +23,9 @@ for v in e2b e4b 12b 26b-a4b 31b; do
         /usr/bin/python3 "$here/reference.py" "$tmp/$v-$kind" --rope-tables f64 -o "$here/data/$v-$kind.npz"
     done
 done
+# the MLX microscaling modes: E2B (and the 26B-A4B, whose routers stay affine 8-bit)
+for vm in e2b:mxfp4 e2b:nvfp4 e2b:mxfp8 26b-a4b:mxfp4; do
+    v=${vm%%:*} m=${vm#*:}
+    "$gempack" fixture --variant "$v" --layout mlx --quant "$m" -o "$tmp/$v-$m" 2>/dev/null
+    /usr/bin/python3 "$here/reference.py" "$tmp/$v-$m" --rope-tables f64 -o "$here/data/$v-$m.npz"
+done

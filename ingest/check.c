@@ -31,14 +31,14 @@ const char *check_kind_name(enum check_kind k)
     static const char *const names[CHK_KIND_COUNT] = {
         [CHK_CONFIG] = "config",       [CHK_LAYOUT] = "layout", [CHK_MISSING] = "missing",
         [CHK_UNEXPECTED] = "unexpected", [CHK_SHAPE] = "shape", [CHK_DTYPE] = "dtype",
-        [CHK_QUANT] = "quantization",  [CHK_REDUNDANT] = "redundant", [CHK_UNSUPPORTED] = "unsupported",
+        [CHK_QUANT] = "quantization",  [CHK_REDUNDANT] = "redundant",
     };
     return (unsigned)k < CHK_KIND_COUNT ? names[k] : "?";
 }
 
 static bool is_problem(enum check_kind k)
 {
-    return k != CHK_REDUNDANT && k != CHK_UNSUPPORTED;
+    return k != CHK_REDUNDANT;
 }
 
 static uint64_t group_hash(enum check_kind kind, const char *pattern, const char *expected, const char *found,
@@ -239,9 +239,6 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
     }
     const struct st_tensor *wt = w->ct->t, *st = s->ct->t, *bt = b ? b->ct->t : NULL;
     bool affine = q.mode == QM_AFFINE;
-    if (!affine)
-        finding(r, CHK_UNSUPPORTED, le->name, le->layer, "", "",
-                "%s quantization loads in MLX, but gempack convert and run read affine only", qmode_name(q.mode));
     if (wt->dtype != DT_U32)
         finding(r, CHK_DTYPE, le->name, le->layer, "U32", dtype_name(wt->dtype), "packed codes of a quantized module");
     if (affine && !dtype_is_weight_float(st->dtype))

@@ -29,7 +29,6 @@ enum check_kind {
     CHK_DTYPE,
     CHK_QUANT,       /* quantized triplet inconsistent with config or with itself */
     CHK_REDUNDANT,   /* note: K/V of a KV-shared layer, unused */
-    CHK_UNSUPPORTED, /* note: valid for MLX, but not something gempack converts or runs */
     CHK_KIND_COUNT
 };
 

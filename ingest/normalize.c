@@ -195,10 +195,9 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
             t->q = cfg_quant_lookup(&c->quant, key, NULL);
             t->s = s;
             t->b = b;
-            if (!t->q.quantized || t->q.mode != QM_AFFINE || !b) {
-                rc = err_set(e, ERR_UNSUPPORTED, "%s: %s: only MLX affine quantization (weight, scales, biases) is "
-                                                 "supported, found mode %s%s",
-                             ck->dir, key, qmode_name(t->q.mode), b ? "" : " without biases");
+            if (!t->q.quantized || (t->q.mode == QM_AFFINE) != (b != NULL)) {
+                rc = err_set(e, ERR_FORMAT, "%s: %s: %s quantization %s .biases (run gempack check for the full report)",
+                             ck->dir, key, qmode_name(t->q.mode), b ? "has no" : "needs");
                 break;
             }
         }

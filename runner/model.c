@@ -24,6 +24,7 @@ struct src {
 
 /* Quantization of a module (bits 0: not quantized). */
 struct srcq {
+    enum qmode mode;
     int bits, gs;
 };
 
@@ -81,18 +82,20 @@ static bool lookup(const struct model *m, const char *name, struct src *out)
 
 static struct srcq quant_of(const struct model *m, const char *module)
 {
-    struct srcq q = {0, 0};
-    if (m->from_pack) {
+    struct srcq q = {QM_AFFINE, 0, 0};
+    if (m->from_pack) { /* the pack validated its entries on open (core/pack.c) */
         struct json_object *qs, *entry;
         if (json_object_object_get_ex(m->pack.manifest, "quantized", &qs) &&
             json_object_object_get_ex(qs, module, &entry)) {
             q.bits = json_object_get_int(json_object_object_get(entry, "bits"));
             q.gs = json_object_get_int(json_object_object_get(entry, "group_size"));
+            qmode_from_name(json_object_get_string(json_object_object_get(entry, "mode")), &q.mode);
         }
         return q;
     }
     for (size_t i = 0; i < m->src.norm.n; i++)
         if (m->src.norm.t[i].q.quantized && !strcmp(m->src.norm.t[i].module, module)) {
+            q.mode = m->src.norm.t[i].q.mode;
             q.bits = m->src.norm.t[i].q.bits;
             q.gs = m->src.norm.t[i].q.group_size;
         }
@@ -136,27 +139,33 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     w->row_bytes = (size_t)wcols * dtype_table[ws.dtype].bits / 8;
     w->row_stride = ws.row_stride ? ws.row_stride : w->row_bytes;
     w->expert_bytes = ws.expert_stride ? ws.expert_stride : (size_t)rows * w->row_bytes;
-    if (q.bits) {
+    if (q.bits) { /* affine: float scales and biases; MX: U8 scales, no biases */
+        const bool affine = q.mode == QM_AFFINE;
         snprintf(name, sizeof name, "%s.scales", module);
         bool have_s = lookup(m, name, &ss);
         snprintf(name, sizeof name, "%s.biases", module);
         bool have_b = lookup(m, name, &bs);
         uint64_t sexp[3] = {(uint64_t)experts, (uint64_t)rows, (uint64_t)(cols / q.gs)};
         const uint64_t *se = experts ? sexp : sexp + 1;
-        if (!have_s || !have_b || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
+        if (!affine)
+            bs = ss; /* the checks below then hold for the absent biases */
+        if (!have_s || have_b != affine || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
             bs.rank != rank || memcmp(bs.shape, se, (size_t)rank * sizeof *se) || bs.dtype != ss.dtype ||
-            !dtype_is_weight_float(ss.dtype))
-            return err_set(e, ERR_FORMAT, "%s: scales/biases missing or not float [.., %lld, %lld]", module,
+            (affine ? !dtype_is_weight_float(ss.dtype) : ss.dtype != DT_U8))
+            return err_set(e, ERR_FORMAT, "%s: %s scales%s missing, or not %s [.., %lld, %lld]", module,
+                           qmode_name(q.mode), affine ? "/biases" : " (and no biases)", affine ? "float" : "U8",
                            (long long)rows, (long long)(cols / q.gs));
+        w->mode = q.mode;
         w->s = ss.data;
-        w->b = bs.data;
+        w->b = affine ? bs.data : NULL;
         w->dtype = ss.dtype;
         w->bits = q.bits;
         w->gs = q.gs;
         w->srow_bytes = (size_t)(cols / q.gs) * dtype_table[ss.dtype].bits / 8;
         w->expert_sbytes = (size_t)rows * w->srow_bytes;
     }
-    m->weight_bytes += (uint64_t)(experts ? experts : 1) * (uint64_t)rows * (w->row_bytes + 2 * w->srow_bytes);
+    m->weight_bytes +=
+        (uint64_t)(experts ? experts : 1) * (uint64_t)rows * (w->row_bytes + (w->b ? 2 : 1) * w->srow_bytes);
     return ERR_OK;
 }
 
@@ -521,10 +530,10 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
             continue;
         }
         sp[n++] = mat_span(a->w, ex[i], a->expert_bytes, a->rows, a->row_stride, a->row_bytes);
-        if (a->quantized) {
+        if (a->quantized)
             sp[n++] = mat_span(a->s, ex[i], a->expert_sbytes, a->rows, a->srow_bytes, a->srow_bytes);
+        if (a->b)
             sp[n++] = mat_span(a->b, ex[i], a->expert_sbytes, a->rows, a->srow_bytes, a->srow_bytes);
-        }
     }
     qsort(sp, n, sizeof *sp, span_cmp);
     size_t merged = 0, total = 0;
@@ -567,10 +576,10 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
             if (!a->w || a->rows <= 0 || blk[i])
                 continue;
             a->w = relocate(sp, merged, a->w);
-            if (a->quantized) {
+            if (a->quantized)
                 a->s = relocate(sp, merged, a->s);
+            if (a->b)
                 a->b = relocate(sp, merged, a->b);
-            }
         }
         m->arena = arena;
         m->arena_size = total;

@@ -508,9 +508,9 @@ static void e_version(struct json_object *m)
     json_object_array_add(v, json_object_new_int(0));
     json_object_object_add(m, "version", v);
 }
-static void e_feat_mxfp4(struct json_object *m)
+static void e_feat_fp6(struct json_object *m)
 {
-    json_object_array_add(json_object_object_get(m, "required_features"), json_object_new_string("quant:mxfp4"));
+    json_object_array_add(json_object_object_get(m, "required_features"), json_object_new_string("quant:mxfp6"));
 }
 static void e_feat_foo(struct json_object *m)
 {
@@ -573,7 +573,14 @@ static void e_q_group(struct json_object *m)
 static void e_q_bits(struct json_object *m) { json_object_object_add(qentry(m), "bits", json_object_new_int(7)); }
 static void e_q_mode(struct json_object *m)
 {
-    json_object_object_add(qentry(m), "mode", json_object_new_string("mxfp4"));
+    json_object_object_add(qentry(m), "mode", json_object_new_string("int4"));
+}
+static void e_q_mx_biases(struct json_object *m)
+{
+    /* an affine triplet declared mxfp4 at 4-bit group 32: MX has no biases */
+    struct json_object *q = qentry(m);
+    json_object_object_add(q, "mode", json_object_new_string("mxfp4"));
+    json_object_object_add(q, "group_size", json_object_new_int(32));
 }
 static void e_q_weight_dtype(struct json_object *m)
 {
@@ -589,7 +596,7 @@ static void e_q_weight_dtype(struct json_object *m)
     static void m_##fn(struct image *im) { edit_manifest(im, fn); }
 MANIFEST_EDIT(e_format)
 MANIFEST_EDIT(e_version)
-MANIFEST_EDIT(e_feat_mxfp4)
+MANIFEST_EDIT(e_feat_fp6)
 MANIFEST_EDIT(e_feat_foo)
 MANIFEST_EDIT(e_feat_missing)
 MANIFEST_EDIT(e_tensors_missing)
@@ -609,6 +616,7 @@ MANIFEST_EDIT(e_q_shape)
 MANIFEST_EDIT(e_q_group)
 MANIFEST_EDIT(e_q_bits)
 MANIFEST_EDIT(e_q_mode)
+MANIFEST_EDIT(e_q_mx_biases)
 MANIFEST_EDIT(e_q_weight_dtype)
 
 struct corrupt_case {
@@ -650,7 +658,8 @@ static const struct corrupt_case cases[] = {
     {"manifest array", m_not_object, ERR_FORMAT, "manifest is a JSON array", "expected an object", NULL},
     {"format", m_e_format, ERR_FORMAT, "\"format\"", NULL, NULL},
     {"manifest version", m_e_version, ERR_FORMAT, "\"version\" disagrees", NULL, NULL},
-    {"feature quant:mxfp4", m_e_feat_mxfp4, ERR_UNSUPPORTED, "feature \"quant:mxfp4\"", NULL, NULL},
+    {"feature quant:mxfp6 (a mode this gempack does not know)", m_e_feat_fp6, ERR_UNSUPPORTED,
+     "feature \"quant:mxfp6\"", NULL, NULL},
     {"feature foo", m_e_feat_foo, ERR_UNSUPPORTED, "feature \"foo\"", NULL, NULL},
     {"features missing", m_e_feat_missing, ERR_FORMAT, "required_features", NULL, NULL},
     {"tensors missing", m_e_tensors_missing, ERR_FORMAT, "\"tensors\"", NULL, NULL},
@@ -671,7 +680,8 @@ static const struct corrupt_case cases[] = {
     {"quantized shapes", m_e_q_shape, ERR_FORMAT, "quantized[\"m\"]", "disagree", NULL},
     {"quantized group", m_e_q_group, ERR_FORMAT, "quantized[\"m\"]", "disagree", NULL},
     {"quantized bits 7", m_e_q_bits, ERR_FORMAT, "quantized[\"m\"]", "not supported", NULL},
-    {"quantized mode", m_e_q_mode, ERR_FORMAT, "quantized[\"m\"]", "not supported", NULL},
+    {"quantized mode", m_e_q_mode, ERR_FORMAT, "quantized[\"m\"]", "needs mode", NULL},
+    {"mxfp4 entry with biases", m_e_q_mx_biases, ERR_FORMAT, "quantized[\"m\"]", "mxfp4 quantization has no biases", NULL},
     {"quantized weight dtype", m_e_q_weight_dtype, ERR_FORMAT, "quantized[\"m\"]", "disagree", NULL},
 };
 
@@ -893,7 +903,8 @@ Test(pack, features_known)
     cr_assert(pack_feature_known("dtype:F32"));
     cr_assert(pack_feature_known("dtype:U32"));
     cr_assert(pack_feature_known("quant:affine"));
-    cr_assert(!pack_feature_known("quant:mxfp4"));
+    cr_assert(pack_feature_known("quant:mxfp4") && pack_feature_known("quant:nvfp4") && pack_feature_known("quant:mxfp8"));
+    cr_assert(!pack_feature_known("quant:mxfp6"));
     cr_assert(!pack_feature_known("foo"));
     cr_assert(!pack_feature_known("dtype:"));
     cr_assert(!pack_feature_known("dtype:bf16"));

@@ -86,26 +86,30 @@ struct layout_case {
     bool qat, multimodal;
     int quant, shards;
     const char *golden; /* suffix */
+    enum qmode mode;    /* with quant: affine, or an MX mode (its bits in quant) */
 };
 
 static struct layout_case cases[] = {
     /* bf16: HF, MLX, text-only, QAT (pruned K/V), multimodal sharded: one model */
-    {"e2b", FX_HF, false, false, 0, 1, "bf16"},     {"e2b", FX_MLX, false, false, 0, 1, "bf16"},
-    {"e2b", FX_TEXT, false, false, 0, 1, "bf16"},   {"e2b", FX_HF, true, false, 0, 1, "bf16"},
-    {"e2b", FX_HF, false, true, 0, 3, "bf16"},      {"e2b", FX_MLX, false, false, 4, 1, "q4"},
-    {"e2b", FX_MLX, true, false, 4, 1, "q4"},       {"e2b", FX_TEXT, false, false, 4, 1, "q4"},
-    {"e2b", FX_MLX, false, false, 8, 1, "q8"},      {"e4b", FX_HF, false, false, 0, 1, "bf16"},
-    {"e4b", FX_MLX, true, false, 0, 1, "bf16"},     {"e4b", FX_MLX, false, true, 4, 2, "q4"},
-    {"e4b", FX_MLX, false, false, 8, 1, "q8"},      {"26b-a4b", FX_HF, false, false, 0, 1, "bf16"},
-    {"26b-a4b", FX_MLX, false, false, 0, 1, "bf16"}, {"26b-a4b", FX_TEXT, false, false, 0, 1, "bf16"},
-    {"26b-a4b", FX_MLX, false, false, 4, 1, "q4"},  {"26b-a4b", FX_MLX, false, false, 8, 1, "q8"},
-    {"31b", FX_HF, false, false, 0, 1, "bf16"},     {"31b", FX_MLX, false, true, 0, 2, "bf16"},
-    {"31b", FX_MLX, false, false, 4, 1, "q4"},      {"31b", FX_TEXT, false, false, 8, 1, "q8"},
+    {"e2b", FX_HF, false, false, 0, 1, "bf16", QM_AFFINE},     {"e2b", FX_MLX, false, false, 0, 1, "bf16", QM_AFFINE},
+    {"e2b", FX_TEXT, false, false, 0, 1, "bf16", QM_AFFINE},   {"e2b", FX_HF, true, false, 0, 1, "bf16", QM_AFFINE},
+    {"e2b", FX_HF, false, true, 0, 3, "bf16", QM_AFFINE},      {"e2b", FX_MLX, false, false, 4, 1, "q4", QM_AFFINE},
+    {"e2b", FX_MLX, true, false, 4, 1, "q4", QM_AFFINE},       {"e2b", FX_TEXT, false, false, 4, 1, "q4", QM_AFFINE},
+    {"e2b", FX_MLX, false, false, 8, 1, "q8", QM_AFFINE},      {"e4b", FX_HF, false, false, 0, 1, "bf16", QM_AFFINE},
+    {"e4b", FX_MLX, true, false, 0, 1, "bf16", QM_AFFINE},     {"e4b", FX_MLX, false, true, 4, 2, "q4", QM_AFFINE},
+    {"e4b", FX_MLX, false, false, 8, 1, "q8", QM_AFFINE},      {"26b-a4b", FX_HF, false, false, 0, 1, "bf16", QM_AFFINE},
+    {"26b-a4b", FX_MLX, false, false, 0, 1, "bf16", QM_AFFINE}, {"26b-a4b", FX_TEXT, false, false, 0, 1, "bf16", QM_AFFINE},
+    {"26b-a4b", FX_MLX, false, false, 4, 1, "q4", QM_AFFINE},  {"26b-a4b", FX_MLX, false, false, 8, 1, "q8", QM_AFFINE},
+    {"31b", FX_HF, false, false, 0, 1, "bf16", QM_AFFINE},     {"31b", FX_MLX, false, true, 0, 2, "bf16", QM_AFFINE},
+    {"31b", FX_MLX, false, false, 4, 1, "q4", QM_AFFINE},      {"31b", FX_TEXT, false, false, 8, 1, "q8", QM_AFFINE},
     /* the 12B's classes: gemma4_unified (HF, MLX, multimodal with its encoder-free
      * embedder) and a gemma4_unified_text export without PLE or MoE fields */
-    {"12b", FX_HF, false, false, 0, 1, "bf16"},     {"12b", FX_TEXT, false, false, 0, 1, "bf16"},
-    {"12b", FX_MLX, false, true, 0, 2, "bf16"},     {"12b", FX_MLX, false, false, 4, 1, "q4"},
-    {"12b", FX_TEXT, false, false, 8, 1, "q8"},
+    {"12b", FX_HF, false, false, 0, 1, "bf16", QM_AFFINE},     {"12b", FX_TEXT, false, false, 0, 1, "bf16", QM_AFFINE},
+    {"12b", FX_MLX, false, true, 0, 2, "bf16", QM_AFFINE},     {"12b", FX_MLX, false, false, 4, 1, "q4", QM_AFFINE},
+    {"12b", FX_TEXT, false, false, 8, 1, "q8", QM_AFFINE},
+    /* MLX microscaling modes (the 26B's routers stay affine 8-bit beside them) */
+    {"e2b", FX_MLX, false, false, 4, 1, "mxfp4", QM_MXFP4}, {"e2b", FX_TEXT, false, false, 4, 1, "nvfp4", QM_NVFP4},
+    {"e2b", FX_MLX, true, true, 8, 2, "mxfp8", QM_MXFP8},   {"26b-a4b", FX_MLX, false, false, 4, 1, "mxfp4", QM_MXFP4},
 };
 
 /* Parameters are indices into a table: Criterion runs each case in a new
@@ -127,7 +131,9 @@ ParameterizedTest(size_t *i, runner, goldens, .timeout = 120)
     const struct layout_case *c = &cases[*i];
     char *tmp = th_mkdtemp();
     struct fixture_opts o = {.variant = c->variant, .layout = c->layout, .qat = c->qat, .multimodal = c->multimodal,
-                             .quant_bits = c->quant, .shards = c->shards};
+                             .quant_bits = c->quant, .quant_mode = c->mode, .shards = c->shards};
+    if (c->mode != QM_AFFINE)
+        qmode_defaults(c->mode, &o.group_size, &o.quant_bits);
     char *dir = th_fixture(tmp, "ckpt", o);
     char golden[64];
     snprintf(golden, sizeof golden, "%s-%s", c->variant, c->golden);
