@@ -2,8 +2,9 @@
 # cross_bitwise.sh X86_GEMPACK ARM64_GEMPACK - the same logits on both
 # architectures (MODEL.md §9): the fixtures of every variant as an
 # unquantized, a 4-bit and an 8-bit pack, under the default and the int8
-# kernels, in prefill and decode, dumped by each build and compared byte for
-# byte; and the committed float64 goldens checked by the arm64 build.
+# kernels, and E2B in the three MX modes, in prefill and decode, dumped by
+# each build and compared byte for byte; and the committed float64 goldens
+# checked by the arm64 build.
 set -u
 X="$1" A="$2"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,5 +29,18 @@ for v in e2b e4b 12b 26b-a4b 31b; do
     done
     expect 0 "$v: arm64 golden check against the committed float64 golden" -- \
         "$A" golden check "$T/$v.gpk" "$SRC/golden/data/$v-bf16.npz"
+done
+# the MLX microscaling modes (arm64 computes them through the scalar definition)
+for m in mxfp4 nvfp4 mxfp8; do
+    expect 0 "e2b $m: fixture and pack" -- "$X" fixture --variant e2b --layout mlx --quant $m -o "$T/mx-$m"
+    expect 0 "e2b $m: convert" -- "$X" convert "$T/mx-$m" -o "$T/mx-$m.gpk"
+    for mode in prefill decode; do
+        expect 0 "e2b $m, --mode $mode: x86 run" -- "$X" run "$T/mx-$m.gpk" --tokens-file "$T/mx-$m/tokens.json" \
+            --mode $mode --dump-logits "$T/x.npz"
+        expect 0 "e2b $m, --mode $mode: arm64 run" -- "$A" run "$T/mx-$m.gpk" --tokens-file "$T/mx-$m/tokens.json" \
+            --mode $mode --dump-logits "$T/a.npz"
+        ok "e2b $m, --mode $mode: the same bytes" -- cmp -s "$T/x.npz" "$T/a.npz"
+    done
+    expect 0 "e2b $m: arm64 golden check" -- "$A" golden check "$T/mx-$m.gpk" "$SRC/golden/data/e2b-$m.npz"
 done
 finish

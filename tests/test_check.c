@@ -998,6 +998,63 @@ Test(check, broken_model_type_and_prefix_disagree)
     th_rmtree(tmp);
 }
 
+/* The MLX microscaling modes: loadable in every layout that quantizes (the
+ * 26B's routers affine 8-bit beside them); an MX module with biases, with
+ * float scales or with an affine group size is refused, by name. */
+static char *mx_fixture(char **tmp, const char *variant, enum fixture_layout layout, enum qmode mode)
+{
+    *tmp = th_mkdtemp();
+    struct fixture_opts o = fx(variant, layout);
+    o.quant_mode = mode;
+    qmode_defaults(mode, &o.group_size, &o.quant_bits);
+    return th_fixture(*tmp, "f", o);
+}
+
+Test(check, mx_modes_loadable)
+{
+    static const struct {
+        const char *variant;
+        enum fixture_layout layout;
+        enum qmode mode;
+    } cases[] = {{"e2b", FX_MLX, QM_MXFP4}, {"e2b", FX_TEXT, QM_NVFP4}, {"e4b", FX_MLX, QM_MXFP8},
+                 {"26b-a4b", FX_MLX, QM_MXFP4}, {"12b", FX_TEXT, QM_MXFP8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *tmp, *dir = mx_fixture(&tmp, cases[i].variant, cases[i].layout, cases[i].mode);
+        struct check_report r;
+        run_check(&r, dir, 0);
+        char what[64];
+        snprintf(what, sizeof what, "%s %s", cases[i].variant, qmode_name(cases[i].mode));
+        expect_loadable(&r, what);
+        cr_assert_eq(r.cfg.quant.global.mode, cases[i].mode, "%s", what);
+        cr_assert_gt(r.n_quantized, 0, "%s", what);
+        check_free(&r);
+        free(dir);
+        th_rmtree(tmp);
+    }
+}
+
+Test(check, broken_mx_module)
+{
+    char *tmp, *dir = mx_fixture(&tmp, "e2b", FX_MLX, QM_MXFP4);
+    /* q_proj [128, 128] (sliding layers), [256, 128] (full layer 4) in mxfp4: scales U8 [.., 4] */
+    struct edit ed[] = {ed_set(ED_ADD, PFX_MLX "layers.2.self_attn.q_proj.biases", DT_U8, 2, 128, 4, 0),
+                        ed_set(ED_CHANGE, PFX_MLX "layers.3.self_attn.q_proj.scales", DT_BF16, 2, 128, 4, 0),
+                        ed_set(ED_CHANGE, PFX_MLX "layers.4.self_attn.q_proj.scales", DT_U8, 2, 256, 2, 0)};
+    rewrite_st(dir, ed, 3);
+    struct check_report r;
+    check_broken(&r, dir);
+    const struct check_group *g = expect_group(&r, CHK_UNEXPECTED, "layers.2.self_attn.q_proj.biases");
+    cr_assert(strstr(g->message, "mxfp4 quantization has no biases"), "%s", g->message);
+    g = expect_group(&r, CHK_DTYPE, "layers.3.self_attn.q_proj.scales");
+    cr_assert_str_eq(g->expected, "U8");
+    cr_assert_str_eq(g->found, "BF16");
+    g = expect_group(&r, CHK_SHAPE, "layers.4.self_attn.q_proj.scales");
+    cr_assert_str_eq(g->expected, "[256, 4]");
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 Test(check, qat_shared_layers_need_no_kv)
 {
     /* Pruning the redundant K/V of a PTQ fixture by hand gives a loadable QAT-like checkpoint. */

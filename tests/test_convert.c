@@ -1051,6 +1051,9 @@ Test(convert, rule_parsing)
         cr_assert_eq(plan_rule_parse(&r, bad[i], false, &e), ERR_USAGE, "%s accepted", bad[i]);
         cr_assert(strstr(e.msg, bad[i]), "message names the argument: %s", e.msg);
     }
+    cr_assert_eq(plan_rule_parse(&r, "down_proj=nvfp4", false, &e), ERR_OK, "%s", e.msg);
+    cr_assert(r.mode == QM_NVFP4 && r.bits == 4 && r.group_size == 16, "a mode brings its bits and group");
+    plan_rule_free(&r);
     cr_assert_eq(plan_rule_parse(&r, "([", true, &e), ERR_USAGE);
     cr_assert(strstr(e.msg, "--keep-dense") && strstr(e.msg, "regular expression"), "%s", e.msg);
 }
@@ -1495,6 +1498,163 @@ Test(convert, refuses_what_check_rejects)
     free(emptydir);
     free(out);
     free(cfgp);
+    free(hf);
+    th_rmtree(dir);
+}
+
+/* ------------------------------------------------------------------ MLX microscaling modes */
+
+/* convert --mode M from bf16 writes the same bytes as MLX-style fixtures
+ * quantized in M from the same values (fixture --quant M): every quantized
+ * module (routers affine 8-bit group 64 beside them) a U32 weight and U8
+ * scales without biases, the pack's features naming the modes it uses. */
+Test(convert, mx_modes_from_bf16)
+{
+    char *dir = th_mkdtemp();
+    static const struct {
+        const char *variant;
+        enum qmode mode;
+    } cases[] = {{"e2b", QM_MXFP4}, {"e2b", QM_NVFP4}, {"26b-a4b", QM_MXFP8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s-hf-%zu", cases[i].variant, i);
+        char *hf = th_fixture(dir, sub, fx(cases[i].variant, FX_HF, 7));
+        struct fixture_opts fo = fx(cases[i].variant, FX_MLX, 7);
+        fo.quant_mode = cases[i].mode;
+        qmode_defaults(cases[i].mode, &fo.group_size, &fo.quant_bits);
+        snprintf(sub, sizeof sub, "%s-mx-%zu", cases[i].variant, i);
+        char *mx = th_fixture(dir, sub, fo);
+        struct convert_opts o = copts(NULL);
+        o.plan.mode = cases[i].mode;
+        o.plan.group_size = 0; /* the mode's own */
+        snprintf(sub, sizeof sub, "from-bf16-%zu.gpk", i);
+        char *a = convert_to(dir, sub, hf, o);
+        snprintf(sub, sizeof sub, "copied-%zu.gpk", i);
+        char *b = convert_to(dir, sub, mx, copts(NULL));
+        assert_same_tensors(a, b);
+        struct pack p;
+        open_pack(&p, a);
+        struct json_object *qz = quantized_of(&p), *feat = jget(p.manifest, "required_features");
+        size_t n_mx = 0, n_router = 0;
+        json_object_object_foreach(qz, module, entry) {
+            const char *mode = json_object_get_string(jget(entry, "mode"));
+            if (strstr(module, "router.proj")) {
+                cr_assert_str_eq(mode, "affine", "%s", module);
+                n_router++;
+                continue;
+            }
+            cr_assert_str_eq(mode, qmode_name(cases[i].mode), "%s", module);
+            cr_assert_null(jget(entry, "biases"), "%s: no biases", module);
+            char name[256];
+            snprintf(name, sizeof name, "%s.scales", module);
+            cr_assert_eq(pack_find(&p, name)->dtype, DT_U8, "%s", name);
+            n_mx++;
+        }
+        cr_assert_gt(n_mx, 0);
+        cr_assert_eq(n_router > 0, !strcmp(cases[i].variant, "26b-a4b"));
+        char want[32];
+        snprintf(want, sizeof want, "quant:%s", qmode_name(cases[i].mode));
+        bool named = false;
+        for (size_t k = 0; k < json_object_array_length(feat); k++)
+            named |= !strcmp(json_object_get_string(json_object_array_get_idx(feat, k)), want);
+        cr_assert(named, "required_features lists %s", want);
+        pack_close(&p);
+        free(a);
+        free(b);
+        free(hf);
+        free(mx);
+    }
+    th_rmtree(dir);
+}
+
+/* The MX options: --mode with other bits, requantizing without leave, and a
+ * tensor MLX's quantizer leaves undefined (an inf) are refused; per tensor
+ * --quantize REGEX=MODE mixes modes, which the MLX export writes as
+ * mlx-lm reads them (a module's dict without "mode" is affine). */
+Test(convert, mx_options_and_refusals)
+{
+    char *dir = th_mkdtemp();
+    char *hf = th_fixture(dir, "hf", fx("e2b", FX_HF, 9));
+    struct convert_report r;
+    struct err e = {0};
+    struct convert_opts o = copts(NULL);
+    o.dry_run = true;
+    o.plan.mode = QM_MXFP4;
+    o.plan.group_size = 0;
+    o.plan.bits = 8;
+    cr_assert_eq(convert_run(&r, hf, &o, &e), ERR_USAGE);
+    cr_assert(strstr(e.msg, "--mode mxfp4 is 4-bit group 32"), "%s", e.msg);
+    convert_free(&r);
+
+    struct fixture_opts fo = fx("e2b", FX_MLX, 9);
+    fo.quant_mode = QM_NVFP4;
+    qmode_defaults(QM_NVFP4, &fo.group_size, &fo.quant_bits);
+    char *nv = th_fixture(dir, "nv", fo);
+    o = copts(NULL);
+    o.dry_run = true;
+    o.plan.bits = 4;
+    cr_assert_eq(convert_run(&r, nv, &o, &e), ERR_USAGE);
+    cr_assert(strstr(e.msg, "already MLX-quantized (nvfp4)") && strstr(e.msg, "--allow-requantize"), "%s", e.msg);
+    convert_free(&r);
+    o.plan.allow_requantize = true;
+    convert_ok(&r, nv, &o);
+    cr_assert_eq(find_item(&r, "layers.0.mlp.down_proj.weight")->act, ACT_REQUANTIZE);
+    convert_free(&r);
+
+    /* mxfp8 for down_proj, mxfp4 elsewhere; exported for MLX */
+    o = copts(NULL);
+    o.plan.mode = QM_MXFP4;
+    o.plan.group_size = 0;
+    add_rule(&o.plan.quantize, &o.plan.n_quantize, "down_proj=mxfp8", false);
+    o.format_mlx = true;
+    char *out = fio_join(dir, "mlx");
+    o.out = out;
+    convert_ok(&r, hf, &o);
+    convert_free(&r);
+    free_rules(&o.plan);
+    struct json_object *cfg = read_json(out, "config.json"), *q = jget(cfg, "quantization");
+    cr_assert_str_eq(json_object_get_string(jget(q, "mode")), "mxfp4");
+    struct json_object *down = jget(q, "language_model.model.layers.0.mlp.down_proj");
+    cr_assert(down && !strcmp(json_object_get_string(jget(down, "mode")), "mxfp8"), "per-module mode written");
+    json_object_put(cfg);
+    assert_loadable(out);
+
+    /* an inf in a float source: MLX's mxfp4 is undefined there, so that group is refused by name */
+    static const char key[] = "model.language_model.layers.1.mlp.up_proj.weight";
+    char *st = fio_join(hf, "model.safetensors");
+    struct st_file f;
+    cr_assert_eq(st_open(&f, st, 0, &e), ERR_OK, "%s", e.msg);
+    const struct st_tensor *t = NULL;
+    for (size_t i = 0; i < f.n_tensors; i++)
+        if (!strcmp(f.tensors[i].name, key))
+            t = &f.tensors[i];
+    cr_assert(t && t->dtype == DT_BF16 && t->rank == 2);
+    const uint8_t *data;
+    cr_assert_eq(st_data(&f, t, &data, &e), ERR_OK, "%s", e.msg);
+    size_t nbytes = (size_t)(t->end - t->begin);
+    uint8_t *edited = malloc(nbytes);
+    cr_assert(edited);
+    memcpy(edited, data, nbytes);
+    size_t at = 2 * (size_t)(3 * t->shape[1] + 40); /* row 3, column 40: group 1 in mxfp4 */
+    edited[at] = 0x80;
+    edited[at + 1] = 0x7F; /* bf16 +inf */
+    st_close(&f);
+    free(st);
+    char *bad = clone_ckpt(dir, "inf", hf, key, edited, NULL);
+    free(edited);
+    o = copts(NULL);
+    o.plan.mode = QM_MXFP4;
+    o.plan.group_size = 0;
+    char *badout = fio_join(dir, "inf.gpk");
+    o.out = badout;
+    cr_assert_eq(convert_run(&r, bad, &o, &e), ERR_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "layers.1.mlp.up_proj.weight: row 3, group 1") && strstr(e.msg, "mxfp4"), "%s", e.msg);
+    cr_assert_not(exists(badout), "no partial pack");
+    convert_free(&r);
+    free(badout);
+    free(bad);
+    free(out);
+    free(nv);
     free(hf);
     th_rmtree(dir);
 }
