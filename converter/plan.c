@@ -93,16 +93,6 @@ static uint64_t item_bytes(const struct plan_item *it)
     return n * (uint64_t)it->bits / 8 + (it->mode == QM_AFFINE ? 2 : 1) * groups * dtype_table[it->dtype].bits / 8;
 }
 
-/* "affine 4-bit group 64", "mxfp4" */
-static const char *qname(enum qmode m, int bits, int gs, char *buf, size_t len)
-{
-    if (m == QM_AFFINE)
-        snprintf(buf, len, "affine %d-bit group %d", bits, gs);
-    else
-        snprintf(buf, len, "%s", qmode_name(m));
-    return buf;
-}
-
 __attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, const char *fmt, ...)
 {
     va_list ap;
@@ -150,7 +140,7 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
         mode = rq->mode;
         bits = rq->bits;
         gs = rq->group_size;
-        why(it, "--quantize %s=%s", rq->pattern, qname(mode, bits, gs, a, sizeof a));
+        why(it, "--quantize %s=%s", rq->pattern, qmode_describe(mode, bits, gs, a, sizeof a));
     } else if (o->bits && t->router) {
         bits = 8;
         gs = 64;
@@ -169,14 +159,14 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
         return ERR_OK;
     }
     if (src_q && t->q.mode == mode && t->q.bits == bits && t->q.group_size == gs) {
-        why(it, "already %s: copied", qname(mode, bits, gs, a, sizeof a));
+        why(it, "already %s: copied", qmode_describe(mode, bits, gs, a, sizeof a));
         return ERR_OK;
     }
     if (src_q && !o->allow_requantize)
         return err_set(e, ERR_USAGE, "%s is already MLX-quantized (%s); quantizing it again (%s) would compound the "
                                      "rounding error. Pass --allow-requantize to dequantize and requantize anyway, or "
                                      "convert the original float checkpoint",
-                       t->name, qname(t->q.mode, t->q.bits, t->q.group_size, a, sizeof a), qname(mode, bits, gs, b, sizeof b));
+                       t->name, qmode_describe(t->q.mode, t->q.bits, t->q.group_size, a, sizeof a), qmode_describe(mode, bits, gs, b, sizeof b));
     it->act = src_q ? ACT_REQUANTIZE : ACT_QUANTIZE;
     it->lattice = o->qat_lattice && mode == QM_AFFINE && bits == 4 && gs == 32;
     it->quantized_out = true;

@@ -1,6 +1,6 @@
 #include "core/qmode.h"
 
-#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -30,6 +30,15 @@ bool qmode_from_name(const char *s, enum qmode *out)
 const char *qmode_name(enum qmode m)
 {
     return (size_t)m < N_MODES ? modes[m].name : "unknown";
+}
+
+const char *qmode_describe(enum qmode m, int bits, int group_size, char *buf, size_t len)
+{
+    if (m == QM_AFFINE)
+        snprintf(buf, len, "affine %d-bit group %d", bits, group_size);
+    else
+        snprintf(buf, len, "%s", qmode_name(m));
+    return buf;
 }
 
 void qmode_defaults(enum qmode m, int *group_size, int *bits)

@@ -5,6 +5,7 @@
 #define GP_QMODE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum qmode { QM_AFFINE, QM_MXFP4, QM_NVFP4, QM_MXFP8 };
 
@@ -14,6 +15,9 @@ const char *qmode_name(enum qmode m);
 
 /* The mode's default group size and bits (mlx-lm's: affine 64/4, mxfp4
  * 32/4, nvfp4 16/4, mxfp8 32/8). */
+/* "affine 4-bit group 64", "mxfp4": how reports name a module's quantization. */
+const char *qmode_describe(enum qmode m, int bits, int group_size, char *buf, size_t len);
+
 void qmode_defaults(enum qmode m, int *group_size, int *bits);
 
 /* True when (bits, group_size) is allowed for the mode: affine bits in

@@ -10,6 +10,7 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 #include "core/pack.h"
+#include "core/qmode.h"
 #include "core/safetensors.h"
 
 static struct json_object *tensor_json(const struct st_tensor *t, const char *file)
@@ -56,9 +57,12 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
         char *dot = strrchr(module, '.');
         struct json_object *entry;
         if (dot && !strcmp(dot, ".weight") && (*dot = 0, q && json_object_object_get_ex(q, module, &entry)))
-            snprintf(quant, sizeof quant, "affine %d-bit group %d",
-                     json_object_get_int(json_object_object_get(entry, "bits")),
-                     json_object_get_int(json_object_object_get(entry, "group_size")));
+        {
+            enum qmode m = QM_AFFINE;
+            qmode_from_name(json_object_get_string(json_object_object_get(entry, "mode")), &m);
+            qmode_describe(m, json_object_get_int(json_object_object_get(entry, "bits")),
+                           json_object_get_int(json_object_object_get(entry, "group_size")), quant, sizeof quant);
+        }
         fprintf(out, "  %-56s %-5s %-22s %12llu 0x%08x  %s\n", t->name, dtype_name(t->dtype), shape,
                 (unsigned long long)t->nbytes, t->crc32, quant);
     }

@@ -72,6 +72,34 @@ expect 2 "check 31b headers without --headers-only" -- "$G" check "$T/31b"
 expect 0 "fixture mlx 4-bit multimodal" -- "$G" fixture --variant 26b-a4b --layout mlx --quant 4 --multimodal --shards 3 -o "$T/moe"
 expect 0 "check mlx 4-bit multimodal" -- "$G" check "$T/moe"
 
+# the MX modes: fixtures, convert --mode and per-tensor modes, the pack's features, a run
+for m in mxfp4 nvfp4 mxfp8; do
+    expect 0 "fixture mlx $m" -- "$G" fixture --variant e2b --layout mlx --quant $m -o "$T/fx-$m"
+    expect 0 "check mlx $m" -- "$G" check "$T/fx-$m"
+    ok "check names $m" -- grep -q "quant    mlx $m" "$T/out"
+done
+expect 2 "fixture mxfp4 with a group size" -- "$G" fixture --variant e2b --layout mlx --quant mxfp4 --group-size 64 -o "$T/x"
+expect 0 "convert --mode nvfp4" -- "$G" convert "$T/e2b" --mode nvfp4 --align 64 -o "$T/e2b-nv.gpk"
+expect 0 "verify the nvfp4 pack" -- "$G" verify "$T/e2b-nv.gpk"
+expect 0 "inspect the nvfp4 pack" -- "$G" inspect "$T/e2b-nv.gpk"
+ok "inspect names the feature" -- grep -q '"quant:nvfp4"' "$T/out"
+ok "inspect names the mode per tensor" -- grep -q "layers.0.mlp.down_proj.weight .* nvfp4\$" "$T/out"
+expect 0 "run the nvfp4 pack" -- "$G" run "$T/e2b-nv.gpk" --tokens 2,3,4 --generate 2
+expect 2 "--mode mxfp4 --bits 8 refused" -- "$G" convert "$T/e2b" --mode mxfp4 --bits 8 -o "$T/x.gpk"
+ok "the refusal names the mode's bits" -- grep -q "mxfp4 is 4-bit group 32" "$T/err"
+expect 2 "--mode unknown" -- "$G" convert "$T/e2b" --mode fp4 -o "$T/x.gpk"
+expect 0 "--quantize REGEX=MODE" -- "$G" convert "$T/e2b" --quantize 'mlp=mxfp8' --bits 4 --dry-run --json
+ok "the rule's mode in the plan" -- test "$(json_field "$T/out" "[t['mode'] for t in d['plan']['tensors'] if t['tensor']=='layers.0.mlp.up_proj.weight'][0]")" = mxfp8
+expect 0 "convert --format mlx --mode mxfp8" -- "$G" convert "$T/e2b" --format mlx --mode mxfp8 -o "$T/mlx-mx8"
+expect 0 "the mxfp8 export passes check" -- "$G" check "$T/mlx-mx8"
+ok "its config names the mode" -- test "$(json_field "$T/mlx-mx8/config.json" "d['quantization']['mode']")" = mxfp8
+
+# not a Gemma 4 text model: the architecture is refused by name
+cp -r "$T/e2b" "$T/arch"
+sed -i 's/"Gemma4ForConditionalGeneration"/"Gemma3ForCausalLM"/' "$T/arch/config.json"
+expect 1 "check refuses another architecture" -- "$G" check "$T/arch"
+ok "the refusal names it" -- grep -q "not a Gemma 4 text model gempack runs: Gemma3ForCausalLM" "$T/out"
+
 # convert -> verify -> inspect; a flipped byte is caught; no partial output on failure
 expect 0 "convert e2b to a 4-bit pack" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/e2b-q4.gpk"
 expect 0 "verify the pack" -- "$G" verify "$T/e2b-q4.gpk"
