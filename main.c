@@ -672,7 +672,7 @@ static const struct command commands[] = {
      "Normalizes a checkpoint that 'gempack check' accepts into one canonical form\n"
      "and writes a .gpk pack (default) or, with --format mlx, a directory of MLX\n"
      "safetensors + config.json. Every dropped or transformed tensor is reported.\n"
-     "Without --bits or --quantize nothing is requantized: tensors keep their\n"
+     "Without --bits, --mode or --quantize nothing is requantized: tensors keep their\n"
      "source representation.\n",
      convert_opts, NULL, cmd_convert},
     {"verify", "gempack verify FILE.gpk", "every checksum of a pack, and its tensors against its config",
