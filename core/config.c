@@ -373,6 +373,10 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     if (json_object_get_type(root) != json_type_object)
         return err_set(e, ERR_CONFIG, "%s: top level is a JSON %s, expected an object", path, jsonx_type_name(root));
     struct diag d = {.e = e, .path = path, .scope = ""};
+    /* Another model's config is refused for what it is, not for the Gemma 4 fields it lacks */
+    check_architectures(&d, root);
+    if (d.n)
+        return e ? (e->code = ERR_CONFIG) : ERR_CONFIG;
 
     struct json_object *mt = get(root, "model_type");
     const char *model_type = mt && json_object_get_type(mt) == json_type_string ? json_object_get_string(mt) : NULL;
@@ -401,7 +405,6 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
     c->unified = (model_type && !strncmp(model_type, "gemma4_unified", 14)) ||
                  (tmt && json_object_get_type(tmt) == json_type_string &&
                   !strcmp(json_object_get_string(tmt), "gemma4_unified_text"));
-    check_architectures(&d, root);
 
     get_int(&d, t, "vocab_size", REQUIRED, 0, 1, LIM_VOCAB, &c->vocab_size);
     get_int(&d, t, "hidden_size", REQUIRED, 0, 1, LIM_DIM, &c->hidden_size);

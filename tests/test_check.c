@@ -8,7 +8,7 @@
  *           G 1, head_dim 32 / global 64, I 256 (double-wide 512 from F0), P 64
  *   e4b     L 12, num_kv_shared 6 -> F0 6, period 6 (full: 5, 11), G 2
  *   26b-a4b L 6, no sharing, k_eq_v (full: 5), MoE E 4, M 64, I 128
- *   31b     L 12, no sharing, k_eq_v (full: 5, 11), G 2, global KV 1
+ *   31b     L 12, no sharing, k_eq_v (full: 5, 11), G 2, global KV 2
  *   vocab 512 everywhere; vision tower layers e2b 7, e4b 8, 26b 8, 31b 14. */
 #include <criterion/criterion.h>
 
@@ -701,7 +701,7 @@ Test(check, broken_router_not_quantized)
 
 Test(check, broken_v_proj_on_k_eq_v_layer)
 {
-    /* 31b: full layers 5 and 11 are k_eq_v (global KV heads 1 x 64). */
+    /* 31b: full layers 5 and 11 are k_eq_v (global KV heads 2 x 64). */
     char *tmp, *dir = base_fixture(&tmp, "31b", FX_HF, 0);
     struct edit ed[] = {ed_set(ED_ADD, PFX_HF "layers.5.self_attn.v_proj.weight", DT_BF16, 2, 64, 128, 0),
                         ed_set(ED_ADD, PFX_HF "layers.11.self_attn.v_proj.weight", DT_BF16, 2, 64, 128, 0)};

@@ -832,6 +832,21 @@ Test(config, cfg_three_missing_fields_three_lines)
     free(text);
 }
 
+/* Another model's config (its own model_type, none of Gemma 4's fields) is
+ * refused by its architecture alone, not by a list of missing fields. */
+Test(config, cfg_other_architecture_refused_alone)
+{
+    struct gp_config c;
+    struct err e = {0};
+    cr_assert_eq(parse_str(&c, "{\"architectures\": [\"DiffusionGemma4ModelForBlockDiffusion\"], "
+                                "\"model_type\": \"diffusion_gemma4\", \"block_size\": 32}",
+                           &e),
+                 ERR_CONFIG);
+    cr_assert_str_eq(e.msg, "config.json: architectures[0]: not a Gemma 4 text model gempack runs: "
+                            "DiffusionGemma4ModelForBlockDiffusion");
+    cfg_free(&c);
+}
+
 Test(config, cfg_not_json_is_format_error)
 {
     static const char *const texts[] = {"model_type = gemma4", "{\"model_type\":\"gemma4\",", "",
