@@ -48,17 +48,17 @@ static struct json_object *source_json(const struct convert_report *r)
 {
     struct json_object *s = json_object_new_object(), *files = json_object_new_array();
     char hex[65];
-    for (size_t i = 0; i < r->in.ck.n_shards; i++) {
-        const struct st_file *f = &r->in.ck.shards[i];
+    for (size_t i = 0; i < r->in.source.ck.n_shards; i++) {
+        const struct st_file *f = &r->in.source.ck.shards[i];
         struct json_object *fo = json_object_new_object();
-        json_object_object_add(fo, "name", json_object_new_string(r->in.ck.shard_names[i]));
+        json_object_object_add(fo, "name", json_object_new_string(r->in.source.ck.shard_names[i]));
         json_object_object_add(fo, "size", json_object_new_int64((int64_t)f->file_size));
         sha256_hex(f->map + 8, (size_t)f->header_len, hex);
         json_object_object_add(fo, "header_sha256", json_object_new_string(hex));
         json_object_array_add(files, fo);
     }
     json_object_object_add(s, "files", files);
-    sha256_hex(r->in.config_text, r->in.config_len, hex);
+    sha256_hex(r->in.source.config_text, r->in.source.config_len, hex);
     json_object_object_add(s, "config_sha256", json_object_new_string(hex));
     json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->in.norm.family)));
     json_object_object_add(s, "quantization",
@@ -152,7 +152,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
     for (size_t i = 0; i < n && rc == ERR_OK; i++) {
         rc = pack_writer_begin(&w, out[i].name, out[i].dtype, out[i].rank, out[i].shape, e);
         if (rc == ERR_OK)
-            rc = plan_stream(&r->in.ck, &out[i], &st, pack_sink, &w, e);
+            rc = plan_stream(&r->in.source.ck, &out[i], &st, pack_sink, &w, e);
         if (rc == ERR_OK)
             rc = pack_writer_end(&w, e);
         r->out_bytes += out[i].nbytes;
@@ -319,10 +319,10 @@ static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t 
         if (mo[i].shard != shard)
             continue;
         if (mo[i].t) {
-            rc = plan_stream(&r->in.ck, (struct out_tensor *)mo[i].t, &st, st_sink, &w, e);
+            rc = plan_stream(&r->in.source.ck, (struct out_tensor *)mo[i].t, &st, st_sink, &w, e);
         } else {
             const uint8_t *data;
-            rc = st_data(&r->in.ck.shards[mo[i].tower->shard], mo[i].tower->t, &data, e);
+            rc = st_data(&r->in.source.ck.shards[mo[i].tower->shard], mo[i].tower->t, &data, e);
             if (rc == ERR_OK)
                 rc = st_writer_write(&w, data, (size_t)mo[i].nbytes, e);
         }
@@ -517,6 +517,50 @@ void convert_free(struct convert_report *r)
     memset(r, 0, sizeof *r);
 }
 
+/* Whether tensor `it` of the output equals the source's values bit for bit:
+ * its own measure, and for a CT / GGUF module also the transcoding's. False
+ * when not known (a dry run quantizes nothing). */
+static bool item_exactness(const struct convert_report *r, const struct plan_item *it, bool *exact, double *err)
+{
+    const struct source_module *m = source_find_module(&r->in.source, it->nt->w->name);
+    *err = it->max_err;
+    *exact = it->max_err == 0.0;
+    if (m && m->verified) {
+        *err = m->max_abs_err > *err || m->max_abs_err != m->max_abs_err ? m->max_abs_err : *err;
+        *exact = *exact && m->exact;
+    }
+    return it->measured && (!m || m->verified);
+}
+
+/* "exact: 158 of 160 tensors ...", then each other one with its error. */
+static void print_exactness(FILE *out, const struct convert_report *r)
+{
+    size_t known = 0, exact = 0;
+    for (size_t i = 0; i < r->plan.n; i++) {
+        bool x;
+        double err;
+        if (item_exactness(r, &r->plan.items[i], &x, &err)) {
+            known++;
+            exact += x;
+        }
+    }
+    if (known < r->plan.n) {
+        fprintf(out, "exact: not measured (a dry run quantizes nothing); %zu of %zu tensors are copies, bit for bit\n",
+                exact, r->plan.n);
+        return;
+    }
+    fprintf(out, "exact: %zu of %zu tensors equal the source's values bit for bit%s\n", exact, r->plan.n,
+            exact == r->plan.n ? "" : "; the others:");
+    for (size_t i = 0; i < r->plan.n; i++) {
+        const struct plan_item *it = &r->plan.items[i];
+        bool x;
+        double err;
+        item_exactness(r, it, &x, &err);
+        if (!x)
+            fprintf(out, "  %-56s max |dw| %.3g (%s)\n", it->nt->name, err, it->why);
+    }
+}
+
 void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
 {
     const struct normalized *n = &r->in.norm;
@@ -545,6 +589,7 @@ void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
             r->plan.n, by_act[ACT_COPY], by_act[ACT_QUANTIZE], by_act[ACT_REQUANTIZE], by_act[ACT_DEQUANTIZE],
             (unsigned long long)r->plan.bytes,
             r->plan.params ? 8.0 * (double)r->plan.bytes / (double)r->plan.params : 0.0);
+    print_exactness(out, r);
     if (r->lattice_groups)
         fprintf(out, "qat lattice: %llu of %llu groups (%.2f %%) reproduced exactly\n",
                 (unsigned long long)r->lattice_exact, (unsigned long long)r->lattice_groups,
@@ -561,7 +606,35 @@ struct json_object *convert_json(const struct convert_report *r)
     json_object_object_add(o, "output", r->out ? json_object_new_string(r->out) : NULL);
     json_object_object_add(o, "written", json_object_new_boolean(r->written));
     json_object_object_add(o, "normalization", normalize_log_json(&r->in.norm));
-    json_object_object_add(o, "plan", plan_json(&r->plan));
+    struct json_object *plan = plan_json(&r->plan), *ts = json_object_object_get(plan, "tensors");
+    size_t n_exact = 0, n_known = 0;
+    for (size_t i = 0; i < r->plan.n; i++) {
+        bool x;
+        double err;
+        bool known = item_exactness(r, &r->plan.items[i], &x, &err);
+        struct json_object *t = json_object_array_get_idx(ts, i);
+        json_object_object_add(t, "exact", known ? json_object_new_boolean(x) : NULL);
+        json_object_object_add(t, "max_abs_error", known ? json_object_new_double(err) : NULL);
+        n_known += known;
+        n_exact += known && x;
+    }
+    json_object_object_add(plan, "exact_tensors", n_known == r->plan.n ? json_object_new_int64((int64_t)n_exact) : NULL);
+    json_object_object_add(o, "plan", plan);
+    struct json_object *src = json_object_new_object(), *mods = json_object_new_array();
+    json_object_object_add(src, "format", json_object_new_string(source_kind_name(r->in.source.kind)));
+    for (size_t i = 0; i < r->in.source.n_mods; i++) {
+        const struct source_module *m = &r->in.source.mods[i];
+        struct json_object *j = json_object_new_object();
+        json_object_object_add(j, "module", json_object_new_string(m->name));
+        json_object_object_add(j, "tensor", json_object_new_string(m->key));
+        json_object_object_add(j, "from", json_object_new_string(m->from));
+        json_object_object_add(j, "to", json_object_new_string(m->to));
+        json_object_object_add(j, "exact", json_object_new_boolean(m->exact));
+        json_object_object_add(j, "max_abs_error", json_object_new_double(m->max_abs_err));
+        json_object_array_add(mods, j);
+    }
+    json_object_object_add(src, "transcoded", mods);
+    json_object_object_add(o, "source", src);
     if (r->lattice_groups) {
         struct json_object *l = json_object_new_object();
         json_object_object_add(l, "groups", json_object_new_int64((int64_t)r->lattice_groups));

@@ -1,5 +1,6 @@
 #include "converter/plan.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +204,7 @@ int plan_build(const struct normalized *n, const struct gp_config *c, const stru
             it->dtype = n->t[i].w->t->dtype;
             why(it, "never quantized");
         }
+        it->measured = it->act == ACT_COPY; /* the source's bytes: its values exactly */
         it->bytes = item_bytes(it);
         p->bytes += it->bytes;
         p->params += numel(it->nt);
@@ -371,17 +373,28 @@ struct qblock {
     uint64_t r0;
     size_t cols, ng, ssz, row_bytes;
     enum dtype t;            /* the type the MX quantizer rounds in: the source's */
-    float *scratch;          /* [workers][cols] */
+    float *scratch;          /* [workers][2][cols]: the source row, the output row dequantized */
     uint8_t *out;            /* [block][row_bytes] packed codes */
     uint64_t *groups, *exact; /* [block] lattice counts, summed after the block */
     int64_t *bad;            /* [block] the first group an MX quantizer refused, or -1 */
+    double *err;             /* [block] max |dequantized output − source| of the row */
 };
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        m = d > m || d != d ? d : m;
+    }
+    return m;
+}
 
 static void quant_task(void *arg, int64_t task, int worker)
 {
     struct qblock *b = arg;
     uint64_t r = b->r0 + (uint64_t)task;
-    float *row = b->scratch + (size_t)worker * b->cols; /* [cols] */
+    float *row = b->scratch + (size_t)worker * 2 * b->cols, *deq = row + b->cols; /* [cols] each */
     uint32_t *words = (uint32_t *)(void *)(b->out + (size_t)task * b->row_bytes);
     uint8_t *sc = b->st->scales + r * b->ng * b->ssz, *bi = b->st->biases + r * b->ng * b->ssz;
     source_row_f32(b->src, r, row);
@@ -393,6 +406,11 @@ static void quant_task(void *arg, int64_t task, int worker)
         quant_lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
         quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
+    if (b->it->mode != QM_AFFINE)
+        dequant_mx_row(b->it->mode, (const uint8_t *)words, b->st->scales + r * b->ng, b->cols, deq);
+    else
+        dequant_affine_row((const uint8_t *)words, sc, bi, b->it->dtype, b->cols, b->it->group_size, b->it->bits, deq);
+    b->err[task] = b->bad[task] >= 0 ? 0.0 : max_diff(row, deq, b->cols);
 }
 
 /* The float type a source row is exact in, which MLX would quantize it in:
@@ -420,13 +438,14 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     st->biases = malloc(st->nbytes ? st->nbytes : 1);
     struct qblock b = {.src = src, .it = it, .st = st, .cols = (size_t)cols, .ng = ng, .ssz = ssz,
                        .row_bytes = row_bytes, .t = source_type(src->t),
-                       .scratch = malloc((size_t)workers * (size_t)cols * sizeof(float)),
+                       .scratch = malloc((size_t)workers * 2 * (size_t)cols * sizeof(float)),
+                       .err = malloc((size_t)block * sizeof(double)),
                        .out = malloc((size_t)block * row_bytes),
                        .groups = malloc((size_t)block * sizeof(uint64_t)),
                        .exact = malloc((size_t)block * sizeof(uint64_t)),
                        .bad = malloc((size_t)block * sizeof(int64_t))};
     int rc = ERR_OK;
-    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact || !b.bad)
+    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact || !b.bad || !b.err)
         rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu rows of %llu for quantization", src->t->name,
                      (unsigned long long)block, (unsigned long long)cols);
     for (b.r0 = 0; b.r0 < rows && rc == ERR_OK; b.r0 += block) {
@@ -435,6 +454,7 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
         for (uint64_t i = 0; i < n && rc == ERR_OK; i++) {
             it->lattice_groups += b.groups[i];
             it->lattice_exact += b.exact[i];
+            it->max_err = b.err[i] > it->max_err || b.err[i] != b.err[i] ? b.err[i] : it->max_err;
             if (b.bad[i] >= 0)
                 rc = err_set(e, ERR_UNSUPPORTED,
                              "%s: row %llu, group %lld holds a NaN or inf, or magnitudes outside %s's exponent range: "
@@ -449,14 +469,16 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     free(b.groups);
     free(b.exact);
     free(b.bad);
+    free(b.err);
+    it->measured = rc == ERR_OK;
     return rc;
 }
 
-static int stream_float(const struct source *src, const struct plan_item *it, uint64_t rows, uint64_t cols,
+static int stream_float(const struct source *src, struct plan_item *it, uint64_t rows, uint64_t cols,
                         sink_fn sink, void *ctx, struct err *e)
 {
     unsigned esz = dtype_table[it->dtype].bits / 8;
-    float *row = malloc((size_t)cols * sizeof *row);       /* [cols] */
+    float *row = malloc(2 * (size_t)cols * sizeof *row);   /* [2][cols]: source, output */
     uint8_t *buf = malloc((size_t)cols * esz);             /* [cols] in the output dtype */
     int rc = ERR_OK;
     if (!row || !buf)
@@ -464,8 +486,12 @@ static int stream_float(const struct source *src, const struct plan_item *it, ui
     for (uint64_t r = 0; r < rows && rc == ERR_OK; r++) {
         source_row_f32(src, r, row);
         dtype_from_f32(it->dtype, row, buf, (size_t)cols);
+        dtype_to_f32(it->dtype, buf, row + cols, (size_t)cols);
+        double d = max_diff(row, row + cols, (size_t)cols);
+        it->max_err = d > it->max_err || d != d ? d : it->max_err;
         rc = sink(ctx, buf, (size_t)cols * esz, e);
     }
+    it->measured = rc == ERR_OK;
     free(row);
     free(buf);
     return rc;

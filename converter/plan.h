@@ -56,6 +56,8 @@ struct plan_item {
     uint64_t bytes;           /* output bytes (all parts) */
     bool lattice;             /* --qat-lattice: 4-bit group 32 on the QAT grid where exact */
     uint64_t lattice_groups, lattice_exact; /* groups quantized, and reproduced exactly */
+    bool measured;            /* max_err known: a copy, or the tensor was streamed */
+    double max_err;           /* max |output − source value| over the weights (0: bit for bit) */
 };
 
 struct plan {

@@ -217,7 +217,62 @@ int ckpt_open(struct ckpt *c, const char *dir, unsigned st_flags, struct err *e)
     free(index);
     if (rc != ERR_OK)
         ckpt_close(c);
+    c->n_files = c->n_shards;
     return rc;
+}
+
+int ckpt_init_empty(struct ckpt *c, const char *dir, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    if (!(c->dir = strdup(dir)))
+        return err_set(e, ERR_NOMEM, "cannot allocate a path");
+    return ERR_OK;
+}
+
+int ckpt_add_shard(struct ckpt *c, struct st_file *f, const char *name, struct err *e)
+{
+    struct st_file *s = realloc(c->shards, (c->n_shards + 1) * sizeof *s);
+    if (s)
+        c->shards = s;
+    char **n = s ? realloc(c->shard_names, (c->n_shards + 1) * sizeof *n) : NULL;
+    if (n)
+        c->shard_names = n;
+    if (!s || !n || !(n[c->n_shards] = strdup(name))) {
+        st_close(f);
+        return err_set(e, ERR_NOMEM, "cannot add a shard to %s", c->dir);
+    }
+    s[c->n_shards++] = *f;
+    memset(f, 0, sizeof *f);
+    return ERR_OK;
+}
+
+int ckpt_reindex(struct ckpt *c, bool (*drop)(const char *name, void *ctx), void *ctx, struct err *e)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < c->n_shards; i++)
+        total += c->shards[i].n_tensors;
+    struct ckpt_tensor *t = calloc(total ? total : 1, sizeof *t);
+    if (!t)
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu tensor records", total);
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_shards; i++)
+        for (size_t j = 0; j < c->shards[i].n_tensors; j++) {
+            const struct st_tensor *st = &c->shards[i].tensors[j];
+            if (i >= c->n_files || !drop || !drop(st->name, ctx))
+                t[n++] = (struct ckpt_tensor){st->name, i, st};
+        }
+    qsort(t, n, sizeof *t, cmp_ct);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(t[i].name, t[i - 1].name)) {
+            int rc = err_set(e, ERR_FORMAT, "%s: tensor '%s' twice (%s and %s)", c->dir, t[i].name,
+                             c->shard_names[t[i - 1].shard], c->shard_names[t[i].shard]);
+            free(t);
+            return rc;
+        }
+    free(c->tensors);
+    c->tensors = t;
+    c->n_tensors = n;
+    return ERR_OK;
 }
 
 void ckpt_close(struct ckpt *c)

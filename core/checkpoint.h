@@ -26,6 +26,8 @@ struct ckpt {
     struct st_file *shards;
     char **shard_names;            /* file names as given in the index (or "model.safetensors") */
     size_t n_shards;
+    size_t n_files;                /* shards [0, n_files) are the directory's files; the rest were
+                                    * added by ckpt_add_shard (views and transcoded tensors) */
     struct ckpt_tensor *tensors;   /* sorted by name */
     size_t n_tensors;
     char **warnings;               /* advisory findings, one sentence each */
@@ -38,5 +40,17 @@ int ckpt_open(struct ckpt *c, const char *dir, unsigned st_flags, struct err *e)
 void ckpt_close(struct ckpt *c);
 
 const struct ckpt_tensor *ckpt_find(const struct ckpt *c, const char *name);
+
+/* An empty checkpoint named `dir` (a source with no safetensors files). */
+int ckpt_init_empty(struct ckpt *c, const char *dir, struct err *e);
+
+/* Adds a shard built in memory (ownership of *f and its tensors moves to c;
+ * its map is not unmapped: map_len 0). Call ckpt_reindex afterwards. */
+int ckpt_add_shard(struct ckpt *c, struct st_file *f, const char *name, struct err *e);
+
+/* Rebuilds the sorted tensor list from every shard, leaving out the file
+ * shards' tensors for which drop(name, ctx) is true; a name in two shards is
+ * an error. */
+int ckpt_reindex(struct ckpt *c, bool (*drop)(const char *name, void *ctx), void *ctx, struct err *e);
 
 #endif

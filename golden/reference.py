@@ -3,16 +3,17 @@
 
 Written from the Gemma 4 architecture and file formats as docs/MODEL.md and
 docs/INPUTS.md restate them (sections named in the comments as "MODEL.md §x"
-and "INPUTS.md §x"). It shares
+and "INPUTS.md §x"); the compressed-tensors pack-quantized and GGUF readers from the format
+facts of notes/compressed-tensors.md and notes/gguf-gemma4.md. It shares
 no code with, and was not derived from, the C runner of this repository.
 
 Library use:
     import reference
-    model = reference.load_checkpoint("path/to/checkpoint")
+    model = reference.load_checkpoint("path/to/checkpoint")   # or "path/to/model.gguf"
     logits = reference.forward(model, tokens)        # float64 [T, V]
 
 Command line:
-    /usr/bin/python3 golden/reference.py CHECKPOINT_DIR [--tokens-file tokens.json] -o OUT.npz
+    /usr/bin/python3 golden/reference.py CHECKPOINT_DIR|FILE.gguf [--tokens-file tokens.json] -o OUT.npz
         [--rope-tables f32|f32-hf|f64] [--tolerance max_abs=1e-4] [--tolerance kld_mean=1e-6]
         [--compare OTHER.npz[:KEY]]
 
@@ -29,6 +30,7 @@ import io
 import json
 import math
 import os
+import re
 import struct
 import sys
 import zipfile
@@ -191,6 +193,8 @@ def _quant_block(config, tc):
         return config["quantization"]
     for qc in (config.get("quantization_config"), tc.get("quantization_config")):
         if isinstance(qc, dict):
+            if qc.get("quant_method") == "compressed-tensors":
+                return CTConfig(qc)
             if "quant_method" in qc:
                 raise ReferenceError("quantization_config with quant_method %r is an HF quantizer "
                                      "format this reference does not read" % qc["quant_method"])
@@ -408,6 +412,222 @@ def dequantize_mx(words, scales, mode):
 
 
 # ---------------------------------------------------------------------------
+# compressed-tensors "pack-quantized" (notes/compressed-tensors.md §1 - §5)
+# ---------------------------------------------------------------------------
+
+CT_SUFFIXES = (".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point",
+               ".weight_g_idx")
+# Preset schemes that a config group may name instead of spelling out (group value = target list).
+CT_PRESETS = {
+    "W4A16": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128},
+    "W4A16_ASYM": {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group",
+                   "group_size": 128},
+    "W8A16": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128},
+}
+# Relative (text-prefix-stripped) names of the Linear modules of the Gemma 4 text model, for the
+# class target "Linear" and for the dense-module consistency check.
+_CT_LINEAR = re.compile(r"^(layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|router\.proj|"
+                        r"per_layer_input_gate|per_layer_projection|experts\.\d+\.(gate|up|down)_proj)|"
+                        r"per_layer_model_projection|lm_head)$")
+
+
+class CTConfig:
+    """A parsed compressed-tensors quantization_config restricted to weight-only pack-quantized
+    int groups (strategy group or channel). Anything else is refused with the reason."""
+
+    def __init__(self, qc):
+        fmt = qc.get("format")
+        if fmt not in ("pack-quantized", "mixed-precision", None):
+            raise ReferenceError("compressed-tensors format %r is not read (only pack-quantized, or "
+                                 "mixed-precision with pack-quantized groups)" % fmt)
+        st = qc.get("quantization_status")
+        if st not in (None, "compressed"):
+            raise ReferenceError("compressed-tensors quantization_status %r (expected compressed)" % st)
+        if qc.get("kv_cache_scheme") is not None:
+            raise ReferenceError("compressed-tensors kv_cache_scheme is not supported")
+        if qc.get("transform_config"):
+            raise ReferenceError("compressed-tensors transform_config is not supported")
+        sp = qc.get("sparsity_config")
+        if isinstance(sp, dict) and sp.get("format") not in (None, "dense"):
+            raise ReferenceError("compressed-tensors sparsity format %r is not supported" % sp.get("format"))
+        ign = qc.get("ignore") or []
+        if not isinstance(ign, list) or not all(isinstance(x, str) for x in ign):
+            raise ReferenceError("compressed-tensors ignore must be a list of strings")
+        self.ignore = ign
+        cg = qc.get("config_groups")
+        if not isinstance(cg, dict) or not cg:
+            raise ReferenceError("compressed-tensors config_groups missing or empty")
+        self.groups = []
+        for name, g in cg.items():
+            if isinstance(g, list):  # preset name -> targets
+                if name not in CT_PRESETS:
+                    raise ReferenceError("compressed-tensors group %r: unknown preset" % name)
+                g = {"targets": g, "weights": dict(CT_PRESETS[name])}
+            if not isinstance(g, dict):
+                raise ReferenceError("compressed-tensors group %r is not an object" % name)
+            gfmt = g.get("format") or (fmt if fmt != "mixed-precision" else None)  # per-group wins
+            if gfmt != "pack-quantized":
+                raise ReferenceError("compressed-tensors group %r has format %r (only pack-quantized)"
+                                     % (name, gfmt))
+            for a in ("input_activations", "output_activations"):
+                if g.get(a) is not None:
+                    raise ReferenceError("compressed-tensors group %r quantizes %s (only weight-only "
+                                         "W*A16 is exact to dequantize)" % (name, a))
+            tg = g.get("targets")
+            if not isinstance(tg, list) or not tg or not all(isinstance(x, str) for x in tg):
+                raise ReferenceError("compressed-tensors group %r: targets must be a list of strings" % name)
+            w = g.get("weights")
+            if not isinstance(w, dict):
+                raise ReferenceError("compressed-tensors group %r has no weights arguments" % name)
+            self.groups.append(self._args(name, tg, w))
+
+    @staticmethod
+    def _args(name, targets, w):
+        if w.get("type", "int") != "int":
+            raise ReferenceError("compressed-tensors group %r: weight type %r (pack-quantized is int)"
+                                 % (name, w.get("type")))
+        bits = w.get("num_bits", 8)
+        if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 8:
+            raise ReferenceError("compressed-tensors group %r: num_bits %r not in 1..8" % (name, bits))
+        sym = w.get("symmetric", True)
+        if not isinstance(sym, bool):
+            raise ReferenceError("compressed-tensors group %r: symmetric %r" % (name, sym))
+        gs = w.get("group_size")
+        strat = w.get("strategy")
+        if strat is None:  # quant_args.py inference
+            strat = "tensor" if gs is None else ("channel" if gs == -1 else "group")
+        if strat == "group":
+            if not isinstance(gs, int) or isinstance(gs, bool) or gs <= 0:
+                raise ReferenceError("compressed-tensors group %r: strategy group needs group_size > 0"
+                                     % name)
+        elif strat == "channel":
+            gs = None
+        else:
+            raise ReferenceError("compressed-tensors group %r: weight strategy %r (only group, channel)"
+                                 % (name, strat))
+        if w.get("dynamic") not in (None, False):
+            raise ReferenceError("compressed-tensors group %r: dynamic weights" % name)
+        if w.get("block_structure") is not None:
+            raise ReferenceError("compressed-tensors group %r: block_structure" % name)
+        ao = w.get("actorder")
+        if ao not in (None, False, "group", "dynamic", "weight", "static"):
+            raise ReferenceError("compressed-tensors group %r: actorder %r" % (name, ao))
+        gidx = ao in ("group", "dynamic")
+        if gidx and strat != "group":
+            raise ReferenceError("compressed-tensors group %r: actorder group needs strategy group" % name)
+        return {"name": name, "targets": list(targets), "bits": bits, "group_size": gs,
+                "strategy": strat, "symmetric": sym, "g_idx": gidx}
+
+    @staticmethod
+    def _match(target, name, is_linear):
+        """CT utils/match.py: 're:PAT' is re.match on the name; else the exact name; a class name
+        ('Linear') matches every Linear module. Returns a priority (0 best) or None."""
+        if target.startswith("re:"):
+            return 1 if re.match(target[3:], name) else None
+        if target == name:
+            return 0
+        if target == "Linear" and is_linear:
+            return 2
+        return None
+
+    def ignored(self, name, is_linear):
+        return any(self._match(t, name, is_linear) is not None for t in self.ignore)
+
+    def scheme(self, name, is_linear):
+        """The group quantizing module `name` (full key without the weight suffix), or None."""
+        best, found = None, []
+        for g in self.groups:
+            ps = [p for p in (self._match(t, name, is_linear) for t in g["targets"]) if p is not None]
+            if ps:
+                found.append((min(ps), g))
+        if not found:
+            return None
+        top = min(p for p, _ in found)
+        cands = [g for p, g in found if p == top]
+        keyf = lambda g: (g["bits"], g["group_size"], g["strategy"], g["symmetric"], g["g_idx"])
+        if len(set(keyf(g) for g in cands)) > 1:
+            raise ReferenceError("module %s matches compressed-tensors groups %s with different "
+                                 "arguments" % (name, ", ".join(g["name"] for g in cands)))
+        return cands[0]
+
+
+def unpack_stream(words, bits, n):
+    """uint32 words [R, nw] -> codes [R, n]: element i of a row at bits [i*b, i*b+b) of the
+    LSB-first stream over the little-endian words (trailing padding bits ignored)."""
+    R, nw = words.shape
+    if nw != -(-n * bits // 32):
+        raise ReferenceError("packed row has %d words, expected ceil(%d x %d / 32) = %d"
+                             % (nw, n, bits, -(-n * bits // 32)))
+    by = np.ascontiguousarray(words.astype("<u4")).view(np.uint8).reshape(R, nw * 4)
+    st = np.unpackbits(by, axis=-1, bitorder="little")[:, :n * bits]
+    st = st.reshape(R, n, bits).astype(np.int64)
+    return (st << np.arange(bits, dtype=np.int64)).sum(axis=-1)
+
+
+def ct_dequantize(mod, t, args):
+    """Dequantize one pack-quantized module to float64 [out, in], exactly:
+    w[r, c] = (q[r, c] - zp[r, g]) * scale[r, g], g = c // G (group), 0 (channel) or g_idx[c].
+
+    t: dict suffix -> RawTensor of the module. The module's bits / group size come from the
+    config (args) and are cross-checked against every tensor's shape."""
+    b, gs, strat = args["bits"], args["group_size"], args["strategy"]
+    ws = t["weight_shape"]
+    if ws.dtype not in ("I64", "I32") or ws.shape != (2,):
+        raise ReferenceError("%s.weight_shape: expected I64/I32 [2], found %s %s (only 2-D modules)"
+                             % (mod, ws.dtype, list(ws.shape)))
+    out, n_in = (int(x) for x in np.frombuffer(ws.data, dtype=_DTYPES[ws.dtype][1]))
+    if out <= 0 or n_in <= 0:
+        raise ReferenceError("%s.weight_shape [%d, %d] is not positive" % (mod, out, n_in))
+    pk = t["weight_packed"]
+    if pk.dtype != "I32":
+        raise ReferenceError("%s.weight_packed: dtype %s, expected I32" % (mod, pk.dtype))
+    nw = -(-n_in * b // 32)
+    if pk.shape != (out, nw):
+        raise ReferenceError("%s.weight_packed shape %s != [%d, ceil(%d x %d bits / 32) = %d] "
+                             "(config group %r)" % (mod, list(pk.shape), out, n_in, b, nw, args["name"]))
+    ng = -(-n_in // gs) if strat == "group" else 1
+    sc = t["weight_scale"]
+    if sc.dtype not in ("BF16", "F16", "F32"):
+        raise ReferenceError("%s.weight_scale: dtype %s, expected BF16/F16/F32" % (mod, sc.dtype))
+    if sc.shape != (out, ng):
+        raise ReferenceError("%s.weight_scale shape %s != [%d, %d] (%s, group size %s, config group %r)"
+                             % (mod, list(sc.shape), out, ng, strat, gs, args["name"]))
+    scale = sc.as_f64()
+    off = 1 << (b - 1)
+    q = unpack_stream(np.frombuffer(pk.data, dtype="<u4").reshape(pk.shape), b, n_in) - off
+    zt = t.get("weight_zero_point")
+    if args["symmetric"]:
+        if zt is not None:
+            raise ReferenceError("%s has weight_zero_point but its group is symmetric" % mod)
+        zp = np.zeros((out, ng), dtype=np.int64)
+    else:
+        if zt is None:
+            raise ReferenceError("%s has no weight_zero_point but its group is asymmetric" % mod)
+        nzw = -(-out * b // 32)
+        if zt.dtype != "I32" or zt.shape != (nzw, ng):
+            raise ReferenceError("%s.weight_zero_point: %s %s, expected I32 [%d, %d] (packed down dim 0)"
+                                 % (mod, zt.dtype, list(zt.shape), nzw, ng))
+        zw = np.frombuffer(zt.data, dtype="<u4").reshape(zt.shape)
+        zp = unpack_stream(np.ascontiguousarray(zw.T), b, out).T - off  # [out, ng]
+    gt = t.get("weight_g_idx")
+    if args["g_idx"]:
+        if gt is None:
+            raise ReferenceError("%s has no weight_g_idx but its group has actorder group" % mod)
+        if gt.dtype not in ("I32", "I64") or gt.shape != (n_in,):
+            raise ReferenceError("%s.weight_g_idx: %s %s, expected I32 [%d]" % (mod, gt.dtype, list(gt.shape), n_in))
+        gi = np.frombuffer(gt.data, dtype=_DTYPES[gt.dtype][1]).astype(np.int64)
+        if gi.min() < 0 or gi.max() >= ng:
+            raise ReferenceError("%s.weight_g_idx has entries outside [0, %d)" % (mod, ng))
+    else:
+        if gt is not None:
+            raise ReferenceError("%s has weight_g_idx but its group has no actorder group" % mod)
+        gi = np.arange(n_in, dtype=np.int64) // gs if strat == "group" else np.zeros(n_in, dtype=np.int64)
+    # (q - zp) is an integer of at most 9 bits and the scale has at most 24 significant bits:
+    # the float64 product is exact.
+    return (q - zp[:, gi]).astype(np.float64) * scale[:, gi]
+
+
+# ---------------------------------------------------------------------------
 # Loading (MODEL.md §2, INPUTS.md §3.4)
 # ---------------------------------------------------------------------------
 
@@ -476,11 +696,19 @@ def _kv_of_shared_layer(rel, h):
 
 
 def load_checkpoint(ckpt):
-    """Load a Gemma 4 text checkpoint into a dict of float64 arrays plus hyper-parameters."""
+    """Load a Gemma 4 text checkpoint into a dict of float64 arrays plus hyper-parameters.
+
+    ckpt: a checkpoint directory (config.json + safetensors: HF / MLX / compressed-tensors
+    pack-quantized) or a .gguf file."""
+    if os.path.isfile(ckpt):
+        return load_gguf(ckpt)
     with open(os.path.join(ckpt, "config.json"), "rb") as f:
         cfg_bytes = f.read()
     config = json.loads(cfg_bytes)
     tc, h, qblock = parse_config(config)
+    ct = None
+    if isinstance(qblock, CTConfig):
+        ct, qblock = qblock, None
     raw, files = read_all_tensors(ckpt)
 
     # 1. classify by prefix FIRST (MODEL.md §2.6 collision hazard), then strip one text prefix.
@@ -511,9 +739,13 @@ def load_checkpoint(ckpt):
     weights = {}
     quant_info = {}
     used = set()
+    if ct is not None:
+        _load_ct_modules(ct, text, weights, quant_info, used)
     for rel in sorted(text):
         if not rel.endswith(".scales"):
             continue
+        if ct is not None:
+            raise ReferenceError("%s: MLX scales in a compressed-tensors checkpoint" % text[rel][0])
         mod = rel[:-len(".scales")]
         key_scales, t_scales = text[rel]
         if mod + ".weight" not in text:
@@ -603,19 +835,570 @@ def load_checkpoint(ckpt):
                 weights[pre + "gate"] = weights.pop(pre + "switch_glu.gate_proj.weight")
                 weights[pre + "up"] = weights.pop(pre + "switch_glu.up_proj.weight")
                 weights[pre + "down"] = weights.pop(pre + "switch_glu.down_proj.weight")
+            elif pre + "0.gate_proj.weight" in weights:
+                # per-expert Linear modules (compressed-tensors): experts.{e}.{gate,up,down}_proj,
+                # stacked in expert order ([E, M, H] gate and up = the fused [E, 2M, H] split, [E, H, M]).
+                for n in ("gate", "up", "down"):
+                    ks = [pre + "%d.%s_proj.weight" % (e, n) for e in range(E)]
+                    miss = [k for k in ks if k not in weights]
+                    if miss:
+                        raise ReferenceError("per-expert weights missing: %s" % ", ".join(miss[:4]))
+                    mats = [weights.pop(k) for k in ks]
+                    if len(set(m.shape for m in mats)) != 1:
+                        raise ReferenceError("%s*.%s_proj: experts of different shapes" % (pre, n))
+                    weights[pre + n] = np.stack(mats)
 
     # 4. tied head (MODEL.md §8.4): lm_head, if present, must equal the embedding.
     tied = config.get("tie_word_embeddings", tc.get("tie_word_embeddings", True))
     if tc.get("tie_word_embeddings") is False or tied is False:
         raise ReferenceError("untied output head: Gemma 4 releases are tied")
-    if "lm_head.weight" in text:
+    if "lm_head.weight" in weights:
         lm = weights.pop("lm_head.weight")
         if lm.shape != weights["embed_tokens.weight"].shape or not np.array_equal(lm, weights["embed_tokens.weight"]):
             raise ReferenceError("lm_head.weight present and different from the tied embedding")
 
     model = {"config": config, "text_config": tc, "hp": h, "w": weights, "quant": quant_info,
              "files": files, "dir": ckpt, "config_sha256": hashlib.sha256(cfg_bytes).hexdigest(),
-             "ignored": ignored}
+             "ignored": ignored, "format": "compressed-tensors" if ct is not None else "safetensors"}
+    _check_shapes(model)
+    return model
+
+
+def _load_ct_modules(ct, text, weights, quant_info, used):
+    """Dequantize every pack-quantized module (<m>.weight_packed + companions) of `text`
+    (rel name -> (key, RawTensor)) into weights[<m>.weight]; check the config's coverage."""
+    mods = {}
+    for rel, (key, t) in text.items():
+        for suf in CT_SUFFIXES:
+            if rel.endswith(suf):
+                mods.setdefault(rel[:-len(suf)], {})[suf[1:]] = (key, t)
+                break
+    for mod in sorted(mods):
+        parts = mods[mod]
+        if "weight_packed" not in parts:
+            raise ReferenceError("%s has no weight_packed (only pack-quantized modules are read)"
+                                 % sorted(k for k, _ in parts.values())[0])
+        for need in ("weight_scale", "weight_shape"):
+            if need not in parts:
+                raise ReferenceError("pack-quantized module %s has no %s" % (mod, need))
+        name = parts["weight_packed"][0][:-len(".weight_packed")]  # module name as stored
+        if mod + ".weight" in text:
+            raise ReferenceError("module %s has both a dense .weight and .weight_packed" % name)
+        if not _CT_LINEAR.match(mod):
+            raise ReferenceError("pack-quantized module %s is not a Linear module of the text model" % name)
+        if ct.ignored(name, True):
+            raise ReferenceError("module %s is pack-quantized but the config's ignore lists it" % name)
+        args = ct.scheme(name, True)
+        if args is None:
+            raise ReferenceError("pack-quantized module %s matches no compressed-tensors config group" % name)
+        weights[mod + ".weight"] = ct_dequantize(name, {k: v[1] for k, v in parts.items()}, args)
+        quant_info[mod] = {"format": "compressed-tensors", "group": args["name"], "bits": args["bits"],
+                           "group_size": args["group_size"], "strategy": args["strategy"],
+                           "symmetric": args["symmetric"], "g_idx": args["g_idx"]}
+        used.update(mod + "." + suf for suf in parts)
+    # A dense Linear module that a group targets must be listed in ignore.
+    for rel, (key, t) in sorted(text.items()):
+        if rel.endswith(".weight") and _CT_LINEAR.match(rel[:-len(".weight")]):
+            name = key[:-len(".weight")]
+            if not ct.ignored(name, True) and ct.scheme(name, True) is not None:
+                raise ReferenceError("dense module %s is targeted by compressed-tensors group %r and not "
+                                     "listed in ignore" % (name, ct.scheme(name, True)["name"]))
+
+
+# ---------------------------------------------------------------------------
+# GGUF (notes/gguf-gemma4.md §1 - §8): a .gguf file as llama.cpp writes the gemma4 architecture
+# ---------------------------------------------------------------------------
+
+GGUF_MAGIC = 0x46554747  # b"GGUF" little-endian
+GGUF_DEFAULT_ALIGNMENT = 32
+# ggml type id -> (name, block elements, block bytes)
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
+}
+GGUF_READ_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q8_0")
+# metadata value types: id -> (name, struct format) ; 8 STRING and 9 ARRAY are handled apart
+GGUF_VTYPES = {0: ("UINT8", "<B"), 1: ("INT8", "<b"), 2: ("UINT16", "<H"), 3: ("INT16", "<h"),
+               4: ("UINT32", "<I"), 5: ("INT32", "<i"), 6: ("FLOAT32", "<f"), 7: ("BOOL", "<B"),
+               8: ("STRING", None), 9: ("ARRAY", None), 10: ("UINT64", "<Q"), 11: ("INT64", "<q"),
+               12: ("FLOAT64", "<d")}
+
+
+class GGUFValue:
+    """One metadata value: vtype (name), value (python int/float/bool/str or list), and for
+    arrays the element type name (etype)."""
+    __slots__ = ("vtype", "value", "etype")
+
+    def __init__(self, vtype, value, etype=None):
+        self.vtype, self.value, self.etype = vtype, value, etype
+
+    def __repr__(self):
+        return "GGUFValue(%s%s, %r)" % (self.vtype, "[%s]" % self.etype if self.etype else "", self.value)
+
+
+class _Cursor:
+    def __init__(self, buf, path):
+        self.buf, self.pos, self.path = buf, 0, path
+
+    def take(self, n):
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ReferenceError("%s: truncated GGUF (need %d bytes at offset %d, file has %d)"
+                                 % (self.path, n, self.pos, len(self.buf)))
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def unpack(self, fmt):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self):
+        n = self.unpack("<Q")
+        try:
+            return bytes(self.take(n)).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ReferenceError("%s: GGUF string at offset %d is not UTF-8" % (self.path, self.pos))
+
+    def value(self, vt, depth=0):
+        if vt not in GGUF_VTYPES:
+            raise ReferenceError("%s: unknown GGUF metadata value type %d" % (self.path, vt))
+        name, fmt = GGUF_VTYPES[vt]
+        if name == "STRING":
+            return GGUFValue(name, self.string())
+        if name == "ARRAY":
+            if depth > 8:
+                raise ReferenceError("%s: GGUF arrays nested too deeply" % self.path)
+            et = self.unpack("<I")
+            n = self.unpack("<Q")
+            if et not in GGUF_VTYPES:
+                raise ReferenceError("%s: unknown GGUF array element type %d" % (self.path, et))
+            ename, efmt = GGUF_VTYPES[et]
+            if efmt is not None:  # fixed-size elements: read in one go
+                sz = struct.calcsize(efmt)
+                if n > (len(self.buf) - self.pos) // sz:
+                    raise ReferenceError("%s: GGUF array of %d elements exceeds the file" % (self.path, n))
+                arr = np.frombuffer(self.take(n * sz), dtype=np.dtype(efmt))
+                if ename == "BOOL":
+                    if arr.size and arr.max() > 1:
+                        raise ReferenceError("%s: GGUF BOOL array holds a value other than 0/1" % self.path)
+                    vals = [bool(x) for x in arr]
+                elif ename in ("FLOAT32", "FLOAT64"):
+                    vals = [float(x) for x in arr]
+                else:
+                    vals = [int(x) for x in arr]
+                return GGUFValue(name, vals, ename)
+            if n > len(self.buf) - self.pos:
+                raise ReferenceError("%s: GGUF array of %d elements exceeds the file" % (self.path, n))
+            return GGUFValue(name, [self.value(et, depth + 1).value for _ in range(n)], ename)
+        v = self.unpack(fmt)
+        if name == "BOOL":
+            if v > 1:
+                raise ReferenceError("%s: GGUF BOOL value %d" % (self.path, v))
+            v = bool(v)
+        return GGUFValue(name, v)
+
+
+class GGUFTensor:
+    __slots__ = ("name", "ne", "shape", "type", "offset", "nbytes", "data")
+
+    def __init__(self, name, ne, gtype, offset, nbytes):
+        self.name, self.ne, self.type, self.offset, self.nbytes = name, tuple(ne), gtype, offset, nbytes
+        self.shape = tuple(reversed(self.ne))  # numpy (C-order) shape = reversed ne
+        self.data = None
+
+    def as_f64(self):
+        """Dequantize to float64 [shape], exactly."""
+        buf, t, n = self.data, self.type, int(np.prod(self.shape, dtype=np.int64))
+        if t == "F32":
+            v = np.frombuffer(buf, dtype="<f4").astype(np.float64)
+        elif t == "F16":
+            v = np.frombuffer(buf, dtype="<f2").astype(np.float64)
+        elif t == "BF16":
+            v = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        elif t == "Q4_0":
+            v = dequant_q4_0(buf)
+        elif t == "Q8_0":
+            v = dequant_q8_0(buf)
+        else:
+            raise ReferenceError("GGUF tensor %s: type %s is not supported (only %s)"
+                                 % (self.name, t, ", ".join(GGUF_READ_TYPES)))
+        if v.size != n:
+            raise ReferenceError("GGUF tensor %s: %d values for shape %s" % (self.name, v.size, self.shape))
+        return v.reshape(self.shape)
+
+
+def dequant_q4_0(buf):
+    """Q4_0 blocks of 18 bytes: f16 d, then qs[16] with qs[j] = q[j] | q[j+16] << 4;
+    value (nibble - 8) * d. Returns float64 [n_blocks * 32]."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    if b.size % 18:
+        raise ReferenceError("Q4_0 data of %d bytes is not a whole number of blocks" % b.size)
+    b = b.reshape(-1, 18)
+    d = np.ascontiguousarray(b[:, :2]).view("<f2").astype(np.float64)  # [nb, 1]
+    qs = b[:, 2:]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int64) - 8  # elements 0..15, 16..31
+    return (q * d).reshape(-1)
+
+
+def dequant_q8_0(buf):
+    """Q8_0 blocks of 34 bytes: f16 d, then int8 q[32]; value q * d. Returns float64 [n_blocks * 32]."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    if b.size % 34:
+        raise ReferenceError("Q8_0 data of %d bytes is not a whole number of blocks" % b.size)
+    b = b.reshape(-1, 34)
+    d = np.ascontiguousarray(b[:, :2]).view("<f2").astype(np.float64)
+    q = np.ascontiguousarray(b[:, 2:]).view(np.int8).astype(np.int64)
+    return (q * d).reshape(-1)
+
+
+def read_gguf(path):
+    """Parse a GGUF file (version 3, or 2): header, metadata, tensor infos, aligned data.
+
+    Returns a dict: version, alignment, kv {key: GGUFValue} (file order), tensors {name: GGUFTensor}
+    (file order, data attached), meta_bytes (header + metadata, for the config hash)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    c = _Cursor(memoryview(blob), path)
+    if len(blob) < 24 or c.unpack("<I") != GGUF_MAGIC:
+        raise ReferenceError("%s: not a GGUF file (bad magic)" % path)
+    version = c.unpack("<I")
+    if version not in (2, 3):
+        raise ReferenceError("%s: GGUF version %d (only 3, and 2, are read)" % (path, version))
+    n_tensors = c.unpack("<Q")
+    n_kv = c.unpack("<Q")
+    if n_tensors > len(blob) or n_kv > len(blob):
+        raise ReferenceError("%s: implausible GGUF counts (%d tensors, %d keys)" % (path, n_tensors, n_kv))
+    kv = {}
+    for _ in range(n_kv):
+        key = c.string()
+        vt = c.unpack("<I")
+        if key in kv:
+            raise ReferenceError("%s: metadata key %s appears twice" % (path, key))
+        kv[key] = c.value(vt)
+    meta_end = c.pos
+    align = GGUF_DEFAULT_ALIGNMENT
+    if "general.alignment" in kv:
+        a = kv["general.alignment"]
+        if a.vtype != "UINT32" or a.value <= 0 or a.value % 8:
+            raise ReferenceError("%s: general.alignment %r must be a UINT32 multiple of 8" % (path, a))
+        align = a.value
+    infos = []
+    for _ in range(n_tensors):
+        name = c.string()
+        nd = c.unpack("<I")
+        if not 1 <= nd <= 4:
+            raise ReferenceError("%s: tensor %s has %d dimensions" % (path, name, nd))
+        ne = [c.unpack("<Q") for _ in range(nd)]
+        tid = c.unpack("<I")
+        off = c.unpack("<Q")
+        if tid not in GGML_TYPES:
+            raise ReferenceError("%s: tensor %s has unknown ggml type id %d" % (path, name, tid))
+        tname, blk, bsz = GGML_TYPES[tid]
+        if tname not in GGUF_READ_TYPES:
+            raise ReferenceError("%s: tensor %s has type %s (id %d); only %s are read"
+                                 % (path, name, tname, tid, ", ".join(GGUF_READ_TYPES)))
+        if any(x <= 0 for x in ne) or ne[0] % blk:
+            raise ReferenceError("%s: tensor %s: bad dimensions %s for %s" % (path, name, ne, tname))
+        nel = 1
+        for x in ne:
+            nel *= x
+        infos.append(GGUFTensor(name, ne, tname, off, nel // blk * bsz))
+    data_start = c.pos + (-c.pos) % align
+    tensors = {}
+    spans = []
+    for t in infos:
+        if t.name in tensors:
+            raise ReferenceError("%s: tensor %s appears twice" % (path, t.name))
+        if t.offset % align:
+            raise ReferenceError("%s: tensor %s offset %d is not a multiple of %d" % (path, t.name, t.offset, align))
+        b = data_start + t.offset
+        if b + t.nbytes > len(blob):
+            raise ReferenceError("%s: tensor %s data [%d, %d) beyond the end of the file (%d)"
+                                 % (path, t.name, b, b + t.nbytes, len(blob)))
+        t.data = blob[b:b + t.nbytes]
+        tensors[t.name] = t
+        spans.append((t.offset, t.offset + t.nbytes, t.name))
+    spans.sort()
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise ReferenceError("%s: tensors %s and %s overlap" % (path, n0, n1))
+    return {"version": version, "alignment": align, "kv": kv, "tensors": tensors,
+            "meta_bytes": blob[:meta_end], "data_start": data_start, "size": len(blob)}
+
+
+_GGUF_INT_TYPES = ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64")
+
+
+def _gguf_num(kv, key, kind="int", required=True, default=None, per_layer=None):
+    """A metadata number. kind 'int' (any integer type) or 'float' (FLOAT32 values are given back
+    as the shortest decimal that rounds to the same float32, e.g. 1e-06 rather than
+    9.999999974752427e-07: the value the converter was given). per_layer=L also accepts an
+    array of L numbers and returns a list."""
+    if key not in kv:
+        if required:
+            raise ReferenceError("GGUF: required metadata key %s is missing" % key)
+        return default
+    v = kv[key]
+
+    def one(vtype, x):
+        if kind == "int":
+            if vtype not in _GGUF_INT_TYPES:
+                raise ReferenceError("GGUF: %s has type %s, expected an integer" % (key, vtype))
+            return int(x)
+        if vtype == "FLOAT32":
+            return float(str(np.float32(x)))
+        if vtype == "FLOAT64" or vtype in _GGUF_INT_TYPES:
+            return float(x)
+        raise ReferenceError("GGUF: %s has type %s, expected a number" % (key, vtype))
+
+    if v.vtype == "ARRAY":
+        if per_layer is None:
+            raise ReferenceError("GGUF: %s is an array, expected a scalar" % key)
+        if len(v.value) != per_layer:
+            raise ReferenceError("GGUF: %s has %d entries for %d layers" % (key, len(v.value), per_layer))
+        return [one(v.etype, x) for x in v.value]
+    return one(v.vtype, v.value)
+
+
+# GGUF tensor name -> HF text-model name (MODEL.md §2 names without the model prefix)
+GGUF_GLOBAL_NAMES = {
+    "token_embd.weight": "embed_tokens.weight",
+    "output.weight": "lm_head.weight",
+    "output_norm.weight": "norm.weight",
+    "per_layer_token_embd.weight": "embed_tokens_per_layer.weight",
+    "per_layer_model_proj.weight": "per_layer_model_projection.weight",
+    "per_layer_proj_norm.weight": "per_layer_projection_norm.weight",
+}
+GGUF_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+    "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+    "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+    "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight",
+    "ffn_gate_inp.weight": "router.proj.weight",
+    "ffn_gate_inp.scale": "router.scale",
+    "ffn_down_exps.scale": "router.per_expert_scale",
+    "ffn_gate_up_exps.weight": "experts.gate_up_proj",  # [E, 2M, H], gate rows first
+    "ffn_gate_exps.weight": "experts.gate",  # separate layout [E, M, H]
+    "ffn_up_exps.weight": "experts.up",
+    "ffn_down_exps.weight": "experts.down",  # [E, H, M]
+    "layer_output_scale.weight": "layer_scalar",
+    "inp_gate.weight": "per_layer_input_gate.weight",
+    "proj.weight": "per_layer_projection.weight",
+    "post_norm.weight": "post_per_layer_input_norm.weight",
+}
+_GGUF_BLK = re.compile(r"^blk\.(0|[1-9][0-9]*)\.(.+)$")
+
+
+def gguf_config(kv, tensors):
+    """Hyper-parameters of a gemma4 GGUF as an HF gemma4_text config dict (notes §5), plus the
+    per-layer KV-head and MLP-width lists when the file gives arrays."""
+    arch = kv.get("general.architecture")
+    if arch is None or arch.vtype != "STRING" or arch.value != "gemma4":
+        raise ReferenceError("GGUF: general.architecture is %r, expected gemma4"
+                             % (arch.value if arch is not None else None))
+    g = lambda k, **a: _gguf_num(kv, "gemma4." + k, **a)
+    L = g("block_count")
+    if L <= 0:
+        raise ReferenceError("GGUF: block_count %d" % L)
+    H = g("embedding_length")
+    nq = g("attention.head_count", per_layer=L)
+    if isinstance(nq, list):
+        if len(set(nq)) != 1:
+            raise ReferenceError("GGUF: attention.head_count differs between layers (%s)" % nq)
+        nq = nq[0]
+    gd = g("attention.key_length")
+    hd = g("attention.key_length_swa")
+    for k, ref in (("attention.value_length", gd), ("attention.value_length_swa", hd)):
+        v = g(k, required=False)
+        if v is not None and v != ref:
+            raise ReferenceError("GGUF: %s %d != key length %d" % (k, v, ref))
+
+    # layer types: BOOL[L], true = sliding (a scalar n: every n-th layer is full)
+    if "gemma4.attention.sliding_window_pattern" not in kv:
+        raise ReferenceError("GGUF: required metadata key gemma4.attention.sliding_window_pattern is missing")
+    swp = kv["gemma4.attention.sliding_window_pattern"]
+    if swp.vtype == "ARRAY":
+        if swp.etype != "BOOL" or len(swp.value) != L:
+            raise ReferenceError("GGUF: sliding_window_pattern must be BOOL[%d]" % L)
+        lt = [SLIDING if s else FULL for s in swp.value]
+    else:
+        n = g("attention.sliding_window_pattern")
+        if n <= 0:
+            raise ReferenceError("GGUF: sliding_window_pattern %d" % n)
+        lt = [FULL if (i + 1) % n == 0 else SLIDING for i in range(L)]
+    if lt[-1] != FULL:
+        raise ReferenceError("GGUF: the last layer is sliding (Gemma 4 ends on a full layer)")
+
+    shared = g("attention.shared_kv_layers", required=False, default=0)
+    if not 0 <= shared < L:
+        raise ReferenceError("GGUF: shared_kv_layers %d out of range" % shared)
+    F0 = L - shared
+
+    kvh = g("attention.head_count_kv", per_layer=L)
+    kv_layers = kvh if isinstance(kvh, list) else [kvh] * L
+    g_swa = sorted(set(kv_layers[i] for i in range(L) if lt[i] == SLIDING))
+    g_full = sorted(set(kv_layers[i] for i in range(L) if lt[i] == FULL))
+    if len(g_swa) > 1 or len(g_full) > 1:
+        raise ReferenceError("GGUF: head_count_kv differs between layers of one type (%s)" % kv_layers)
+    G = g_swa[0] if g_swa else g_full[0]
+
+    ff = g("feed_forward_length", per_layer=L)
+    ff_layers = ff if isinstance(ff, list) else [ff] * L
+    I0 = ff_layers[0]
+    double = [x == 2 * I0 for x in ff_layers]
+    if not all(x == I0 or x == 2 * I0 for x in ff_layers) or \
+            any(double[i] != (i >= F0 and any(double)) for i in range(L)):
+        raise ReferenceError("GGUF: feed_forward_length %s is neither one width nor the double-wide "
+                             "pattern (width on the %d KV-owning layers, twice that on the shared ones)"
+                             % (ff_layers, F0))
+
+    # attention_k_eq_v: the KV-owning full layers carry no attn_v
+    owners_full = [i for i in range(F0) if lt[i] == FULL]
+    has_v = [("blk.%d.attn_v.weight" % i) in tensors for i in owners_full]
+    if any(has_v) and not all(has_v):
+        raise ReferenceError("GGUF: attn_v present on some KV-owning full layers and not others")
+    keqv = bool(owners_full) and not any(has_v)
+    for i in range(F0):
+        if lt[i] == SLIDING and ("blk.%d.attn_v.weight" % i) not in tensors:
+            raise ReferenceError("GGUF: sliding layer %d owns KV but has no attn_v "
+                                 "(k=v exists only on full layers)" % i)
+
+    if "token_embd.weight" not in tensors:
+        raise ReferenceError("GGUF: token_embd.weight is missing")
+    V = tensors["token_embd.weight"].shape[0]
+    P = g("embedding_length_per_layer_input")
+    if P > 0 and "per_layer_token_embd.weight" not in tensors:
+        raise ReferenceError("GGUF: embedding_length_per_layer_input is %d but per_layer_token_embd.weight "
+                             "is missing" % P)
+    bad = [(k, v) for k, v in (("embedding_length", H), ("attention.head_count", nq),
+                               ("attention.key_length", gd), ("attention.key_length_swa", hd),
+                               ("head_count_kv", min(kv_layers)), ("feed_forward_length", min(ff_layers)))
+           if v <= 0] + [(k, v) for k, v in (("key_length", gd), ("key_length_swa", hd)) if v % 2]
+    if bad or P < 0:
+        raise ReferenceError("GGUF: implausible hyper-parameters %s" % (bad or [("per_layer_input", P)]))
+    Vp = tensors["per_layer_token_embd.weight"].shape[0] if "per_layer_token_embd.weight" in tensors else None
+
+    theta_full = g("rope.freq_base", kind="float")
+    # rope.freq_base_swa: optional for llama.cpp, which then uses rope.freq_base
+    rope = {SLIDING: {"rope_type": "default",
+                      "rope_theta": g("rope.freq_base_swa", kind="float", required=False, default=theta_full)}}
+    dc_swa = g("rope.dimension_count_swa", required=False)
+    if dc_swa is not None and dc_swa != hd:
+        raise ReferenceError("GGUF: rope.dimension_count_swa %d != key_length_swa %d (sliding layers "
+                             "rotate the whole head)" % (dc_swa, hd))
+    if FULL in lt:
+        dc = g("rope.dimension_count", required=False)
+        if dc is not None and dc != gd:
+            raise ReferenceError("GGUF: rope.dimension_count %d != key_length %d" % (dc, gd))
+        if "rope_freqs.weight" not in tensors:
+            raise ReferenceError("GGUF: rope_freqs.weight is missing (needed by the full layers)")
+        rf = tensors["rope_freqs.weight"]
+        if rf.type != "F32" or rf.shape != (gd // 2,):
+            raise ReferenceError("GGUF: rope_freqs.weight must be F32 [%d], found %s %s" % (gd // 2, rf.type, rf.shape))
+        f = np.frombuffer(rf.data, dtype="<f4")
+        n1 = int(np.sum(f == np.float32(1.0)))
+        if not (np.all(f[:n1] == np.float32(1.0)) and np.all(f[n1:] == np.float32(1e30))):
+            raise ReferenceError("GGUF: rope_freqs.weight is not 1.0 x A then 1e30 (proportional RoPE)")
+        rope[FULL] = {"rope_type": "proportional", "rope_theta": theta_full,
+                      "partial_rotary_factor": 2.0 * n1 / gd}
+
+    tc = {
+        "model_type": "gemma4_text",
+        "hidden_size": H, "num_hidden_layers": L, "intermediate_size": I0,
+        "num_attention_heads": nq, "num_key_value_heads": G,
+        "num_global_key_value_heads": g_full[0] if (keqv and g_full) else None,
+        "head_dim": hd, "global_head_dim": gd,
+        "attention_k_eq_v": keqv, "num_kv_shared_layers": shared,
+        "use_double_wide_mlp": any(double),
+        "hidden_size_per_layer_input": P, "vocab_size": V, "vocab_size_per_layer_input": Vp,
+        "sliding_window": g("attention.sliding_window"),
+        "layer_types": lt, "rope_parameters": rope,
+        "final_logit_softcapping": g("final_logit_softcapping", kind="float", required=False),
+        "rms_norm_eps": g("attention.layer_norm_rms_epsilon", kind="float"),
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+    }
+    ne = g("expert_count", required=False, default=0)
+    if ne:
+        tc.update(enable_moe_block=True, num_experts=ne, top_k_experts=g("expert_used_count"),
+                  moe_intermediate_size=g("expert_feed_forward_length"))
+    return tc, kv_layers, ff_layers
+
+
+def load_gguf(path):
+    """Load a gemma4 GGUF file into the same model dict as load_checkpoint."""
+    gf = read_gguf(path)
+    tensors = gf["tensors"]
+    tc, kv_layers, ff_layers = gguf_config(gf["kv"], tensors)
+    _, h, _ = parse_config(tc)
+    for i, ly in enumerate(h["layers"]):  # the file's per-layer values (checked consistent above)
+        ly["G"], ly["I"] = kv_layers[i], ff_layers[i]
+        if h["Nq"] % ly["G"]:
+            raise ReferenceError("layer %d: %d query heads not divisible by %d KV heads" % (i, h["Nq"], ly["G"]))
+
+    weights, quant_info = {}, {}
+    ignored = {"tower": 0, "shared_kv": 0, "other": ["rope_freqs.weight"] if "rope_freqs.weight" in tensors else []}
+    for name, t in tensors.items():
+        if name == "rope_freqs.weight":
+            continue
+        if name in GGUF_GLOBAL_NAMES:
+            rel = GGUF_GLOBAL_NAMES[name]
+        else:
+            m = _GGUF_BLK.match(name)
+            if m is None or m.group(2) not in GGUF_LAYER_NAMES or int(m.group(1)) >= h["L"]:
+                raise ReferenceError("GGUF: unknown tensor %s" % name)
+            rel = "layers.%s.%s" % (m.group(1), GGUF_LAYER_NAMES[m.group(2)])
+            if _kv_of_shared_layer(rel, h):
+                ignored["shared_kv"] += 1  # converter keeps the redundant K/V of KV-shared layers
+                continue
+        if rel in weights:
+            raise ReferenceError("GGUF: two tensors map to %s" % rel)
+        weights[rel] = t.as_f64()
+        if t.type in ("Q4_0", "Q8_0"):
+            quant_info[rel] = {"format": "gguf", "type": t.type}
+
+    for i in range(h["L"]):
+        pre = "layers.%d." % i
+        if pre + "layer_scalar" not in weights:  # llama.cpp: absent layer_output_scale = no scaling
+            sys.stderr.write("reference: warning: GGUF has no blk.%d.layer_output_scale.weight; using 1.0\n" % i)
+            weights[pre + "layer_scalar"] = np.ones(1)
+        gu = pre + "experts.gate_up_proj"
+        if gu in weights:
+            if pre + "experts.gate" in weights or pre + "experts.up" in weights:
+                raise ReferenceError("GGUF: layer %d has both fused and separate gate/up experts" % i)
+            w = weights.pop(gu)
+            if not h["moe"] or w.shape != (h["E"], 2 * h["M"], h["H"]):
+                raise ReferenceError("GGUF: blk.%d.ffn_gate_up_exps.weight shape %s" % (i, w.shape))
+            weights[pre + "experts.gate"] = w[:, :h["M"], :]
+            weights[pre + "experts.up"] = w[:, h["M"]:, :]
+
+    if "lm_head.weight" in weights:  # output.weight: only as a copy of the tied embedding
+        lm = weights.pop("lm_head.weight")
+        if lm.shape != weights["embed_tokens.weight"].shape or not np.array_equal(lm, weights["embed_tokens.weight"]):
+            raise ReferenceError("GGUF: output.weight present and different from token_embd.weight")
+
+    model = {"config": tc, "text_config": tc, "hp": h, "w": weights, "quant": quant_info,
+             "files": [os.path.basename(path)], "dir": os.path.dirname(os.path.abspath(path)),
+             "config_sha256": hashlib.sha256(gf["meta_bytes"]).hexdigest(),
+             "ignored": ignored, "format": "gguf", "gguf": {"version": gf["version"],
+                                                            "alignment": gf["alignment"]}}
     _check_shapes(model)
     return model
 
@@ -920,14 +1703,20 @@ def write_golden(path, tokens, logits64, meta):
 
 def build_meta(model, tokens, tolerances, rope_tables="f32"):
     files = {}
-    for fn in sorted(set(model["files"]) | {"config.json"} |
-                     ({"model.safetensors.index.json"} if len(model["files"]) > 1 or
-                      os.path.exists(os.path.join(model["dir"], "model.safetensors.index.json")) else set())):
+    fmt = model.get("format", "safetensors")
+    if fmt == "gguf":  # the one file; config_sha256 hashes its header + metadata
+        names = set(model["files"])
+    else:
+        names = set(model["files"]) | {"config.json"} | \
+            ({"model.safetensors.index.json"} if len(model["files"]) > 1 or
+             os.path.exists(os.path.join(model["dir"], "model.safetensors.index.json")) else set())
+    for fn in sorted(names):
         fp = os.path.join(model["dir"], fn)
         if os.path.exists(fp):
             files[fn] = os.path.getsize(fp)
     h = model["hp"]
-    return {
+    extra = {} if fmt == "safetensors" else {"format": fmt}
+    return dict(extra, **{
         "producer": PRODUCER,
         "numpy": np.__version__,
         "dtype": "float64",
@@ -940,7 +1729,7 @@ def build_meta(model, tokens, tolerances, rope_tables="f32"):
         "softcap": h["softcap"],
         "quantized_modules": len(model["quant"]),
         "tolerances": tolerances,
-    }
+    })
 
 
 def _load_tokens(path):
@@ -988,8 +1777,10 @@ def compare(ref, other):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Float64 NumPy reference forward of a Gemma 4 text "
                                  "checkpoint; writes golden logits as .npz.")
-    ap.add_argument("checkpoint", help="checkpoint directory (config.json + safetensors)")
-    ap.add_argument("--tokens-file", help="JSON token ids (default: CHECKPOINT/tokens.json)")
+    ap.add_argument("checkpoint", help="checkpoint directory (config.json + safetensors; HF, MLX or "
+                    "compressed-tensors pack-quantized) or a gemma4 .gguf file")
+    ap.add_argument("--tokens-file", help="JSON token ids (default: CHECKPOINT/tokens.json, or "
+                    "tokens.json next to a .gguf file)")
     ap.add_argument("-o", "--output", help="output .npz")
     ap.add_argument("--tolerance", action="append", default=[], metavar="KEY=VALUE",
                     help="override a tolerance recorded in meta.json "
@@ -1016,7 +1807,9 @@ def main(argv=None):
 
     try:
         model = load_checkpoint(args.checkpoint)
-        tf = args.tokens_file or os.path.join(args.checkpoint, "tokens.json")
+        tf = args.tokens_file or os.path.join(
+            os.path.dirname(args.checkpoint) if os.path.isfile(args.checkpoint) else args.checkpoint,
+            "tokens.json")
         tokens = _load_tokens(tf)
         logits = forward(model, tokens, rope_tables=args.rope_tables)
         if args.output:

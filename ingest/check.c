@@ -347,17 +347,12 @@ static void unexpected(struct check_report *r, const struct tkey *k)
 int check_run(struct check_report *r, const char *dir, unsigned flags, struct err *e)
 {
     memset(r, 0, sizeof *r);
-    int rc = fio_check_dir(dir, e);
+    if (!(r->dir = strdup(dir)))
+        return err_set(e, ERR_NOMEM, "cannot allocate a path");
+    int rc = source_open(&r->src, dir, SRC_HEADERS | ((flags & CHECK_HEADERS_ONLY) ? SRC_TRUNCATED : 0), e);
     if (rc != ERR_OK)
         return rc;
-    r->dir = strdup(dir);
-    char *cfg_path = fio_join(dir, "config.json");
-    if (!r->dir || !cfg_path) {
-        free(cfg_path);
-        return err_set(e, ERR_NOMEM, "cannot allocate a path");
-    }
-    rc = cfg_load(&r->cfg, cfg_path, e);
-    free(cfg_path);
+    rc = cfg_parse(&r->cfg, r->src.config_text, r->src.config_len, r->src.config_name, e);
     if (rc == ERR_CONFIG) {
         /* Each line of the message is one problem; keep going to read the headers. */
         char *save = NULL;
@@ -368,24 +363,23 @@ int check_run(struct check_report *r, const char *dir, unsigned flags, struct er
     } else {
         r->config_ok = true;
     }
-    unsigned st_flags = ST_HEADER_ONLY | ((flags & CHECK_HEADERS_ONLY) ? ST_ALLOW_TRUNCATED : 0);
-    if ((rc = ckpt_open(&r->ck, dir, st_flags, e)) != ERR_OK)
-        return rc;
+    for (size_t i = 0; i < r->src.n_problems; i++)
+        finding(r, CHK_QUANT, source_kind_name(r->src.kind), -1, "", "", "%s", r->src.problems[i]);
     r->ckpt_ok = true;
 
     /* Classify every key by prefix; only text keys go on to layer rules. */
-    struct tkey *keys = calloc(r->ck.n_tensors ? r->ck.n_tensors : 1, sizeof *keys);
+    struct tkey *keys = calloc(r->src.ck.n_tensors ? r->src.ck.n_tensors : 1, sizeof *keys);
     if (!keys)
-        return err_set(e, ERR_NOMEM, "cannot allocate %zu keys", r->ck.n_tensors);
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu keys", r->src.ck.n_tensors);
     size_t n = 0;
     int fam_count[NF_TEXT + 1] = {0};
-    struct name_info *info = calloc(r->ck.n_tensors ? r->ck.n_tensors : 1, sizeof *info);
+    struct name_info *info = calloc(r->src.ck.n_tensors ? r->src.ck.n_tensors : 1, sizeof *info);
     if (!info) {
         free(keys);
-        return err_set(e, ERR_NOMEM, "cannot allocate %zu keys", r->ck.n_tensors);
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu keys", r->src.ck.n_tensors);
     }
-    for (size_t i = 0; i < r->ck.n_tensors; i++) {
-        names_classify(r->ck.tensors[i].name, &info[i]);
+    for (size_t i = 0; i < r->src.ck.n_tensors; i++) {
+        names_classify(r->src.ck.tensors[i].name, &info[i]);
         if (info[i].cls == NC_TEXT)
             fam_count[info[i].fam]++;
     }
@@ -393,8 +387,8 @@ int check_run(struct check_report *r, const char *dir, unsigned flags, struct er
     for (int f = NF_HF; f <= NF_TEXT; f++)
         if (fam_count[f] > (r->family == NF_NONE ? 0 : fam_count[r->family]))
             r->family = (enum name_family)f;
-    for (size_t i = 0; i < r->ck.n_tensors; i++) {
-        const char *name = r->ck.tensors[i].name;
+    for (size_t i = 0; i < r->src.ck.n_tensors; i++) {
+        const char *name = r->src.ck.tensors[i].name;
         if (info[i].cls == NC_UNKNOWN) {
             finding(r, CHK_UNEXPECTED, name, -1, "", "",
                     "not under a Gemma 4 text prefix (model.language_model., language_model.model., model.) nor a tower");
@@ -404,7 +398,7 @@ int check_run(struct check_report *r, const char *dir, unsigned flags, struct er
             finding(r, CHK_LAYOUT, name, -1, "", "", "text keys mix prefixes: most use '%s'",
                     name_family_prefix(r->family));
         } else {
-            keys[n++] = (struct tkey){info[i].rel, &r->ck.tensors[i], info[i].layer, false};
+            keys[n++] = (struct tkey){info[i].rel, &r->src.ck.tensors[i], info[i].layer, false};
             if (strstr(info[i].rel, ".experts.switch_glu."))
                 r->experts_split = true;
         }
@@ -453,7 +447,7 @@ void check_free(struct check_report *r)
     free(r->groups);
     free(r->index);
     cfg_free(&r->cfg);
-    ckpt_close(&r->ck);
+    source_close(&r->src);
     free(r->dir);
     memset(r, 0, sizeof *r);
 }
@@ -498,9 +492,9 @@ void check_print_text(FILE *out, const struct check_report *r)
         fprintf(out, "\n");
     }
     if (r->ckpt_ok) {
-        fprintf(out, "  files    %zu shard%s%s, %zu tensors, %llu header bytes read\n", r->ck.n_shards,
-                r->ck.n_shards == 1 ? "" : "s", r->ck.indexed ? " via model.safetensors.index.json" : "",
-                r->ck.n_tensors, (unsigned long long)r->ck.bytes_read);
+        fprintf(out, "  files    %zu shard%s%s, %zu tensors, %llu header bytes read\n", r->src.ck.n_shards,
+                r->src.ck.n_shards == 1 ? "" : "s", r->src.ck.indexed ? " via model.safetensors.index.json" : "",
+                r->src.ck.n_tensors, (unsigned long long)r->src.ck.bytes_read);
         fprintf(out, "  layout   %s (%s)%s\n", name_family_name(r->family), name_family_prefix(r->family),
                 r->config_ok && c->moe ? (r->experts_split ? ", experts split (MLX)" : ", experts fused (HF)") : "");
     }
@@ -538,8 +532,8 @@ void check_print_text(FILE *out, const struct check_report *r)
         }
     }
     if (r->ckpt_ok) {
-        for (size_t i = 0; i < r->ck.n_warnings; i++)
-            fprintf(out, "  warning      %s\n", r->ck.warnings[i]);
+        for (size_t i = 0; i < r->src.ck.n_warnings; i++)
+            fprintf(out, "  warning      %s\n", r->src.ck.warnings[i]);
         int any = 0;
         for (int k = NC_VISION; k < NC_UNKNOWN; k++)
             any += r->ignored[k];
@@ -601,22 +595,22 @@ struct json_object *check_to_json(const struct check_report *r)
     struct json_object *jf = NULL;
     if (r->ckpt_ok) {
         jf = json_object_new_object();
-        json_object_object_add(jf, "indexed", json_object_new_boolean(r->ck.indexed));
+        json_object_object_add(jf, "indexed", json_object_new_boolean(r->src.ck.indexed));
         struct json_object *sh = json_object_new_array();
-        for (size_t i = 0; i < r->ck.n_shards; i++) {
+        for (size_t i = 0; i < r->src.ck.n_shards; i++) {
             struct json_object *s = json_object_new_object();
-            json_object_object_add(s, "file", json_object_new_string(r->ck.shard_names[i]));
-            json_object_object_add(s, "tensors", json_object_new_int64((int64_t)r->ck.shards[i].n_tensors));
-            json_object_object_add(s, "header_bytes", json_object_new_int64((int64_t)r->ck.shards[i].header_len));
-            json_object_object_add(s, "truncated", json_object_new_boolean(r->ck.shards[i].truncated));
+            json_object_object_add(s, "file", json_object_new_string(r->src.ck.shard_names[i]));
+            json_object_object_add(s, "tensors", json_object_new_int64((int64_t)r->src.ck.shards[i].n_tensors));
+            json_object_object_add(s, "header_bytes", json_object_new_int64((int64_t)r->src.ck.shards[i].header_len));
+            json_object_object_add(s, "truncated", json_object_new_boolean(r->src.ck.shards[i].truncated));
             json_object_array_add(sh, s);
         }
         json_object_object_add(jf, "shards", sh);
-        json_object_object_add(jf, "tensors", json_object_new_int64((int64_t)r->ck.n_tensors));
-        json_object_object_add(jf, "bytes_read", json_object_new_int64((int64_t)r->ck.bytes_read));
+        json_object_object_add(jf, "tensors", json_object_new_int64((int64_t)r->src.ck.n_tensors));
+        json_object_object_add(jf, "bytes_read", json_object_new_int64((int64_t)r->src.ck.bytes_read));
         struct json_object *w = json_object_new_array();
-        for (size_t i = 0; i < r->ck.n_warnings; i++)
-            json_object_array_add(w, json_object_new_string(r->ck.warnings[i]));
+        for (size_t i = 0; i < r->src.ck.n_warnings; i++)
+            json_object_array_add(w, json_object_new_string(r->src.ck.warnings[i]));
         json_object_object_add(jf, "warnings", w);
     }
     json_object_object_add(o, "files", jf);

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/names.h"
+#include "ingest/source.h"
 
 enum check_kind {
     CHK_CONFIG,      /* config.json does not describe a loadable Gemma 4 text model */
@@ -47,7 +48,7 @@ struct check_report {
     bool config_ok;
     struct gp_config cfg;
     bool ckpt_ok;
-    struct ckpt ck;
+    struct source src;                /* the checkpoint as read (CT and GGUF: transcoded, shapes only) */
     enum name_family family;
     bool experts_split;
     int n_quantized;                  /* quantized modules found */

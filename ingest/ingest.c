@@ -37,18 +37,12 @@ int ingest_open(struct ingested *in, struct gp_config *cfg, const char *dir, str
     memset(in, 0, sizeof *in);
     memset(cfg, 0, sizeof *cfg);
     int rc = require_loadable(dir, e);
-    char *path = rc == ERR_OK ? fio_join(dir, "config.json") : NULL;
-    if (rc == ERR_OK && !path)
-        rc = err_set(e, ERR_NOMEM, "cannot allocate a path");
     if (rc == ERR_OK)
-        rc = fio_read_file(path, FIO_INPUT, CFG_MAX_BYTES, &in->config_text, &in->config_len, e);
+        rc = source_open(&in->source, dir, 0, e);
     if (rc == ERR_OK)
-        rc = cfg_parse(cfg, in->config_text, in->config_len, path, e);
-    free(path);
+        rc = cfg_parse(cfg, in->source.config_text, in->source.config_len, in->source.config_name, e);
     if (rc == ERR_OK)
-        rc = ckpt_open(&in->ck, dir, 0, e);
-    if (rc == ERR_OK)
-        rc = normalize(&in->ck, cfg, &in->norm, e);
+        rc = normalize(&in->source.ck, cfg, &in->norm, e);
     return rc;
 }
 
@@ -57,7 +51,6 @@ void ingest_close(struct ingested *in)
     if (!in)
         return;
     normalize_free(&in->norm);
-    ckpt_close(&in->ck);
-    free(in->config_text);
+    source_close(&in->source);
     memset(in, 0, sizeof *in);
 }

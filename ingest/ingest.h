@@ -1,4 +1,4 @@
-/* ingest.h - a checkpoint directory opened as a Gemma 4 text model: what
+/* ingest.h - a checkpoint (directory or GGUF file) opened as a Gemma 4 text model: what
  * both `convert` and `run DIR` start from. The directory is checked first
  * (ingest/check.h: refused, with its first problem, unless loadable), then
  * its config parsed, its shards mapped and its tensors normalized into the
@@ -12,12 +12,11 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "ingest/normalize.h"
+#include "ingest/source.h"
 
 struct ingested {
-    struct ckpt ck;            /* the shards, mapped */
+    struct source source;      /* the checkpoint: shards mapped, CT / GGUF transcoded */
     struct normalized norm;    /* the canonical tensors */
-    char *config_text;         /* config.json as read (provenance) */
-    size_t config_len;
 };
 
 /* Opens dir into *in and parses its config into *cfg (the caller's, freed

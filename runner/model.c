@@ -58,7 +58,7 @@ static bool lookup(const struct model *m, const char *name, struct src *out)
         if (!ct)
             continue;
         const uint8_t *base;
-        if (st_data(&m->src.ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
+        if (st_data(&m->src.source.ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
             return false;
         out->dtype = ct->t->dtype;
         if (ct == t->w && !t->q.quantized) {
@@ -318,8 +318,8 @@ static int open_dir(struct model *m, const char *dir, struct err *e)
         struct sha256 h;
         uint8_t d[32];
         sha256_init(&h);
-        for (size_t i = 0; i < m->src.ck.n_shards; i++)
-            sha256_update(&h, m->src.ck.shards[i].map, (size_t)m->src.ck.shards[i].data_start);
+        for (size_t i = 0; i < m->src.source.ck.n_shards; i++)
+            sha256_update(&h, m->src.source.ck.shards[i].map, (size_t)m->src.source.ck.shards[i].data_start);
         sha256_final(&h, d);
         for (int i = 0; i < 32; i++)
             snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
@@ -336,8 +336,8 @@ void model_weights_fingerprint(const struct model *m, char out[65])
     struct sha256 h;
     uint8_t d[32];
     sha256_init(&h);
-    for (size_t i = 0; i < m->src.ck.n_shards; i++) {
-        const struct st_file *f = &m->src.ck.shards[i];
+    for (size_t i = 0; i < m->src.source.ck.n_shards; i++) {
+        const struct st_file *f = &m->src.source.ck.shards[i];
         uint8_t crc[4];
         wr_u32le(crc, crc32_update(0, f->map + f->data_start, f->file_size - f->data_start));
         sha256_update(&h, f->map, (size_t)f->data_start);
@@ -628,7 +628,7 @@ bool model_kv_skip_default(const struct model *m)
 
 const char *model_name(const struct model *m)
 {
-    return m->from_pack ? m->pack.path : m->src.ck.dir ? m->src.ck.dir : "model";
+    return m->from_pack ? m->pack.path : m->src.source.ck.dir ? m->src.source.ck.dir : "model";
 }
 
 int model_open(struct model *m, const char *path, struct err *e)
@@ -637,7 +637,7 @@ int model_open(struct model *m, const char *path, struct err *e)
     struct stat st;
     if (stat(path, &st) != 0)
         return err_set(e, ERR_IO, "%s: no such file or directory", path);
-    int rc = S_ISDIR(st.st_mode) ? open_dir(m, path, e) : open_pack(m, path, e);
+    int rc = S_ISDIR(st.st_mode) || gguf_is_gguf(path) ? open_dir(m, path, e) : open_pack(m, path, e);
     if (rc == ERR_OK && (rc = bind(m, e)) != ERR_OK)
         err_prefix(e, "%s", path);
     if (rc != ERR_OK)

@@ -59,7 +59,7 @@ int main(void)
             fprintf(stderr, "check: %s\n", e.msg);
             return 2;
         }
-        bytes = r.ck.bytes_read;
+        bytes = r.src.ck.bytes_read;
         loadable = check_loadable(&r);
         check_free(&r);
     }

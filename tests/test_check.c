@@ -381,7 +381,7 @@ static void multimodal(const char *variant, int vision_layers, bool audio, int f
             snprintf(key, sizeof key, "%svision_tower.encoder.layers.%d.self_attn.k_proj.linear.weight",
                      cases[c].layout == FX_HF ? "model." : "", vision_layers - 1);
             cr_assert(vision_layers - 1 >= f0);
-            cr_assert(ckpt_find(&r.ck, key), "%s: no %s", what, key);
+            cr_assert(ckpt_find(&r.src.ck, key), "%s: no %s", what, key);
         }
         for (int i = 0; i < r.n_groups; i++) {
             const struct check_group *g = &r.groups[i];
@@ -452,8 +452,8 @@ Test(check, sharded)
         struct check_report r;
         run_check(&r, dir, 0);
         expect_loadable(&r, cases[c].variant);
-        cr_assert(r.ck.indexed);
-        cr_assert_eq(r.ck.n_shards, 3);
+        cr_assert(r.src.ck.indexed);
+        cr_assert_eq(r.src.ck.n_shards, 3);
         check_free(&r);
         free(dir);
     }
@@ -1231,8 +1231,8 @@ Test(check, headers_only_fixture)
         int rc = check_run(&r, dir, CHECK_HEADERS_ONLY, &e);
         cr_assert_eq(rc, ERR_OK, "%s: %s", cases[c].variant, e.msg);
         expect_loadable(&r, cases[c].variant);
-        for (size_t s = 0; s < r.ck.n_shards; s++)
-            cr_assert(r.ck.shards[s].truncated, "%s shard %zu", cases[c].variant, s);
+        for (size_t s = 0; s < r.src.ck.n_shards; s++)
+            cr_assert(r.src.ck.shards[s].truncated, "%s shard %zu", cases[c].variant, s);
         check_free(&r);
         rc = check_run(&r, dir, 0, &e);
         cr_assert_neq(rc, ERR_OK, "%s: a headers-only fixture accepted without CHECK_HEADERS_ONLY", cases[c].variant);

@@ -96,3 +96,57 @@ put("pack", "quantized.gpk", pack([("m.weight", "U32", [2, 4], bytes(range(32)))
                                   extra={"quantized": {"m": {"mode": "affine", "bits": 4, "group_size": 32,
                                                              "in_features": 32, "out_features": 2, "weight": "m.weight",
                                                              "scales": "m.scales", "biases": "m.biases"}}}))
+
+
+GGUF_FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_val(t, v):
+    """A metadata value of type id t; an array (9) is (element type, [values])."""
+    if t == 8:
+        return gguf_str(v)
+    if t == 9:
+        et, items = v
+        return struct.pack("<IQ", et, len(items)) + b"".join(gguf_val(et, x) for x in items)
+    return struct.pack("<" + GGUF_FMT[t], v)
+
+
+def gguf(kvs, tensors, align=32, version=3, trailing=0):
+    """A GGUF image (docs/INPUTS.md §6) of (key, type, value) metadata and (name, ne, ggml type, bytes)
+    tensors, laid out in order at `align` (general.alignment must say so when it is not 32)."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, t, v in kvs:
+        out += gguf_str(key) + struct.pack("<I", t) + gguf_val(t, v)
+    data = b""
+    for name, ne, gt, raw in tensors:
+        data += b"\0" * (-len(data) % align)
+        out += gguf_str(name) + struct.pack("<I%dQIQ" % len(ne), len(ne), *ne, gt, len(data))
+        data += raw
+    return out + b"\0" * (-len(out) % align) + data + b"\0" * trailing
+
+
+q4_0 = bytes.fromhex("0040809191a2a2b3b3c4c4d5d5e6e6f7f7f8")  # x = -16..15 (notes §4)
+q8_0 = struct.pack("<H32b", 0x3c00, *range(-16, 16))          # d = 1.0
+put("gguf", "tensors.gguf", gguf(
+    [("general.architecture", 8, "gemma4"), ("gemma4.block_count", 4, 2), ("gemma4.rope.freq_base", 6, 1e6),
+     ("gemma4.attention.sliding_window_pattern", 9, (7, [True, False])),
+     ("gemma4.feed_forward_length", 9, (5, [64, 128])),
+     ("tokenizer.ggml.tokens", 9, (8, ["<pad>", "<bos>", "a", "\u2581b"]))],
+    [("token_embd.weight", [4, 2], 0, struct.pack("<8f", *range(8))),
+     ("blk.0.attn_norm.weight", [8], 1, struct.pack("<8e", *[0.5] * 8)),
+     ("output_norm.weight", [4], 30, bytes.fromhex("803f00c0203e0080")),
+     ("blk.0.attn_q.weight", [32, 2], 2, q4_0 * 2),
+     ("blk.0.ffn_down.weight", [32], 8, q8_0)]))
+put("gguf", "aligned64.gguf", gguf(
+    [("general.alignment", 4, 64), ("general.name", 8, "a64")],
+    [("a", [3], 0, struct.pack("<3f", 1, 2, 3)), ("b", [64, 1, 2], 3, bytes(80))], align=64, trailing=64))
+put("gguf", "metadata-v2.gguf", gguf(
+    [("u8", 0, 200), ("i8", 1, -5), ("u16", 2, 60000), ("i16", 3, -300), ("u32", 4, 4000000000), ("i32", 5, -70000),
+     ("f32", 6, 1.5), ("bool", 7, True), ("str", 8, "x"), ("u64", 10, 2 ** 40), ("i64", 11, -2 ** 40),
+     ("f64", 12, 0.1), ("nested", 9, (9, [(2, [1, 2]), (8, ["a"])]))], [], version=2))
+put("gguf", "header-only.gguf", gguf([], []))
