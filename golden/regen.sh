@@ -29,3 +29,13 @@ for vm in e2b:mxfp4 e2b:nvfp4 e2b:mxfp8 26b-a4b:mxfp4; do
     "$gempack" fixture --variant "$v" --layout mlx --quant "$m" -o "$tmp/$v-$m" 2>/dev/null
     /usr/bin/python3 "$here/reference.py" "$tmp/$v-$m" --rope-tables f64 -o "$here/data/$v-$m.npz"
 done
+# Google's QAT formats: compressed-tensors int4 (26B-A4B experts int8) and GGUF Q4_0 for every
+# topology, GGUF Q8_0 for two
+for vf in e2b:ct-w4a16 e4b:ct-w4a16 12b:ct-w4a16 26b-a4b:ct-w4a16 31b:ct-w4a16 \
+          e2b:gguf-q4_0 e4b:gguf-q4_0 12b:gguf-q4_0 26b-a4b:gguf-q4_0 31b:gguf-q4_0 e2b:gguf-q8_0 26b-a4b:gguf-q8_0; do
+    v=${vf%%:*} f=${vf#*:}
+    "$gempack" fixture --variant "$v" --format "$f" -o "$tmp/$v-$f" 2>/dev/null
+    src="$tmp/$v-$f"
+    [ -f "$src/model.gguf" ] && src="$src/model.gguf"
+    /usr/bin/python3 "$here/reference.py" "$src" --rope-tables f64 -o "$here/data/$v-$f.npz"
+done

@@ -7,6 +7,7 @@
 
 #include "core/checkpoint.h"
 #include "core/fileio.h"
+#include "core/gguf.h"
 #include "core/jsonx.h"
 #include "core/npz.h"
 #include "core/pack.h"
@@ -149,6 +150,94 @@ static int inspect_npz(const char *path, FILE *out, struct json_object **jo, str
     return rc;
 }
 
+/* A metadata value as JSON: scalars and strings; arrays by element type and
+ * count (a tokenizer's are 262,144 long), with their first integers. */
+static struct json_object *kv_json(const struct gguf_kv *kv, char *text, size_t len)
+{
+    switch (kv->type) {
+    case GGUF_STRING:
+        snprintf(text, len, "\"%.*s\"", kv->n > 60 ? 60 : (int)kv->n, (const char *)kv->str);
+        return json_object_new_string_len((const char *)kv->str, (int)(kv->n < (1u << 20) ? kv->n : 1u << 20));
+    case GGUF_ARRAY: {
+        int64_t v;
+        size_t l = (size_t)snprintf(text, len, "%s[%llu]", gguf_vtype_name(kv->elem), (unsigned long long)kv->n);
+        for (uint64_t i = 0; i < 8 && l < len && gguf_array_int(kv, i, &v); i++)
+            l += (size_t)snprintf(text + l, len - l, "%s%lld", i ? ", " : " ", (long long)v);
+        struct json_object *a = json_object_new_object();
+        json_object_object_add(a, "type", json_object_new_string(gguf_vtype_name(kv->elem)));
+        json_object_object_add(a, "count", json_object_new_int64((int64_t)kv->n));
+        return a;
+    }
+    case GGUF_F32:
+    case GGUF_F64:
+        snprintf(text, len, "%.9g", kv->v.f);
+        return json_object_new_double(kv->v.f);
+    case GGUF_I8:
+    case GGUF_I16:
+    case GGUF_I32:
+    case GGUF_I64:
+        snprintf(text, len, "%lld", (long long)kv->v.i);
+        return json_object_new_int64(kv->v.i);
+    case GGUF_BOOL:
+        snprintf(text, len, "%s", kv->v.u ? "true" : "false");
+        return json_object_new_boolean(kv->v.u != 0);
+    default:
+        snprintf(text, len, "%llu", (unsigned long long)kv->v.u);
+        return json_object_new_int64((int64_t)kv->v.u);
+    }
+}
+
+/* A GGUF file: header, metadata, tensors (ne and ggml type as stored). */
+static int inspect_gguf(const char *path, FILE *out, struct json_object **jo, struct err *e)
+{
+    struct gguf_file g;
+    int rc = gguf_open(&g, path, e);
+    if (rc != ERR_OK)
+        return rc;
+    fprintf(out, "%s: GGUF v%u, alignment %llu, %zu metadata keys, %zu tensors, data at %llu\n", path, g.version,
+            (unsigned long long)g.alignment, g.n_kv, g.n_tensors, (unsigned long long)g.data_offset);
+    struct json_object *o = json_object_new_object(), *meta = json_object_new_object(), *jt = json_object_new_array();
+    for (size_t i = 0; i < g.n_kv; i++) {
+        char text[200];
+        json_object_object_add(meta, g.kv[i].key, kv_json(&g.kv[i], text, sizeof text));
+        fprintf(out, "  %-48s %s\n", g.kv[i].key, text);
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        const struct gguf_tensor *t = &g.tensors[i];
+        const char *type = NULL;
+        ggml_type_info(t->type, &type, NULL, NULL);
+        char ne[120];
+        size_t l = 0;
+        for (uint32_t k = 0; k < t->n_dims && l < sizeof ne; k++)
+            l += (size_t)snprintf(ne + l, sizeof ne - l, "%s%llu", k ? ", " : "[", (unsigned long long)t->ne[k]);
+        snprintf(ne + l, sizeof ne - (l < sizeof ne ? l : sizeof ne - 1), "]");
+        fprintf(out, "  %-48s %-6s ne %-22s %12llu\n", t->name, type ? type : "?", ne, (unsigned long long)t->nbytes);
+        struct json_object *jtt = json_object_new_object(), *jne = json_object_new_array();
+        json_object_object_add(jtt, "name", json_object_new_string(t->name));
+        json_object_object_add(jtt, "type", json_object_new_string(type ? type : "?"));
+        for (uint32_t k = 0; k < t->n_dims; k++)
+            json_object_array_add(jne, json_object_new_int64((int64_t)t->ne[k]));
+        json_object_object_add(jtt, "ne", jne);
+        json_object_object_add(jtt, "offset", json_object_new_int64((int64_t)t->offset));
+        json_object_object_add(jtt, "bytes", json_object_new_int64((int64_t)t->nbytes));
+        json_object_array_add(jt, jtt);
+        total += t->nbytes;
+    }
+    fprintf(out, "total: %zu tensors, %llu bytes\n", g.n_tensors, (unsigned long long)total);
+    json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
+    json_object_object_add(o, "path", json_object_new_string(path));
+    json_object_object_add(o, "kind", json_object_new_string("gguf"));
+    json_object_object_add(o, "version", json_object_new_int((int)g.version));
+    json_object_object_add(o, "alignment", json_object_new_int64((int64_t)g.alignment));
+    json_object_object_add(o, "metadata", meta);
+    json_object_object_add(o, "tensors", jt);
+    json_object_object_add(o, "total_bytes", json_object_new_int64((int64_t)total));
+    *jo = o;
+    gguf_close(&g);
+    return ERR_OK;
+}
+
 int inspect_path(const char *path, FILE *out, struct json_object **jo, struct err *e)
 {
     *jo = NULL;
@@ -159,6 +248,8 @@ int inspect_path(const char *path, FILE *out, struct json_object **jo, struct er
         return inspect_pack(path, out, jo, e);
     if (S_ISREG(st.st_mode) && has_magic(path, "PK\x03\x04", 4))
         return inspect_npz(path, out, jo, e);
+    if (S_ISREG(st.st_mode) && has_magic(path, "GGUF", 4))
+        return inspect_gguf(path, out, jo, e);
     struct ckpt ck = {0};
     struct st_file one = {0};
     const struct st_file *files;

@@ -94,6 +94,47 @@ expect 0 "convert --format mlx --mode mxfp8" -- "$G" convert "$T/e2b" --format m
 expect 0 "the mxfp8 export passes check" -- "$G" check "$T/mlx-mx8"
 ok "its config names the mode" -- test "$(json_field "$T/mlx-mx8/config.json" "d['quantization']['mode']")" = mxfp8
 
+# Google's QAT formats: compressed-tensors and GGUF in, transcoded exactly
+expect 0 "fixture ct-w4a16" -- "$G" fixture --variant e2b --format ct-w4a16 -o "$T/ct"
+expect 0 "fixture gguf-q4_0" -- "$G" fixture --variant e2b --format gguf-q4_0 -o "$T/gg"
+expect 0 "fixture gguf-q4_0 again" -- "$G" fixture --variant e2b --format gguf-q4_0 -o "$T/gg2"
+ok "gguf fixture deterministic" -- cmp -s "$T/gg/model.gguf" "$T/gg2/model.gguf"
+expect 2 "fixture --format with --quant" -- "$G" fixture --variant e2b --format gguf-q4_0 --quant 4 -o "$T/x"
+expect 0 "check ct" -- "$G" check "$T/ct"
+expect 0 "check gguf" -- "$G" check "$T/gg/model.gguf"
+expect 0 "inspect gguf --json" -- "$G" inspect --json "$T/gg/model.gguf"
+ok "inspect reads the metadata" -- test "$(json_field "$T/out" "d['metadata']['gemma4.block_count']")" = 10
+ok "inspect lists ggml types" -- test "$(json_field "$T/out" "d['tensors'][0]['type']")" = Q4_0
+expect 0 "run gguf" -- "$G" run "$T/gg/model.gguf" --tokens-file "$T/gg/tokens.json" --dump-logits "$T/gg-src.npz"
+expect 0 "convert gguf to a pack" -- "$G" convert "$T/gg/model.gguf" --align 64 -o "$T/gg.gpk"
+ok "convert says every tensor is exact" -- grep -q "exact: 160 of 160 tensors equal the source's values bit for bit" "$T/out"
+expect 0 "run the pack" -- "$G" run "$T/gg.gpk" --tokens-file "$T/gg/tokens.json" --dump-logits "$T/gg-pack.npz"
+ok "source and pack: the same logits" -- python3 -c "import zipfile,sys; a,b=(zipfile.ZipFile(f).read('logits.npy') for f in sys.argv[1:]); sys.exit(a!=b)" "$T/gg-src.npz" "$T/gg-pack.npz"
+expect 0 "convert ct --json" -- "$G" convert "$T/ct" --format mlx --json -o "$T/ct-mlx"
+ok "json: the source's modules, exact" -- test "$(json_field "$T/out" "all(m['exact'] for m in d['source']['transcoded']) and d['plan']['exact_tensors'] == len(d['plan']['tensors'])")" = True
+expect 0 "the MLX export of ct passes check" -- "$G" check "$T/ct-mlx"
+expect 0 "requantizing a gguf reports the error" -- "$G" convert "$T/gg/model.gguf" --bits 8 --allow-requantize --dry-run
+ok "a dry run measures nothing" -- grep -q "exact: not measured" "$T/out"
+# a type without an exact MLX form, and another architecture
+python3 - "$T/gg/model.gguf" "$T/iq.gguf" "$T/llama.gguf" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+name = b"blk.0.attn_q.weight"
+i = b.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+n_dims = struct.unpack_from("<I", b, i)[0]
+struct.pack_into("<I", b, i + 4 + 8 * n_dims, 20)  # Q4_0 -> IQ4_NL (same block size)
+open(sys.argv[2], "wb").write(b)
+b = bytearray(open(sys.argv[1], "rb").read())
+i = b.index(b"general.architecture") + len(b"general.architecture") + 4 + 8
+assert b[i:i + 6] == b"gemma4"
+b[i:i + 6] = b"llama4"
+open(sys.argv[3], "wb").write(b)
+PY
+expect 1 "check refuses an IQ4_NL tensor" -- "$G" check "$T/iq.gguf"
+ok "the refusal names the type" -- grep -q "blk.0.attn_q.weight: type IQ4_NL" "$T/out"
+expect 1 "check refuses another GGUF architecture" -- "$G" check "$T/llama.gguf"
+ok "by name" -- grep -q "not a Gemma 4 text model gempack runs: llama4" "$T/out"
+
 # not a Gemma 4 text model: the architecture is refused by name
 cp -r "$T/e2b" "$T/arch"
 sed -i 's/"Gemma4ForConditionalGeneration"/"Gemma3ForCausalLM"/' "$T/arch/config.json"

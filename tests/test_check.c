@@ -1055,6 +1055,95 @@ Test(check, broken_mx_module)
     th_rmtree(tmp);
 }
 
+/* ---- Google's QAT formats: compressed-tensors and GGUF, transcoded ---- */
+
+static char *format_fixture(char **tmp, const char *variant, enum fixture_format f)
+{
+    *tmp = th_mkdtemp();
+    struct fixture_opts o = fx(variant, FX_HF);
+    o.format = f;
+    char *dir = th_fixture(*tmp, "f", o);
+    if (f == FXF_CT_W4A16)
+        return dir;
+    char *file = fio_join(dir, "model.gguf");
+    free(dir);
+    return file;
+}
+
+/* The problem from the transcoder whose message holds `sub`. */
+static const struct check_group *source_problem(const struct check_report *r, const char *sub)
+{
+    for (int i = 0; i < r->n_groups; i++)
+        if (r->groups[i].kind == CHK_QUANT && strstr(r->groups[i].message, sub))
+            return &r->groups[i];
+    cr_assert_fail("no problem saying \"%s\"; %s", sub, describe(r));
+    return NULL;
+}
+
+Test(check, qat_formats_loadable)
+{
+    static const struct {
+        const char *variant;
+        enum fixture_format f;
+        enum source_kind kind;
+        size_t modules; /* transcoded modules (or tensors) recorded */
+    } cases[] = {
+        /* e2b: 10 layers x (q, k, v, o, gate, up, down, PLE gate and projection) + the PLE model projection */
+        {"e2b", FXF_CT_W4A16, SRC_CT, 10 * 9 + 1},
+        /* 26b-a4b: 5 sliding x 4 + 1 full (k_eq_v) x 3 attention, 6 x 3 MLP, 6 x 3 expert stacks */
+        {"26b-a4b", FXF_CT_W4A16, SRC_CT, 23 + 18 + 18},
+        /* GGUF also quantizes both embeddings */
+        {"e2b", FXF_GGUF_Q4_0, SRC_GGUF, 10 * 9 + 1 + 2},
+        /* the fused gate_up tensor becomes two records; the token embedding one more */
+        {"26b-a4b", FXF_GGUF_Q8_0, SRC_GGUF, 23 + 18 + 18 + 1},
+        /* 12b: 10 sliding x 4 + 2 full x 3 attention, 12 x 3 MLP, the embedding */
+        {"12b", FXF_GGUF_Q4_0, SRC_GGUF, 46 + 36 + 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *tmp, *path = format_fixture(&tmp, cases[i].variant, cases[i].f);
+        struct check_report r;
+        run_check(&r, path, 0);
+        expect_loadable(&r, path);
+        cr_assert_eq(r.src.kind, cases[i].kind, "%s", path);
+        cr_assert_eq(r.src.n_mods, cases[i].modules, "%s: %zu modules transcoded", path, r.src.n_mods);
+        cr_assert_eq(r.cfg.quant.global.mode, QM_AFFINE);
+        cr_assert_eq(r.cfg.quant.global.bits, cases[i].f == FXF_GGUF_Q8_0 ? 8 : 4, "%s", path);
+        cr_assert_eq(r.cfg.quant.global.group_size, 32, "%s", path);
+        check_free(&r);
+        free(path);
+        th_rmtree(tmp);
+    }
+}
+
+Test(check, broken_ct)
+{
+    char *tmp, *dir = format_fixture(&tmp, "e2b", FXF_CT_W4A16);
+    struct edit ed[] = {ed_drop(PFX_HF "layers.1.mlp.up_proj.weight_scale"),
+                        ed_set(ED_CHANGE, PFX_HF "layers.2.mlp.up_proj.weight_scale", DT_BF16, 2, 256, 3, 0),
+                        ed_set(ED_CHANGE, PFX_HF "layers.3.mlp.up_proj.weight_packed", DT_I32, 2, 256, 24, 0)};
+    rewrite_st(dir, ed, 3);
+    struct json_object *c = load_config(dir), *q = obj(c, "quantization_config");
+    json_object_array_add(obj(q, "ignore"), json_object_new_string("re:.*layers\\.4\\.mlp\\.gate_proj$"));
+    save_config(dir, c);
+    struct check_report r;
+    check_broken(&r, dir);
+    source_problem(&r, "model.language_model.layers.1.mlp.up_proj: weight_packed without weight_scale");
+    source_problem(&r, "layers.2.mlp.up_proj.weight_scale: BF16 rank 2, expected a float [256, groups] dividing 128");
+    source_problem(&r, "layers.3.mlp.up_proj.weight_packed: 24 words per row for 128 inputs: neither int4 nor int8");
+    source_problem(&r, "layers.4.mlp.gate_proj: quantized, but quantization_config.ignore keeps it dense");
+    check_free(&r);
+
+    /* activations quantized: not weight-only */
+    c = load_config(dir);
+    q = obj(obj(obj(c, "quantization_config"), "config_groups"), "group_0");
+    json_object_object_add(q, "input_activations", json_object_new_object());
+    save_config(dir, c);
+    check_broken(&r, dir);
+    source_problem(&r, "config_groups.group_0.input_activations: quantized activations (not weight-only)");
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 Test(check, qat_shared_layers_need_no_kv)
 {
     /* Pruning the redundant K/V of a PTQ fixture by hand gives a loadable QAT-like checkpoint. */

@@ -152,6 +152,89 @@ ParameterizedTest(size_t *i, runner, goldens, .timeout = 120)
     th_rmtree(tmp);
 }
 
+/* Google's QAT formats: the source (compressed-tensors directory or GGUF
+ * file) against its float64 golden from golden/reference.py, which reads
+ * both itself; the pack and the MLX export convert makes hold the source's
+ * values bit for bit (every tensor reported exact) and give the same logits,
+ * bit for bit. */
+struct format_case {
+    const char *variant;
+    enum fixture_format format;
+    const char *name;
+};
+
+static struct format_case formats[] = {
+    {"e2b", FXF_CT_W4A16, "ct-w4a16"},    {"e4b", FXF_CT_W4A16, "ct-w4a16"},     {"12b", FXF_CT_W4A16, "ct-w4a16"},
+    {"26b-a4b", FXF_CT_W4A16, "ct-w4a16"}, {"31b", FXF_CT_W4A16, "ct-w4a16"},    {"e2b", FXF_GGUF_Q4_0, "gguf-q4_0"},
+    {"e4b", FXF_GGUF_Q4_0, "gguf-q4_0"},   {"12b", FXF_GGUF_Q4_0, "gguf-q4_0"},  {"26b-a4b", FXF_GGUF_Q4_0, "gguf-q4_0"},
+    {"31b", FXF_GGUF_Q4_0, "gguf-q4_0"},   {"e2b", FXF_GGUF_Q8_0, "gguf-q8_0"},  {"26b-a4b", FXF_GGUF_Q8_0, "gguf-q8_0"},
+};
+
+INDEX_PARAMS(qat_formats, formats)
+
+static float *prompt_logits(const char *path, int32_t *tok, int64_t T, int64_t *V)
+{
+    struct model m;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, path, &e), ERR_OK, "%s", e.msg);
+    *V = m.cfg.vocab_size;
+    float *l = run_kv(&m, NULL, tok, T, 0, NULL);
+    model_close(&m);
+    return l;
+}
+
+/* convert src into out (pack or MLX directory) without requantizing; asserts
+ * the report calls every tensor exact. */
+static void convert_exact(const char *src, const char *out, bool mlx)
+{
+    struct convert_opts co = {.align = 64, .format_mlx = mlx, .out = out, .plan = {.group_size = 64}};
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, src, &co, &e), ERR_OK, "%s", e.msg);
+    struct json_object *j = convert_json(&rep), *plan = json_object_object_get(j, "plan");
+    cr_expect_eq(json_object_get_int64(json_object_object_get(plan, "exact_tensors")), (int64_t)rep.plan.n,
+                 "%s -> %s: every tensor bit for bit: %s", src, out,
+                 json_object_to_json_string(json_object_object_get(plan, "exact_tensors")));
+    cr_expect_gt(rep.in.source.n_mods, 0, "%s: transcoded modules recorded", src);
+    for (size_t k = 0; k < rep.in.source.n_mods; k++)
+        cr_expect(rep.in.source.mods[k].verified && rep.in.source.mods[k].exact, "%s: %s -> %s: max |dw| %g", src,
+                  rep.in.source.mods[k].name, rep.in.source.mods[k].to, rep.in.source.mods[k].max_abs_err);
+    json_object_put(j);
+    convert_free(&rep);
+}
+
+ParameterizedTest(size_t *i, runner, qat_formats, .timeout = 120)
+{
+    const struct format_case *c = &formats[*i];
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = c->variant, .format = c->format};
+    char *dir = th_fixture(tmp, "src", o), src[4200], pack[4200], mlx[4200], golden[64];
+    snprintf(src, sizeof src, c->format == FXF_CT_W4A16 ? "%s" : "%s/model.gguf", dir);
+    snprintf(golden, sizeof golden, "%s-%s", c->variant, c->name);
+    expect_golden(src, golden);
+
+    snprintf(pack, sizeof pack, "%s/model.gpk", tmp);
+    snprintf(mlx, sizeof mlx, "%s/mlx", tmp);
+    convert_exact(src, pack, false);
+    convert_exact(src, mlx, true);
+    struct token_seqs s = {0};
+    struct err e = {0};
+    char tokens[4200];
+    snprintf(tokens, sizeof tokens, "%s/tokens.json", dir);
+    cr_assert_eq(tokens_read_file(tokens, &s, &e), ERR_OK, "%s", e.msg);
+    int64_t T = s.len[0], V;
+    float *a = prompt_logits(src, s.seq[0], T, &V), *b = prompt_logits(pack, s.seq[0], T, &V),
+          *m = prompt_logits(mlx, s.seq[0], T, &V);
+    cr_expect(rows_equal(a, b, T, V), "%s: the source and its pack differ", golden);
+    cr_expect(rows_equal(a, m, T, V), "%s: the source and its MLX export differ", golden);
+    free(a);
+    free(b);
+    free(m);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 /* ../shared/external-goldens: logits from upstream mlx-lm code (float64 keys). */
 static void external(const char *name)
 {
