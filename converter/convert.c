@@ -48,12 +48,22 @@ static struct json_object *source_json(const struct convert_report *r)
 {
     struct json_object *s = json_object_new_object(), *files = json_object_new_array();
     char hex[65];
-    for (size_t i = 0; i < r->in.source.ck.n_shards; i++) {
-        const struct st_file *f = &r->in.source.ck.shards[i];
+    const struct source *src = &r->in.source;
+    for (size_t i = 0; i < src->ck.n_files; i++) {
+        const struct st_file *f = &src->ck.shards[i];
         struct json_object *fo = json_object_new_object();
-        json_object_object_add(fo, "name", json_object_new_string(r->in.source.ck.shard_names[i]));
+        json_object_object_add(fo, "name", json_object_new_string(src->ck.shard_names[i]));
         json_object_object_add(fo, "size", json_object_new_int64((int64_t)f->file_size));
         sha256_hex(f->map + 8, (size_t)f->header_len, hex);
+        json_object_object_add(fo, "header_sha256", json_object_new_string(hex));
+        json_object_array_add(files, fo);
+    }
+    if (src->kind == SRC_GGUF) { /* the header, metadata and tensor infos */
+        struct json_object *fo = json_object_new_object();
+        const char *slash = strrchr(src->path, '/');
+        json_object_object_add(fo, "name", json_object_new_string(slash ? slash + 1 : src->path));
+        json_object_object_add(fo, "size", json_object_new_int64((int64_t)src->gguf.size));
+        sha256_hex(src->gguf.map, (size_t)src->gguf.data_offset, hex);
         json_object_object_add(fo, "header_sha256", json_object_new_string(hex));
         json_object_array_add(files, fo);
     }
@@ -61,8 +71,10 @@ static struct json_object *source_json(const struct convert_report *r)
     sha256_hex(r->in.source.config_text, r->in.source.config_len, hex);
     json_object_object_add(s, "config_sha256", json_object_new_string(hex));
     json_object_object_add(s, "layout", json_object_new_string(name_family_name(r->in.norm.family)));
+    json_object_object_add(s, "format", json_object_new_string(source_kind_name(src->kind)));
     json_object_object_add(s, "quantization",
-                           json_object_new_string(r->cfg.quant.mlx ? "mlx"
+                           json_object_new_string(src->kind != SRC_SAFETENSORS ? source_kind_name(src->kind)
+                                                  : r->cfg.quant.mlx ? "mlx"
                                                   : r->cfg.quant.qat_unquantized ? "qat_unquantized"
                                                                                  : "none"));
     return s;

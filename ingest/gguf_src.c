@@ -104,9 +104,7 @@ static int emit(struct gctx *c, const char *name, const struct gguf_tensor *t, i
         return rc;
     }
     if (t->type != GGML_Q4_0 && t->type != GGML_Q8_0) {
-        src_problem(s, "%s: type %s: gempack reads F32, F16, BF16, Q4_0 and Q8_0 (k-quants and i-quants have no "
-                       "exact MLX form)",
-                    t->name, tname ? tname : "unknown");
+        src_problem(s, "%s: type %s: gempack reads F32, F16, BF16, Q4_0 and Q8_0", t->name, tname ? tname : "unknown");
         return ERR_OK;
     }
     int bits = t->type == GGML_Q4_0 ? 4 : 8;
