@@ -84,7 +84,8 @@ static int cmp_tensor(const void *a, const void *b)
 
 int ts_commit(struct source *src, struct tshard *s, const char *name, struct err *e)
 {
-    qsort(s->f.tensors, s->f.n_tensors, sizeof *s->f.tensors, cmp_tensor);
+    if (s->f.n_tensors)
+        qsort(s->f.tensors, s->f.n_tensors, sizeof *s->f.tensors, cmp_tensor);
     if (s->buf && src->mem)
         return err_set(e, ERR_USAGE, "%s: a second memory shard", src->path);
     if (s->buf) {
