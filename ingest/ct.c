@@ -97,7 +97,7 @@ static int cmp_str(const void *a, const void *b)
 static bool dropped(const char *name, void *p)
 {
     struct ctx *c = p;
-    return bsearch(&name, c->drop, c->n_drop, sizeof *c->drop, cmp_str) != NULL;
+    return c->n_drop && bsearch(&name, c->drop, c->n_drop, sizeof *c->drop, cmp_str) != NULL;
 }
 
 /* The block's schemes; problems for anything that is not weight-only int. */
@@ -637,7 +637,8 @@ int ct_open(struct source *s, struct json_object *root, unsigned flags, struct e
     if (rc == ERR_OK)
         rc = ts_commit(s, &c.mem, "compressed-tensors scales and biases (in memory)", e);
     if (rc == ERR_OK) {
-        qsort(c.drop, c.n_drop, sizeof *c.drop, cmp_str);
+        if (c.n_drop)
+            qsort(c.drop, c.n_drop, sizeof *c.drop, cmp_str);
         rc = ckpt_reindex(&s->ck, dropped, &c, e);
     }
     if (rc == ERR_OK)
