@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "fixtures/fixture.h"
 #include "golden/check.h"
+#include "golden/compare.h"
 #include "ingest/check.h"
 #include "ingest/inspect.h"
 #include "runner/session.h"
@@ -652,10 +653,77 @@ static int cmd_golden_check(int argc, char **argv)
     return res.pass ? 0 : EXIT_VERDICT;
 }
 
+/* ---- compare ---- */
+
+struct compare_args {
+    struct compare_opts o;
+    bool json;
+};
+#define CA struct compare_args
+
+static const struct opt compare_opts[] = {
+    OWN("tokens", "IDS", 't', "a prompt's token ids; repeat for several prompts"),
+    OWN("tokens-file", "F", 'T', "prompts from a file (as run takes, a batch too)"),
+    UINT("keep-a", "N", 'A', CA, o.keep_a, 0, CFG_MAX_LAYERS, "B takes A's hidden state after each of its first N\nlayers: layer N's own error, alone"),
+    CHOICE("kv-bits", 'b', CA, o.kv_b.bits, "4|8", kv_bits, "B's KV cache quantized (A's stays float)"),
+    CHOICE("kv-group-size", 'G', CA, o.kv_b.group_size, "32|64|128", group_sizes, "its group size (default 64)"),
+    OWN("max-abs", "X", 'a', "thresholds on the totals, also --nmse X, --kld-mean X,\n--kld-p99 X, --kld-max X (KL(A||B)), --top1 X;\nnone by default"),
+    OWN("nmse", "X", 'N', NULL), OWN("kld-mean", "X", 'k', NULL), OWN("kld-p99", "X", 'p', NULL),
+    OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
+    UINT("threads", "N", 'n', CA, o.threads, 1, 64, "worker threads (the results are identical for any N)"),
+    FLAG("json", 'j', CA, json, "the report (schema gempack.compare/1) on stdout"),
+    {0}};
+
+static int compare_with(int argc, char **argv, struct token_seqs *seqs)
+{
+    struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
+    double *over[] = {&a.o.th.max_abs, &a.o.th.nmse, &a.o.th.kld_mean, &a.o.th.kld_p99, &a.o.th.kld_max,
+                      &a.o.th.top1_min};
+    const char *threshold_opts = "aNkpK1";
+    int code;
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
+        const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
+        if (c == 't' || c == 'T') {
+            if ((code = parse_tokens_arg(c, "compare", seqs)) >= 0)
+                return code;
+        } else if (t) {
+            if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
+                return usage_error("compare", "threshold %s: expected a number", optarg);
+        } else {
+            return c == -2 ? code : common_opt(c);
+        }
+    }
+    if (optind + 2 != argc || seqs->n == 0)
+        return usage_error("compare", "%s", "expected A, B and prompts (--tokens or --tokens-file)");
+    struct compare_result r;
+    struct err e = {0};
+    if (compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e) != ERR_OK) {
+        compare_free(&r);
+        return fail(&e);
+    }
+    compare_print(a.json ? stderr : stdout, argv[optind], argv[optind + 1], &a.o, &r);
+    if (a.json) {
+        struct json_object *j = compare_json(argv[optind], argv[optind + 1], &a.o, &r);
+        print_json(j);
+        json_object_put(j);
+    }
+    bool pass = r.pass;
+    compare_free(&r);
+    return pass ? 0 : EXIT_VERDICT;
+}
+
+static int cmd_compare(int argc, char **argv)
+{
+    struct token_seqs seqs = {0};
+    int code = compare_with(argc, argv, &seqs);
+    tokens_free(&seqs);
+    return code;
+}
+
 /* ---- dispatch ---- */
 
 static const struct command commands[] = {
-    {"check", "gempack check DIR [--json] [--headers-only]", "does the checkpoint load as a Gemma 4 text model, and why not",
+    {"check", "gempack check DIR|FILE.gguf [--json] [--headers-only]", "does the checkpoint load as a Gemma 4 text model, and why not",
      "Tells whether the checkpoint in DIR loads as a Gemma 4 text model, reading\n"
      "config.json and the safetensors headers only, and lists every reason why not:\n"
      "missing, unexpected, mis-shaped and wrongly typed tensors (layer ranges\n"
@@ -669,7 +737,7 @@ static const struct command commands[] = {
      "pack (header, manifest, tensors with CRCs and quantization), or of an .npz\n"
      "(members with dtype and shape, each read once and CRC-checked; meta.json).\n",
      inspect_opts, NULL, cmd_inspect},
-    {"convert", "gempack convert DIR -o OUT [options]", "normalize (and quantize) into a .gpk pack or an MLX directory",
+    {"convert", "gempack convert DIR|FILE.gguf -o OUT [options]", "normalize (and quantize) into a .gpk pack or an MLX directory",
      "Normalizes a checkpoint that 'gempack check' accepts into one canonical form\n"
      "and writes a .gpk pack (default) or, with --format mlx, a directory of MLX\n"
      "safetensors + config.json. Every dropped or transformed tensor is reported.\n"
@@ -686,6 +754,14 @@ static const struct command commands[] = {
      "Runs the Gemma 4 forward pass of MODEL (a .gpk pack, or a checkpoint\n"
      "directory converted in memory without requantizing) on token ids.\n",
      run_opts, NULL, cmd_run},
+    {"compare", "gempack compare A B (--tokens IDS ... | --tokens-file F) [options]",
+     "how far B is from A, per position and per layer",
+     "Runs two forms of one model (packs, checkpoint directories, GGUF files) on\n"
+     "the same prompts. Per position and in total: KL(A||B) and KL(B||A), top-1..5\n"
+     "agreement, argmax regret, max |dlogit|, NMSE, cosine, and the same by A's\n"
+     "confidence. Per layer: the hidden state and both branches of B against A\n"
+     "(relative error, cosine, SQNR) and the layer whose error jumps.\n",
+     compare_opts, "Exit: 0 within the thresholds, 1 outside, 2 error.", cmd_compare},
     {"golden make", "gempack golden make MODEL (--tokens IDS | --tokens-file F) -o G.npz",
      "golden logits of a model on a prompt",
      "Runs MODEL on the tokens and stores tokens.npy, logits.npy [T, V] and\n"

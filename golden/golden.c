@@ -141,7 +141,7 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
 }
 
 /* log-softmax of a row in float64 into out[V]. */
-static void log_softmax(const double *z, int64_t V, double *out)
+void golden_log_softmax(const double *z, int64_t V, double *out)
 {
     double m = -HUGE_VAL, s = 0.0;
     for (int64_t k = 0; k < V; k++)
@@ -159,7 +159,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int64_t argmax_d(const double *z, int64_t V)
+int64_t golden_argmax(const double *z, int64_t V)
 {
     int64_t b = 0;
     for (int64_t k = 1; k < V; k++)
@@ -202,14 +202,14 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
             q[k] = gv;
         }
         m->max_abs = fmax(m->max_abs, row_max);
-        log_softmax(ref, V, lp);
-        log_softmax(q, V, lq);
+        golden_log_softmax(ref, V, lp);
+        golden_log_softmax(q, V, lq);
         double klt = 0.0;
         for (int64_t k = 0; k < V; k++)
             if (lp[k] > -HUGE_VAL) /* p = 0 terms are 0, even where q = 0 too */
                 klt += exp(lp[k]) * (lp[k] - lq[k]);
         kl[t] = klt != klt ? (double)INFINITY : fmax(klt, 0.0); /* NaN: the model's row is not a distribution */
-        int64_t a = argmax_d(ref, V), b = argmax_d(q, V);
+        int64_t a = golden_argmax(ref, V), b = golden_argmax(q, V);
         agree += a == b;
         double dp = exp(lp[a]) - exp(lq[a]);
         dp2 += dp * dp;

@@ -57,6 +57,10 @@ struct golden_metrics {
 int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
                                 struct err *e);
 
+/* log-softmax of z[V] in float64; the first index of the largest value. */
+void golden_log_softmax(const double *z, int64_t V, double *out);
+int64_t golden_argmax(const double *z, int64_t V);
+
 /* Compares model logits got[T, V] with the golden's. */
 void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m);
 

@@ -295,7 +295,11 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             for (int64_t k = 0; k < H; k++)
                 x[t * H + k] += a[t * H + k];                                     /* 4. residual */
         }
+        if (r->probe && r->probe->attn)
+            memcpy(r->probe->attn + i * N * H, a, (size_t)(N * H) * sizeof *a);
         feed_forward(r, i, x, N, a);                                              /* 5-6. feed-forward */
+        if (r->probe && r->probe->mlp)
+            memcpy(r->probe->mlp + i * N * H, a, (size_t)(N * H) * sizeof *a);
         for (int64_t k = 0; k < N * H; k++)
             x[k] += a[k];                                                         /* 7. residual */
         if (P) {                                                                  /* 8. per-layer input gate */
@@ -311,6 +315,10 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
         }
         for (int64_t k = 0; k < N * H; k++)
             x[k] *= L->layer_scalar;                                              /* 9. layer_scalar */
+        if (r->probe && i < r->probe->inject_layers)
+            memcpy(x, r->probe->inject + i * N * H, (size_t)(N * H) * sizeof *x);
+        if (r->probe && r->probe->hidden)
+            memcpy(r->probe->hidden + i * N * H, x, (size_t)(N * H) * sizeof *x);
     }
     if (logits) {                           /* final norm, tied head, soft-cap: every row, or each item's last */
         int64_t rows = 0;

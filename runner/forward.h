@@ -78,8 +78,19 @@ struct run_state {
     void *block;               /* the allocation the arrays above are carved from */
 };
 
+/* What a step shows of its layers (gempack compare): each decoder layer's
+ * attention and feed-forward branch and its output, [L, N, H] each (NULL: not
+ * kept), and, for layers below inject_layers, an output to use instead:
+ * another model's hidden state, so a layer's own error can be seen. */
+struct runner_probe {
+    float *attn, *mlp, *hidden;
+    const float *inject;       /* [inject_layers, N, H] */
+    int64_t inject_layers;
+};
+
 struct runner {
     const struct model *m;
+    struct runner_probe *probe; /* NULL: none */
     struct kern_table kt;
     struct runner_opts o;
     int kv_float_layer;        /* layer kept float by skip_last_full, or -1 */

@@ -21,7 +21,7 @@ expect 0 "top-level --help" -- "$G" --help
 expect 2 "no command" -- "$G"
 expect 2 "unknown command" -- "$G" frobnicate
 expect 0 "--version" -- "$G" --version
-for c in check inspect fixture convert verify; do
+for c in check inspect fixture convert verify compare; do
     expect 0 "$c --help" -- "$G" $c --help
     ok "$c --help names its usage" -- grep -q "usage: gempack $c" "$T/out"
 done
@@ -164,6 +164,18 @@ expect 2 "requantize refused" -- "$G" convert "$T/mlx4" --bits 8 -o "$T/re.gpk"
 ok "requantize message names the flag" -- grep -q -- "--allow-requantize" "$T/err"
 expect 0 "requantize allowed" -- "$G" convert "$T/mlx4" --bits 8 --allow-requantize --align 64 -o "$T/re.gpk"
 
+
+# compare: the 4-bit pack against its source, per position and per layer
+expect 0 "compare source and 4-bit pack" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens-file "$T/e2b/tokens.json"
+ok "compare reports both KL directions" -- grep -q "KL(A||B) mean .* KL(B||A) mean" "$T/out"
+ok "compare reports every layer" -- grep -q "^      9 " "$T/out"
+expect 1 "compare over a threshold" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens-file "$T/e2b/tokens.json" --kld-mean 1e-9
+expect 0 "compare --json, --keep-a, --kv-bits" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,17,99 --tokens 2,5 --keep-a 3 --kv-bits 8 --json
+ok "compare schema" -- test "$(json_field "$T/out" "d['schema']")" = gempack.compare/1
+ok "two prompts, five positions" -- test "$(json_field "$T/out" "(d['prompts'], len(d['positions']))")" = "(2, 5)"
+ok "layers 0..2 are A's" -- test "$(json_field "$T/out" "[l['hidden']['relative_error'] for l in d['layers'][:3]]")" = "[0.0, 0.0, 0.0]"
+expect 2 "compare without prompts" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk"
+expect 2 "compare --keep-a beyond the layers" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,3 --keep-a 11
 
 # run and golden: logit dumps, regression baselines, the committed float64 reference
 SRC=$(cd "$(dirname "$0")/.." && pwd)

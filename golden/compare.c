@@ -1,0 +1,371 @@
+#include "golden/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/model.h"
+
+/* One model on one prompt, in one prefill: logits [T, V] and, with a probe,
+ * every layer's branches and output [L, T, H]. */
+struct side {
+    struct model m;
+    bool open;
+    float *logits, *attn, *mlp, *hidden;
+};
+
+static int side_run(struct side *s, const struct kv_opts *kv, int threads, const int32_t *tok, int64_t T,
+                    const float *inject, int64_t inject_layers, struct err *e)
+{
+    const struct gp_config *c = &s->m.cfg;
+    size_t per = (size_t)(c->n_layers * T * c->hidden_size);
+    free(s->logits);
+    free(s->attn);
+    free(s->mlp);
+    free(s->hidden);
+    s->logits = malloc((size_t)(T * c->vocab_size) * sizeof *s->logits);
+    s->attn = malloc(per * sizeof *s->attn);
+    s->mlp = malloc(per * sizeof *s->mlp);
+    s->hidden = malloc(per * sizeof *s->hidden);
+    if (!s->logits || !s->attn || !s->mlp || !s->hidden)
+        return err_set(e, ERR_NOMEM, "%s: cannot hold %lld positions of every layer", model_name(&s->m), (long long)T);
+    struct runner r;
+    struct runner_probe p = {s->attn, s->mlp, s->hidden, inject, inject_layers};
+    int rc = runner_init(&r, &s->m,
+                         &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .kv = *kv, .n_seq = 1,
+                                               .max_step = T, .max_context = T},
+                         e);
+    if (rc == ERR_OK) {
+        r.probe = &p;
+        rc = runner_prompt(&r, tok, T, 0, s->logits, NULL, e);
+    }
+    runner_free(&r);
+    return rc;
+}
+
+static void side_free(struct side *s)
+{
+    if (s->open)
+        model_close(&s->m);
+    free(s->logits);
+    free(s->attn);
+    free(s->mlp);
+    free(s->hidden);
+}
+
+/* Sums of a², b², ab and (a − b)² of one layer's values, across prompts. */
+struct sums {
+    double aa, bb, ab, dd;
+};
+
+static void add_sums(struct sums *s, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x = a[i], y = b[i], d = x - y;
+        s->aa += x * x;
+        s->bb += y * y;
+        s->ab += x * y;
+        s->dd += d * d;
+    }
+}
+
+static struct compare_err err_of(const struct sums *s)
+{
+    struct compare_err r;
+    r.rel = s->aa > 0 ? sqrt(s->dd / s->aa) : s->dd > 0 ? (double)INFINITY : 0.0;
+    r.cosine = s->aa > 0 && s->bb > 0 ? s->ab / sqrt(s->aa * s->bb) : 1.0;
+    r.sqnr_db = s->dd > 0 ? 10.0 * log10(s->aa / s->dd) : (double)INFINITY;
+    return r;
+}
+
+/* Per-position measures of one prompt's rows (A's logits a, B's b). */
+static void positions(const float *a, const float *b, int64_t T, int64_t V, int prompt, struct compare_pos *out,
+                      double *wa, double *wb, double *la, double *lb)
+{
+    for (int64_t t = 0; t < T; t++) {
+        struct compare_pos *p = &out[t];
+        double mx = 0.0;
+        for (int64_t k = 0; k < V; k++) {
+            wa[k] = a[t * V + k];
+            wb[k] = b[t * V + k];
+            mx = fmax(mx, fabs(wa[k] - wb[k]));
+        }
+        golden_log_softmax(wa, V, la);
+        golden_log_softmax(wb, V, lb);
+        double ab = 0.0, ba = 0.0;
+        for (int64_t k = 0; k < V; k++) {
+            if (la[k] > -HUGE_VAL)
+                ab += exp(la[k]) * (la[k] - lb[k]);
+            if (lb[k] > -HUGE_VAL)
+                ba += exp(lb[k]) * (lb[k] - la[k]);
+        }
+        int64_t ia = golden_argmax(wa, V), ib = golden_argmax(wb, V);
+        int rank = 0;
+        for (int64_t k = 0; k < V && rank < COMPARE_TOPK; k++)
+            rank += wb[k] > wb[ia] || (wb[k] == wb[ia] && k < ia);
+        *p = (struct compare_pos){.prompt = prompt, .t = t, .kl_ab = fmax(ab, 0.0), .kl_ba = fmax(ba, 0.0),
+                                  .regret = la[ia] - la[ib], .max_abs = mx, .p_top = exp(la[ia]), .rank = rank};
+    }
+}
+
+/* The layer (after keep_a) whose hidden error grows most over its
+ * predecessor's, if at least COMPARE_JUMP times. */
+static void find_jump(struct compare_result *r, int64_t keep_a)
+{
+    r->jump_layer = -1;
+    r->jump_ratio = 0.0;
+    for (int64_t i = keep_a + 1; i < r->L; i++) {
+        double prev = r->layers[i - 1].hidden.rel, cur = r->layers[i].hidden.rel;
+        double ratio = prev > 0 ? cur / prev : cur > 0 ? (double)INFINITY : 0.0;
+        if (ratio > r->jump_ratio) {
+            r->jump_ratio = ratio;
+            r->jump_layer = i;
+        }
+    }
+    if (r->jump_ratio < COMPARE_JUMP)
+        r->jump_layer = -1;
+}
+
+static void totals(struct compare_result *r)
+{
+    int64_t n = r->n_pos, within[COMPARE_TOPK] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const struct compare_pos *p = &r->pos[i];
+        r->kl_ba_mean += p->kl_ba;
+        r->regret_mean += p->regret;
+        r->regret_max = fmax(r->regret_max, p->regret);
+        for (int k = 0; k < COMPARE_TOPK; k++)
+            within[k] += p->rank <= k;
+        struct compare_bin *b = &r->bins[p->p_top < 0.5 ? 0 : p->p_top < 0.9 ? 1 : 2];
+        b->n++;
+        b->kl_ab += p->kl_ab;
+        b->top1 += p->rank == 0;
+    }
+    r->kl_ba_mean = n ? r->kl_ba_mean / (double)n : 0.0;
+    r->regret_mean = n ? r->regret_mean / (double)n : 0.0;
+    for (int k = 0; k < COMPARE_TOPK; k++)
+        r->topk[k] = n ? (double)within[k] / (double)n : 1.0;
+    for (int k = 0; k < COMPARE_BINS; k++)
+        if (r->bins[k].n) {
+            r->bins[k].kl_ab /= (double)r->bins[k].n;
+            r->bins[k].top1 /= (double)r->bins[k].n;
+        }
+}
+
+int compare_models(const char *a_path, const char *b_path, const struct token_seqs *prompts,
+                   const struct compare_opts *o, struct compare_result *r, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    struct side A = {0}, B = {0};
+    int rc = model_open(&A.m, a_path, e);
+    A.open = rc == ERR_OK;
+    if (rc == ERR_OK && (rc = model_open(&B.m, b_path, e)) == ERR_OK)
+        B.open = true;
+    const struct gp_config *ca = &A.m.cfg, *cb = &B.m.cfg;
+    if (rc == ERR_OK && (ca->vocab_size != cb->vocab_size || ca->n_layers != cb->n_layers ||
+                         ca->hidden_size != cb->hidden_size))
+        rc = err_set(e, ERR_USAGE, "%s and %s are not two forms of one model: vocabulary %lld / %lld, layers %lld / "
+                                   "%lld, hidden %lld / %lld",
+                     a_path, b_path, (long long)ca->vocab_size, (long long)cb->vocab_size, (long long)ca->n_layers,
+                     (long long)cb->n_layers, (long long)ca->hidden_size, (long long)cb->hidden_size);
+    if (rc == ERR_OK && (o->keep_a < 0 || o->keep_a > ca->n_layers))
+        rc = err_set(e, ERR_USAGE, "--keep-a %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
+                     (long long)ca->n_layers);
+    int64_t n_pos = 0, maxT = 0;
+    for (int p = 0; p < prompts->n; p++) {
+        n_pos += prompts->len[p];
+        maxT = prompts->len[p] > maxT ? prompts->len[p] : maxT;
+    }
+    int64_t V = ca->vocab_size, L = ca->n_layers, H = ca->hidden_size;
+    struct sums *sums = calloc((size_t)(3 * L + 1), sizeof *sums);
+    float *la_all = rc == ERR_OK ? malloc((size_t)(n_pos * V) * sizeof *la_all) : NULL,
+          *lb_all = rc == ERR_OK ? malloc((size_t)(n_pos * V) * sizeof *lb_all) : NULL;
+    double *w = malloc(4 * (size_t)V * sizeof *w);
+    r->pos = calloc((size_t)(n_pos ? n_pos : 1), sizeof *r->pos);
+    r->layers = calloc((size_t)(L ? L : 1), sizeof *r->layers);
+    if (rc == ERR_OK && (!sums || !la_all || !lb_all || !w || !r->pos || !r->layers))
+        rc = err_set(e, ERR_NOMEM, "cannot hold %lld positions of %lld logits", (long long)n_pos, (long long)V);
+    struct kv_opts kv_a = {0};
+    int64_t at = 0;
+    for (int p = 0; rc == ERR_OK && p < prompts->n; p++) {
+        int64_t T = prompts->len[p];
+        rc = side_run(&A, &kv_a, o->threads, prompts->seq[p], T, NULL, 0, e);
+        if (rc == ERR_OK)
+            rc = side_run(&B, &o->kv_b, o->threads, prompts->seq[p], T, A.hidden, o->keep_a, e);
+        if (rc != ERR_OK)
+            break;
+        memcpy(la_all + at * V, A.logits, (size_t)(T * V) * sizeof *la_all);
+        memcpy(lb_all + at * V, B.logits, (size_t)(T * V) * sizeof *lb_all);
+        positions(A.logits, B.logits, T, V, p, r->pos + at, w, w + V, w + 2 * V, w + 3 * V);
+        for (int64_t i = 0; i < L; i++) {
+            size_t off = (size_t)(i * T * H), n = (size_t)(T * H);
+            add_sums(&sums[3 * i], A.hidden + off, B.hidden + off, n);
+            add_sums(&sums[3 * i + 1], A.attn + off, B.attn + off, n);
+            add_sums(&sums[3 * i + 2], A.mlp + off, B.mlp + off, n);
+        }
+        at += T;
+    }
+    if (rc == ERR_OK) {
+        r->n_pos = n_pos;
+        r->V = V;
+        r->L = L;
+        r->n_prompts = prompts->n;
+        for (int64_t i = 0; i < L; i++)
+            r->layers[i] = (struct compare_layer){err_of(&sums[3 * i]), err_of(&sums[3 * i + 1]),
+                                                  err_of(&sums[3 * i + 2])};
+        find_jump(r, o->keep_a);
+        struct golden g = {.T = n_pos, .V = V, .logits = malloc((size_t)(n_pos * V) * sizeof(double))};
+        if (!g.logits) {
+            rc = err_set(e, ERR_NOMEM, "out of memory");
+        } else {
+            for (int64_t k = 0; k < n_pos * V; k++)
+                g.logits[k] = la_all[k];
+            golden_compare(&g, lb_all, o->th, &r->m);
+            free(g.logits);
+            totals(r);
+            r->th = o->th;
+            struct json_object *v = golden_verdict(&r->m, &r->th, &r->pass);
+            json_object_put(v);
+        }
+    }
+    free(sums);
+    free(la_all);
+    free(lb_all);
+    free(w);
+    side_free(&A);
+    side_free(&B);
+    return rc;
+}
+
+void compare_free(struct compare_result *r)
+{
+    free(r->pos);
+    free(r->layers);
+    memset(r, 0, sizeof *r);
+}
+
+static void print_err(FILE *out, const char *what, const struct compare_err *x)
+{
+    fprintf(out, "  %s %9.3g %8.6f %7.1f", what, x->rel, x->cosine, x->sqnr_db);
+}
+
+void compare_print(FILE *out, const char *a_path, const char *b_path, const struct compare_opts *o,
+                   const struct compare_result *r)
+{
+    const struct golden_metrics *m = &r->m;
+    fprintf(out, "gempack compare: A %s, B %s: %d prompt%s, %lld positions%s\n", a_path, b_path, r->n_prompts,
+            r->n_prompts == 1 ? "" : "s", (long long)r->n_pos, o->kv_b.bits ? ", B with a quantized KV cache" : "");
+    fprintf(out, "  KL(A||B) mean %.4g  p99 %.4g  max %.4g nats   KL(B||A) mean %.4g\n", m->kld_mean, m->kld_p99,
+            m->kld_max, r->kl_ba_mean);
+    fprintf(out, "  top-1..5 agreement");
+    for (int k = 0; k < COMPARE_TOPK; k++)
+        fprintf(out, " %.1f%%", 100.0 * r->topk[k]);
+    fprintf(out, "   argmax regret mean %.4g max %.4g nats\n", r->regret_mean, r->regret_max);
+    fprintf(out, "  logits: max |d| %.4g  NMSE %.4g  cosine %.8f\n", m->max_abs, m->nmse, m->cosine);
+    static const char *const bins[] = {"p(A top) < 0.5", "0.5 .. 0.9", ">= 0.9"};
+    for (int k = 0; k < COMPARE_BINS; k++)
+        if (r->bins[k].n)
+            fprintf(out, "  %-15s %5lld positions  KL(A||B) %.4g  top-1 %.1f%%\n", bins[k], (long long)r->bins[k].n,
+                    r->bins[k].kl_ab, 100.0 * r->bins[k].top1);
+        else
+            fprintf(out, "  %-15s     0 positions\n", bins[k]);
+    fprintf(out, "per layer (B against A: relative error, cosine, SQNR dB):\n");
+    fprintf(out, "  layer     hidden                        attention                     feed-forward\n");
+    for (int64_t i = 0; i < r->L; i++) {
+        fprintf(out, "  %5lld", (long long)i);
+        print_err(out, "", &r->layers[i].hidden);
+        print_err(out, "", &r->layers[i].attn);
+        print_err(out, "", &r->layers[i].mlp);
+        fprintf(out, "%s\n", i < o->keep_a ? "  (B takes A's output)" : i == r->jump_layer ? "  <- jump" : "");
+    }
+    if (r->jump_layer >= 0)
+        fprintf(out, "jump: layer %lld, hidden error x%.3g over layer %lld\n", (long long)r->jump_layer, r->jump_ratio,
+                (long long)(r->jump_layer - 1));
+    else
+        fprintf(out, "jump: none (no layer's hidden error is %gx its predecessor's)\n", COMPARE_JUMP);
+    fprintf(out, "verdict: %s\n", r->pass ? "PASS" : "FAIL");
+}
+
+static struct json_object *num(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no infinity: null */
+}
+
+static struct json_object *err_json(const struct compare_err *x)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "relative_error", num(x->rel));
+    json_object_object_add(o, "cosine", num(x->cosine));
+    json_object_object_add(o, "sqnr_db", num(x->sqnr_db));
+    return o;
+}
+
+struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
+                                 const struct compare_result *r)
+{
+    struct json_object *j = json_object_new_object(), *opt = json_object_new_object(), *t = json_object_new_object(),
+                       *topk = json_object_new_array(), *bins = json_object_new_array(),
+                       *layers = json_object_new_array(), *pos = json_object_new_array();
+    json_object_object_add(j, "schema", json_object_new_string("gempack.compare/1"));
+    json_object_object_add(j, "a", json_object_new_string(a_path));
+    json_object_object_add(j, "b", json_object_new_string(b_path));
+    json_object_object_add(j, "kl_direction", json_object_new_string("kl_ab = KL(A||B), A the reference"));
+    json_object_object_add(opt, "keep_a", json_object_new_int64(o->keep_a));
+    json_object_object_add(opt, "kv_bits_b", json_object_new_int(o->kv_b.bits));
+    json_object_object_add(j, "options", opt);
+    json_object_object_add(j, "prompts", json_object_new_int(r->n_prompts));
+    json_object_object_add(t, "positions", json_object_new_int64(r->n_pos));
+    json_object_object_add(t, "kl_ab_mean", num(r->m.kld_mean));
+    json_object_object_add(t, "kl_ab_p99", num(r->m.kld_p99));
+    json_object_object_add(t, "kl_ab_max", num(r->m.kld_max));
+    json_object_object_add(t, "kl_ba_mean", num(r->kl_ba_mean));
+    for (int k = 0; k < COMPARE_TOPK; k++)
+        json_object_array_add(topk, num(r->topk[k]));
+    json_object_object_add(t, "topk_agreement", topk);
+    json_object_object_add(t, "regret_mean", num(r->regret_mean));
+    json_object_object_add(t, "regret_max", num(r->regret_max));
+    json_object_object_add(t, "max_abs", num(r->m.max_abs));
+    json_object_object_add(t, "nmse", num(r->m.nmse));
+    json_object_object_add(t, "cosine", num(r->m.cosine));
+    json_object_object_add(j, "totals", t);
+    static const double lo[] = {0.0, 0.5, 0.9}, hi[] = {0.5, 0.9, 1.0};
+    for (int k = 0; k < COMPARE_BINS; k++) {
+        struct json_object *b = json_object_new_object();
+        json_object_object_add(b, "p_top_from", json_object_new_double(lo[k]));
+        json_object_object_add(b, "p_top_to", json_object_new_double(hi[k]));
+        json_object_object_add(b, "positions", json_object_new_int64(r->bins[k].n));
+        json_object_object_add(b, "kl_ab_mean", num(r->bins[k].kl_ab));
+        json_object_object_add(b, "top1", num(r->bins[k].top1));
+        json_object_array_add(bins, b);
+    }
+    json_object_object_add(j, "by_confidence", bins);
+    for (int64_t i = 0; i < r->L; i++) {
+        struct json_object *l = json_object_new_object();
+        json_object_object_add(l, "layer", json_object_new_int64(i));
+        json_object_object_add(l, "from_a", json_object_new_boolean(i < o->keep_a));
+        json_object_object_add(l, "hidden", err_json(&r->layers[i].hidden));
+        json_object_object_add(l, "attention", err_json(&r->layers[i].attn));
+        json_object_object_add(l, "feed_forward", err_json(&r->layers[i].mlp));
+        json_object_array_add(layers, l);
+    }
+    json_object_object_add(j, "layers", layers);
+    json_object_object_add(j, "jump_layer", r->jump_layer >= 0 ? json_object_new_int64(r->jump_layer) : NULL);
+    json_object_object_add(j, "jump_ratio", r->jump_layer >= 0 ? num(r->jump_ratio) : NULL);
+    for (int64_t i = 0; i < r->n_pos; i++) {
+        const struct compare_pos *p = &r->pos[i];
+        struct json_object *q = json_object_new_object();
+        json_object_object_add(q, "prompt", json_object_new_int(p->prompt));
+        json_object_object_add(q, "t", json_object_new_int64(p->t));
+        json_object_object_add(q, "kl_ab", num(p->kl_ab));
+        json_object_object_add(q, "kl_ba", num(p->kl_ba));
+        json_object_object_add(q, "rank", json_object_new_int(p->rank));
+        json_object_object_add(q, "regret", num(p->regret));
+        json_object_object_add(q, "max_abs", num(p->max_abs));
+        json_object_object_add(q, "p_top", num(p->p_top));
+        json_object_array_add(pos, q);
+    }
+    json_object_object_add(j, "positions", pos);
+    bool pass;
+    json_object_object_add(j, "verdict", golden_verdict(&r->m, &r->th, &pass));
+    return j;
+}
