@@ -361,7 +361,8 @@ static int cmd_fixture(int argc, char **argv)
 
 struct convert_args {
     struct convert_opts o;
-    bool json;
+    bool json, eval;
+    struct token_seqs eval_tokens;
 };
 #define CV struct convert_args
 static const int bit_widths[] = {2, 3, 4, 5, 6, 8};
@@ -382,6 +383,8 @@ static const struct opt convert_opts[] = {
     OWN("align", "N", 'a', "pack data alignment, a power of two 64..65536 (default 4096)"),
     UINT("threads", "N", 'n', CV, o.threads, 1, 64, "quantization threads, 1..64 (default 1; the output\nbytes are identical for any N)"),
     FLAG("dry-run", 'd', CV, o.dry_run, "print the per-tensor plan and totals; write nothing"),
+    FLAG("eval", 'e', CV, eval, "compare the output with the source (gempack compare)\non the fixture prompt and store the quality card in\nthe pack's manifest or OUT/gempack_quality.json"),
+    OWN("eval-tokens", "IDS", 'E', "one more prompt for --eval (repeatable; implies it)"),
     FLAG("json", 'j', CV, json, "the report as JSON on stdout"),
     {0}};
 
@@ -397,6 +400,59 @@ static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense
     return rc;
 }
 
+/* Appends a copy of tok[0, T) to s as one more prompt. */
+static int seqs_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
+{
+    int32_t **seq = realloc(s->seq, (size_t)(s->n + 1) * sizeof *seq);
+    if (seq)
+        s->seq = seq;
+    int64_t *len = seq ? realloc(s->len, (size_t)(s->n + 1) * sizeof *len) : NULL;
+    if (len)
+        s->len = len;
+    if (!seq || !len || !(s->seq[s->n] = malloc((size_t)(T ? T : 1) * sizeof **s->seq)))
+        return err_set(e, ERR_NOMEM, "out of memory");
+    memcpy(s->seq[s->n], tok, (size_t)T * sizeof *tok);
+    s->len[s->n++] = T;
+    return ERR_OK;
+}
+
+/* --eval: the output against its source on the fixture prompt and the
+ * user's, the card stored with the output (*card: a reference for --json). */
+static int convert_eval(struct convert_args *a, const char *src, const struct gp_config *cfg,
+                        struct json_object **card, struct err *e)
+{
+    struct token_seqs p = {0};
+    int64_t T;
+    int32_t *fx = fixture_prompt(cfg, 0, &T);
+    int rc = fx ? seqs_push(&p, fx, T, e) : err_set(e, ERR_NOMEM, "out of memory");
+    for (int i = 0; rc == ERR_OK && i < a->eval_tokens.n; i++)
+        rc = seqs_push(&p, a->eval_tokens.seq[i], a->eval_tokens.len[i], e);
+    free(fx);
+    struct compare_result r = {0};
+    struct compare_opts co = {.threads = a->o.threads, .th = {-1, -1, -1, -1, -1, -1}};
+    if (rc == ERR_OK)
+        rc = compare_models(src, a->o.out, &p, &co, &r, e);
+    if (rc == ERR_OK) {
+        *card = compare_card(&r, &p, GEMPACK_VERSION);
+        FILE *out = a->json ? stderr : stdout;
+        fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions",
+                r.m.kld_mean, 100.0 * r.topk[0], r.m.max_abs, (long long)r.n_pos);
+        if (a->o.format_mlx) {
+            char *path = fio_join(a->o.out, "gempack_quality.json");
+            const char *text = json_object_to_json_string_ext(*card, JSON_C_TO_STRING_PRETTY);
+            rc = path ? fio_write_file(path, text, strlen(text), e) : err_set(e, ERR_NOMEM, "out of memory");
+            fprintf(out, "; card in %s\n", path ? path : "");
+            free(path);
+        } else {
+            rc = pack_set_field(a->o.out, "quality", json_object_get(*card), e);
+            fprintf(out, "; card in %s (manifest \"quality\")\n", a->o.out);
+        }
+    }
+    compare_free(&r);
+    tokens_free(&p);
+    return rc;
+}
+
 static int convert_with(int argc, char **argv, struct convert_args *a)
 {
     struct convert_opts *o = &a->o;
@@ -404,7 +460,11 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     struct err e = {0};
     int code;
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;) {
-        if (c == 'q' || c == 'k') {
+        if (c == 'E') {
+            a->eval = true;
+            if ((code = parse_tokens_arg('t', "convert", &a->eval_tokens)) >= 0)
+                return code;
+        } else if (c == 'q' || c == 'k') {
             if ((c == 'q' ? add_rule(&o->plan.quantize, &o->plan.n_quantize, optarg, false, &e)
                           : add_rule(&o->plan.keep_dense, &o->plan.n_keep_dense, optarg, true, &e)) != ERR_OK)
                 return usage_error("convert", "%s", e.msg);
@@ -420,16 +480,24 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
         return usage_error("convert", "%s", "expected exactly one checkpoint directory");
     if (!o->out && !o->dry_run)
         return usage_error("convert", "%s", "missing -o OUT");
+    if (a->eval && o->dry_run)
+        return usage_error("convert", "%s", "--eval compares a written output: not with --dry-run");
     struct convert_report r;
+    struct json_object *card = NULL;
     int rc = convert_run(&r, argv[optind], o, &e);
     if (rc == ERR_OK) {
         convert_print(a->json ? stderr : stdout, &r, o->dry_run);
-        if (a->json) {
+        if (a->eval)
+            rc = convert_eval(a, argv[optind], &r.cfg, &card, &e);
+        if (rc == ERR_OK && a->json) {
             struct json_object *jo = convert_json(&r);
+            if (card)
+                json_object_object_add(jo, "quality", json_object_get(card));
             print_json(jo);
             json_object_put(jo);
         }
     }
+    json_object_put(card);
     convert_free(&r);
     return rc == ERR_OK ? 0 : rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("convert", "%s", e.msg)
                                                                           : fail(&e);
@@ -445,6 +513,7 @@ static int cmd_convert(int argc, char **argv)
         plan_rule_free(&a.o.plan.keep_dense[i]);
     free(a.o.plan.quantize);
     free(a.o.plan.keep_dense);
+    tokens_free(&a.eval_tokens);
     return code;
 }
 

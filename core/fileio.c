@@ -80,6 +80,21 @@ static int note(const struct stat *st, const char *path, struct err *e)
     return rc;
 }
 
+void fio_forget_input(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return;
+    pthread_mutex_lock(&inputs_lock);
+    for (size_t i = 0; i < n_inputs; i++)
+        if (inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino) {
+            free(inputs[i].path);
+            inputs[i] = inputs[--n_inputs];
+            break;
+        }
+    pthread_mutex_unlock(&inputs_lock);
+}
+
 /* The recorded input with this identity, copied into buf; false if none. */
 static bool is_input(const struct stat *st, char *buf, size_t cap)
 {

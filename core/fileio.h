@@ -45,6 +45,10 @@ int fio_check_dir(const char *path, struct err *e);
  * special file or directory, not a file this process reads as an input. */
 int fio_check_output(const char *path, struct err *e);
 
+/* Drops path's file from the recorded inputs: its owner replaces it as a
+ * whole, atomically (pack_set_field). */
+void fio_forget_input(const char *path);
+
 int fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *path, struct err *e);
 int fio_write_all(int fd, const void *buf, size_t len, const char *path, struct err *e);
 

@@ -137,6 +137,33 @@ static struct json_object *tensor_record(const struct pack_tensor *t)
     return o;
 }
 
+/* Appends the manifest js to a file holding the header's place and
+ * data_size data bytes at offset `align`, writes the header last and commits. */
+static int finish_file(struct fio_out *out, uint32_t align, uint64_t data_size, const char *js, size_t mlen,
+                       struct err *e)
+{
+    uint64_t data_offset = align, manifest_offset = data_offset + data_size;
+    int rc = fio_write_all(out->fd, js, mlen, out->tmp, e);
+    if (rc != ERR_OK)
+        return rc;
+    uint8_t h[PACK_HEADER_SIZE] = {0};
+    memcpy(h, PACK_MAGIC, 8);
+    wr_u16le(h + 8, PACK_VERSION_MAJOR);
+    wr_u16le(h + 10, PACK_VERSION_MINOR);
+    wr_u32le(h + 12, align);
+    wr_u64le(h + 16, manifest_offset + mlen);
+    wr_u64le(h + 24, data_offset);
+    wr_u64le(h + 32, data_size);
+    wr_u64le(h + 40, manifest_offset);
+    wr_u64le(h + 48, mlen);
+    wr_u32le(h + 56, crc32_update(0, js, mlen));
+    wr_u32le(h + 60, crc32_update(0, h, 60));
+    fio_crash_point();
+    if (pwrite(out->fd, h, sizeof h, 0) != (ssize_t)sizeof h)
+        return err_set(e, ERR_IO, "%s: writing the header failed: %s", out->tmp, strerror(errno));
+    return fio_out_commit(out, e);
+}
+
 int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const char *const *extra_features,
                        size_t n_extra, struct err *e)
 {
@@ -177,27 +204,7 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
                      PACK_MAX_MANIFEST);
         goto out;
     }
-    uint64_t data_offset = w->align, data_size = w->pos, manifest_offset = data_offset + data_size;
-    if ((rc = fio_write_all(w->out.fd, js, mlen, w->out.tmp, e)) != ERR_OK)
-        goto out;
-    uint8_t h[PACK_HEADER_SIZE] = {0};
-    memcpy(h, PACK_MAGIC, 8);
-    wr_u16le(h + 8, PACK_VERSION_MAJOR);
-    wr_u16le(h + 10, PACK_VERSION_MINOR);
-    wr_u32le(h + 12, w->align);
-    wr_u64le(h + 16, manifest_offset + mlen);
-    wr_u64le(h + 24, data_offset);
-    wr_u64le(h + 32, data_size);
-    wr_u64le(h + 40, manifest_offset);
-    wr_u64le(h + 48, mlen);
-    wr_u32le(h + 56, crc32_update(0, js, mlen));
-    wr_u32le(h + 60, crc32_update(0, h, 60));
-    fio_crash_point();
-    if (pwrite(w->out.fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-        rc = err_set(e, ERR_IO, "%s: writing the header failed: %s", w->out.tmp, strerror(errno));
-        goto out;
-    }
-    rc = fio_out_commit(&w->out, e);
+    rc = finish_file(&w->out, w->align, w->pos, js, mlen, e);
 out:
     json_object_put(m);
     pack_writer_abort(w);
@@ -584,4 +591,30 @@ int pack_verify(const struct pack *p, size_t *n_bad, struct err *e)
         return err_set(e, ERR_FORMAT, "%s: padding byte at offset %llu is not zero", p->path,
                        (unsigned long long)pad_at);
     return ERR_OK;
+}
+
+int pack_set_field(const char *path, const char *key, struct json_object *value, struct err *e)
+{
+    struct pack p;
+    int rc = pack_open(&p, path, e);
+    if (rc != ERR_OK) {
+        json_object_put(value);
+        return rc;
+    }
+    json_object_object_add(p.manifest, key, value);
+    const char *js = json_object_to_json_string_ext(p.manifest, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    size_t mlen = strlen(js);
+    struct fio_out out = {0};
+    if (mlen > PACK_MAX_MANIFEST)
+        rc = err_set(e, ERR_RANGE, "%s: manifest of %zu bytes exceeds the %u-byte limit", path, mlen, PACK_MAX_MANIFEST);
+    fio_forget_input(path); /* replaced as a whole, atomically: the one output allowed over this input */
+    if (rc == ERR_OK)
+        rc = fio_out_open(&out, path, e);
+    if (rc == ERR_OK) /* the old header's place (overwritten last) and padding, then the data as it is */
+        rc = fio_write_all(out.fd, p.map, (size_t)(p.data_offset + p.data_size), out.tmp, e);
+    if (rc == ERR_OK)
+        rc = finish_file(&out, p.align, p.data_size, js, mlen, e);
+    fio_out_abort(&out);
+    pack_close(&p);
+    return rc;
 }

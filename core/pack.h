@@ -80,6 +80,11 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
 /* Removes the temporary file; safe on a finished or zeroed writer. */
 void pack_writer_abort(struct pack_writer *w);
 
+/* Rewrites the pack at path with manifest key `key` set to value (consumed):
+ * the data copied as it is, a new manifest and header, committed atomically
+ * over the old file (convert --eval's quality card). */
+int pack_set_field(const char *path, const char *key, struct json_object *value, struct err *e);
+
 /* ---- reader ---- */
 
 struct pack {

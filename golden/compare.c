@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
+#include "core/sha256.h"
 #include "runner/model.h"
 
 /* One model on one prompt, in one prefill: logits [T, V] and, with a probe,
@@ -61,7 +63,7 @@ struct sums {
 static void add_sums(struct sums *s, const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        double x = a[i], y = b[i], d = x - y;
+        double x = (double)a[i], y = (double)b[i], d = x - y;
         s->aa += x * x;
         s->bb += y * y;
         s->ab += x * y;
@@ -86,8 +88,8 @@ static void positions(const float *a, const float *b, int64_t T, int64_t V, int 
         struct compare_pos *p = &out[t];
         double mx = 0.0;
         for (int64_t k = 0; k < V; k++) {
-            wa[k] = a[t * V + k];
-            wb[k] = b[t * V + k];
+            wa[k] = (double)a[t * V + k];
+            wb[k] = (double)b[t * V + k];
             mx = fmax(mx, fabs(wa[k] - wb[k]));
         }
         golden_log_softmax(wa, V, la);
@@ -219,7 +221,7 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
             rc = err_set(e, ERR_NOMEM, "out of memory");
         } else {
             for (int64_t k = 0; k < n_pos * V; k++)
-                g.logits[k] = la_all[k];
+                g.logits[k] = (double)la_all[k];
             golden_compare(&g, lb_all, o->th, &r->m);
             free(g.logits);
             totals(r);
@@ -368,4 +370,49 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
     bool pass;
     json_object_object_add(j, "verdict", golden_verdict(&r->m, &r->th, &pass));
     return j;
+}
+
+struct json_object *compare_card(const struct compare_result *r, const struct token_seqs *prompts, const char *version)
+{
+    struct json_object *c = json_object_new_object(), *p = json_object_new_object(), *topk = json_object_new_array(),
+                       *layers = json_object_new_array();
+    struct sha256 h;
+    uint8_t d[32];
+    char hex[65];
+    sha256_init(&h);
+    for (int i = 0; i < prompts->n; i++) /* each prompt: its length, then its ids, little-endian */
+        for (int64_t t = -1; t < prompts->len[i]; t++) {
+            uint8_t b[8];
+            if (t < 0)
+                wr_u64le(b, (uint64_t)prompts->len[i]);
+            else
+                wr_u32le(b, (uint32_t)prompts->seq[i][t]);
+            sha256_update(&h, b, t < 0 ? 8 : 4);
+        }
+    sha256_final(&h, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    json_object_object_add(c, "schema", json_object_new_string("gempack.quality/1"));
+    json_object_object_add(c, "gempack_version", json_object_new_string(version));
+    json_object_object_add(p, "count", json_object_new_int(prompts->n));
+    json_object_object_add(p, "positions", json_object_new_int64(r->n_pos));
+    json_object_object_add(p, "sha256", json_object_new_string(hex));
+    json_object_object_add(c, "prompts", p);
+    json_object_object_add(c, "kl_direction", json_object_new_string("kl_ab = KL(source||output)"));
+    json_object_object_add(c, "kl_ab_mean", num(r->m.kld_mean));
+    json_object_object_add(c, "kl_ab_p99", num(r->m.kld_p99));
+    json_object_object_add(c, "kl_ab_max", num(r->m.kld_max));
+    json_object_object_add(c, "kl_ba_mean", num(r->kl_ba_mean));
+    for (int k = 0; k < COMPARE_TOPK; k++)
+        json_object_array_add(topk, num(r->topk[k]));
+    json_object_object_add(c, "topk_agreement", topk);
+    json_object_object_add(c, "regret_mean", num(r->regret_mean));
+    json_object_object_add(c, "max_abs", num(r->m.max_abs));
+    json_object_object_add(c, "nmse", num(r->m.nmse));
+    json_object_object_add(c, "cosine", num(r->m.cosine));
+    for (int64_t i = 0; i < r->L; i++)
+        json_object_array_add(layers, num(r->layers[i].hidden.rel));
+    json_object_object_add(c, "layer_hidden_relative_error", layers);
+    json_object_object_add(c, "jump_layer", r->jump_layer >= 0 ? json_object_new_int64(r->jump_layer) : NULL);
+    return c;
 }

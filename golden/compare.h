@@ -80,4 +80,10 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
                                  const struct compare_result *r);
 
+/* The quality card of an artifact (schema gempack.quality/1): the output B
+ * of a conversion against its source A on `prompts` (their SHA-256 as
+ * length-prefixed little-endian ids), the totals and each layer's hidden
+ * relative error. */
+struct json_object *compare_card(const struct compare_result *r, const struct token_seqs *prompts, const char *version);
+
 #endif

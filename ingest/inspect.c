@@ -1,5 +1,6 @@
 #include "ingest/inspect.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,26 @@ static struct json_object *tensor_json(const struct st_tensor *t, const char *fi
     return o;
 }
 
+/* The quality card of convert --eval (CLI.md (convert)), in one line. */
+static void print_card(FILE *out, struct json_object *q)
+{
+    struct json_object *v, *t;
+    if (!q || json_object_get_type(q) != json_type_object)
+        return;
+    fprintf(out, "  quality   KL(source||output) mean %.4g",
+            json_object_object_get_ex(q, "kl_ab_mean", &v) ? json_object_get_double(v) : (double)NAN);
+    if (json_object_object_get_ex(q, "topk_agreement", &t) && json_object_get_type(t) == json_type_array &&
+        json_object_array_length(t) > 0)
+        fprintf(out, ", top-1 %.1f%%", 100.0 * json_object_get_double(json_object_array_get_idx(t, 0)));
+    if (json_object_object_get_ex(q, "max_abs", &v))
+        fprintf(out, ", max |dlogit| %.4g", json_object_get_double(v));
+    if (json_object_object_get_ex(q, "prompts", &t) && json_object_object_get_ex(t, "positions", &v))
+        fprintf(out, " over %lld positions", (long long)json_object_get_int64(v));
+    if (json_object_object_get_ex(q, "gempack_version", &v))
+        fprintf(out, " (gempack %s)", json_object_get_string(v));
+    fputc('\n', out);
+}
+
 static int inspect_pack(const char *path, FILE *out, struct json_object **jo, struct err *e)
 {
     struct pack p;
@@ -48,6 +69,8 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
         fprintf(out, "  options   %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
     if (json_object_object_get_ex(p.manifest, "normalization", &v))
         fprintf(out, "  normalization log: %zu entries\n", json_object_array_length(v));
+    if (json_object_object_get_ex(p.manifest, "quality", &v))
+        print_card(out, v);
     json_object_object_get_ex(p.manifest, "quantized", &q);
     fprintf(out, "  %-56s %-5s %-22s %12s %10s  %s\n", "tensor", "dtype", "shape", "bytes", "crc32", "quantization");
     for (size_t i = 0; i < p.n_tensors; i++) {
@@ -314,6 +337,19 @@ int inspect_path(const char *path, FILE *out, struct json_object **jo, struct er
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
     json_object_object_add(o, "path", json_object_new_string(path));
     json_object_object_add(o, "kind", json_object_new_string(dir ? "checkpoint" : "safetensors"));
+    char *card_path = dir ? fio_join(path, "gempack_quality.json") : NULL;
+    char *card_text = NULL;
+    size_t card_len;
+    struct json_object *card = NULL;
+    struct stat cst;
+    if (card_path && stat(card_path, &cst) == 0 &&
+        fio_read_file(card_path, FIO_INPUT, INSPECT_META_MAX, &card_text, &card_len, NULL) == ERR_OK &&
+        jsonx_parse(card_text, card_len, &card, NULL) == ERR_OK) {
+        print_card(out, card);
+        json_object_object_add(o, "quality", card);
+    }
+    free(card_text);
+    free(card_path);
     json_object_object_add(o, "files", jfiles);
     json_object_object_add(o, "tensors", jt);
     json_object_object_add(o, "total_bytes", json_object_new_int64((int64_t)total));

@@ -94,6 +94,19 @@ expect 0 "convert --format mlx --mode mxfp8" -- "$G" convert "$T/e2b" --format m
 expect 0 "the mxfp8 export passes check" -- "$G" check "$T/mlx-mx8"
 ok "its config names the mode" -- test "$(json_field "$T/mlx-mx8/config.json" "d['quantization']['mode']")" = mxfp8
 
+# convert --eval: the quality card, in the pack's manifest and beside an MLX export's config
+expect 0 "convert --eval" -- "$G" convert "$T/e2b" --bits 4 --align 64 --eval --eval-tokens 2,5,7 -o "$T/ev.gpk"
+ok "the report gives the cost" -- grep -q "quality: KL(source||output) mean" "$T/out"
+expect 0 "the carded pack verifies" -- "$G" verify "$T/ev.gpk"
+expect 0 "inspect shows the card" -- "$G" inspect "$T/ev.gpk"
+ok "inspect's card line" -- grep -q "quality   KL(source||output) mean .* over 27 positions" "$T/out"
+expect 0 "inspect --json carries it" -- "$G" inspect --json "$T/ev.gpk"
+ok "card schema and prompts" -- test "$(json_field "$T/out" "(d['manifest']['quality']['schema'], d['manifest']['quality']['prompts']['count'])")" = "('gempack.quality/1', 2)"
+expect 0 "convert --format mlx --eval" -- "$G" convert "$T/e2b" --bits 8 --format mlx --eval -o "$T/ev-mlx"
+ok "gempack_quality.json beside config.json" -- test "$(json_field "$T/ev-mlx/gempack_quality.json" "d['schema']")" = gempack.quality/1
+expect 0 "the carded export passes check" -- "$G" check "$T/ev-mlx"
+expect 2 "--eval with --dry-run" -- "$G" convert "$T/e2b" --bits 4 --eval --dry-run
+
 # Google's QAT formats: compressed-tensors and GGUF in, transcoded exactly
 expect 0 "fixture ct-w4a16" -- "$G" fixture --variant e2b --format ct-w4a16 -o "$T/ct"
 expect 0 "fixture gguf-q4_0" -- "$G" fixture --variant e2b --format gguf-q4_0 -o "$T/gg"
