@@ -436,7 +436,7 @@ static int convert_eval(struct convert_args *a, const char *src, const struct gp
         *card = compare_card(&r, &p, GEMPACK_VERSION);
         FILE *out = a->json ? stderr : stdout;
         fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions",
-                r.m.kld_mean, 100.0 * r.topk[0], r.m.max_abs, (long long)r.n_pos);
+                r.m.kld_mean, 100.0 * r.m.topk[0], r.m.max_abs, (long long)r.n_pos);
         if (a->o.format_mlx) {
             char *path = fio_join(a->o.out, "gempack_quality.json");
             const char *text = json_object_to_json_string_ext(*card, JSON_C_TO_STRING_PRETTY);

@@ -87,6 +87,11 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
     }
     fprintf(out, "  %-16s %-14.6g\n  %-16s %-14.6g\n  %-16s %lld\n", "cosine", mt->cosine, "rms_dp", mt->rms_dp,
             "first_divergent", (long long)mt->first_divergent);
+    fprintf(out, "  %-16s", "top-1..5");
+    for (int k = 0; k < GOLDEN_TOPK; k++)
+        fprintf(out, " %.4g", mt->topk[k]);
+    fprintf(out, "\n  %-16s mean %.6g, max %.6g nats (KL and regret: the golden is the reference)\n", "argmax regret",
+            mt->regret_mean, mt->regret_max);
     fprintf(out, "verdict: %s\n", res->pass ? "PASS" : "FAIL (regression)");
 }
 
@@ -113,6 +118,10 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
         json_object_object_add(meta, "producer", json_object_new_string("gempack golden make " GEMPACK_VERSION));
         json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
         json_object_object_add(meta, "dtype", json_object_new_string("float32"));
+        json_object_object_add(meta, "positions_scored", json_object_new_int64(T));
+        json_object_object_add(meta, "kl_direction", json_object_new_string("KL(golden || model)"));
+        json_object_object_add(meta, "tolerances_provenance",
+                               json_object_new_string("gempack's defaults for a regression baseline (MODEL.md §9)"));
         json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
         json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
         json_object_object_add(meta, "tolerances", tol);

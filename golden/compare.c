@@ -102,9 +102,7 @@ static void positions(const float *a, const float *b, int64_t T, int64_t V, int 
                 ba += exp(lb[k]) * (lb[k] - la[k]);
         }
         int64_t ia = golden_argmax(wa, V), ib = golden_argmax(wb, V);
-        int rank = 0;
-        for (int64_t k = 0; k < V && rank < COMPARE_TOPK; k++)
-            rank += wb[k] > wb[ia] || (wb[k] == wb[ia] && k < ia);
+        int rank = golden_rank(wb, V, ia, COMPARE_TOPK);
         *p = (struct compare_pos){.prompt = prompt, .t = t, .kl_ab = fmax(ab, 0.0), .kl_ba = fmax(ba, 0.0),
                                   .regret = la[ia] - la[ib], .max_abs = mx, .p_top = exp(la[ia]), .rank = rank};
     }
@@ -130,23 +128,16 @@ static void find_jump(struct compare_result *r, int64_t keep_a)
 
 static void totals(struct compare_result *r)
 {
-    int64_t n = r->n_pos, within[COMPARE_TOPK] = {0};
+    int64_t n = r->n_pos;
     for (int64_t i = 0; i < n; i++) {
         const struct compare_pos *p = &r->pos[i];
         r->kl_ba_mean += p->kl_ba;
-        r->regret_mean += p->regret;
-        r->regret_max = fmax(r->regret_max, p->regret);
-        for (int k = 0; k < COMPARE_TOPK; k++)
-            within[k] += p->rank <= k;
         struct compare_bin *b = &r->bins[p->p_top < 0.5 ? 0 : p->p_top < 0.9 ? 1 : 2];
         b->n++;
         b->kl_ab += p->kl_ab;
         b->top1 += p->rank == 0;
     }
     r->kl_ba_mean = n ? r->kl_ba_mean / (double)n : 0.0;
-    r->regret_mean = n ? r->regret_mean / (double)n : 0.0;
-    for (int k = 0; k < COMPARE_TOPK; k++)
-        r->topk[k] = n ? (double)within[k] / (double)n : 1.0;
     for (int k = 0; k < COMPARE_BINS; k++)
         if (r->bins[k].n) {
             r->bins[k].kl_ab /= (double)r->bins[k].n;
@@ -261,8 +252,8 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
             m->kld_max, r->kl_ba_mean);
     fprintf(out, "  top-1..5 agreement");
     for (int k = 0; k < COMPARE_TOPK; k++)
-        fprintf(out, " %.1f%%", 100.0 * r->topk[k]);
-    fprintf(out, "   argmax regret mean %.4g max %.4g nats\n", r->regret_mean, r->regret_max);
+        fprintf(out, " %.1f%%", 100.0 * r->m.topk[k]);
+    fprintf(out, "   argmax regret mean %.4g max %.4g nats\n", r->m.regret_mean, r->m.regret_max);
     fprintf(out, "  logits: max |d| %.4g  NMSE %.4g  cosine %.8f\n", m->max_abs, m->nmse, m->cosine);
     static const char *const bins[] = {"p(A top) < 0.5", "0.5 .. 0.9", ">= 0.9"};
     for (int k = 0; k < COMPARE_BINS; k++)
@@ -322,10 +313,10 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
     json_object_object_add(t, "kl_ab_max", num(r->m.kld_max));
     json_object_object_add(t, "kl_ba_mean", num(r->kl_ba_mean));
     for (int k = 0; k < COMPARE_TOPK; k++)
-        json_object_array_add(topk, num(r->topk[k]));
+        json_object_array_add(topk, num(r->m.topk[k]));
     json_object_object_add(t, "topk_agreement", topk);
-    json_object_object_add(t, "regret_mean", num(r->regret_mean));
-    json_object_object_add(t, "regret_max", num(r->regret_max));
+    json_object_object_add(t, "regret_mean", num(r->m.regret_mean));
+    json_object_object_add(t, "regret_max", num(r->m.regret_max));
     json_object_object_add(t, "max_abs", num(r->m.max_abs));
     json_object_object_add(t, "nmse", num(r->m.nmse));
     json_object_object_add(t, "cosine", num(r->m.cosine));
@@ -404,9 +395,9 @@ struct json_object *compare_card(const struct compare_result *r, const struct to
     json_object_object_add(c, "kl_ab_max", num(r->m.kld_max));
     json_object_object_add(c, "kl_ba_mean", num(r->kl_ba_mean));
     for (int k = 0; k < COMPARE_TOPK; k++)
-        json_object_array_add(topk, num(r->topk[k]));
+        json_object_array_add(topk, num(r->m.topk[k]));
     json_object_object_add(c, "topk_agreement", topk);
-    json_object_object_add(c, "regret_mean", num(r->regret_mean));
+    json_object_object_add(c, "regret_mean", num(r->m.regret_mean));
     json_object_object_add(c, "max_abs", num(r->m.max_abs));
     json_object_object_add(c, "nmse", num(r->m.nmse));
     json_object_object_add(c, "cosine", num(r->m.cosine));

@@ -22,7 +22,7 @@
 #include "runner/forward.h"
 #include "runner/tokens.h"
 
-#define COMPARE_TOPK 5
+#define COMPARE_TOPK GOLDEN_TOPK
 #define COMPARE_BINS 3 /* A's top probability: < 0.5, 0.5 to 0.9, >= 0.9 */
 #define COMPARE_JUMP 2.0 /* a layer's hidden error this many times its predecessor's is a jump */
 
@@ -58,9 +58,8 @@ struct compare_result {
     int64_t n_pos, V, L;
     int n_prompts;
     struct compare_pos *pos;      /* [n_pos] */
-    struct golden_metrics m;      /* totals, KL(A||B) (golden_compare's metrics) */
-    double kl_ba_mean, regret_mean, regret_max;
-    double topk[COMPARE_TOPK];    /* share of positions whose rank < K */
+    struct golden_metrics m;      /* totals, KL(A||B), top-K, regret (golden_compare's metrics) */
+    double kl_ba_mean;
     struct compare_bin bins[COMPARE_BINS];
     struct compare_layer *layers; /* [L] */
     int64_t jump_layer;           /* the layer whose hidden error grows most over the layer before,

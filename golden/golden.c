@@ -168,6 +168,14 @@ int64_t golden_argmax(const double *z, int64_t V)
     return b;
 }
 
+int golden_rank(const double *z, int64_t V, int64_t i, int cap)
+{
+    int rank = 0;
+    for (int64_t k = 0; k < V && rank < cap; k++)
+        rank += z[k] > z[i] || (z[k] == z[i] && k < i);
+    return rank;
+}
+
 void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m)
 {
     int64_t T = g->T, V = g->V;
@@ -186,7 +194,7 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         return;
     }
     double se = 0.0, sr = 0.0, dot = 0.0, ng = 0.0, dp2 = 0.0;
-    int64_t agree = 0;
+    int64_t agree = 0, within[GOLDEN_TOPK] = {0};
     for (int64_t t = 0; t < T; t++) {
         const double *ref = g->logits + t * V;
         double row_max = 0.0;
@@ -211,6 +219,12 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         kl[t] = klt != klt ? (double)INFINITY : fmax(klt, 0.0); /* NaN: the model's row is not a distribution */
         int64_t a = golden_argmax(ref, V), b = golden_argmax(q, V);
         agree += a == b;
+        int rank = golden_rank(q, V, a, GOLDEN_TOPK);
+        for (int k = rank; k < GOLDEN_TOPK; k++)
+            within[k]++;
+        double regret = lp[a] - lp[b];
+        m->regret_mean += regret;
+        m->regret_max = fmax(m->regret_max, regret);
         double dp = exp(lp[a]) - exp(lq[a]);
         dp2 += dp * dp;
         if (m->first_divergent < 0 && (a != b || (th.max_abs >= 0 && row_max > th.max_abs)))
@@ -228,6 +242,9 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
     m->cosine = sr > 0 && ng > 0 ? dot / sqrt(sr * ng) : 1.0;
     m->top1 = T ? (double)agree / (double)T : 1.0;
     m->rms_dp = T ? sqrt(dp2 / (double)T) : 0.0;
+    m->regret_mean = T ? m->regret_mean / (double)T : 0.0;
+    for (int k = 0; k < GOLDEN_TOPK; k++)
+        m->topk[k] = T ? (double)within[k] / (double)T : 1.0;
     free(lp);
     free(lq);
     free(q);
@@ -274,6 +291,13 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
     json_object_object_add(jm, "top1", json_object_new_double(m->top1));
     json_object_object_add(jm, "rms_dp", json_object_new_double(m->rms_dp));
     json_object_object_add(jm, "first_divergent", json_object_new_int64(m->first_divergent));
+    struct json_object *topk = json_object_new_array();
+    for (int k = 0; k < GOLDEN_TOPK; k++)
+        json_object_array_add(topk, json_object_new_double(m->topk[k]));
+    json_object_object_add(jm, "topk_agreement", topk);
+    json_object_object_add(jm, "regret_mean", json_object_new_double(m->regret_mean));
+    json_object_object_add(jm, "regret_max", json_object_new_double(m->regret_max));
+    json_object_object_add(jm, "kl_direction", json_object_new_string("KL(golden || model): the golden is the reference"));
     json_object_object_add(o, "metrics", jm);
     json_object_object_add(jt, "max_abs", num_or_null(t->max_abs));
     json_object_object_add(jt, "nmse", num_or_null(t->nmse));

@@ -18,6 +18,7 @@
 /* The thresholds a golden without "tolerances" is held to (MODEL.md §9). */
 #define GOLDEN_DEFAULT_MAX_ABS 1e-4
 #define GOLDEN_DEFAULT_TOP1 1.0
+#define GOLDEN_TOPK 5
 
 /* Thresholds; a negative value means "not checked". */
 struct golden_thresholds {
@@ -47,6 +48,8 @@ struct golden_metrics {
     double top1;              /* share of positions whose argmax agrees */
     double rms_dp;            /* RMS over positions of p_ref(t*) - p_model(t*), t* the reference's top-1 */
     int64_t first_divergent;  /* first position whose top-1 differs or whose max |Δ| exceeds max_abs; -1 if none */
+    double topk[GOLDEN_TOPK]; /* share of positions whose reference top token is among the model's K most likely */
+    double regret_mean, regret_max; /* log p_ref of the reference's top token minus that of the model's top token */
     int64_t T, V;
 };
 
@@ -60,6 +63,8 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
 /* log-softmax of z[V] in float64; the first index of the largest value. */
 void golden_log_softmax(const double *z, int64_t V, double *out);
 int64_t golden_argmax(const double *z, int64_t V);
+/* How many of z's values outrank z[i] (larger, or equal at a lower index), counted up to cap. */
+int golden_rank(const double *z, int64_t V, int64_t i, int cap);
 
 /* Compares model logits got[T, V] with the golden's. */
 void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m);

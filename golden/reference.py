@@ -1728,7 +1728,12 @@ def build_meta(model, tokens, tolerances, rope_tables="f32"):
         "vocab_size": int(h["V"]),
         "softcap": h["softcap"],
         "quantized_modules": len(model["quant"]),
+        "positions_scored": int(len(tokens)),
+        "kl_direction": "KL(golden || model): the golden is the reference",
         "tolerances": tolerances,
+        "tolerances_provenance": ("MODEL.md §9: a float32 runner against this float64 forward (max_abs 1e-4, "
+                                  "top1 1.0, kld_mean 1e-6)") if tolerances == DEFAULT_TOLERANCES
+                                 else "golden/reference.py --tolerance, given when the golden was made",
     })
 
 

@@ -83,9 +83,9 @@ Test(compare, identical)
     cr_assert_eq(r.m.kld_mean, 0.0);
     cr_assert_eq(r.kl_ba_mean, 0.0);
     cr_assert_eq(r.m.max_abs, 0.0);
-    cr_assert_eq(r.regret_max, 0.0);
+    cr_assert_eq(r.m.regret_max, 0.0);
     for (int k = 0; k < COMPARE_TOPK; k++)
-        cr_assert_eq(r.topk[k], 1.0);
+        cr_assert_eq(r.m.topk[k], 1.0);
     for (int64_t i = 0; i < r.L; i++) {
         cr_assert_eq(r.layers[i].hidden.rel, 0.0, "layer %lld", (long long)i);
         cr_assert(isinf(r.layers[i].hidden.sqnr_db));
@@ -116,9 +116,9 @@ Test(compare, four_bit_packs_and_a_planted_error, .timeout = 300)
         const char *what = variants[v];
         cr_expect(r.m.kld_mean > 1e-6 && r.m.kld_mean < 0.05, "%s: KL(A||B) %g", what, r.m.kld_mean);
         cr_expect(r.kl_ba_mean > 0.0 && r.kl_ba_mean < 0.05, "%s: KL(B||A) %g", what, r.kl_ba_mean);
-        cr_expect(r.topk[0] >= 0.75, "%s: top-1 %g", what, r.topk[0]);
+        cr_expect(r.m.topk[0] >= 0.75, "%s: top-1 %g", what, r.m.topk[0]);
         for (int k = 1; k < COMPARE_TOPK; k++)
-            cr_expect(r.topk[k] >= r.topk[k - 1], "%s: top-%d below top-%d", what, k + 1, k);
+            cr_expect(r.m.topk[k] >= r.m.topk[k - 1], "%s: top-%d below top-%d", what, k + 1, k);
         double kl = 0.0;
         for (int64_t i = 0; i < r.n_pos; i++) {
             kl += r.pos[i].kl_ab;
