@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "converter/convert.h"
 #include "core/cpu.h"
@@ -93,6 +95,55 @@ static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
     struct err e = {0};
     int rc = c == 't' ? tokens_add_csv(seqs, optarg, &e) : tokens_read_file(optarg, seqs, &e);
     return rc == ERR_OK ? -1 : usage_error(cmd, "%s", e.msg);
+}
+
+/* ---- progress on a terminal ---- */
+
+/* A progress line on stderr when it is a terminal (none otherwise): what
+ * was just done, the share, the rate and the time left, at most ten times a
+ * second, erased when the work ends. */
+struct progress_line {
+    double start, last;
+    bool shown;
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void progress_print(void *ctx, const char *what, uint64_t done, uint64_t total, const char *unit)
+{
+    struct progress_line *p = ctx;
+    double t = now_s();
+    if (!p->start)
+        p->start = t;
+    if (done < total && t - p->last < 0.1)
+        return;
+    p->last = t;
+    double rate = t > p->start ? (double)done / (t - p->start) : 0.0;
+    bool bytes = !strcmp(unit, "B");
+    fprintf(stderr, "\r\033[K%.40s: %.1f%% (%llu of %llu %s), %.4g %s/s, %.0f s left", what,
+            total ? 100.0 * (double)done / (double)total : 100.0, (unsigned long long)(bytes ? done >> 20 : done),
+            (unsigned long long)(bytes ? total >> 20 : total), bytes ? "MiB" : unit, bytes ? rate / 1048576.0 : rate,
+            bytes ? "MiB" : unit, rate > 0 ? (double)(total - done) / rate : 0.0);
+    fflush(stderr);
+    p->shown = true;
+}
+
+/* The progress of a command: printing on a terminal, nothing otherwise. */
+static struct progress progress_on_tty(struct progress_line *line)
+{
+    *line = (struct progress_line){0};
+    return isatty(STDERR_FILENO) ? (struct progress){progress_print, line} : (struct progress){0};
+}
+
+static void progress_end(const struct progress_line *line)
+{
+    if (line->shown)
+        fputs("\r\033[K", stderr);
 }
 
 /* ---- options and help, from one table per command ---- */
@@ -429,9 +480,12 @@ static int convert_eval(struct convert_args *a, const char *src, const struct gp
         rc = seqs_push(&p, a->eval_tokens.seq[i], a->eval_tokens.len[i], e);
     free(fx);
     struct compare_result r = {0};
-    struct compare_opts co = {.threads = a->o.threads, .th = {-1, -1, -1, -1, -1, -1}};
+    struct progress_line line;
+    struct compare_opts co = {.threads = a->o.threads, .th = {-1, -1, -1, -1, -1, -1},
+                              .progress = progress_on_tty(&line)};
     if (rc == ERR_OK)
         rc = compare_models(src, a->o.out, &p, &co, &r, e);
+    progress_end(&line);
     if (rc == ERR_OK) {
         *card = compare_card(&r, &p, GEMPACK_VERSION);
         FILE *out = a->json ? stderr : stdout;
@@ -484,7 +538,10 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
         return usage_error("convert", "%s", "--eval compares a written output: not with --dry-run");
     struct convert_report r;
     struct json_object *card = NULL;
+    struct progress_line line;
+    o->progress = progress_on_tty(&line);
     int rc = convert_run(&r, argv[optind], o, &e);
+    progress_end(&line);
     if (rc == ERR_OK) {
         convert_print(a->json ? stderr : stdout, &r, o->dry_run);
         if (a->eval)
@@ -766,7 +823,11 @@ static int compare_with(int argc, char **argv, struct token_seqs *seqs)
         return usage_error("compare", "%s", "expected A, B and prompts (--tokens or --tokens-file)");
     struct compare_result r;
     struct err e = {0};
-    if (compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e) != ERR_OK) {
+    struct progress_line line;
+    a.o.progress = progress_on_tty(&line);
+    int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e);
+    progress_end(&line);
+    if (rc != ERR_OK) {
         compare_free(&r);
         return fail(&e);
     }

@@ -161,6 +161,9 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
         free(out);
         return rc;
     }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += out[i].nbytes;
     for (size_t i = 0; i < n && rc == ERR_OK; i++) {
         rc = pack_writer_begin(&w, out[i].name, out[i].dtype, out[i].rank, out[i].shape, e);
         if (rc == ERR_OK)
@@ -168,6 +171,7 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
         if (rc == ERR_OK)
             rc = pack_writer_end(&w, e);
         r->out_bytes += out[i].nbytes;
+        progress_report(&o->progress, out[i].name, r->out_bytes, total, "B");
     }
     plan_stream_free(&st);
     free(out);
@@ -310,7 +314,7 @@ struct mlx_out {
 };
 
 static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t n, int shard, const char *path,
-                           int threads, struct err *e)
+                           const struct convert_opts *o, uint64_t total, struct err *e)
 {
     size_t k = 0;
     struct st_writer_tensor *wt = calloc(n ? n : 1, sizeof *wt);
@@ -324,7 +328,7 @@ static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t 
         }
     static const char *const meta[] = {"format", "mlx"};
     struct st_writer w;
-    struct stream_state st = {.threads = threads};
+    struct stream_state st = {.threads = o->threads};
     int rc = st_writer_open(&w, path, wt, k, meta, 1, false, e);
     free(wt);
     for (size_t i = 0; i < n && rc == ERR_OK; i++) {
@@ -339,6 +343,7 @@ static int write_mlx_shard(struct convert_report *r, struct mlx_out *mo, size_t 
                 rc = st_writer_write(&w, data, (size_t)mo[i].nbytes, e);
         }
         r->out_bytes += mo[i].nbytes;
+        progress_report(&o->progress, mo[i].name, r->out_bytes, total, "B");
     }
     plan_stream_free(&st);
     if (rc == ERR_OK)
@@ -384,7 +389,9 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
     }
     /* greedy shards of at most 5 GB (a triplet stays together) */
     int shards = 1;
-    uint64_t acc = 0;
+    uint64_t acc = 0, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += mo[i].nbytes;
     for (size_t i = 0; i < n; i++) {
         bool tail_part = mo[i].t && mo[i].t->part != PART_WEIGHT;
         if (acc > 0 && acc + mo[i].nbytes > CONVERT_MLX_SHARD_BYTES && !tail_part) {
@@ -403,7 +410,7 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
         else
             snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, shards);
         char *path = fio_join(o->out, fname);
-        rc = path ? write_mlx_shard(r, mo, n, k, path, o->threads, e) : err_set(e, ERR_NOMEM, "out of memory");
+        rc = path ? write_mlx_shard(r, mo, n, k, path, o, total, e) : err_set(e, ERR_NOMEM, "out of memory");
         free(path);
     }
     if (rc != ERR_OK)

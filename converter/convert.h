@@ -12,6 +12,7 @@
 
 #include "converter/plan.h"
 #include "core/config.h"
+#include "core/progress.h"
 #include "ingest/ingest.h"
 
 #define CONVERT_MLX_SHARD_BYTES (5ull << 30) /* mlx-lm's MAX_FILE_SIZE_GB */
@@ -24,6 +25,7 @@ struct convert_opts {
     uint32_t align;         /* pack alignment (default 4096) */
     int threads;            /* quantization workers (default 1; same bytes for any count) */
     const char *out;
+    struct progress progress; /* after each tensor written (bytes) */
 };
 
 struct convert_report {

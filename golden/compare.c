@@ -1,6 +1,7 @@
 #include "golden/compare.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,6 +198,9 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
             add_sums(&sums[3 * i + 2], A.mlp + off, B.mlp + off, n);
         }
         at += T;
+        char what[32];
+        snprintf(what, sizeof what, "prompt %d", p + 1);
+        progress_report(&o->progress, what, (uint64_t)at, (uint64_t)n_pos, "positions");
     }
     if (rc == ERR_OK) {
         r->n_pos = n_pos;

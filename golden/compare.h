@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/progress.h"
 #include "golden/golden.h"
 #include "runner/forward.h"
 #include "runner/tokens.h"
@@ -31,6 +32,7 @@ struct compare_opts {
     struct kv_opts kv_b;          /* B's KV cache (A's is float) */
     int64_t keep_a;               /* layers whose output B takes from A */
     struct golden_thresholds th;  /* on the totals; negative: not checked */
+    struct progress progress;     /* after each prompt (positions) */
 };
 
 struct compare_pos {

@@ -94,6 +94,14 @@ expect 0 "convert --format mlx --mode mxfp8" -- "$G" convert "$T/e2b" --format m
 expect 0 "the mxfp8 export passes check" -- "$G" check "$T/mlx-mx8"
 ok "its config names the mode" -- test "$(json_field "$T/mlx-mx8/config.json" "d['quantization']['mode']")" = mxfp8
 
+# progress: a line on a terminal, nothing otherwise
+expect 0 "convert off a terminal" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/notty.gpk"
+ok "no progress line off a terminal" -- sh -c '! grep -q "MiB/s" "$1"' - "$T/err"
+if command -v script >/dev/null; then
+    script -qc "'$G' convert '$T/e2b' --bits 4 --align 64 -o '$T/tty.gpk'" /dev/null >"$T/tty.out" 2>&1
+    ok "progress line on a terminal" -- grep -q "MiB/s, .* s left" "$T/tty.out"
+fi
+
 # convert --eval: the quality card, in the pack's manifest and beside an MLX export's config
 expect 0 "convert --eval" -- "$G" convert "$T/e2b" --bits 4 --align 64 --eval --eval-tokens 2,5,7 -o "$T/ev.gpk"
 ok "the report gives the cost" -- grep -q "quality: KL(source||output) mean" "$T/out"
