@@ -22,6 +22,7 @@
 #include "fixtures/fixture.h"
 #include "golden/check.h"
 #include "golden/compare.h"
+#include "golden/report.h"
 #include "ingest/check.h"
 #include "ingest/inspect.h"
 #include "runner/session.h"
@@ -414,6 +415,7 @@ struct convert_args {
     struct convert_opts o;
     bool json, eval;
     struct token_seqs eval_tokens;
+    const char *report;
 };
 #define CV struct convert_args
 static const int bit_widths[] = {2, 3, 4, 5, 6, 8};
@@ -436,6 +438,7 @@ static const struct opt convert_opts[] = {
     FLAG("dry-run", 'd', CV, o.dry_run, "print the per-tensor plan and totals; write nothing"),
     FLAG("eval", 'e', CV, eval, "compare the output with the source (gempack compare)\non the fixture prompt and store the quality card in\nthe pack's manifest or OUT/gempack_quality.json"),
     OWN("eval-tokens", "IDS", 'E', "one more prompt for --eval (repeatable; implies it)"),
+    STR("report", "OUT.html", 'R', CV, report, "with --eval: one self-contained HTML page of the\ncomparison and every tensor's quantization error"),
     FLAG("json", 'j', CV, json, "the report as JSON on stdout"),
     {0}};
 
@@ -469,12 +472,29 @@ static int seqs_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct
 
 /* --eval: the output against its source on the fixture prompt and the
  * user's, the card stored with the output (*card: a reference for --json). */
-static int convert_eval(struct convert_args *a, const char *src, const struct gp_config *cfg,
+/* The conversion's tensors for the report: each one's error against the source's values. */
+static struct report_tensor *report_tensors(const struct convert_report *cr)
+{
+    struct report_tensor *t = calloc(cr->plan.n + 1, sizeof *t);
+    for (size_t i = 0; t && i < cr->plan.n; i++) {
+        const struct plan_item *it = &cr->plan.items[i];
+        double n = 1.0;
+        for (int k = 0; k < it->nt->rank; k++)
+            n *= (double)it->nt->shape[k];
+        t[i] = (struct report_tensor){it->nt->name, plan_action_name(it->act),
+                                      it->quantized_out ? qmode_name(it->mode) : dtype_name(it->dtype),
+                                      it->quantized_out ? it->bits : 0, it->quantized_out ? it->group_size : 0,
+                                      sqrt(it->sq_err / n), it->max_err, it->measured};
+    }
+    return t;
+}
+
+static int convert_eval(struct convert_args *a, const char *src, const struct convert_report *cr,
                         struct json_object **card, struct err *e)
 {
     struct token_seqs p = {0};
     int64_t T;
-    int32_t *fx = fixture_prompt(cfg, 0, &T);
+    int32_t *fx = fixture_prompt(&cr->cfg, 0, &T);
     int rc = fx ? seqs_push(&p, fx, T, e) : err_set(e, ERR_NOMEM, "out of memory");
     for (int i = 0; rc == ERR_OK && i < a->eval_tokens.n; i++)
         rc = seqs_push(&p, a->eval_tokens.seq[i], a->eval_tokens.len[i], e);
@@ -486,6 +506,11 @@ static int convert_eval(struct convert_args *a, const char *src, const struct gp
     if (rc == ERR_OK)
         rc = compare_models(src, a->o.out, &p, &co, &r, e);
     progress_end(&line);
+    struct report_tensor *rt = rc == ERR_OK && a->report ? report_tensors(cr) : NULL;
+    if (rc == ERR_OK && a->report)
+        rc = rt ? report_write(a->report, "gempack convert --eval", src, a->o.out, &r, rt, cr->plan.n, e)
+                : err_set(e, ERR_NOMEM, "out of memory");
+    free(rt);
     if (rc == ERR_OK) {
         *card = compare_card(&r, &p, GEMPACK_VERSION);
         FILE *out = a->json ? stderr : stdout;
@@ -536,6 +561,8 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
         return usage_error("convert", "%s", "missing -o OUT");
     if (a->eval && o->dry_run)
         return usage_error("convert", "%s", "--eval compares a written output: not with --dry-run");
+    if (a->report && !a->eval)
+        return usage_error("convert", "%s", "--report shows --eval's comparison: give --eval too");
     struct convert_report r;
     struct json_object *card = NULL;
     struct progress_line line;
@@ -545,7 +572,7 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     if (rc == ERR_OK) {
         convert_print(a->json ? stderr : stdout, &r, o->dry_run);
         if (a->eval)
-            rc = convert_eval(a, argv[optind], &r.cfg, &card, &e);
+            rc = convert_eval(a, argv[optind], &r, &card, &e);
         if (rc == ERR_OK && a->json) {
             struct json_object *jo = convert_json(&r);
             if (card)
@@ -784,6 +811,7 @@ static int cmd_golden_check(int argc, char **argv)
 struct compare_args {
     struct compare_opts o;
     bool json;
+    const char *report;
 };
 #define CA struct compare_args
 
@@ -798,6 +826,7 @@ static const struct opt compare_opts[] = {
     OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
     UINT("threads", "N", 'n', CA, o.threads, 1, 64, "worker threads (the results are identical for any N)"),
     FLAG("json", 'j', CA, json, "the report (schema gempack.compare/1) on stdout"),
+    STR("report", "OUT.html", 'R', CA, report, "also one self-contained HTML page of the comparison"),
     {0}};
 
 static int compare_with(int argc, char **argv, struct token_seqs *seqs)
@@ -828,6 +857,11 @@ static int compare_with(int argc, char **argv, struct token_seqs *seqs)
     int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e);
     progress_end(&line);
     if (rc != ERR_OK) {
+        compare_free(&r);
+        return fail(&e);
+    }
+    if (a.report && (rc = report_write(a.report, "gempack compare", argv[optind], argv[optind + 1], &r, NULL, 0, &e)) !=
+                        ERR_OK) {
         compare_free(&r);
         return fail(&e);
     }

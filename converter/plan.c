@@ -377,15 +377,17 @@ struct qblock {
     uint8_t *out;            /* [block][row_bytes] packed codes */
     uint64_t *groups, *exact; /* [block] lattice counts, summed after the block */
     int64_t *bad;            /* [block] the first group an MX quantizer refused, or -1 */
-    double *err;             /* [block] max |dequantized output − source| of the row */
+    double *err, *sq;        /* [block] max |dequantized output − source| of the row, Σ of its squares */
 };
 
-static double max_diff(const float *a, const float *b, size_t n)
+/* max |a − b| (NaN wins), and Σ (a − b)² added to *sq. */
+static double max_diff(const float *a, const float *b, size_t n, double *sq)
 {
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
         m = d > m || d != d ? d : m;
+        *sq += d * d;
     }
     return m;
 }
@@ -410,7 +412,8 @@ static void quant_task(void *arg, int64_t task, int worker)
         dequant_mx_row(b->it->mode, (const uint8_t *)words, b->st->scales + r * b->ng, b->cols, deq);
     else
         dequant_affine_row((const uint8_t *)words, sc, bi, b->it->dtype, b->cols, b->it->group_size, b->it->bits, deq);
-    b->err[task] = b->bad[task] >= 0 ? 0.0 : max_diff(row, deq, b->cols);
+    b->sq[task] = 0.0;
+    b->err[task] = b->bad[task] >= 0 ? 0.0 : max_diff(row, deq, b->cols, &b->sq[task]);
 }
 
 /* The float type a source row is exact in, which MLX would quantize it in:
@@ -440,12 +443,13 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
                        .row_bytes = row_bytes, .t = source_type(src->t),
                        .scratch = malloc((size_t)workers * 2 * (size_t)cols * sizeof(float)),
                        .err = malloc((size_t)block * sizeof(double)),
+                       .sq = malloc((size_t)block * sizeof(double)),
                        .out = malloc((size_t)block * row_bytes),
                        .groups = malloc((size_t)block * sizeof(uint64_t)),
                        .exact = malloc((size_t)block * sizeof(uint64_t)),
                        .bad = malloc((size_t)block * sizeof(int64_t))};
     int rc = ERR_OK;
-    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact || !b.bad || !b.err)
+    if (!st->scales || !st->biases || !b.scratch || !b.out || !b.groups || !b.exact || !b.bad || !b.err || !b.sq)
         rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %llu rows of %llu for quantization", src->t->name,
                      (unsigned long long)block, (unsigned long long)cols);
     for (b.r0 = 0; b.r0 < rows && rc == ERR_OK; b.r0 += block) {
@@ -455,6 +459,7 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
             it->lattice_groups += b.groups[i];
             it->lattice_exact += b.exact[i];
             it->max_err = b.err[i] > it->max_err || b.err[i] != b.err[i] ? b.err[i] : it->max_err;
+            it->sq_err += b.sq[i];
             if (b.bad[i] >= 0)
                 rc = err_set(e, ERR_UNSUPPORTED,
                              "%s: row %llu, group %lld holds a NaN or inf, or magnitudes outside %s's exponent range: "
@@ -470,6 +475,7 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     free(b.exact);
     free(b.bad);
     free(b.err);
+    free(b.sq);
     it->measured = rc == ERR_OK;
     return rc;
 }
@@ -487,7 +493,7 @@ static int stream_float(const struct source *src, struct plan_item *it, uint64_t
         source_row_f32(src, r, row);
         dtype_from_f32(it->dtype, row, buf, (size_t)cols);
         dtype_to_f32(it->dtype, buf, row + cols, (size_t)cols);
-        double d = max_diff(row, row + cols, (size_t)cols);
+        double d = max_diff(row, row + cols, (size_t)cols, &it->sq_err);
         it->max_err = d > it->max_err || d != d ? d : it->max_err;
         rc = sink(ctx, buf, (size_t)cols * esz, e);
     }

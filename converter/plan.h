@@ -58,6 +58,7 @@ struct plan_item {
     uint64_t lattice_groups, lattice_exact; /* groups quantized, and reproduced exactly */
     bool measured;            /* max_err known: a copy, or the tensor was streamed */
     double max_err;           /* max |output − source value| over the weights (0: bit for bit) */
+    double sq_err;            /* Σ (output − source value)², for the RMS error */
 };
 
 struct plan {

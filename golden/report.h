@@ -1,0 +1,34 @@
+/* report.h - one self-contained HTML page of a comparison (compare
+ * --report, convert --eval --report; CLI.md): the verdict on top, the
+ * totals, a per-position strip of KL(A||B) and top-1 agreement, the
+ * per-layer error curves and, for a conversion, the per-tensor quantization
+ * error table. Inline SVG and CSS only: no script, nothing fetched. */
+#ifndef GP_REPORT_H
+#define GP_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/err.h"
+#include "golden/compare.h"
+
+/* One output tensor of a conversion. */
+struct report_tensor {
+    const char *name, *action, *mode;
+    int bits, group;            /* 0: float */
+    double rms, max;            /* error against the source's values */
+    bool measured;
+};
+
+/* The colors the page draws with (tests look for them in a render). */
+#define REPORT_PASS "#2e7d32"
+#define REPORT_FAIL "#c62828"
+#define REPORT_KL "#1565c0"
+#define REPORT_TOP1_OK "#43a047"
+#define REPORT_TOP1_MISS "#e53935"
+#define REPORT_HIDDEN "#ef6c00"
+
+int report_write(const char *path, const char *title, const char *a, const char *b, const struct compare_result *r,
+                 const struct report_tensor *t, size_t n_t, struct err *e);
+
+#endif
