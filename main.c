@@ -769,6 +769,7 @@ static const struct opt golden_check_opts[] = {
     OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
     OWN("mode", "M", 'm', "prefill (default), decode or chunked:N"),
     UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (the logits are identical for any N)"),
+    STR("report", "OUT.html", 'R', GA, o.report, "also one self-contained HTML page (per-position KL\nand top-1 against the golden)"),
     {0}};
 
 static int cmd_golden_check(int argc, char **argv)
@@ -794,7 +795,11 @@ static int cmd_golden_check(int argc, char **argv)
         return usage_error("golden check", "%s", "expected MODEL and G.npz");
     struct golden_result res;
     struct err e = {0};
-    if (golden_check_model(argv[optind], argv[optind + 1], &a.o, &res, &e) != ERR_OK)
+    struct progress_line line;
+    a.o.progress = progress_on_tty(&line);
+    int rc = golden_check_model(argv[optind], argv[optind + 1], &a.o, &res, &e);
+    progress_end(&line);
+    if (rc != ERR_OK)
         return fail(&e);
     golden_print(stderr, argv[optind], argv[optind + 1], &res);
     if (a.json) {

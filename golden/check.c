@@ -6,6 +6,8 @@
 
 #include "core/fileio.h"
 #include "core/npz.h"
+#include "golden/compare.h"
+#include "golden/report.h"
 #include "gp_config.h"
 #include "runner/forward.h"
 
@@ -25,6 +27,26 @@ static struct golden_thresholds applied(struct golden_thresholds th, const struc
         if (!isnan(src[i]))
             *dst[i] = src[i] < 0 ? -1 : src[i];
     return th;
+}
+
+/* The HTML page of a check: the golden as A, the model as B, no layers. */
+static int report(const struct golden *g, const float *logits, const struct golden_result *res, const char *model_path,
+                  const char *golden_path, const char *path, struct err *e)
+{
+    struct compare_result cr = {.n_pos = g->T, .V = g->V, .n_prompts = 1, .m = res->m, .th = res->th,
+                                .pass = res->pass, .jump_layer = -1,
+                                .pos = calloc((size_t)(g->T ? g->T : 1), sizeof *cr.pos)};
+    int rc = cr.pos ? compare_positions(g->logits, logits, g->T, g->V, cr.pos) : ERR_NOMEM;
+    if (rc == ERR_OK) {
+        for (int64_t t = 0; t < g->T; t++)
+            cr.pos[t].t = t;
+        compare_totals(&cr);
+        rc = report_write(path, "gempack golden check", golden_path, model_path, &cr, NULL, 0, e);
+    } else {
+        rc = err_set(e, ERR_NOMEM, "%s: cannot hold the report's positions", path);
+    }
+    free(cr.pos);
+    return rc;
 }
 
 int golden_check_model(const char *model_path, const char *golden_path, const struct golden_check_opts *o,
@@ -53,8 +75,11 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
                                                        .max_step = step, .max_context = g.T}, e);
     if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
         rc = err_set(e, ERR_NOMEM, "out of memory");
-    if (rc == ERR_OK)
-        rc = runner_prompt(&r, g.tokens, g.T, o->chunk, logits, NULL, e);
+    for (int64_t t = 0; rc == ERR_OK && t < g.T; t += step) {
+        int64_t n = t + step <= g.T ? step : g.T - t;
+        rc = runner_forward(&r, g.tokens + t, n, logits + t * g.V, true, NULL, e);
+        progress_report(&o->progress, "positions", (uint64_t)(t + n), (uint64_t)g.T, "positions");
+    }
     if (rc == ERR_OK) {
         res->th = applied(g.th, &o->over);
         res->f64 = g.f64;
@@ -62,6 +87,8 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
         struct json_object *v = golden_verdict(&res->m, &res->th, &res->pass);
         json_object_put(v);
     }
+    if (rc == ERR_OK && o->report)
+        rc = report(&g, logits, res, model_path, golden_path, o->report, e);
     free(logits);
     runner_free(&r);
     model_close(&m);

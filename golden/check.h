@@ -8,12 +8,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/progress.h"
 #include "golden/golden.h"
 
 struct golden_check_opts {
     int threads;
     int64_t chunk;                    /* 0: one prefill; N: chunks of N tokens */
     struct golden_thresholds over;    /* NAN: the golden's own; negative: not checked */
+    const char *report;               /* NULL, or the HTML page to write (golden/report.h) */
+    struct progress progress;         /* after each chunk (positions) */
 };
 
 struct golden_result {

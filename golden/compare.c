@@ -81,15 +81,15 @@ static struct compare_err err_of(const struct sums *s)
     return r;
 }
 
-/* Per-position measures of one prompt's rows (A's logits a, B's b). */
-static void positions(const float *a, const float *b, int64_t T, int64_t V, int prompt, struct compare_pos *out,
-                      double *wa, double *wb, double *la, double *lb)
+int compare_positions(const double *a, const float *b, int64_t n, int64_t V, struct compare_pos *out)
 {
-    for (int64_t t = 0; t < T; t++) {
-        struct compare_pos *p = &out[t];
+    double *w = malloc(3 * (size_t)V * sizeof *w), *wb = w, *la = w + V, *lb = w + 2 * V;
+    if (!w)
+        return ERR_NOMEM;
+    for (int64_t t = 0; t < n; t++) {
+        const double *wa = a + t * V;
         double mx = 0.0;
         for (int64_t k = 0; k < V; k++) {
-            wa[k] = (double)a[t * V + k];
             wb[k] = (double)b[t * V + k];
             mx = fmax(mx, fabs(wa[k] - wb[k]));
         }
@@ -103,10 +103,16 @@ static void positions(const float *a, const float *b, int64_t T, int64_t V, int 
                 ba += exp(lb[k]) * (lb[k] - la[k]);
         }
         int64_t ia = golden_argmax(wa, V), ib = golden_argmax(wb, V);
-        int rank = golden_rank(wb, V, ia, COMPARE_TOPK);
-        *p = (struct compare_pos){.prompt = prompt, .t = t, .kl_ab = fmax(ab, 0.0), .kl_ba = fmax(ba, 0.0),
-                                  .regret = la[ia] - la[ib], .max_abs = mx, .p_top = exp(la[ia]), .rank = rank};
+        struct compare_pos *p = &out[t];
+        p->kl_ab = fmax(ab, 0.0);
+        p->kl_ba = fmax(ba, 0.0);
+        p->regret = la[ia] - la[ib];
+        p->max_abs = mx;
+        p->p_top = exp(la[ia]);
+        p->rank = golden_rank(wb, V, ia, COMPARE_TOPK);
     }
+    free(w);
+    return ERR_OK;
 }
 
 /* The layer (after keep_a) whose hidden error grows most over its
@@ -127,7 +133,7 @@ static void find_jump(struct compare_result *r, int64_t keep_a)
         r->jump_layer = -1;
 }
 
-static void totals(struct compare_result *r)
+void compare_totals(struct compare_result *r)
 {
     int64_t n = r->n_pos;
     for (int64_t i = 0; i < n; i++) {
@@ -174,10 +180,9 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
     struct sums *sums = calloc((size_t)(3 * L + 1), sizeof *sums);
     float *la_all = rc == ERR_OK ? malloc((size_t)(n_pos * V) * sizeof *la_all) : NULL,
           *lb_all = rc == ERR_OK ? malloc((size_t)(n_pos * V) * sizeof *lb_all) : NULL;
-    double *w = malloc(4 * (size_t)V * sizeof *w);
     r->pos = calloc((size_t)(n_pos ? n_pos : 1), sizeof *r->pos);
     r->layers = calloc((size_t)(L ? L : 1), sizeof *r->layers);
-    if (rc == ERR_OK && (!sums || !la_all || !lb_all || !w || !r->pos || !r->layers))
+    if (rc == ERR_OK && (!sums || !la_all || !lb_all || !r->pos || !r->layers))
         rc = err_set(e, ERR_NOMEM, "cannot hold %lld positions of %lld logits", (long long)n_pos, (long long)V);
     struct kv_opts kv_a = {0};
     int64_t at = 0;
@@ -190,7 +195,8 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
             break;
         memcpy(la_all + at * V, A.logits, (size_t)(T * V) * sizeof *la_all);
         memcpy(lb_all + at * V, B.logits, (size_t)(T * V) * sizeof *lb_all);
-        positions(A.logits, B.logits, T, V, p, r->pos + at, w, w + V, w + 2 * V, w + 3 * V);
+        for (int64_t t = 0; t < T; t++)
+            r->pos[at + t] = (struct compare_pos){.prompt = p, .t = t};
         for (int64_t i = 0; i < L; i++) {
             size_t off = (size_t)(i * T * H), n = (size_t)(T * H);
             add_sums(&sums[3 * i], A.hidden + off, B.hidden + off, n);
@@ -218,8 +224,10 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
             for (int64_t k = 0; k < n_pos * V; k++)
                 g.logits[k] = (double)la_all[k];
             golden_compare(&g, lb_all, o->th, &r->m);
+            if (compare_positions(g.logits, lb_all, n_pos, V, r->pos) != ERR_OK)
+                rc = err_set(e, ERR_NOMEM, "out of memory");
             free(g.logits);
-            totals(r);
+            compare_totals(r);
             r->th = o->th;
             struct json_object *v = golden_verdict(&r->m, &r->th, &r->pass);
             json_object_put(v);
@@ -228,7 +236,6 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
     free(sums);
     free(la_all);
     free(lb_all);
-    free(w);
     side_free(&A);
     side_free(&B);
     return rc;

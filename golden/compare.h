@@ -75,6 +75,12 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
                    const struct compare_opts *o, struct compare_result *r, struct err *e);
 void compare_free(struct compare_result *r);
 
+/* The measures of n positions (A's logits a in float64, B's b), all but
+ * prompt and t; ERR_NOMEM. And the totals that come from them (KL(B||A)
+ * mean, the confidence bins; r->pos and r->n_pos set). */
+int compare_positions(const double *a, const float *b, int64_t n, int64_t V, struct compare_pos *out);
+void compare_totals(struct compare_result *r);
+
 void compare_print(FILE *out, const char *a_path, const char *b_path, const struct compare_opts *o,
                    const struct compare_result *r);
 /* schema gempack.compare/1 */

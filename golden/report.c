@@ -187,13 +187,15 @@ int report_write(const char *path, const char *title, const char *a, const char 
     put_text(&p, a);
     put(&p, "<br>B: ");
     put_text(&p, b);
-    put(&p, "<br>%d prompt%s, %lld positions, %lld layers</p>\n", r->n_prompts, r->n_prompts == 1 ? "" : "s",
-        (long long)r->n_pos, (long long)r->L);
+    put(&p, "<br>%d prompt%s, %lld positions", r->n_prompts, r->n_prompts == 1 ? "" : "s", (long long)r->n_pos);
+    put(&p, r->L ? ", %lld layers</p>\n" : "</p>\n", (long long)r->L);
     totals_table(&p, r);
     put(&p, "<h2>Per position</h2>\n");
     positions_svg(&p, r);
-    put(&p, "<h2>Per layer: relative error of B against A</h2>\n");
-    layers_svg(&p, r);
+    if (r->L) {
+        put(&p, "<h2>Per layer: relative error of B against A</h2>\n");
+        layers_svg(&p, r);
+    }
     if (r->jump_layer >= 0)
         put(&p, "<p>Jump: layer %lld, hidden error %.3gx the layer before.</p>\n", (long long)r->jump_layer,
             r->jump_ratio);

@@ -76,6 +76,12 @@ shot "$T/fail.html" "$T/fail.png"
 read -r p f <<<"$(count "$T/fail.png" $PASS $FAIL)"
 ok "a red FAIL banner" -- test "$f" -gt 40000 -a "$p" -lt 100
 
+# golden check --report: the per-position page against a committed golden
+expect 0 "golden check --report" -- "$G" golden check "$T/a" "$(dirname "$0")/../golden/data/e2b-bf16.npz" --report "$T/golden.html"
+shot "$T/golden.html" "$T/golden.png"
+read -r p kl okc hid <<<"$(count "$T/golden.png" $PASS $KL $OK $HIDDEN)"
+ok "the golden page: banner, bars, strip, no layer curve" -- test "$p" -gt 40000 -a "$kl" -gt 100 -a "$okc" -gt 10000 -a "$hid" -eq 0
+
 # convert --eval --report: the same page with the per-tensor table
 expect 0 "convert --eval --report" -- "$G" convert "$T/a" --bits 4 --align 64 --eval --report "$T/convert.html" -o "$T/b.gpk"
 ok "the tensor table" -- grep -q "<td>layers.3.mlp.down_proj.weight</td><td>quantize</td><td>affine</td><td>4</td><td>64</td>" "$T/convert.html"

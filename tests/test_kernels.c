@@ -634,7 +634,8 @@ Test(kernels, q8_neon) { run_path("q8_neon"); }
 Test(kernels, bf16_neon) { run_path("bf16_neon"); }
 Test(kernels, mx_neon) { run_path("mx_neon"); }
 #endif
-Test(kernels, blas, .timeout = 60) { run_path("blas"); }
+/* 25 s under qemu-user on an idle 2-core machine (tests/arm64.sh): room for a loaded one */
+Test(kernels, blas, .timeout = 240) { run_path("blas"); }
 
 /* Runs every available path that serves w on a view (plus the reference). */
 static void all_paths_on_view(const struct wmat *w, const double *wd, const double *mag, int64_t pitch, int64_t r0,
