@@ -115,22 +115,20 @@ int compare_positions(const double *a, const float *b, int64_t n, int64_t V, str
     return ERR_OK;
 }
 
-/* The layer (after keep_a) whose hidden error grows most over its
- * predecessor's, if at least COMPARE_JUMP times. */
+/* The first layer (after keep_a) whose hidden error is at least
+ * COMPARE_JUMP times its predecessor's. */
 static void find_jump(struct compare_result *r, int64_t keep_a)
 {
     r->jump_layer = -1;
     r->jump_ratio = 0.0;
-    for (int64_t i = keep_a + 1; i < r->L; i++) {
+    for (int64_t i = keep_a + 1; i < r->L && r->jump_layer < 0; i++) {
         double prev = r->layers[i - 1].hidden.rel, cur = r->layers[i].hidden.rel;
         double ratio = prev > 0 ? cur / prev : cur > 0 ? (double)INFINITY : 0.0;
-        if (ratio > r->jump_ratio) {
+        if (ratio >= COMPARE_JUMP) {
             r->jump_ratio = ratio;
             r->jump_layer = i;
         }
     }
-    if (r->jump_ratio < COMPARE_JUMP)
-        r->jump_layer = -1;
 }
 
 void compare_totals(struct compare_result *r)

@@ -64,8 +64,8 @@ struct compare_result {
     double kl_ba_mean;
     struct compare_bin bins[COMPARE_BINS];
     struct compare_layer *layers; /* [L] */
-    int64_t jump_layer;           /* the layer whose hidden error grows most over the layer before,
-                                   * at least COMPARE_JUMP times (-1: none) */
+    int64_t jump_layer;           /* the first layer whose hidden error is at least COMPARE_JUMP times
+                                   * the layer before's (-1: none) */
     double jump_ratio;
     struct golden_thresholds th;
     bool pass;
