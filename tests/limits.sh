@@ -33,4 +33,7 @@ case_ "a 1 TiB header length" "header length 1099511627776 exceeds" -- "$G" insp
 case_ "a million tensors (70 MB header)" "above the limit of 1000000" -- "$G" inspect "$T/in/million.safetensors"
 case_ "100,001 tensors" "above the limit of" -- "$G" inspect "$T/in/lakh.safetensors"
 case_ "config.json nested 100,000 deep" "nesting too deep" -- "$G" check "$T/in/nested"
+case_ "a GGUF claiming 2^40 tensors" "1099511627776 tensors, above the limit" -- "$G" inspect "$T/in/tera-count.gguf"
+case_ "a GGUF array of 2^40 elements" "array of 1099511627776 u8 elements .* larger than the file" -- "$G" check "$T/in/tera-array.gguf"
+case_ "a 4 TiB GGUF tensor in a 65-byte file" "4398046511104 bytes .* \(truncated\)" -- "$G" run "$T/in/tera-tensor.gguf" --tokens 2
 finish

@@ -41,3 +41,14 @@ with zipfile.ZipFile(os.path.join(d, "tera.npz"), "w") as z:
     z.writestr("logits.npy", npy.getvalue())
     z.writestr("tokens.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", 118) +
                ("{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }".ljust(117) + "\n").encode() + b"\0" * 16)
+# GGUF: counts, an array and a tensor far beyond a 100-byte file
+def gguf(name, body, n_tensors, n_kv):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + body)
+
+def gstr(s):
+    return struct.pack("<Q", len(s)) + s
+
+gguf("tera-count.gguf", b"", 1 << 40, 0)
+gguf("tera-array.gguf", gstr(b"general.big") + struct.pack("<IIQ", 9, 0, 1 << 40), 0, 1)
+gguf("tera-tensor.gguf", gstr(b"t") + struct.pack("<I2QIQ", 2, 1 << 20, 1 << 20, 0, 0), 1, 0)
