@@ -7,6 +7,7 @@
  * codes become the affine codes unchanged; scale s and bias −s·(2^(b−1) + z)
  * are repeated over MLX groups of 128, 64 or 32. MoE experts stored per
  * expert (<p>.experts.<e>.<proj>) are stacked into <p>.experts.switch_glu.<proj>. */
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,8 @@ struct mod {
     int bits, gs;
     uint64_t group;            /* CT group (in for channel) */
     bool channel;
+    bool dense;                /* no exact MLX affine form: stored as F32 (a group not a multiple of 32, a
+                                * width other than 4 or 8, columns reordered across groups) */
 };
 
 static bool name_match(const char *target, const char *module)
@@ -214,11 +217,13 @@ static bool describe(struct ctx *c, struct mod *m)
     }
     m->out = (uint64_t)o;
     m->in = (uint64_t)i;
-    m->bits = pk->shape[1] * 32 == m->in * 4 ? 4 : pk->shape[1] * 32 == m->in * 8 ? 8 : 0;
+    m->bits = 0; /* the width whose packed rows take this many words (compressed-tensors packs 1..8 bits densely) */
+    for (int b = 8; b >= 1; b--)
+        if (pk->shape[1] == (m->in * (uint64_t)b + 31) / 32)
+            m->bits = b;
     if (!m->bits) {
-        src_problem(s, "%s.weight_packed: %llu words per row for %llu inputs: neither int4 nor int8 (gempack maps "
-                       "those two)",
-                    m->name, (unsigned long long)pk->shape[1], (unsigned long long)m->in);
+        src_problem(s, "%s.weight_packed: %llu words per row for %llu inputs: no width of 1 to 8 bits", m->name,
+                    (unsigned long long)pk->shape[1], (unsigned long long)m->in);
         return false;
     }
     if (!dtype_is_weight_float(sc->dtype) || sc->rank != 2 || sc->shape[0] != m->out || !sc->shape[1] ||
@@ -391,6 +396,50 @@ static int map_module(struct ctx *c, struct mod *m, struct err *e)
     return rc == ERR_OK ? drop_parts(c, m, e) : rc;
 }
 
+/* A module with no exact MLX affine form, as the F32 matrix of its values
+ * (q − z)·s, checked exact in F32; convert can then requantize it and
+ * report the error. */
+static int dense_module(struct ctx *c, const struct mod *m, struct err *e)
+{
+    struct source *s = c->s;
+    char key[260], from[48];
+    snprintf(key, sizeof key, "%s.weight", m->name);
+    snprintf(from, sizeof from, "int%d %s%llu%s", m->bits, m->channel ? "channel, group " : "group ",
+             (unsigned long long)m->group, m->gidx ? " reordered" : "");
+    struct source_module *rec = src_module(s, m->name, key, from, "F32, dense (no exact MLX affine form)");
+    uint8_t *w;
+    int rc = rec ? ts_add(&c->mem, key, DT_F32, 2, (const uint64_t[]){m->out, m->in}, &w, e)
+                 : err_set(e, ERR_NOMEM, "out of memory");
+    const uint8_t *pk = data_of(s, m->packed), *sc = data_of(s, m->scale), *zp = m->zp ? data_of(s, m->zp) : NULL,
+                  *gi = m->gidx ? data_of(s, m->gidx) : NULL;
+    uint64_t words = m->packed->t->shape[1];
+    for (uint64_t r = 0; rc == ERR_OK && w && pk && sc && r < m->out; r++)
+        for (uint64_t col = 0; col < m->in; col++) {
+            uint64_t bit = col * (uint64_t)m->bits, at = r * words * 4 + bit / 8;
+            unsigned v = (unsigned)(pk[at] | (bit % 8 + (uint64_t)m->bits > 8 ? pk[at + 1] << 8 : 0));
+            unsigned u = (v >> (bit % 8)) & ((1u << m->bits) - 1);
+            uint64_t g = !gi ? col / m->group
+                       : m->gidx->t->dtype == DT_I32 ? (uint64_t)(uint32_t)rd_u32le(gi + 4 * col)
+                                                     : rd_u64le(gi + 8 * col);
+            if (g >= m->in / m->group) {
+                src_problem(s, "%s.weight_g_idx[%llu] = %llu: not a group", m->name, (unsigned long long)col,
+                            (unsigned long long)g);
+                return ERR_OK;
+            }
+            double scale, shift;
+            group_params(m, sc, zp, r, g, &scale, &shift);
+            double want = scale * ((double)u - shift);
+            float got = (float)want;
+            memcpy(w + (r * m->in + col) * 4, &got, 4);
+            if ((double)got != want) {
+                rec->exact = false;
+                rec->max_abs_err = fmax(rec->max_abs_err, fabs((double)got - want));
+            }
+            rec->verified = true;
+        }
+    return rc == ERR_OK ? drop_parts(c, m, e) : rc;
+}
+
 /* "<p>.experts.<e>.<proj>": the stack's name "<p>.experts.switch_glu.<proj>" and e. */
 static bool expert_name(const char *name, char *stack, size_t len, long *e)
 {
@@ -530,18 +579,7 @@ static int modules(struct ctx *c, struct err *e)
         m->gidx = part(s, m->name, "weight_g_idx");
         if (!describe(c, m) || !scheme_agrees(c, m))
             continue;
-        if (!m->gs) {
-            src_problem(s, "%s: group %llu is not a multiple of 32, so no MLX affine group (32, 64, 128) holds it "
-                           "exactly",
-                        m->name, (unsigned long long)m->group);
-            continue;
-        }
-        if (m->gidx && !gidx_trivial(s, m)) {
-            src_problem(s, "%s.weight_g_idx: columns reordered across groups (actorder), which MLX's contiguous "
-                           "groups cannot hold",
-                        m->name);
-            continue;
-        }
+        m->dense = !m->gs || (m->bits != 4 && m->bits != 8) || (m->gidx && !gidx_trivial(s, m));
         n++;
     }
     int rc = ERR_OK;
@@ -550,6 +588,10 @@ static int modules(struct ctx *c, struct err *e)
         long ex;
         if (!ms[i].name[0])
             continue;
+        if (ms[i].dense) {
+            rc = dense_module(c, &ms[i], e);
+            continue;
+        }
         if (!expert_name(ms[i].name, stack, sizeof stack, &ex)) {
             rc = map_module(c, &ms[i], e);
             continue;

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "converter/convert.h"
 #include "ingest/check.h"
 #include "core/dtype.h"
 #include "core/err.h"
@@ -1128,7 +1129,8 @@ Test(check, broken_ct)
     check_broken(&r, dir);
     source_problem(&r, "model.language_model.layers.1.mlp.up_proj: weight_packed without weight_scale");
     source_problem(&r, "layers.2.mlp.up_proj.weight_scale: BF16 rank 2, expected a float [256, groups] dividing 128");
-    source_problem(&r, "layers.3.mlp.up_proj.weight_packed: 24 words per row for 128 inputs: neither int4 nor int8");
+    source_problem(&r, "layers.3.mlp.up_proj: int6 group 32 symmetric in its tensors, but no config group targeting "
+                       "it says so");
     source_problem(&r, "layers.4.mlp.gate_proj: quantized, but quantization_config.ignore keeps it dense");
     check_free(&r);
 
@@ -1140,6 +1142,59 @@ Test(check, broken_ct)
     check_broken(&r, dir);
     source_problem(&r, "config_groups.group_0.input_activations: quantized activations (not weight-only)");
     check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* A module with no exact MLX affine form (here int4 in groups of 16, and a
+ * 3-bit one) is carried as F32, exact, and named; convert keeps it exact. */
+Test(check, ct_dense_fallback)
+{
+    char *tmp, *dir = format_fixture(&tmp, "e2b", FXF_CT_W4A16);
+    /* layers.2.mlp.down_proj [128, 256]: int4 group 16; layers.4.mlp.gate_proj [256, 128]: int3 group 32 */
+    struct edit ed[] = {ed_set(ED_CHANGE, PFX_HF "layers.2.mlp.down_proj.weight_scale", DT_BF16, 2, 128, 16, 0),
+                        ed_set(ED_CHANGE, PFX_HF "layers.4.mlp.gate_proj.weight_packed", DT_I32, 2, 256, 12, 0)};
+    rewrite_st(dir, ed, 2);
+    struct json_object *c = load_config(dir), *groups = obj(obj(c, "quantization_config"), "config_groups");
+    static const char *const names[] = {"g16", "int3"};
+    static const char *const targets[] = {"re:.*layers\\.2\\.mlp\\.down_proj$", "re:.*layers\\.4\\.mlp\\.gate_proj$"};
+    for (int k = 0; k < 2; k++) {
+        struct json_object *g = json_object_get(obj(groups, "group_0")), *copy = NULL;
+        cr_assert_eq(json_object_deep_copy(g, &copy, NULL), 0);
+        json_object_put(g);
+        struct json_object *t = json_object_new_array(), *w = obj(copy, "weights");
+        json_object_array_add(t, json_object_new_string(targets[k]));
+        json_object_object_add(copy, "targets", t);
+        json_object_object_add(w, k ? "num_bits" : "group_size", json_object_new_int(k ? 3 : 16));
+        json_object_object_add(groups, names[k], copy);
+    }
+    save_config(dir, c);
+    struct check_report r;
+    run_check(&r, dir, 0);
+    expect_loadable(&r, dir);
+    int dense = 0;
+    for (size_t i = 0; i < r.src.n_mods; i++)
+        dense += strstr(r.src.mods[i].to, "F32, dense") != NULL;
+    cr_assert_eq(dense, 2, "two modules carried as F32");
+    check_free(&r);
+
+    char pack[4200];
+    snprintf(pack, sizeof pack, "%s/p.gpk", tmp);
+    struct convert_opts co = {.align = 64, .out = pack, .plan = {.group_size = 64}};
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, dir, &co, &e), ERR_OK, "%s", e.msg);
+    struct json_object *j = convert_json(&rep), *plan = json_object_object_get(j, "plan");
+    cr_assert_eq(json_object_get_int64(json_object_object_get(plan, "exact_tensors")), (int64_t)rep.plan.n);
+    bool seen = false;
+    for (size_t i = 0; i < rep.plan.n; i++)
+        if (!strcmp(rep.plan.items[i].nt->name, "layers.2.mlp.down_proj.weight")) {
+            cr_assert_eq(rep.plan.items[i].dtype, DT_F32);
+            seen = true;
+        }
+    cr_assert(seen);
+    json_object_put(j);
+    convert_free(&rep);
     free(dir);
     th_rmtree(tmp);
 }
