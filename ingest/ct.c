@@ -210,9 +210,9 @@ static bool describe(struct ctx *c, struct mod *m)
     }
     int64_t o = sh->dtype == DT_I64 ? (int64_t)rd_u64le(d) : (int32_t)rd_u32le(d);
     int64_t i = sh->dtype == DT_I64 ? (int64_t)rd_u64le(d + 8) : (int32_t)rd_u32le(d + 4);
-    if (o < 1 || i < 1 || (uint64_t)o != pk->shape[0]) {
-        src_problem(s, "%s.weight_shape: [%lld, %lld], but weight_packed has %llu rows", m->name, (long long)o,
-                    (long long)i, (unsigned long long)pk->shape[0]);
+    if (o < 1 || i < 1 || i > INT32_MAX || (uint64_t)o != pk->shape[0]) {
+        src_problem(s, "%s.weight_shape: [%lld, %lld], but weight_packed has %llu rows (and inputs are 1..2^31)",
+                    m->name, (long long)o, (long long)i, (unsigned long long)pk->shape[0]);
         return false;
     }
     m->out = (uint64_t)o;
@@ -235,6 +235,19 @@ static bool describe(struct ctx *c, struct mod *m)
     m->channel = sc->shape[1] == 1;
     m->group = m->in / sc->shape[1];
     m->gs = affine_group_for(m->group);
+    const struct st_tensor *z = m->zp ? m->zp->t : NULL, *g = m->gidx ? m->gidx->t : NULL;
+    uint64_t zrows = (m->out * (uint64_t)m->bits + 31) / 32;
+    if (z && ((z->dtype != DT_I32 && z->dtype != DT_U32) || z->rank != 2 || z->shape[0] != zrows ||
+              z->shape[1] != sc->shape[1])) {
+        src_problem(s, "%s.weight_zero_point: %s rank %d, expected I32 [%llu, %llu] (packed down the rows)", m->name,
+                    dtype_name(z->dtype), z->rank, (unsigned long long)zrows, (unsigned long long)sc->shape[1]);
+        return false;
+    }
+    if (g && ((g->dtype != DT_I32 && g->dtype != DT_I64) || g->rank != 1 || g->shape[0] != m->in)) {
+        src_problem(s, "%s.weight_g_idx: %s rank %d, expected I32 [%llu]", m->name, dtype_name(g->dtype), g->rank,
+                    (unsigned long long)m->in);
+        return false;
+    }
     return true;
 }
 

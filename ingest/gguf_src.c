@@ -149,6 +149,10 @@ static int map_tensor(struct gctx *c, const struct gguf_tensor *t, struct err *e
     char rel[200], name[240];
     uint64_t shape[GGUF_MAX_DIMS];
     shape_of(t, shape);
+    if (t->n_dims > 3) {
+        src_problem(s, "%s: %u dims, but no tensor of the gemma4 text model has more than 3", t->name, t->n_dims);
+        return ERR_OK;
+    }
     if (!gguf_name_to_text(t->name, rel, sizeof rel)) {
         src_problem(s, "%s: not a tensor of llama.cpp's gemma4 text model", t->name);
         return ERR_OK;
