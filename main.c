@@ -520,10 +520,10 @@ static int convert_eval(struct convert_args *a, const char *src, const struct co
             char *path = fio_join(a->o.out, "gempack_quality.json");
             const char *text = json_object_to_json_string_ext(*card, JSON_C_TO_STRING_PRETTY);
             rc = path ? fio_write_file(path, text, strlen(text), e) : err_set(e, ERR_NOMEM, "out of memory");
-            fprintf(out, "; card in %s\n", path ? path : "");
+            if (rc == ERR_OK)
+                fprintf(out, "; card in %s\n", path);
             free(path);
-        } else {
-            rc = pack_set_field(a->o.out, "quality", json_object_get(*card), e);
+        } else if ((rc = pack_set_field(a->o.out, "quality", json_object_get(*card), e)) == ERR_OK) {
             fprintf(out, "; card in %s (manifest \"quality\")\n", a->o.out);
         }
     }
@@ -567,6 +567,7 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     struct json_object *card = NULL;
     struct progress_line line;
     o->progress = progress_on_tty(&line);
+    o->check_out = a->report;
     int rc = convert_run(&r, argv[optind], o, &e);
     progress_end(&line);
     if (rc == ERR_OK) {
@@ -859,6 +860,7 @@ static int compare_with(int argc, char **argv, struct token_seqs *seqs)
     struct err e = {0};
     struct progress_line line;
     a.o.progress = progress_on_tty(&line);
+    a.o.check_out = a.report;
     int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e);
     progress_end(&line);
     if (rc != ERR_OK) {

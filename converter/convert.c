@@ -515,6 +515,8 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
     /* the inputs are known now (opened): an output over one is refused before any work */
     if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
         rc = fio_check_output(o->out, e);
+    if (rc == ERR_OK && o->check_out)
+        rc = fio_check_output(o->check_out, e);
     if (rc == ERR_OK)
         rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
     if (rc == ERR_OK && !o->dry_run) {

@@ -26,6 +26,8 @@ struct convert_opts {
     int threads;            /* quantization workers (default 1; same bytes for any count) */
     const char *out;
     struct progress progress; /* after each tensor written (bytes) */
+    const char *check_out;  /* another output the caller writes afterwards (a report), or NULL: checked as
+                             * `out` is, before any work */
 };
 
 struct convert_report {

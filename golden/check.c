@@ -69,6 +69,8 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
                      (long long)g.V, (long long)m.cfg.vocab_size);
     if (rc == ERR_OK && g.T == 0)
         rc = err_set(e, ERR_FORMAT, "%s: golden holds no positions", golden_path);
+    if (rc == ERR_OK && o->report)
+        rc = fio_check_output(o->report, e); /* before any work: not over an input */
     int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &(struct runner_opts){.threads = o->threads, .kernels = KERN_BEST, .n_seq = 1,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/bytes.h"
+#include "core/fileio.h"
 #include "core/sha256.h"
 #include "runner/model.h"
 
@@ -166,6 +167,8 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
                                    "%lld, hidden %lld / %lld",
                      a_path, b_path, (long long)ca->vocab_size, (long long)cb->vocab_size, (long long)ca->n_layers,
                      (long long)cb->n_layers, (long long)ca->hidden_size, (long long)cb->hidden_size);
+    if (rc == ERR_OK && o->check_out)
+        rc = fio_check_output(o->check_out, e);
     if (rc == ERR_OK && (o->keep_a < 0 || o->keep_a > ca->n_layers))
         rc = err_set(e, ERR_USAGE, "--keep-a %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
                      (long long)ca->n_layers);

@@ -33,6 +33,8 @@ struct compare_opts {
     int64_t keep_a;               /* layers whose output B takes from A */
     struct golden_thresholds th;  /* on the totals; negative: not checked */
     struct progress progress;     /* after each prompt (positions) */
+    const char *check_out;        /* an output the caller writes afterwards (a report), or NULL: refused
+                                   * before any work if it is one of the models' files */
 };
 
 struct compare_pos {

@@ -46,6 +46,15 @@ expect 2 "run a directory, --dump-logits onto its shard" -- "$G" run "$T/src" --
     --dump-logits "$T/src/model.safetensors"
 expect 2 "fixture --like onto its own config's directory" -- "$G" fixture --like "$T/src/config.json" -o "$T/src"
 ok "... refused: not an empty directory" -- said "$T/src exists and is not an empty directory"
+expect 2 "compare --report onto model B" -- "$G" compare "$T/src" "$T/v.gpk" --tokens 2,3 --report "$T/v.gpk"
+ok "... names both paths" -- said "refusing to write $T/v.gpk: it is $T/v.gpk, which this command reads"
+expect 2 "convert --eval --report onto a source shard" -- "$G" convert "$T/src" --bits 4 --eval \
+    --report "$T/src/model.safetensors" -o "$T/never.gpk"
+ok "... refused before any work" -- test ! -e "$T/never.gpk"
+ok "... as an input" -- said "refusing to write $T/src/model.safetensors"
+expect 2 "golden check --report onto the model" -- "$G" golden check "$T/v.gpk" \
+    "$(dirname "$0")/../golden/data/e2b-bf16.npz" --report "$T/v.gpk"
+ok "... refused as an input" -- said "refusing to write $T/v.gpk: it is $T/v.gpk, which this command reads"
 ok "the inputs are untouched" -- unchanged
 expect 0 "a fresh output beside the inputs is fine" -- "$G" run "$T/v.gpk" --tokens 2,3 --dump-logits "$T/d.npz"
 
