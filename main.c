@@ -895,23 +895,28 @@ static int cmd_compare(int argc, char **argv)
 
 static const struct command commands[] = {
     {"check", "gempack check DIR|FILE.gguf [--json] [--headers-only]", "does the checkpoint load as a Gemma 4 text model, and why not",
-     "Tells whether the checkpoint in DIR loads as a Gemma 4 text model, reading\n"
-     "config.json and the safetensors headers only, and lists every reason why not:\n"
+     "Tells whether the checkpoint in DIR (or a GGUF file) loads as a Gemma 4 text\n"
+     "model, reading config.json and the safetensors headers only, and lists every\n"
+     "reason why not (compressed-tensors and GGUF modules that do not map):\n"
      "missing, unexpected, mis-shaped and wrongly typed tensors (layer ranges\n"
      "collapsed), quantization inconsistent with config.json, config fields that are\n"
      "missing or invalid. K/V tensors of KV-shared layers are reported as redundant\n"
      "notes; tower and projector tensors are listed as ignored.\n",
      check_opts, "Exit: 0 loadable, 1 not loadable, 2 usage error or unreadable input.", cmd_check},
-    {"inspect", "gempack inspect PATH [--json]", "tensors, dtypes, shapes and metadata of safetensors, a pack or an npz",
+    {"inspect", "gempack inspect PATH [--json]",
+     "tensors, dtypes, shapes and metadata of safetensors, a GGUF, a pack or an npz",
      "Lists the tensors (name, dtype, shape, bytes) and metadata of a safetensors\n"
-     "file, of every shard of a checkpoint directory (headers only), of a .gpk\n"
-     "pack (header, manifest, tensors with CRCs and quantization), or of an .npz\n"
-     "(members with dtype and shape, each read once and CRC-checked; meta.json).\n",
+     "file, of every shard of a checkpoint directory (headers only), of a GGUF file\n"
+     "(metadata, tensors with ggml types), of a .gpk pack (header, manifest and its\n"
+     "quality card, tensors with CRCs and quantization), or of an .npz (members with\n"
+     "dtype and shape, each read once and CRC-checked; meta.json).\n",
      inspect_opts, NULL, cmd_inspect},
     {"convert", "gempack convert DIR|FILE.gguf -o OUT [options]", "normalize (and quantize) into a .gpk pack or an MLX directory",
-     "Normalizes a checkpoint that 'gempack check' accepts into one canonical form\n"
-     "and writes a .gpk pack (default) or, with --format mlx, a directory of MLX\n"
-     "safetensors + config.json. Every dropped or transformed tensor is reported.\n"
+     "Normalizes a checkpoint that 'gempack check' accepts (a directory, or a GGUF\n"
+     "file; compressed-tensors and GGUF modules mapped exactly onto MLX affine) into\n"
+     "one canonical form and writes a .gpk pack (default) or, with --format mlx, a\n"
+     "directory of MLX safetensors + config.json. Every dropped or transformed\n"
+     "tensor is reported, and whether each equals the source's values bit for bit.\n"
      "Without --bits, --mode or --quantize nothing is requantized: tensors keep their\n"
      "source representation.\n",
      convert_opts, NULL, cmd_convert},
