@@ -20,6 +20,7 @@
  * chunked and decode runs give bitwise-identical logits. Compiled with
  * per-function target attributes and chosen at run time (no -march flag). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "core/dtype.h"
 #include "kernels/internal.h"
@@ -265,5 +266,179 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
         case 3: bf16rows512(w, x, t0, 3, y, row0, row1); break;
         default: bf16rows512(w, x, t0, 4, y, row0, row1); break;
         }
+    }
+}
+
+/* ---- the fused kernels' definition as a blocked GEMM (steps of many tokens) ----
+ *
+ * kern_qdot_ref's operations, for a tile of rows and many tokens: the tile's
+ * codes are decoded once into floats (code k of each word, place value kept,
+ * in the lanes qblock512 gives them), rows in pairs, the two rows' vectors of
+ * a code side by side; each block's lane scales beside them. The input of a
+ * panel of GEMM_TP tokens is copied once in the same way, tokens in fours.
+ * Then 2 rows × 4 tokens at a time run the definition's steps, their chains
+ * in registers and their A lanes in the workspace (in L1), over chunks of
+ * GEMM_KC columns (the panel's chunk stays in L1). Every (row, token) goes
+ * through the same IEEE operations in the same order as in kern_qdot_avx512. */
+#define GEMM_TP 16  /* tokens of a panel */
+#define GEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
+
+/* The workspace of a tile of `rows` rows (floats): decoded codes
+ * [rows rounded up to pairs, stride], lane scales [rows, blocks, 16], biases
+ * [rows, groups rounded up to 16], the A lanes [rows, GEMM_TP, 16] and the
+ * panel's input [GEMM_TP, stride]. */
+static size_t gemm_floats(const struct wmat *w, int64_t rows, int64_t stride)
+{
+    const int64_t blocks = stride / (16 * (32 / w->bits)), ng16 = (w->cols / w->gs + 15) / 16 * 16;
+    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride);
+}
+
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
+{
+    const int64_t blk = 16 * (32 / w->bits);
+    return gemm_floats(w, rows, (w->cols + blk - 1) / blk * blk) * sizeof(float);
+}
+
+/* Row r's codes decoded into its pair's tile (qp: the pair's first float,
+ * the row's slot i), its lane scales (sv[blocks·16]) and biases (bi[ng16],
+ * zero past its groups) as qrows512m reads them. */
+AVX512 INLINE void gemm_decode512(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
+                                  float *bi, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
+    const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+    for (int64_t b = 0; b * blk < stride; b++) {
+        const __m512i v = _mm512_maskz_loadu_epi32(mask16(words - 16 * b), codes + b * blk * bits / 8);
+#pragma GCC unroll 8
+        for (int k = 0; k < per_word; k++)
+            _mm512_store_ps(qp + 2 * b * blk + (2 * k + i) * 16, code512(v, k, bits, mode));
+        for (int l = 0; l < 16; l++) /* lane l's group, or zero past the row's words */
+            sv[16 * b + l] = 16 * b + l < words ? kern_param_f32(w, w->s, r, (b * blk + (int64_t)per_word * l) / gs) : 0.0f;
+    }
+    for (int64_t g = 0; g < ng16; g++)
+        bi[g] = mode == QM_AFFINE && g < ng ? kern_param_f32(w, w->b, r, g) : 0.0f;
+}
+
+/* Blocks [b0, b1) for R rows of a pair (qp: the pair's tile) and T tokens of
+ * a four (xp: the four's copy): per block the definition's two chains of
+ * products, then its step into the A lanes (row i, token u at acc +
+ * i·accstride + 16u). */
+AVX512 INLINE void gemm_piece512(const float *qp, const float *sv, int64_t svstride, const float *xp, int64_t b0,
+                                 int64_t b1, float *acc, int64_t accstride, const int R, const int T, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    for (int64_t b = b0; b < b1; b++) {
+        const float *q = qp + 2 * b * blk, *x = xp + 4 * b * blk;
+        __m512 p0[2][4], p1[2][4]; /* the definition's two chains: even and odd codes */
+#pragma GCC unroll 8
+        for (int k = 0; k < per_word; k += 2)
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                __m512 x0 = _mm512_load_ps(x + (4 * k + u) * 16), x1 = _mm512_load_ps(x + (4 * k + 4 + u) * 16);
+                __asm__("" : "+v"(x0), "+v"(x1)); /* in registers for both rows, not an operand of each FMA */
+#pragma GCC unroll 2
+                for (int i = 0; i < R; i++) {
+                    const __m512 q0 = _mm512_load_ps(q + (2 * k + i) * 16), q1 = _mm512_load_ps(q + (2 * k + 2 + i) * 16);
+                    p0[i][u] = k == 0 ? _mm512_mul_ps(x0, q0) : _mm512_fmadd_ps(x0, q0, p0[i][u]);
+                    p1[i][u] = k == 0 ? _mm512_mul_ps(x1, q1) : _mm512_fmadd_ps(x1, q1, p1[i][u]);
+                }
+            }
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) {
+            const __m512 s = _mm512_load_ps(sv + i * svstride + 16 * b);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                float *a = acc + i * accstride + 16 * u;
+                _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_add_ps(p0[i][u], p1[i][u]), s, _mm512_load_ps(a)));
+            }
+        }
+    }
+}
+
+/* The common piece, 2 rows × 4 tokens, on its own for each width (inlined
+ * into the large dispatch, GCC spilled its 16 chains). */
+__attribute__((noinline)) AVX512 static void gemm_2x4_b4(const float *qp, const float *sv, int64_t svstride,
+                                                         const float *xp, int64_t b0, int64_t b1, float *acc,
+                                                         int64_t accstride)
+{
+    gemm_piece512(qp, sv, svstride, xp, b0, b1, acc, accstride, 2, 4, 4);
+}
+
+__attribute__((noinline)) AVX512 static void gemm_2x4_b8(const float *qp, const float *sv, int64_t svstride,
+                                                         const float *xp, int64_t b0, int64_t b1, float *acc,
+                                                         int64_t accstride)
+{
+    gemm_piece512(qp, sv, svstride, xp, b0, b1, acc, accstride, 2, 4, 8);
+}
+
+#define GEMM_PIECE(R, T)                                                                                             \
+    gemm_piece512(qp, svr, svs, xq, b0, b1, ar, GEMM_TP * 16, R, T, bits)
+
+AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                             int64_t row1, float *ws, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
+    const int64_t ng = w->cols / gs, ng16 = (ng + 15) / 16 * 16;
+    float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *bi = sv + rows * svs, *acc = bi + rows * ng16;
+    float *xpk = acc + rows * GEMM_TP * 16; /* all 64-byte aligned: every size is a multiple of 16 floats */
+    for (int64_t r = 0; r < rows; r++)
+        gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, bi + r * ng16, gs,
+                       bits, mode);
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        for (int64_t u = 0; u < tp; u++) /* token u's input: four u/4, slot u%4 */
+            for (int64_t j = 0; j < stride; j += 16)
+                _mm512_store_ps(xpk + u / 4 * 4 * stride + 4 * j + (u % 4) * 16,
+                                _mm512_load_ps(in->xd + (t0 + u) * stride + j));
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
+        for (int64_t b0 = 0; b0 < blocks; b0 += GEMM_KC / blk) {
+            const int64_t b1 = b0 + GEMM_KC / blk < blocks ? b0 + GEMM_KC / blk : blocks;
+            for (int64_t r = 0; r < rows; r += 2)
+                for (int64_t u = 0; u < tp; u += 4) {
+                    const float *qp = qf + r * stride, *svr = sv + r * svs, *xq = xpk + u * stride;
+                    float *ar = acc + (r * GEMM_TP + u) * 16;
+                    const int left = tp - u >= 4 ? 4 : (int)(tp - u);
+                    if (rows - r >= 2) {
+                        switch (left) {
+                        case 4: (bits == 4 ? gemm_2x4_b4 : gemm_2x4_b8)(qp, svr, svs, xq, b0, b1, ar, GEMM_TP * 16); break;
+                        case 3: GEMM_PIECE(2, 3); break;
+                        case 2: GEMM_PIECE(2, 2); break;
+                        default: GEMM_PIECE(2, 1); break;
+                        }
+                    } else {
+                        switch (left) {
+                        case 4: GEMM_PIECE(1, 4); break;
+                        case 3: GEMM_PIECE(1, 3); break;
+                        case 2: GEMM_PIECE(1, 2); break;
+                        default: GEMM_PIECE(1, 1); break;
+                        }
+                    }
+                }
+        }
+        for (int64_t r = 0; r < rows; r++) /* the bias terms, then the lanes summed */
+            for (int64_t u = 0; u < tp; u++) {
+                __m512 bacc = _mm512_setzero_ps();
+                if (mode == QM_AFFINE)
+                    bacc = bias_terms512(bi + r * ng16, in->xsum + (t0 + u) * ng, ng, bacc);
+                y[(t0 + u) * w->rows + row0 + r] = hsum512(_mm512_add_ps(_mm512_load_ps(acc + (r * GEMM_TP + u) * 16), bacc));
+            }
+    }
+}
+
+AVX512 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                       int64_t row1, void *ws)
+{
+    switch (w->mode == QM_AFFINE ? w->gs * 16 + w->bits : -(int)w->mode) {
+    case 32 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_AFFINE); break;
+    case 64 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 64, 4, QM_AFFINE); break;
+    case 128 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 128, 4, QM_AFFINE); break;
+    case 32 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_AFFINE); break;
+    case 64 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 64, 8, QM_AFFINE); break;
+    case 128 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 128, 8, QM_AFFINE); break;
+    case -QM_MXFP4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_MXFP4); break;
+    case -QM_NVFP4: qgemm512m(w, in, n, y, row0, row1, ws, 16, 4, QM_NVFP4); break;
+    default: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;
     }
 }

@@ -164,23 +164,12 @@ static bool shape_slots(int64_t rows, int64_t cols, struct shape *out)
     return ok;
 }
 
-/* ws's buffer holding at least `floats`; NULL: out of memory. */
-static float *ws_reserve(struct kern_blas_ws *ws, size_t floats)
-{
-    if (ws->cap < floats) {
-        free(ws->buf);
-        ws->buf = malloc(floats * sizeof *ws->buf);
-        ws->cap = ws->buf ? floats : 0;
-    }
-    return ws->buf;
-}
-
 void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
-                         struct kern_blas_ws *ws)
+                         struct kern_ws *ws)
 {
     const int64_t tr = row1 - row0, cols = w->cols;
     struct shape sh;
-    float *buf = ws_reserve(ws, (size_t)(tr * cols + WIDE * cols + tr * WIDE));
+    float *buf = kern_ws_reserve(ws, (size_t)(tr * cols + WIDE * cols + tr * WIDE) * sizeof(float));
     if (!buf || !shape_slots(tr, cols, &sh)) {
         kern_matmul_ref(w, x, n, y, row0, row1);
         return;

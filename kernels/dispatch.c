@@ -87,9 +87,8 @@ void kern_init(struct kern_table *t, enum kern_level level)
     t->qdot = kern_qdot_ref;
     t->matvec_bf16 = kern_matvec_bf16_ref;
     t->scratch = calloc(KERN_MANY, sizeof *t->scratch); /* without it (no memory): kern_matmul_ref */
-    if (level == KERN_BLAS && kern_blas_init()) /* without its scratch (no memory): KERN_BEST */
-        t->blas_ws = calloc(POOL_MAX_THREADS, sizeof *t->blas_ws);
-    t->blas = t->blas_ws != NULL;
+    t->ws = calloc(POOL_MAX_THREADS, sizeof *t->ws); /* without it (no memory): no GEMM paths */
+    t->blas = level == KERN_BLAS && t->ws && kern_blas_init();
     if (level == KERN_SCALAR)
         return;
 #if GP_X86
@@ -100,6 +99,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->gelu_mul = kern_gelu_mul_avx512;
         t->softcap = kern_softcap_avx512;
         t->qdot = kern_qdot_avx512;
+        t->qgemm = t->ws ? kern_qgemm_avx512 : NULL;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (cpu_has(CPU_AVX2)) {
         t->name = "avx2";
@@ -124,15 +124,26 @@ void kern_init(struct kern_table *t, enum kern_level level)
 
 void kern_free(struct kern_table *t)
 {
-    for (int i = 0; t->blas_ws && i < POOL_MAX_THREADS; i++)
-        free(t->blas_ws[i].buf);
-    free(t->blas_ws);
-    t->blas_ws = NULL;
+    for (int i = 0; t->ws && i < POOL_MAX_THREADS; i++)
+        free(t->ws[i].buf);
+    free(t->ws);
+    t->ws = NULL;
     t->blas = false;
+    t->qgemm = NULL;
     for (int i = 0; t->scratch && i < KERN_MANY; i++)
         free(t->scratch[i].buf);
     free(t->scratch);
     t->scratch = NULL;
+}
+
+void *kern_ws_reserve(struct kern_ws *ws, size_t bytes)
+{
+    if (ws->cap < bytes) {
+        free(ws->buf);
+        ws->buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        ws->cap = ws->buf ? bytes : 0;
+    }
+    return ws->buf;
 }
 
 /* Scratch i holding at least `bytes`; NULL when that cannot be had. */
@@ -173,6 +184,7 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols)
  * never by the thread count; and every row's result is the same whatever
  * the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
+#define GEMM_ROWS 64 /* rows of a blocked GEMM's tile */
 #define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
 
@@ -186,10 +198,12 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
 }
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, sgemm (blas_ws set), q8dot or qdot over the prepared input */
-    struct kern_blas_ws *blas_ws;
+    matmul_fn fn;             /* or, when NULL, sgemm (blas set), qgemm, q8dot or qdot over the prepared input */
+    bool blas;
+    struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm) */
     int64_t tile_rows;
     qdot_fn qdot;
+    qgemm_fn qgemm;
     const struct kern_qinput *qin;
     q8dot_fn q8dot;
     const struct kern_q8input *q8in;
@@ -202,13 +216,16 @@ struct mm_job {
 static void mm_task(void *arg, int64_t task, int worker)
 {
     struct mm_job *j = arg;
+    void *ws;
     int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
-    else if (j->blas_ws)
-        kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->blas_ws[worker]);
+    else if (j->blas)
+        kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->ws[worker]);
     else if (j->q8dot)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
+    else if (j->qgemm && (ws = kern_ws_reserve(&j->ws[worker], kern_qgemm_ws_bytes(j->w, r1 - r0))))
+        j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, ws);
     else
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
@@ -232,15 +249,21 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->q8in = q8 ? q8 : q8in;
     } else if (w->blocked) {
         /* only the int8 kernels and the reference read blocks */
-    } else if (n >= KERN_BLAS_MIN_TOKENS && t->blas) {
+    } else if (n >= KERN_GEMM_MIN_TOKENS && t->blas) {
         j->fn = NULL;
-        j->blas_ws = t->blas_ws;
+        j->blas = true;
+        j->ws = t->ws;
         j->tile_rows = KERN_BLAS_ROWS;
     } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
         (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, buf, qin), true)))) {
         j->fn = NULL; /* the input is prepared once and read by every tile */
         j->qdot = t->qdot;
         j->qin = q ? q : qin;
+        if (n >= KERN_GEMM_MIN_TOKENS && t->qgemm) { /* the same bits at GEMM speed */
+            j->qgemm = t->qgemm;
+            j->ws = t->ws;
+            j->tile_rows = GEMM_ROWS;
+        }
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j->fn = t->matvec_bf16;
     }

@@ -81,6 +81,30 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
 void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1);
 
+/* A worker's scratch, kept across calls and grown on demand (fresh
+ * multi-megabyte buffers would cost a page fault per 4 KiB): the blocked
+ * GEMM's decoded tile, sgemm's tile and padded input. */
+struct kern_ws {
+    void *buf;                /* 64-byte aligned */
+    size_t cap;               /* bytes */
+};
+/* ws's buffer holding at least `bytes`; NULL: out of memory. */
+void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
+
+/* Steps of at least KERN_GEMM_MIN_TOKENS tokens take the GEMM paths: the
+ * fused kernels' definition as a blocked GEMM (below), or sgemm (KERN_BLAS). */
+#define KERN_GEMM_MIN_TOKENS 32
+
+/* kern_qdot_ref's bits for many tokens at GEMM speed: the tile's codes
+ * decoded once into floats in a workspace of kern_qgemm_ws_bytes(w, rows)
+ * bytes (64-byte aligned), then register blocks of rows × tokens over
+ * column chunks that stay in cache (avx512.c). */
+typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1, void *ws);
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
+void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                       int64_t row1, void *ws);
+
 /* The definition of the bf16 kernels: per row and token, two chains of 16
  * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
  * column order, the chains added lane by lane, then the lanes summed as in
@@ -257,8 +281,9 @@ struct kern_table {
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
     q8prep_fn q8prep;         /* KERN_Q8: kern_q8input_prepare or its SIMD twin */
-    struct kern_blas_ws *blas_ws; /* KERN_BLAS: the sgemm scratch of each worker (POOL_MAX_THREADS),
-                                     kept across calls; released by kern_free */
+    qgemm_fn qgemm;           /* the fused kernels as a blocked GEMM, for steps of many tokens (NULL: none) */
+    struct kern_ws *ws;       /* the scratch of each worker (POOL_MAX_THREADS), kept across
+                                 calls; released by kern_free */
     struct kern_scratch *scratch; /* [KERN_MANY] the prepared inputs of one call's matrices:
                                      sized by kern_reserve, grown when a call needs more */
 };
@@ -315,20 +340,14 @@ void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, floa
 
 /* The prefill path: dequantize a tile of rows, then sgemm (OpenBLAS, loaded
  * at run time by kern_blas_init). kern_matmul uses it for steps of at least
- * KERN_BLAS_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
+ * KERN_GEMM_MIN_TOKENS tokens, in tiles of KERN_BLAS_ROWS rows (smaller steps
  * take the fused kernels: sgemm pads every call to at least 144 columns).
- * kern_matmul_blas_ws keeps its tile, padded input and output in ws (grown on
- * demand: fresh multi-megabyte buffers would cost a page fault per 4 KiB);
+ * kern_matmul_blas_ws keeps its tile, padded input and output in ws;
  * kern_blas_init loads OpenBLAS (once; false when it is not installed) and
  * makes it single-threaded; the other functions need it loaded. */
-#define KERN_BLAS_MIN_TOKENS 32
 #define KERN_BLAS_ROWS 256
-struct kern_blas_ws {
-    float *buf;
-    size_t cap; /* floats */
-};
 void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
-                         struct kern_blas_ws *ws);
+                         struct kern_ws *ws);
 bool kern_blas_init(void);
 
 /* ---- element-wise and row ops (scalar; the definitions) ---- */

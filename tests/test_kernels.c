@@ -307,6 +307,7 @@ struct path {
     enum wkind kind;
     int need;       /* a CPU feature (enum cpu_feature), NEED_NONE or NEED_BLAS */
     matmul_fn def;  /* the definition it must equal bit for bit, or NULL (sgemm) */
+    bool many;      /* a GEMM: also checked on 37 tokens (panels, register blocks and their tails) */
 };
 enum { NEED_NONE = -1, NEED_BLAS = -2 };
 
@@ -346,6 +347,18 @@ static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n
 {
     qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
 }
+
+static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    struct kern_qinput in;
+    void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
+    void *ws = aligned_alloc(64, (kern_qgemm_ws_bytes(w, r1 - r0) + 63) / 64 * 64);
+    cr_assert(buf && ws);
+    kern_qinput_prepare(w, x, n, buf, &in);
+    kern_qgemm_avx512(w, &in, n, y, r0, r1, ws);
+    free(buf);
+    free(ws);
+}
 #endif
 #if GP_ARM64
 static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -356,33 +369,36 @@ static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, 
 
 static void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
-    struct kern_blas_ws ws = {0};
+    struct kern_ws ws = {0};
     kern_matmul_blas_ws(w, x, n, y, r0, r1, &ws);
     free(ws.buf);
 }
 
 static const struct path paths[] = {
-    {"q4_def", kern_matvec_q_def, WK_Q4, NEED_NONE, NULL},
-    {"q8_def", kern_matvec_q_def, WK_Q8, NEED_NONE, NULL},
-    {"bf16_def", kern_matvec_bf16_ref, WK_BF16, NEED_NONE, NULL},
-    {"mx_def", kern_matvec_q_def, WK_MX, NEED_NONE, NULL},
+    {"q4_def", kern_matvec_q_def, WK_Q4, NEED_NONE, NULL, false},
+    {"q8_def", kern_matvec_q_def, WK_Q8, NEED_NONE, NULL, false},
+    {"bf16_def", kern_matvec_bf16_ref, WK_BF16, NEED_NONE, NULL, false},
+    {"mx_def", kern_matvec_q_def, WK_MX, NEED_NONE, NULL, false},
 #if GP_X86
-    {"q4_avx2", kern_matvec_q_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def},
-    {"q8_avx2", kern_matvec_q_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def},
-    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, CPU_AVX2, kern_matvec_bf16_ref},
-    {"q4_avx512", kern_matvec_q_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def},
-    {"q8_avx512", kern_matvec_q_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def},
-    {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref},
-    {"mx_avx2", kern_matvec_q_avx2, WK_MX, CPU_AVX2, kern_matvec_q_def},
-    {"mx_avx512", kern_matvec_q_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def},
+    {"q4_avx2", kern_matvec_q_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def, false},
+    {"q8_avx2", kern_matvec_q_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def, false},
+    {"bf16_avx2", kern_matvec_bf16_avx2, WK_BF16, CPU_AVX2, kern_matvec_bf16_ref, false},
+    {"q4_avx512", kern_matvec_q_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, false},
+    {"q8_avx512", kern_matvec_q_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, false},
+    {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, false},
+    {"mx_avx2", kern_matvec_q_avx2, WK_MX, CPU_AVX2, kern_matvec_q_def, false},
+    {"mx_avx512", kern_matvec_q_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, false},
+    {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
+    {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
+    {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
 #endif
 #if GP_ARM64
-    {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def},
-    {"q8_neon", kern_matvec_q_neon, WK_Q8, CPU_NEON, kern_matvec_q_def},
-    {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref},
-    {"mx_neon", kern_matvec_q_neon, WK_MX, CPU_NEON, kern_matvec_q_def},
+    {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def, false},
+    {"q8_neon", kern_matvec_q_neon, WK_Q8, CPU_NEON, kern_matvec_q_def, false},
+    {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref, false},
+    {"mx_neon", kern_matvec_q_neon, WK_MX, CPU_NEON, kern_matvec_q_def, false},
 #endif
-    {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL},
+    {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL, false},
 };
 
 /* Whether path p computes matrix w (the fused paths: their kind of weights). */
@@ -489,6 +505,8 @@ static void quant_grid(const struct path *p, int bits)
                              (long long)cols_grid[c], dtype_name(sdt_grid[d]));
                     check_tmat(p, &t, 1, seed++, what);
                     check_tmat(p, &t, 5, seed++, what);
+                    if (p && p->many)
+                        check_tmat(p, &t, 37, seed++, what);
                     tmat_free(&t);
                 }
     }
@@ -513,6 +531,8 @@ static void mx_grid(const struct path *p)
                          (long long)cols_grid[c]);
                 check_tmat(p, &t, 1, seed++, what);
                 check_tmat(p, &t, 5, seed++, what);
+                if (p && p->many)
+                    check_tmat(p, &t, 37, seed++, what);
                 tmat_free(&t);
             }
     }
@@ -627,6 +647,9 @@ Test(kernels, q8_avx512) { run_path("q8_avx512"); }
 Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
 Test(kernels, mx_avx2) { run_path("mx_avx2"); }
 Test(kernels, mx_avx512) { run_path("mx_avx512"); }
+Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
+Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
+Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
 #endif
 #if GP_ARM64
 Test(kernels, q4_neon) { run_path("q4_neon"); }
@@ -788,16 +811,16 @@ Test(kernels, init_tables)
     struct kern_table t;
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
-    cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot);
+    cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot && !t.qgemm);
     kern_free(&t);
     kern_init(&t, KERN_BEST);
 #if GP_X86
     if (cpu_has(CPU_AVX512)) {
         cr_assert_str_eq(t.name, "avx512");
-        cr_assert(t.qdot == kern_qdot_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
+        cr_assert(t.qdot == kern_qdot_avx512 && t.qgemm == kern_qgemm_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && t.matvec_bf16 == kern_matvec_bf16_avx2);
+        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }
@@ -811,9 +834,9 @@ Test(kernels, init_tables)
     cr_assert_str_eq(tb.name, t.name);
     cr_assert(tb.qdot == t.qdot && tb.matvec_bf16 == t.matvec_bf16);
     cr_assert_eq(tb.blas, kern_blas_init(), "sgemm exactly when OpenBLAS loads");
-    cr_assert_eq(tb.blas_ws != NULL, tb.blas);
+    cr_assert(!tb.blas || tb.ws, "sgemm has its workers' scratch");
     kern_free(&tb);
-    cr_assert(!tb.blas && !tb.blas_ws);
+    cr_assert(!tb.blas && !tb.ws && !tb.qgemm);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
     struct kern_table tq;
     kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot, when the CPU has one */
@@ -853,7 +876,9 @@ static size_t tables(struct kern_table *t, const char **label)
     }
     if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
-        t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
+        t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .qgemm = kern_qgemm_avx512,
+                                     .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
+                                     .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
                                      .softcap = kern_softcap_avx512,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
@@ -869,8 +894,12 @@ static size_t tables(struct kern_table *t, const char **label)
 /* The function kern_matmul should use for (table, w, n). */
 static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, int64_t n)
 {
-    if (n >= KERN_BLAS_MIN_TOKENS && t->blas)
+    if (n >= KERN_GEMM_MIN_TOKENS && t->blas)
         return kern_matmul_blas;
+#if GP_X86
+    if (n >= KERN_GEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
+        return kern_matmul_q_gemm_avx512;
+#endif
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */
     if (w->quantized && (w->bits == 4 || w->bits == 8)) {

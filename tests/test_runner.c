@@ -446,7 +446,7 @@ Test(runner, loaded_weights_e2b_q4_pack) { loaded_weights("e2b", 4, true, KERN_B
 Test(runner, loaded_weights_blocked_e2b_q4_pack_q8) { loaded_weights("e2b", 4, true, KERN_Q8); }
 Test(runner, loaded_weights_blocked_26b_q8_dir_q8) { loaded_weights("26b-a4b", 8, false, KERN_Q8); }
 
-/* --kernels blas: sgemm for steps of >= KERN_BLAS_MIN_TOKENS tokens. Close to
+/* --kernels blas: sgemm for steps of >= KERN_GEMM_MIN_TOKENS tokens. Close to
  * the fused kernels (the golden bound), and, because sgemm calls have fixed
  * widths and a token always sits in a column slot computed alike in both,
  * bitwise independent of chunking (chunks that are all long enough: the whole
@@ -465,8 +465,8 @@ Test(runner, blas_prefill_close_and_chunk_independent, .timeout = 120)
     char *dir = th_fixture(tmp, "ckpt", o);
     struct token_seqs s = {0};
     fixture_tokens(dir, &s);
-    const int64_t T = 5 * KERN_BLAS_MIN_TOKENS, chunk = 2 * KERN_BLAS_MIN_TOKENS;
-    int32_t tok[5 * KERN_BLAS_MIN_TOKENS];
+    const int64_t T = 5 * KERN_GEMM_MIN_TOKENS, chunk = 2 * KERN_GEMM_MIN_TOKENS;
+    int32_t tok[5 * KERN_GEMM_MIN_TOKENS];
     for (int64_t i = 0; i < T; i++)
         tok[i] = s.seq[0][i % s.len[0]];
     int64_t V;
@@ -484,6 +484,39 @@ Test(runner, blas_prefill_close_and_chunk_independent, .timeout = 120)
     free(dir);
     th_rmtree(tmp);
 }
+
+/* The exact default on a prompt long enough for the blocked GEMM (steps of
+ * >= KERN_GEMM_MIN_TOKENS tokens): one step, chunks of 40 and 37 on 2
+ * threads, and decode token by token (the fused matvec) give the same bits. */
+static void gemm_prefill_bitwise(const char *variant, int bits)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = variant, .layout = FX_MLX, .quant_bits = bits};
+    char *dir = th_fixture(tmp, "ckpt", o);
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    const int64_t T = 3 * KERN_GEMM_MIN_TOKENS + 5;
+    int32_t tok[3 * KERN_GEMM_MIN_TOKENS + 5];
+    for (int64_t i = 0; i < T; i++)
+        tok[i] = s.seq[0][i % s.len[0]];
+    int64_t V;
+    float *whole = run_logits(dir, tok, T, 0, 1, &V);
+    static const int64_t chunks[] = {40, 37, 1};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        float *part = run_logits(dir, tok, T, chunks[c], 2, &V);
+        cr_expect_eq(memcmp(whole, part, (size_t)(T * V) * sizeof *part), 0,
+                     "%s q%d: chunks of %lld on 2 threads differ from one %lld-token step", variant, bits,
+                     (long long)chunks[c], (long long)T);
+        free(part);
+    }
+    free(whole);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4); }
+Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8); }
 
 /* An explicit all-true attention mask and no mask: bitwise identical (seed 03). */
 Test(runner, all_true_mask_equals_no_mask)
