@@ -10,7 +10,7 @@ packages=(build-essential clang meson ninja-build pkg-config libjson-c-dev libzi
           libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time
           chromium)  # renders the HTML reports in tests/report_render.sh
 # the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
-arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
+arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt pkgconf:arm64 libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
        libffi8:arm64 libgit2-1.5:arm64)
 if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
