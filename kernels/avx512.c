@@ -285,12 +285,14 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
 
 /* The workspace of a tile of `rows` rows (floats): decoded codes
  * [rows rounded up to pairs, stride], lane scales [rows, blocks, 16], biases
- * [rows, groups rounded up to 16], the A lanes [rows, GEMM_TP, 16] and the
- * panel's input [GEMM_TP, stride]. */
+ * [rows, groups rounded up to 16], the A lanes [rows, GEMM_TP, 16], the
+ * panel's input [GEMM_TP, stride] and a row's scales [groups rounded up to
+ * 16, + 16]. */
 static size_t gemm_floats(const struct wmat *w, int64_t rows, int64_t stride)
 {
     const int64_t blocks = stride / (16 * (32 / w->bits)), ng16 = (w->cols / w->gs + 15) / 16 * 16;
-    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride);
+    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride + ng16 +
+                    16);
 }
 
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
@@ -301,23 +303,35 @@ size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
 
 /* Row r's codes decoded into its pair's tile (qp: the pair's first float,
  * the row's slot i), its lane scales (sv[blocks·16]) and biases (bi[ng16],
- * zero past its groups) as qrows512m reads them. */
+ * zero past its groups) as qrows512m reads them; sc: scratch of ng16 + 16
+ * floats. */
 AVX512 INLINE void gemm_decode512(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
-                                  float *bi, const int gs, const int bits, const int mode)
+                                  float *bi, float *sc, const int gs, const int bits, const int mode)
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
-    const uint8_t *codes = w->w + (size_t)r * w->row_stride;
+    const uint8_t *codes = w->w + (size_t)r * w->row_stride, *sr = w->s + (size_t)r * w->srow_bytes;
+    const __m512i gidx = _mm512_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                           GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
+                                           GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                           GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
+    memset(sc, 0, (size_t)(ng16 + 16) * sizeof *sc);
+    if (mode == QM_AFFINE) {
+        quant_to_f32_avx512(w->dtype, sr, sc, ng);
+        memset(bi, 0, (size_t)ng16 * sizeof *bi);
+        quant_to_f32_avx512(w->dtype, w->b + (size_t)r * w->srow_bytes, bi, ng);
+    } else {
+        kern_mx_scales((enum qmode)mode, sr, sc, ng);
+        memset(bi, 0, (size_t)ng16 * sizeof *bi);
+    }
     for (int64_t b = 0; b * blk < stride; b++) {
         const __m512i v = _mm512_maskz_loadu_epi32(mask16(words - 16 * b), codes + b * blk * bits / 8);
 #pragma GCC unroll 8
         for (int k = 0; k < per_word; k++)
             _mm512_store_ps(qp + 2 * b * blk + (2 * k + i) * 16, code512(v, k, bits, mode));
-        for (int l = 0; l < 16; l++) /* lane l's group, or zero past the row's words */
-            sv[16 * b + l] = 16 * b + l < words ? kern_param_f32(w, w->s, r, (b * blk + (int64_t)per_word * l) / gs) : 0.0f;
+        /* lane l's group's scale; zero for the lanes past the row's words (their groups are past ng) */
+        _mm512_store_ps(sv + 16 * b, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + b * blk / gs)));
     }
-    for (int64_t g = 0; g < ng16; g++)
-        bi[g] = mode == QM_AFFINE && g < ng ? kern_param_f32(w, w->b, r, g) : 0.0f;
 }
 
 /* Blocks [b0, b1) for R rows of a pair (qp: the pair's tile) and T tokens of
@@ -383,8 +397,9 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
     const int64_t ng = w->cols / gs, ng16 = (ng + 15) / 16 * 16;
     float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *bi = sv + rows * svs, *acc = bi + rows * ng16;
     float *xpk = acc + rows * GEMM_TP * 16; /* all 64-byte aligned: every size is a multiple of 16 floats */
+    float *sc = xpk + GEMM_TP * stride; /* [ng16 + 16] */
     for (int64_t r = 0; r < rows; r++)
-        gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, bi + r * ng16, gs,
+        gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, bi + r * ng16, sc, gs,
                        bits, mode);
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;

@@ -1,8 +1,9 @@
 /* bench_runtime.c - speed figures beside the machine limits they are held to
  * (meson test --benchmark; one mode per benchmark entry):
  *
- *   limits    read bandwidth (a STREAM-like read of 1 GiB, 1 and 2 threads) and
- *             OpenBLAS sgemm GFLOP/s (1 and 2 threads)
+ *   limits    read bandwidth (a STREAM-like read of 1 GiB, 1 and 2 threads),
+ *             OpenBLAS sgemm GFLOP/s and the int8 dot-product peak (AVX-512
+ *             VNNI; 1 and 2 threads)
  *   decode B  decode tokens/s of an E2B-shaped B-bit pack (fixture --variant e2b
  *             --full-size --layout mlx --quant B, converted), 1 and 2 threads,
  *             bytes of weights read per token, % of the bandwidth bound: five
@@ -11,7 +12,8 @@
  *             read of the step's bytes in place of each step
  *   prefill [T]  prefill tokens/s at a T-token prompt (default 512; 4-bit
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
- *             int8 kernels: GFLOP/s and % of the sgemm bound
+ *             int8 kernels: GFLOP/s and % of the sgemm bound (the int8
+ *             kernels also of the int8 peak)
  *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
  *             and peak RSS against the largest tensor + 256 MiB
  *   kernel    the fused 4-bit matvec alone (kern_matmul, one token, g64, bf16
@@ -142,6 +144,54 @@ static double sgemm_gflops(int threads)
     free(c);
     return 2.0 * M * N * K / best / 1e9;
 }
+
+/* The int8 dot-product peak (the bound of --kernels q8's arithmetic): twelve
+ * independent chains of AVX-512 VNNI vpdpbusd on every thread, 64 products
+ * (128 operations) each; 0 without AVX-512 VNNI. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define VNNI_ITERS 20000000
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *vnni_loop(void *arg)
+{
+    __m512i a[12];
+    const __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 12; i++)
+        a[i] = _mm512_set1_epi32(i);
+    for (int64_t it = 0; it < VNNI_ITERS / 12; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++)
+            a[i] = _mm512_dpbusd_epi32(a[i], u, v);
+    __m512i sum = a[0];
+    for (int i = 1; i < 12; i++)
+        sum = _mm512_add_epi32(sum, a[i]);
+    *(int32_t *)arg = _mm512_reduce_add_epi32(sum); /* kept, so the loop is not removed */
+    return NULL;
+}
+
+static double int8_gops(int threads)
+{
+    if (!__builtin_cpu_supports("avx512vnni"))
+        return 0.0;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t th[2];
+        int32_t out[2];
+        double t0 = now();
+        for (int t = 0; t < threads; t++)
+            pthread_create(&th[t], NULL, vnni_loop, &out[t]);
+        for (int t = 0; t < threads; t++)
+            pthread_join(th[t], NULL);
+        best = fmin(best, now() - t0);
+    }
+    return (double)threads * (VNNI_ITERS / 12 * 12) * 128.0 / best / 1e9;
+}
+#else
+static double int8_gops(int threads)
+{
+    (void)threads;
+    return 0.0;
+}
+#endif
 
 /* ---- fixtures ---- */
 
@@ -368,11 +418,15 @@ static int prefill(int T)
         }
         for (int k = 0; k < 3; k++)
             peak = fmax(peak, sgemm_gflops(threads));
+        const double i8 = int8_gops(threads);
         for (int k = 0; k < 3; k++)
             printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %%%s\n", threads,
                    threads == 1 ? " " : "s", names[k], tps[k], gf[k], peak, 100.0 * gf[k] / peak,
                    k == 0 && threads == 2 ? (gf[k] >= 0.7 * peak ? " (target >= 70 %: PASS)" : " (target >= 70 %: MISS)")
                                           : "");
+        if (i8 > 0.0)
+            printf("  %d thread%s, int8 dot-product peak %.1f GOP/s: kernels q8 at %.1f %% of it\n", threads,
+                   threads == 1 ? " " : "s", i8, 100.0 * gf[2] / i8);
     }
     free(tok);
     model_close(&m);
@@ -539,6 +593,8 @@ int main(int argc, char **argv)
                    read_bandwidth(t));
         for (int t = 1; t <= 2; t++)
             printf("OpenBLAS sgemm 512x1536x1536, %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", sgemm_gflops(t));
+        for (int t = 1; t <= 2; t++)
+            printf("int8 dot products (AVX-512 VNNI), %d thread%s: %.1f GOP/s\n", t, t == 1 ? "" : "s", int8_gops(t));
         return 0;
     }
     if (!strcmp(mode, "decode"))

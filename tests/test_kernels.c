@@ -1565,7 +1565,9 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                             kern_row_f32(&b, r, rb);
                             cr_assert_eq(memcmp(ra, rb, (size_t)cols * sizeof *ra), 0, "row %lld looked up", (long long)r);
                         }
-                        for (int64_t n = 1; n <= 5; n += 4) {
+                        static const int64_t ns[] = {1, 5, 13}; /* 13: eight tokens at once, four, one */
+                        for (size_t ni = 0; ni < LEN(ns); ni++) {
+                            const int64_t n = ns[ni];
                             uint64_t seed = (uint64_t)(6000 + cases);
                             float *x = rand_vec(&seed, (size_t)(n * cols)), *want = nan_vec((size_t)(n * rows));
                             float *y = nan_vec((size_t)(n * rows));
