@@ -30,10 +30,11 @@
 
 enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
 
+/* Another model's checkpoint is a verdict (exit 1); any other failure exit 2. */
 static int fail(const struct err *e)
 {
     fprintf(stderr, "gempack: error: %s\n", e->msg);
-    return EXIT_ERROR;
+    return e->code == ERR_NOT_TARGET ? EXIT_VERDICT : EXIT_ERROR;
 }
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)

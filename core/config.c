@@ -342,14 +342,16 @@ static void derive_layers(struct diag *d, struct gp_config *c)
 static const char *const known_architectures[] = {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM",
                                                   "Gemma4UnifiedForConditionalGeneration", "Gemma4UnifiedForCausalLM"};
 
-static void check_architectures(struct diag *d, struct json_object *root)
+/* Adds a problem for each architecture gempack does not run; true if any. */
+static bool check_architectures(struct diag *d, struct json_object *root)
 {
+    bool other = false;
     struct json_object *a = get(root, "architectures");
     if (!a || json_object_get_type(a) == json_type_null)
-        return;
+        return false;
     if (json_object_get_type(a) != json_type_array) {
         problem(d, "architectures: %s, expected an array of strings", jsonx_type_name(a));
-        return;
+        return false;
     }
     for (size_t i = 0; i < json_object_array_length(a); i++) {
         struct json_object *v = json_object_array_get_idx(a, i);
@@ -360,7 +362,9 @@ static void check_architectures(struct diag *d, struct json_object *root)
         if (!known)
             problem(d, "architectures[%zu]: not a Gemma 4 text model gempack runs: %s", i,
                     s ? s : json_object_to_json_string(v));
+        other |= !known;
     }
+    return other;
 }
 
 int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *path, struct err *e)
@@ -374,9 +378,13 @@ int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *pat
         return err_set(e, ERR_CONFIG, "%s: top level is a JSON %s, expected an object", path, jsonx_type_name(root));
     struct diag d = {.e = e, .path = path, .scope = ""};
     /* Another model's config is refused for what it is, not for the Gemma 4 fields it lacks */
-    check_architectures(&d, root);
-    if (d.n)
-        return e ? (e->code = ERR_CONFIG) : ERR_CONFIG;
+    bool other = check_architectures(&d, root);
+    if (d.n) {
+        enum err_code rc = other ? ERR_NOT_TARGET : ERR_CONFIG;
+        if (e)
+            e->code = rc;
+        return rc;
+    }
 
     struct json_object *mt = get(root, "model_type");
     const char *model_type = mt && json_object_get_type(mt) == json_type_string ? json_object_get_string(mt) : NULL;

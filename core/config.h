@@ -85,7 +85,9 @@ struct gp_config {
 
 /* Parses config.json text. On ERR_CONFIG the message lists every problem
  * found, one per line ("text_config.hidden_size: missing ..."), so a user
- * sees them all at once; other codes mean the file is not JSON at all.
+ * sees them all at once; ERR_NOT_TARGET, in the same form, names the
+ * architectures gempack does not run (another model's config, refused for
+ * that alone); other codes mean the file is not JSON at all.
  * `path` is used in messages. *c must be cfg_free'd in every case. */
 int cfg_parse(struct gp_config *c, const char *text, size_t len, const char *path, struct err *e);
 

@@ -42,6 +42,7 @@ const char *err_code_name(enum err_code code)
     case ERR_UNSUPPORTED: return "unsupported";
     case ERR_RANGE: return "range";
     case ERR_USAGE: return "usage";
+    case ERR_NOT_TARGET: return "not a target";
     }
     return "unknown";
 }

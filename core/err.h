@@ -15,6 +15,7 @@ enum err_code {
     ERR_UNSUPPORTED, /* well formed, but a feature we do not implement */
     ERR_RANGE,       /* a value outside its allowed range */
     ERR_USAGE,       /* bad arguments from the caller */
+    ERR_NOT_TARGET,  /* well formed, but another model's: refused by what it is (a verdict: exit 1) */
 };
 
 #define ERR_MSG_MAX 4096

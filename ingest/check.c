@@ -353,7 +353,8 @@ int check_run(struct check_report *r, const char *dir, unsigned flags, struct er
     if (rc != ERR_OK)
         return rc;
     rc = cfg_parse(&r->cfg, r->src.config_text, r->src.config_len, r->src.config_name, e);
-    if (rc == ERR_CONFIG) {
+    if (rc == ERR_CONFIG || rc == ERR_NOT_TARGET) {
+        r->not_target = rc == ERR_NOT_TARGET;
         /* Each line of the message is one problem; keep going to read the headers. */
         char *save = NULL;
         for (char *line = strtok_r(e->msg, "\n", &save); line; line = strtok_r(NULL, "\n", &save))

@@ -46,6 +46,7 @@ struct check_group {
 struct check_report {
     char *dir;
     bool config_ok;
+    bool not_target;                  /* config.json names an architecture gempack does not run */
     struct gp_config cfg;
     bool ckpt_ok;
     struct source src;                /* the checkpoint as read (CT and GGUF: transcoded, shapes only) */

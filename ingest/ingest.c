@@ -7,7 +7,8 @@
 #include "core/fileio.h"
 #include "ingest/check.h"
 
-/* ERR_FORMAT naming the check's first problem, unless the checkpoint loads. */
+/* ERR_FORMAT naming the check's first problem (ERR_NOT_TARGET when that is
+ * another model's architecture), unless the checkpoint loads. */
 static int require_loadable(const char *dir, struct err *e)
 {
     struct check_report chk;
@@ -24,7 +25,7 @@ static int require_loadable(const char *dir, struct err *e)
                          g->message[0] ? ": " : "", g->message);
                 break;
             }
-        rc = err_set(e, ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "
+        rc = err_set(e, chk.not_target ? ERR_NOT_TARGET : ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "
                                     "check %s' for the full report",
                      dir, chk.n_problems, chk.n_problems == 1 ? "" : "s", first, dir);
     }

@@ -161,6 +161,10 @@ cp -r "$T/e2b" "$T/arch"
 sed -i 's/"Gemma4ForConditionalGeneration"/"Gemma3ForCausalLM"/' "$T/arch/config.json"
 expect 1 "check refuses another architecture" -- "$G" check "$T/arch"
 ok "the refusal names it" -- grep -q "not a Gemma 4 text model gempack runs: Gemma3ForCausalLM" "$T/out"
+expect 1 "run refuses another architecture, exit 1" -- "$G" run "$T/arch" --tokens 2,3
+ok "by name" -- grep -q "not a Gemma 4 text model gempack runs: Gemma3ForCausalLM" "$T/err"
+expect 1 "convert refuses another architecture, exit 1" -- "$G" convert "$T/arch" -o "$T/arch.gpk"
+ok "and writes nothing" -- test ! -e "$T/arch.gpk"
 
 # convert -> verify -> inspect; a flipped byte is caught; no partial output on failure
 expect 0 "convert e2b to a 4-bit pack" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/e2b-q4.gpk"
