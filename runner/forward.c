@@ -123,14 +123,14 @@ static void mlp(struct runner *r, const struct wmat *wg, const struct wmat *wu, 
     kern_matmul(&r->kt, wd, s->gate, n, out, r->o.threads);                /* out = g·Wdᵀ */
 }
 
-/* Routed experts of one token: out[H] = Σ_k w_k · expert_{e_k}(y), from its
- * post-attention residual `resid` and its normed input y. */
-static void moe_token(struct runner *r, const struct layer_weights *L, const float *resid, const float *y, float *out)
+/* The router of one token: its K experts top[K] and their weights w[K]
+ * (renormalized, × per_expert_scale), from its post-attention residual. */
+static void route(struct runner *r, const struct layer_weights *L, const float *resid, int64_t *top, float *w)
 {
     const struct gp_config *c = &r->m->cfg;
     int64_t H = c->hidden_size, E = c->n_experts, K = c->top_k;
     struct run_state *s = &r->rs;
-    float *z = s->moe, *logit = z + H, *w = logit + E, *eo = w + K, sum = 0.0f; /* [H], [E], [K], [H] */
+    float *z = s->moe, *logit = z + H, sum = 0.0f;                         /* [H], [E] */
     kern_rmsnorm(r->kt.dot, z, resid, NULL, H, (float)c->rms_eps);         /* router: unweighted RMSNorm */
     float hs = (float)(1.0 / sqrt((double)H));
     for (int64_t k = 0; k < H; k++)
@@ -144,19 +144,52 @@ static void moe_token(struct runner *r, const struct layer_weights *L, const flo
             if (!s->taken[x] && (best < 0 || logit[x] > logit[best]))
                 best = x;
         s->taken[best] = 1;
-        s->top[k] = best;
+        top[k] = best;
         w[k] = logit[best];
         sum += w[k];
     }
-    memset(out, 0, (size_t)H * sizeof *out);
-    for (int64_t k = 0; k < K; k++) {
-        float wk = w[k] / sum * L->per_expert_scale[s->top[k]];           /* renormalized, × per_expert_scale */
-        struct wmat g = kern_wmat_expert(&L->ex_gate, s->top[k]), u = kern_wmat_expert(&L->ex_up, s->top[k]),
-                    dn = kern_wmat_expert(&L->ex_down, s->top[k]);
-        mlp(r, &g, &u, &dn, y, 1, eo);
-        for (int64_t x = 0; x < H; x++)
-            out[x] += wk * eo[x];
+    for (int64_t k = 0; k < K; k++)
+        w[k] = w[k] / sum * L->per_expert_scale[top[k]];                   /* renormalized, × per_expert_scale */
+}
+
+/* Routed experts of n <= MOE_BLOCK tokens: out[n, H], token t's Σ_k w_k ·
+ * expert_{e_k}(y_t) summed in k's order, from the post-attention residual
+ * resid[n, H] and the normed inputs y[n, H]. Each expert runs once on all
+ * the tokens routed to it, in pieces of fewer than KERN_GEMM_MIN_TOKENS
+ * rows (a token's expert output is the same bits in any batch of the fused
+ * kernels, so the sum is whatever the chunking; sgemm is never used here). */
+static void moe_block(struct runner *r, const struct layer_weights *L, const float *resid, const float *y, int64_t n,
+                      float *out)
+{
+    const struct gp_config *c = &r->m->cfg;
+    int64_t H = c->hidden_size, E = c->n_experts, K = c->top_k;
+    struct run_state *s = &r->rs;
+    int64_t *top = s->moe_top, *row = s->moe_row;                          /* [n, K] experts; a piece's (t, k) */
+    float *w = s->moe_w, *in = s->moe_in, *eo = s->moe_eo;                  /* [n, K], [piece, H], [n, K, H] */
+    for (int64_t t = 0; t < n; t++)
+        route(r, L, resid + t * H, top + t * K, w + t * K);                 /* router, per token */
+    for (int64_t e = 0; e < E; e++) {
+        struct wmat g = kern_wmat_expert(&L->ex_gate, e), u = kern_wmat_expert(&L->ex_up, e),
+                    dn = kern_wmat_expert(&L->ex_down, e);
+        int64_t m = 0;
+        for (int64_t tk = 0; tk <= n * K; tk++) {
+            if (tk < n * K && top[tk] == e) {
+                row[m] = tk;                                               /* gather expert e's tokens */
+                memcpy(in + m++ * H, y + tk / K * H, (size_t)H * sizeof *in);
+            }
+            if (m == KERN_GEMM_MIN_TOKENS - 1 || (m && tk == n * K)) {
+                mlp(r, &g, &u, &dn, in, m, s->moe_out);                     /* expert_e(y) of the piece */
+                for (int64_t i = 0; i < m; i++)                            /* to each (t, k) */
+                    memcpy(eo + row[i] * H, s->moe_out + i * H, (size_t)H * sizeof *eo);
+                m = 0;
+            }
+        }
     }
+    memset(out, 0, (size_t)(n * H) * sizeof *out);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t x = 0; x < H; x++)
+                out[t * H + x] += w[t * K + k] * eo[(t * K + k) * H + x];  /* Σ_k w_k · expert output */
 }
 
 /* f[n, H] from the post-attention residual x[n, H]. */
@@ -165,17 +198,22 @@ static void feed_forward(struct runner *r, int64_t i, const float *x, int64_t n,
     const struct gp_config *c = &r->m->cfg;
     const struct layer_weights *L = &r->m->layers[i];
     int64_t H = c->hidden_size;
-    float eps = (float)c->rms_eps, *z = r->rs.z, *f2 = r->rs.moe + 2 * H + c->n_experts + c->top_k; /* [n, H], [H] */
+    float eps = (float)c->rms_eps, *z = r->rs.z, *f2 = r->rs.moe_sum;       /* [n, H], [MOE_BLOCK, H] */
     for (int64_t t = 0; t < n; t++)
         kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps);   /* pre_feedforward_layernorm */
     mlp(r, &L->gate, &L->up, &L->down, z, n, f);                               /* dense MLP */
-    for (int64_t t = 0; c->moe && t < n; t++) {
-        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
-        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);  /* experts' pre-norm */
-        moe_token(r, L, x + t * H, z + t * H, f2);                             /* routed experts */
-        kern_rmsnorm(r->kt.dot, f2, f2, L->ln_post_ff2, H, eps);               /* expert branch post-norm */
-        for (int64_t k = 0; k < H; k++)
-            f[t * H + k] += f2[k];
+    for (int64_t t0 = 0; c->moe && t0 < n; t0 += MOE_BLOCK) {
+        int64_t nb = n - t0 < MOE_BLOCK ? n - t0 : MOE_BLOCK;
+        for (int64_t t = t0; t < t0 + nb; t++) {
+            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
+            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);  /* experts' pre-norm */
+        }
+        moe_block(r, L, x + t0 * H, z + t0 * H, nb, f2);                       /* routed experts */
+        for (int64_t t = 0; t < nb; t++) {
+            kern_rmsnorm(r->kt.dot, f2 + t * H, f2 + t * H, L->ln_post_ff2, H, eps); /* expert branch post-norm */
+            for (int64_t k = 0; k < H; k++)
+                f[(t0 + t) * H + k] += f2[t * H + k];
+        }
     }
     for (int64_t t = 0; t < n; t++)
         kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps);  /* post_feedforward_layernorm */

@@ -54,6 +54,13 @@ struct step_item {
     const uint8_t *key_mask;
 };
 
+/* The routed experts run on blocks of MOE_BLOCK tokens, each expert on its
+ * tokens of a block in pieces of MOE_PIECE rows at most (under
+ * KERN_GEMM_MIN_TOKENS: the fused kernels, whose bits do not depend on the
+ * batch). */
+#define MOE_BLOCK 64
+#define MOE_PIECE (KERN_GEMM_MIN_TOKENS - 1)
+
 /* Every buffer of a step, carved from one allocation for max_step tokens:
  * [N, .] is N = max_step rows. */
 struct run_state {
@@ -70,9 +77,14 @@ struct run_state {
     float *ple_tok;            /* [L, P] one token's row of the per-layer table */
     float *rope_cs[2];         /* [N, d] per layer type: each row's cos, sin */
     float *scores;             /* [threads, kern_attn_scratch(max_context, dmax)] */
-    float *moe;                /* [H normed router input | E logits | K weights | H one expert | H routed sum] */
-    int64_t *top;              /* [K] chosen experts */
+    float *moe;                /* [H normed router input | E logits] */
     uint8_t *taken;            /* [E] */
+    int64_t *moe_top;          /* [B, K] each token's experts (B = min(MOE_BLOCK, N)) */
+    float *moe_w;              /* [B, K] their weights */
+    int64_t *moe_row;          /* [MOE_PIECE] the (token, k) of each row of an expert's piece */
+    float *moe_in, *moe_out;   /* [MOE_PIECE, H] an expert's piece: inputs, outputs */
+    float *moe_eo;             /* [B, K, H] each token's expert outputs */
+    float *moe_sum;            /* [B, H] each token's routed sum */
     struct step_item *items;   /* [n_seq] */
     struct kv_rows *pending;   /* [L] the step's entries of each KV-owning layer, max_step slots */
     void *block;               /* the allocation the arrays above are carved from */

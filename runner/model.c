@@ -164,8 +164,8 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
         w->srow_bytes = (size_t)(cols / q.gs) * dtype_table[ss.dtype].bits / 8;
         w->expert_sbytes = (size_t)rows * w->srow_bytes;
     }
-    m->weight_bytes +=
-        (uint64_t)(experts ? experts : 1) * (uint64_t)rows * (w->row_bytes + (w->b ? 2 : 1) * w->srow_bytes);
+    m->weight_bytes += /* of a 3-D expert tensor, the top-k experts a token is routed to */
+        (uint64_t)(experts ? m->cfg.top_k : 1) * (uint64_t)rows * (w->row_bytes + (w->b ? 2 : 1) * w->srow_bytes);
     return ERR_OK;
 }
 

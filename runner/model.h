@@ -60,7 +60,8 @@ struct model {
     float **owned;                /* float copies to free */
     size_t n_owned, cap_owned;
     uint64_t weight_bytes;        /* matrix bytes one decode step reads (the PLE table, of which it
-                                     reads one row, excluded; embed_tokens counted once, as the head) */
+                                     reads one row, excluded; embed_tokens counted once, as the head;
+                                     of the routed experts, the top-k a token takes) */
     uint8_t *arena;               /* model_load_weights: the matrices' copy (NULL: read in place) */
     size_t arena_size;
     char fingerprint[65];         /* pack: SHA-256 of the manifest, which holds every tensor's CRC, so it

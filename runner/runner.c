@@ -79,9 +79,17 @@ static size_t run_state_layout(struct runner *r, uint8_t *base)
     for (int t = 0; t < 2; t++)
         s->rope_cs[t] = carve(base, &at, N * (size_t)r->rope_dim[t], sizeof(float));
     s->scores = carve(base, &at, (size_t)r->o.threads * kern_attn_scratch(r->o.max_context, (int64_t)d), sizeof(float));
-    s->moe = carve(base, &at, 3 * H + E + K, sizeof(float));
-    s->top = carve(base, &at, K, sizeof *s->top);
+    size_t B = N < MOE_BLOCK ? N : MOE_BLOCK, MP = E ? MOE_PIECE : 0;
+    B = E ? B : 0;
+    s->moe = carve(base, &at, H + E, sizeof(float));
     s->taken = carve(base, &at, E, sizeof *s->taken);
+    s->moe_top = carve(base, &at, B * K, sizeof *s->moe_top);
+    s->moe_w = carve(base, &at, B * K, sizeof(float));
+    s->moe_row = carve(base, &at, MP, sizeof *s->moe_row);
+    s->moe_in = carve(base, &at, MP * H, sizeof(float));
+    s->moe_out = carve(base, &at, MP * H, sizeof(float));
+    s->moe_eo = carve(base, &at, B * K * H, sizeof(float));
+    s->moe_sum = carve(base, &at, B * H, sizeof(float));
     s->items = carve(base, &at, (size_t)r->o.n_seq, sizeof *s->items);
     return at;
 }

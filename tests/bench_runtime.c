@@ -14,6 +14,10 @@
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
  *             int8 kernels: GFLOP/s and % of the sgemm bound (the int8
  *             kernels also of the int8 peak)
+ *   big V     prefill (64 tokens) and decode of a full-size 4-bit checkpoint
+ *             of variant V (26b-a4b, 31b; made once, 14-18 GB), exact and
+ *             int8 kernels, against sgemm, the int8 peak and the bytes a
+ *             token reads (MoE: its top-k experts) over the read bandwidth
  *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
  *             and peak RSS against the largest tensor + 256 MiB
  *   kernel    the fused 4-bit matvec alone (kern_matmul, one token, g64, bf16
@@ -201,7 +205,7 @@ static const char *data_dir(void)
 }
 
 /* DIR/NAME fixture (made once), converted to DIR/NAME.gpk (made once). */
-static int ensure(const char *name, int quant, bool pack, char *out, size_t len)
+static int ensure(const char *name, const char *variant, int quant, bool pack, char *out, size_t len)
 {
     char dir[4096];
     struct stat st;
@@ -211,7 +215,7 @@ static int ensure(const char *name, int quant, bool pack, char *out, size_t len)
     snprintf(done, sizeof done, "%s/config.json", dir); /* written last: a complete fixture */
     if (stat(done, &st) != 0) {
         fprintf(stderr, "bench: making %s (once)...\n", dir);
-        struct fixture_opts o = {.variant = "e2b", .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant,
+        struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant,
                                  .group_size = 64, .shards = 1, .full_size = true, .out_dir = dir};
         struct fixture_summary s;
         if (fio_mkdirs(data_dir(), &e) != ERR_OK || fixture_make(&o, &s, &e) != ERR_OK) {
@@ -280,7 +284,7 @@ static int decode(int bits)
 {
     char pack[4200], name[32];
     snprintf(name, sizeof name, "e2b-q%d", bits);
-    if (ensure(name, bits, true, pack, sizeof pack))
+    if (ensure(name, "e2b", bits, true, pack, sizeof pack))
         return 1;
     struct model m;
     struct err e = {0};
@@ -364,7 +368,7 @@ static int decode(int bits)
 static int prefill(int T)
 {
     char pack[4200];
-    if (ensure("e2b-q4", 4, true, pack, sizeof pack))
+    if (ensure("e2b-q4", "e2b", 4, true, pack, sizeof pack))
         return 1;
     struct model m, mq; /* as gempack run loads them: by rows, and in blocks of rows for the int8 kernels */
     struct err e = {0};
@@ -434,10 +438,79 @@ static int prefill(int T)
     return 0;
 }
 
+/* Prefill of a 64-token prompt and 8 decode steps of a full-size 4-bit
+ * checkpoint of a big variant (26b-a4b, 31b; made once, 14-18 GB, run as a
+ * checkpoint directory), exact and int8 kernels, 1 and 2 threads: tokens/s
+ * beside the bounds of the same run (prefill: sgemm, and the int8 peak;
+ * decode: the bytes a token reads, MoE only its top-k experts, over the read
+ * bandwidth measured right before). */
+static int big(const char *variant)
+{
+    char name[64], dir[4200];
+    snprintf(name, sizeof name, "%s-q4", variant);
+    if (ensure(name, variant, 4, false, dir, sizeof dir))
+        return 1;
+    const int T = 64;
+    int32_t tok[64];
+    for (int i = 0; i < T; i++)
+        tok[i] = 2 + (int32_t)((i * 7919) % 262000);
+    for (int k = 0; k < 2; k++) {
+        const enum kern_level level = k ? KERN_Q8 : KERN_BEST;
+        struct model m;
+        struct err e = {0};
+        if (model_open(&m, dir, &e) != ERR_OK || model_load_weights(&m, 2, k && kern_has_q8(), &e) != ERR_OK) {
+            fprintf(stderr, "%s\n", e.msg);
+            return 1;
+        }
+        /* FLOPs: 2 per weight a token multiplies (4.5 bits a weight: 4-bit g64, bf16 scales and biases) */
+        const double w_head = (double)m.cfg.vocab_size * (double)m.cfg.hidden_size;
+        const double flop_tok = 2.0 * ((double)m.weight_bytes / 0.5625 - w_head);
+        if (!k)
+            printf("%s, full-size 4-bit checkpoint: %.2f GB a decode step reads, %.1f GFLOP per prompt token\n",
+                   variant, (double)m.weight_bytes / 1e9, flop_tok / 1e9);
+        for (int threads = 1; threads <= 2; threads++) {
+            struct runner r;
+            if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1,
+                                                           .max_step = T, .max_context = T + 16},
+                            &e) != ERR_OK) {
+                fprintf(stderr, "%s\n", e.msg);
+                return 1;
+            }
+            float *logits = malloc((size_t)m.cfg.vocab_size * sizeof *logits);
+            const double peak = sgemm_gflops(threads), i8 = int8_gops(threads);
+            double t0 = now();
+            int rc = runner_prompt(&r, tok, T, 0, NULL, logits, &e);
+            const double dt_prefill = now() - t0, bw = read_bandwidth(threads);
+            int32_t next = 3;
+            runner_forward(&r, &next, 1, logits, false, NULL, &e); /* untimed, as decode's rounds */
+            t0 = now();
+            for (int s = 1; s <= DECODE_STEPS && rc == ERR_OK; s++) {
+                next = 3 + s;
+                rc = runner_forward(&r, &next, 1, logits, false, NULL, &e);
+            }
+            const double tps = DECODE_STEPS / (now() - t0), bound = bw * 1e9 / (double)m.weight_bytes;
+            const double gf = (flop_tok * T + 2.0 * w_head) / dt_prefill / 1e9;
+            if (rc != ERR_OK)
+                fprintf(stderr, "%s\n", e.msg);
+            printf("  %d thread%s, %-5s: prefill %d tokens %.2f tokens/s, %.1f GFLOP/s = %.1f %% of sgemm %.1f",
+                   threads, threads == 1 ? " " : "s", k ? "q8" : "best", T, T / dt_prefill, gf, 100.0 * gf / peak,
+                   peak);
+            if (k && i8 > 0.0)
+                printf(", %.1f %% of int8 peak %.1f GOP/s", 100.0 * gf / i8, i8);
+            printf("; decode %.2f tokens/s = %.1f %% of the bound %.2f (read %.2f GB/s)\n", tps, 100.0 * tps / bound,
+                   bound, bw);
+            free(logits);
+            runner_free(&r);
+        }
+        model_close(&m);
+    }
+    return 0;
+}
+
 static int convert_bench(void)
 {
     char dir[4200], out[4300];
-    if (ensure("e2b-bf16", 0, false, dir, sizeof dir))
+    if (ensure("e2b-bf16", "e2b", 0, false, dir, sizeof dir))
         return 1;
     snprintf(out, sizeof out, "%s/e2b-bf16-to-q4.gpk", data_dir());
     uint64_t input = 0, largest = 0;
@@ -601,10 +674,12 @@ int main(int argc, char **argv)
         return decode(argc > 2 ? atoi(argv[2]) : 4);
     if (!strcmp(mode, "prefill"))
         return prefill(argc > 2 ? atoi(argv[2]) : 512);
+    if (!strcmp(mode, "big") && argc > 2)
+        return big(argv[2]);
     if (!strcmp(mode, "convert"))
         return convert_bench();
     if (!strcmp(mode, "kernel"))
         return kernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill [TOKENS]|convert|kernel\n");
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel\n");
     return 2;
 }

@@ -485,10 +485,12 @@ Test(runner, blas_prefill_close_and_chunk_independent, .timeout = 120)
     th_rmtree(tmp);
 }
 
-/* The exact default on a prompt long enough for the blocked GEMM (steps of
- * >= KERN_GEMM_MIN_TOKENS tokens): one step, chunks of 40 and 37 on 2
- * threads, and decode token by token (the fused matvec) give the same bits. */
-static void gemm_prefill_bitwise(const char *variant, int bits)
+/* A prompt long enough for the blocked GEMM (steps of >= KERN_GEMM_MIN_TOKENS
+ * tokens) and for two blocks of routed experts (MOE_BLOCK; with the tiny
+ * 26B-A4B's 4 experts, pieces of MOE_PIECE and their rest): one step, chunks
+ * of 40 and 37 on 2 threads, and decode token by token give the same bits,
+ * with the exact kernels and with the int8 ones. */
+static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level level)
 {
     char *tmp = th_mkdtemp();
     struct fixture_opts o = {.variant = variant, .layout = FX_MLX, .quant_bits = bits};
@@ -500,10 +502,10 @@ static void gemm_prefill_bitwise(const char *variant, int bits)
     for (int64_t i = 0; i < T; i++)
         tok[i] = s.seq[0][i % s.len[0]];
     int64_t V;
-    float *whole = run_logits(dir, tok, T, 0, 1, &V);
+    float *whole = run_logits_kern(dir, tok, T, 0, 1, level, &V);
     static const int64_t chunks[] = {40, 37, 1};
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-        float *part = run_logits(dir, tok, T, chunks[c], 2, &V);
+        float *part = run_logits_kern(dir, tok, T, chunks[c], 2, level, &V);
         cr_expect_eq(memcmp(whole, part, (size_t)(T * V) * sizeof *part), 0,
                      "%s q%d: chunks of %lld on 2 threads differ from one %lld-token step", variant, bits,
                      (long long)chunks[c], (long long)T);
@@ -515,8 +517,10 @@ static void gemm_prefill_bitwise(const char *variant, int bits)
     th_rmtree(tmp);
 }
 
-Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4); }
-Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8); }
+Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_26b_q4_int8, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_Q8); }
 
 /* An explicit all-true attention mask and no mask: bitwise identical (seed 03). */
 Test(runner, all_true_mask_equals_no_mask)
