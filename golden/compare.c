@@ -89,10 +89,14 @@ int compare_positions(const double *a, const float *b, int64_t n, int64_t V, str
         return ERR_NOMEM;
     for (int64_t t = 0; t < n; t++) {
         const double *wa = a + t * V;
-        double mx = 0.0;
+        double mx = 0.0, aa = 0.0, bb = 0.0, ab2 = 0.0, dd = 0.0;
         for (int64_t k = 0; k < V; k++) {
             wb[k] = (double)b[t * V + k];
             mx = fmax(mx, fabs(wa[k] - wb[k]));
+            aa += wa[k] * wa[k];
+            bb += wb[k] * wb[k];
+            ab2 += wa[k] * wb[k];
+            dd += (wa[k] - wb[k]) * (wa[k] - wb[k]);
         }
         golden_log_softmax(wa, V, la);
         golden_log_softmax(wb, V, lb);
@@ -109,6 +113,8 @@ int compare_positions(const double *a, const float *b, int64_t n, int64_t V, str
         p->kl_ba = fmax(ba, 0.0);
         p->regret = la[ia] - la[ib];
         p->max_abs = mx;
+        p->nmse = aa > 0 ? dd / aa : 0.0;                                  /* as golden_compare's totals */
+        p->cosine = aa > 0 && bb > 0 ? ab2 / sqrt(aa * bb) : 1.0;
         p->p_top = exp(la[ia]);
         p->rank = golden_rank(wb, V, ia, COMPARE_TOPK);
     }
@@ -141,14 +147,19 @@ void compare_totals(struct compare_result *r)
         struct compare_bin *b = &r->bins[p->p_top < 0.5 ? 0 : p->p_top < 0.9 ? 1 : 2];
         b->n++;
         b->kl_ab += p->kl_ab;
+        b->kl_ba += p->kl_ba;
         b->top1 += p->rank == 0;
+        b->regret += p->regret;
+        b->max_abs += p->max_abs;
+        b->nmse += p->nmse;
+        b->cosine += p->cosine;
     }
     r->kl_ba_mean = n ? r->kl_ba_mean / (double)n : 0.0;
-    for (int k = 0; k < COMPARE_BINS; k++)
-        if (r->bins[k].n) {
-            r->bins[k].kl_ab /= (double)r->bins[k].n;
-            r->bins[k].top1 /= (double)r->bins[k].n;
-        }
+    for (int k = 0; k < COMPARE_BINS; k++) {
+        struct compare_bin *b = &r->bins[k];
+        double m = b->n ? 1.0 / (double)b->n : 0.0;
+        b->kl_ab *= m, b->kl_ba *= m, b->top1 *= m, b->regret *= m, b->max_abs *= m, b->nmse *= m, b->cosine *= m;
+    }
 }
 
 int compare_models(const char *a_path, const char *b_path, const struct token_seqs *prompts,
@@ -270,8 +281,10 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
     static const char *const bins[] = {"p(A top) < 0.5", "0.5 .. 0.9", ">= 0.9"};
     for (int k = 0; k < COMPARE_BINS; k++)
         if (r->bins[k].n)
-            fprintf(out, "  %-15s %5lld positions  KL(A||B) %.4g  top-1 %.1f%%\n", bins[k], (long long)r->bins[k].n,
-                    r->bins[k].kl_ab, 100.0 * r->bins[k].top1);
+            fprintf(out, "  %-15s %5lld positions  KL(A||B) %.4g  KL(B||A) %.4g  top-1 %.1f%%  regret %.4g  max |d| %.4g"
+                         "  NMSE %.4g  cosine %.6f\n",
+                    bins[k], (long long)r->bins[k].n, r->bins[k].kl_ab, r->bins[k].kl_ba, 100.0 * r->bins[k].top1,
+                    r->bins[k].regret, r->bins[k].max_abs, r->bins[k].nmse, r->bins[k].cosine);
         else
             fprintf(out, "  %-15s     0 positions\n", bins[k]);
     fprintf(out, "per layer (B against A: relative error, cosine, SQNR dB):\n");
@@ -340,7 +353,12 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
         json_object_object_add(b, "p_top_to", json_object_new_double(hi[k]));
         json_object_object_add(b, "positions", json_object_new_int64(r->bins[k].n));
         json_object_object_add(b, "kl_ab_mean", num(r->bins[k].kl_ab));
+        json_object_object_add(b, "kl_ba_mean", num(r->bins[k].kl_ba));
         json_object_object_add(b, "top1", num(r->bins[k].top1));
+        json_object_object_add(b, "regret_mean", num(r->bins[k].regret));
+        json_object_object_add(b, "max_abs_mean", num(r->bins[k].max_abs));
+        json_object_object_add(b, "nmse_mean", num(r->bins[k].nmse));
+        json_object_object_add(b, "cosine_mean", num(r->bins[k].cosine));
         json_object_array_add(bins, b);
     }
     json_object_object_add(j, "by_confidence", bins);
@@ -366,6 +384,8 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
         json_object_object_add(q, "rank", json_object_new_int(p->rank));
         json_object_object_add(q, "regret", num(p->regret));
         json_object_object_add(q, "max_abs", num(p->max_abs));
+        json_object_object_add(q, "nmse", num(p->nmse));
+        json_object_object_add(q, "cosine", num(p->cosine));
         json_object_object_add(q, "p_top", num(p->p_top));
         json_object_array_add(pos, q);
     }

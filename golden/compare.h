@@ -41,6 +41,7 @@ struct compare_pos {
     int prompt;
     int64_t t;
     double kl_ab, kl_ba, regret, max_abs, p_top; /* p_top: A's probability of its top token */
+    double nmse, cosine;          /* of the position's logits: Σ(a − b)² / Σa², a·b / (|a||b|) */
     int rank;                     /* of A's top token among B's logits (0: B's top too) */
 };
 
@@ -55,7 +56,7 @@ struct compare_layer {
 
 struct compare_bin {
     int64_t n;
-    double kl_ab, top1;           /* means */
+    double kl_ab, kl_ba, top1, regret, max_abs, nmse, cosine; /* means over the bin's positions */
 };
 
 struct compare_result {

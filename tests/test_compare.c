@@ -86,6 +86,9 @@ Test(compare, identical)
     cr_assert_eq(r.m.regret_max, 0.0);
     for (int k = 0; k < COMPARE_TOPK; k++)
         cr_assert_eq(r.m.topk[k], 1.0);
+    for (int64_t i = 0; i < r.n_pos; i++)
+        cr_assert(r.pos[i].nmse == 0.0 && fabs(r.pos[i].cosine - 1.0) < 1e-12, "position %lld: NMSE %g, cosine %.17g",
+                  (long long)i, r.pos[i].nmse, r.pos[i].cosine);
     for (int64_t i = 0; i < r.L; i++) {
         cr_assert_eq(r.layers[i].hidden.rel, 0.0, "layer %lld", (long long)i);
         cr_assert(isinf(r.layers[i].hidden.sqnr_db));
@@ -125,12 +128,22 @@ Test(compare, four_bit_packs_and_a_planted_error, .timeout = 300)
             cr_expect(r.pos[i].regret >= 0.0, "%s: regret %g", what, r.pos[i].regret);
             cr_expect(r.pos[i].rank != 0 || r.pos[i].regret == 0.0, "%s: same top token, regret %g", what,
                       r.pos[i].regret);
+            cr_expect(r.pos[i].nmse > 0.0 && r.pos[i].nmse < 1.0 && r.pos[i].cosine > 0.0 && r.pos[i].cosine < 1.0,
+                      "%s: position %lld: NMSE %g, cosine %.17g", what, (long long)i, r.pos[i].nmse, r.pos[i].cosine);
         }
         cr_expect(fabs(kl / (double)r.n_pos - r.m.kld_mean) <= 1e-12 * (1 + kl), "%s: positions vs total", what);
         int64_t n_bins = 0;
-        for (int k = 0; k < COMPARE_BINS; k++)
+        double regret = 0.0, nmse = 0.0; /* the bins' means, weighted by their counts: the positions' means */
+        for (int k = 0; k < COMPARE_BINS; k++) {
             n_bins += r.bins[k].n;
+            regret += r.bins[k].regret * (double)r.bins[k].n;
+            nmse += r.bins[k].nmse * (double)r.bins[k].n;
+        }
         cr_expect_eq(n_bins, r.n_pos);
+        cr_expect(fabs(regret / (double)r.n_pos - r.m.regret_mean) <= 1e-12 * (1 + regret), "%s: bins' regret", what);
+        for (int64_t i = 0; i < r.n_pos; i++)
+            nmse -= r.pos[i].nmse;
+        cr_expect(fabs(nmse) <= 1e-12, "%s: bins' NMSE against the positions'", what);
         for (int64_t i = 0; i < r.L; i++)
             cr_expect(r.layers[i].hidden.rel > 0.0 && r.layers[i].hidden.rel < 0.5, "%s: layer %lld: %g", what,
                       (long long)i, r.layers[i].hidden.rel);
