@@ -78,6 +78,18 @@ for m in mxfp4 nvfp4 mxfp8; do
     expect 0 "check mlx $m" -- "$G" check "$T/fx-$m"
     ok "check names $m" -- grep -q "quant    mlx $m" "$T/out"
 done
+# every topology in every MX mode: a fixture that checks, converts to a pack that verifies, and runs
+# (not under valgrind, which runs the e2b ones above: 15 more models would double its time)
+[ "${2:-}" = valgrind ] || for v in e2b e4b 12b 26b-a4b 31b; do
+    for m in mxfp4 nvfp4 mxfp8; do
+        expect 0 "fixture $v $m" -- "$G" fixture --variant $v --layout mlx --quant $m -o "$T/mx-$v-$m"
+        expect 0 "check $v $m" -- "$G" check "$T/mx-$v-$m"
+        expect 0 "convert $v $m" -- "$G" convert "$T/mx-$v-$m" -o "$T/mx-$v-$m.gpk"
+        expect 0 "verify $v $m" -- "$G" verify "$T/mx-$v-$m.gpk"
+        expect 0 "run $v $m" -- "$G" run "$T/mx-$v-$m.gpk" --tokens-file "$T/mx-$v-$m/tokens.json" --generate 2
+        rm -rf "$T/mx-$v-$m" "$T/mx-$v-$m.gpk"
+    done
+done
 expect 2 "fixture mxfp4 with a group size" -- "$G" fixture --variant e2b --layout mlx --quant mxfp4 --group-size 64 -o "$T/x"
 expect 0 "convert --mode nvfp4" -- "$G" convert "$T/e2b" --mode nvfp4 --align 64 -o "$T/e2b-nv.gpk"
 expect 0 "verify the nvfp4 pack" -- "$G" verify "$T/e2b-nv.gpk"
