@@ -3,8 +3,9 @@
 
 Written from the Gemma 4 architecture and file formats as docs/MODEL.md and
 docs/INPUTS.md restate them (sections named in the comments as "MODEL.md §x"
-and "INPUTS.md §x"); the compressed-tensors pack-quantized and GGUF readers from the format
-facts of notes/compressed-tensors.md and notes/gguf-gemma4.md. It shares
+and "INPUTS.md §x"); the compressed-tensors pack-quantized and GGUF readers from the upstream
+formats (the sources INPUTS.md §7.1 and §6, §7.2 list: neuralmagic/compressed-tensors, llama.cpp's
+gemma4 conversion and ggml's GGUF spec). It shares
 no code with, and was not derived from, the C runner of this repository.
 
 Library use:
@@ -412,7 +413,7 @@ def dequantize_mx(words, scales, mode):
 
 
 # ---------------------------------------------------------------------------
-# compressed-tensors "pack-quantized" (notes/compressed-tensors.md §1 - §5)
+# compressed-tensors "pack-quantized" (the upstream format; INPUTS.md §7.1)
 # ---------------------------------------------------------------------------
 
 CT_SUFFIXES = (".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point",
@@ -906,7 +907,7 @@ def _load_ct_modules(ct, text, weights, quant_info, used):
 
 
 # ---------------------------------------------------------------------------
-# GGUF (notes/gguf-gemma4.md §1 - §8): a .gguf file as llama.cpp writes the gemma4 architecture
+# GGUF (the upstream format; INPUTS.md §6, §7.2): a .gguf file as llama.cpp writes the gemma4 architecture
 # ---------------------------------------------------------------------------
 
 GGUF_MAGIC = 0x46554747  # b"GGUF" little-endian

@@ -6,9 +6,9 @@
                                                             # (e.g. `gempack fixture --layout hf`)
 
 Everything here is written with its own small writers (safetensors, compressed-tensors packing,
-GGUF with Q4_0 / Q8_0 quantizers as the notes describe the reference quantizers) and checks the
+GGUF with Q4_0 / Q8_0 quantizers as the upstream formats define them) and checks the
 reader against:
-  * the known vectors of notes/compressed-tensors.md §6 and notes/gguf-gemma4.md §4;
+  * known vectors of the upstream formats (compressed-tensors packing, GGUF Q4_0 / Q8_0 blocks);
   * a GGUF metadata round trip (every value type, string and nested arrays, alignment 32 and 64);
   * tiny Gemma 4 models written densely, as compressed-tensors and as GGUF (F32, BF16, F16,
     Q8_0, Q4_0): the reader must give exactly the weights the writer meant (the exact
