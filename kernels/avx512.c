@@ -280,26 +280,7 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
  * in registers and their A lanes in the workspace (in L1), over chunks of
  * GEMM_KC columns (the panel's chunk stays in L1). Every (row, token) goes
  * through the same IEEE operations in the same order as in kern_qdot_avx512. */
-#define GEMM_TP 16  /* tokens of a panel */
 #define GEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
-
-/* The workspace of a tile of `rows` rows (floats): decoded codes
- * [rows rounded up to pairs, stride], lane scales [rows, blocks, 16], biases
- * [rows, groups rounded up to 16], the A lanes [rows, GEMM_TP, 16], the
- * panel's input [GEMM_TP, stride] and a row's scales [groups rounded up to
- * 16, + 16]. */
-static size_t gemm_floats(const struct wmat *w, int64_t rows, int64_t stride)
-{
-    const int64_t blocks = stride / (16 * (32 / w->bits)), ng16 = (w->cols / w->gs + 15) / 16 * 16;
-    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride + ng16 +
-                    16);
-}
-
-size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
-{
-    const int64_t blk = 16 * (32 / w->bits);
-    return gemm_floats(w, rows, (w->cols + blk - 1) / blk * blk) * sizeof(float);
-}
 
 /* Row r's codes decoded into its pair's tile (qp: the pair's first float,
  * the row's slot i), its lane scales (sv[blocks·16]) and biases (bi[ng16],

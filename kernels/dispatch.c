@@ -158,17 +158,23 @@ static void *scratch(const struct kern_table *t, int i, size_t bytes)
     return s ? s->buf : NULL;
 }
 
-int kern_reserve(struct kern_table *t, int64_t n, int64_t cols)
+#define GEMM_ROWS 64 /* rows of a blocked GEMM's tile */
+
+int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
 {
-    size_t most = 0;
+    size_t most = 0, gemm = 0;
     for (int bits = 4; bits <= 8; bits += 4) { /* the inputs the fused kernels take: the largest at group 16 */
         struct wmat w = {.quantized = true, .bits = bits, .gs = 16, .cols = (cols + 31) / 32 * 32};
-        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n);
+        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS);
         most = b > most ? b : most;
         most = b8 > most ? b8 : most;
+        gemm = g > gemm ? g : gemm;
     }
     for (int i = 0; i < KERN_MANY; i++)
         if (!scratch(t, i, most))
+            return ERR_NOMEM;
+    for (int i = 0; n >= KERN_GEMM_MIN_TOKENS && t->qgemm && i < threads && i < POOL_MAX_THREADS; i++)
+        if (!kern_ws_reserve(&t->ws[i], gemm)) /* each worker's blocked-GEMM tile */
             return ERR_NOMEM;
     return ERR_OK;
 }
@@ -184,7 +190,6 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols)
  * never by the thread count; and every row's result is the same whatever
  * the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
-#define GEMM_ROWS 64 /* rows of a blocked GEMM's tile */
 #define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
 

@@ -57,6 +57,20 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
     *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
 }
 
+/* The blocked GEMM's workspace for a tile of `rows` rows (floats), as
+ * qgemm512m carves it: decoded codes [rows rounded up to pairs, stride],
+ * lane scales [rows, blocks, 16], biases [rows, groups rounded up to 16], the
+ * A lanes [rows, GEMM_TP, 16], the panel's input [GEMM_TP, stride] and a
+ * row's scales [groups rounded up to 16, + 16]. */
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
+{
+    const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
+    const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;
+    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride +
+                    ng16 + 16) *
+           sizeof(float);
+}
+
 /* Bytes per token of the int8 input: cols rounded up to 512/bits. */
 static int64_t q8input_stride(const struct wmat *w)
 {

@@ -49,6 +49,9 @@ static inline float kern_lanes_sum16(float lane[16])
     return lane[0];
 }
 
+/* Tokens of a panel of the blocked GEMM (avx512.c; its workspace: input.c). */
+#define GEMM_TP 16
+
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
 

@@ -98,7 +98,7 @@ void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 /* kern_qdot_ref's bits for many tokens at GEMM speed: the tile's codes
  * decoded once into floats in a workspace of kern_qgemm_ws_bytes(w, rows)
  * bytes (64-byte aligned), then register blocks of rows × tokens over
- * column chunks that stay in cache (avx512.c). */
+ * column chunks that stay in cache (avx512.c; the workspace's size: input.c). */
 typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1, void *ws);
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
@@ -324,8 +324,9 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
                       const float *x, int64_t n, int threads);
 
 /* Reserves the prepared-input scratch for matmuls of up to n tokens and
- * `cols` columns, so that such calls allocate nothing; ERR_NOMEM if it cannot. */
-int kern_reserve(struct kern_table *t, int64_t n, int64_t cols);
+ * `cols` columns, and the blocked GEMM's tile of each of `threads` workers,
+ * so that such calls allocate nothing; ERR_NOMEM if it cannot. */
+int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads);
 
 /* The fused kernels' twins by ISA (call only when the CPU supports them). */
 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,

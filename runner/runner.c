@@ -148,7 +148,7 @@ static int init(struct runner *r, const struct model *m, const struct runner_opt
         return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes for steps of %lld tokens", bytes,
                        (long long)o->max_step);
     run_state_layout(r, r->rs.block);
-    if (kern_reserve(&r->kt, o->max_step, widest(c)) != ERR_OK)
+    if (kern_reserve(&r->kt, o->max_step, widest(c), r->o.threads) != ERR_OK)
         return err_set(e, ERR_NOMEM, "cannot allocate the kernels' input buffers for steps of %lld tokens",
                        (long long)o->max_step);
     for (int s = 0; s < o->n_seq; s++)

@@ -517,6 +517,41 @@ static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level 
     th_rmtree(tmp);
 }
 
+/* The blocked GEMM's tiles are reserved at runner_init for each worker: a
+ * long step grows none of them (a step allocates nothing). */
+Test(runner, gemm_workspace_reserved)
+{
+    char *tmp = th_mkdtemp();
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_MLX, .quant_bits = 4});
+    struct model m;
+    struct runner r;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+    const int64_t T = 2 * KERN_GEMM_MIN_TOKENS;
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(2, KERN_BEST, T), &e), ERR_OK, "%s", e.msg);
+    if (!r.kt.qgemm) {
+        runner_free(&r);
+        model_close(&m);
+        th_rmtree(tmp);
+        free(dir);
+        cr_skip_test("no blocked GEMM on this CPU");
+    }
+    size_t cap[2] = {r.kt.ws[0].cap, r.kt.ws[1].cap};
+    cr_assert(cap[0] > 0 && cap[1] > 0, "reserved: %zu, %zu bytes", cap[0], cap[1]);
+    int32_t tok[2 * KERN_GEMM_MIN_TOKENS];
+    for (int64_t i = 0; i < T; i++)
+        tok[i] = (int32_t)(2 + i);
+    float *last = malloc((size_t)m.cfg.vocab_size * sizeof *last);
+    cr_assert_eq(runner_prompt(&r, tok, T, 0, NULL, last, &e), ERR_OK, "%s", e.msg);
+    cr_expect(r.kt.ws[0].cap == cap[0] && r.kt.ws[1].cap == cap[1], "a step grew a tile: %zu -> %zu, %zu -> %zu",
+              cap[0], r.kt.ws[0].cap, cap[1], r.kt.ws[1].cap);
+    free(last);
+    runner_free(&r);
+    model_close(&m);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
