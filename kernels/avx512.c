@@ -424,7 +424,7 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
 }
 
 AVX512 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                       int64_t row1, void *ws)
+                              int64_t row1, void *ws)
 {
     switch (w->mode == QM_AFFINE ? w->gs * 16 + w->bits : -(int)w->mode) {
     case 32 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_AFFINE); break;
