@@ -177,7 +177,7 @@ static void moe_block(struct runner *r, const struct layer_weights *L, const flo
                 row[m] = tk;                                               /* gather expert e's tokens */
                 memcpy(in + m++ * H, y + tk / K * H, (size_t)H * sizeof *in);
             }
-            if (m == KERN_GEMM_MIN_TOKENS - 1 || (m && tk == n * K)) {
+            if (m == MOE_PIECE || (m && tk == n * K)) {
                 mlp(r, &g, &u, &dn, in, m, s->moe_out);                     /* expert_e(y) of the piece */
                 for (int64_t i = 0; i < m; i++)                            /* to each (t, k) */
                     memcpy(eo + row[i] * H, s->moe_out + i * H, (size_t)H * sizeof *eo);
