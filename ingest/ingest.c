@@ -25,8 +25,9 @@ static int require_loadable(const char *dir, struct err *e)
                          g->message[0] ? ": " : "", g->message);
                 break;
             }
-        rc = err_set(e, chk.not_target ? ERR_NOT_TARGET : ERR_FORMAT, "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack "
-                                    "check %s' for the full report",
+        rc = err_set(e, chk.not_target ? ERR_NOT_TARGET : ERR_FORMAT,
+                     "%s does not load as a Gemma 4 text model (%d problem%s; first: %s). Run 'gempack check %s' for "
+                     "the full report",
                      dir, chk.n_problems, chk.n_problems == 1 ? "" : "s", first, dir);
     }
     check_free(&chk);

@@ -29,8 +29,9 @@
  * Every limit is measured in the same run as the figure compared with it.
  * Fixtures are generated once into BENCH_DATA (deterministic). Targets
  * (issues "Performance" and "Prefill"): decode ≥ 90 % of bandwidth on 2
- * threads, exact prefill ≥ 70 % of sgemm, convert ≥ 1 GB/s with RSS ≤ largest tensor + 256 MiB. The
- * exit status is 0 when the figures were measured; PASS/MISS is printed. */
+ * threads, exact prefill ≥ 70 % of sgemm, convert ≥ 1 GB/s with RSS ≤
+ * largest tensor + 256 MiB. The exit status is 0 when the figures were
+ * measured; PASS/MISS is printed. */
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
