@@ -274,12 +274,13 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
  * kern_qdot_ref's operations, for a tile of rows and many tokens: the tile's
  * codes are decoded once into floats (code k of each word, place value kept,
  * in the lanes qblock512 gives them), rows in pairs, the two rows' vectors of
- * a code side by side; each block's lane scales beside them. The input of a
- * panel of GEMM_TP tokens is copied once in the same way, tokens in fours.
- * Then 2 rows × 4 tokens at a time run the definition's steps, their chains
- * in registers and their A lanes in the workspace (in L1), over chunks of
- * GEMM_KC columns (the panel's chunk stays in L1). Every (row, token) goes
- * through the same IEEE operations in the same order as in kern_qdot_avx512. */
+ * a code side by side; each block's lane scales beside them. The input comes
+ * prepared in the same way, tokens in fours (kern_qinput). For each panel
+ * of GEMM_TP tokens, 2 rows × 4 tokens at a time run the definition's steps,
+ * their chains in registers and their A lanes in the workspace, over chunks
+ * of GEMM_KC columns (the panel's chunk stays in L1). Every (row, token)
+ * goes through the same IEEE operations in the same order as in
+ * kern_qdot_avx512. */
 #define GEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
 
 /* Row r's codes decoded into its pair's tile (qp: the pair's first float,
@@ -377,23 +378,18 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
     const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
     const int64_t ng = w->cols / gs, ng16 = (ng + 15) / 16 * 16;
     float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *bi = sv + rows * svs, *acc = bi + rows * ng16;
-    float *xpk = acc + rows * GEMM_TP * 16; /* all 64-byte aligned: every size is a multiple of 16 floats */
-    float *sc = xpk + GEMM_TP * stride; /* [ng16 + 16] */
+    float *sc = acc + rows * GEMM_TP * 16; /* [ng16 + 16]; all 64-byte aligned: every size is a multiple of 16 floats */
     for (int64_t r = 0; r < rows; r++)
         gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, bi + r * ng16, sc, gs,
                        bits, mode);
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
-        for (int64_t u = 0; u < tp; u++) /* token u's input: four u/4, slot u%4 */
-            for (int64_t j = 0; j < stride; j += 16)
-                _mm512_store_ps(xpk + u / 4 * 4 * stride + 4 * j + (u % 4) * 16,
-                                _mm512_load_ps(in->xd + (t0 + u) * stride + j));
         memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
         for (int64_t b0 = 0; b0 < blocks; b0 += GEMM_KC / blk) {
             const int64_t b1 = b0 + GEMM_KC / blk < blocks ? b0 + GEMM_KC / blk : blocks;
             for (int64_t r = 0; r < rows; r += 2)
                 for (int64_t u = 0; u < tp; u += 4) {
-                    const float *qp = qf + r * stride, *svr = sv + r * svs, *xq = xpk + u * stride;
+                    const float *qp = qf + r * stride, *svr = sv + r * svs, *xq = in->xd + (t0 + u) * stride;
                     float *ar = acc + (r * GEMM_TP + u) * 16;
                     const int left = tp - u >= 4 ? 4 : (int)(tp - u);
                     if (rows - r >= 2) {

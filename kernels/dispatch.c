@@ -203,7 +203,7 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
 }
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, sgemm (blas set), qgemm, q8dot or qdot over the prepared input */
+    matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm or qdot over the prepared input */
     bool blas;
     struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm) */
     int64_t tile_rows;
@@ -221,7 +221,6 @@ struct mm_job {
 static void mm_task(void *arg, int64_t task, int worker)
 {
     struct mm_job *j = arg;
-    void *ws;
     int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
@@ -229,17 +228,30 @@ static void mm_task(void *arg, int64_t task, int worker)
         kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->ws[worker]);
     else if (j->q8dot)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
-    else if (j->qgemm && (ws = kern_ws_reserve(&j->ws[worker], kern_qgemm_ws_bytes(j->w, r1 - r0))))
-        j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, ws);
+    else if (j->qgemm)
+        j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, j->ws[worker].buf);
     else
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
+/* Whether every worker of `threads` holds the blocked GEMM's tile for w
+ * (grown here, before the job runs, when a call needs more than kern_reserve made). */
+static bool gemm_reserve(const struct kern_table *t, const struct wmat *w, int threads)
+{
+    size_t bytes = kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS);
+    for (int i = 0; i < pool_workers(threads, INT64_MAX); i++)
+        if (!kern_ws_reserve(&t->ws[i], bytes))
+            return false;
+    return true;
+}
+
 /* Chooses j's path for w; qin/q8in receive the input prepared for it in
  * scratch i, unless prev (the job of another matrix of the same call) holds
- * one made for the same bits, group size and columns, which is then shared. */
+ * one made for the same bits, group size and columns (and layout), which is
+ * then shared. */
 static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const struct wmat *w, const float *x,
-                     int64_t n, float *y, struct kern_qinput *qin, struct kern_q8input *q8in, const struct mm_job *prev)
+                     int64_t n, float *y, int threads, struct kern_qinput *qin, struct kern_q8input *q8in,
+                     const struct mm_job *prev)
 {
     *j = (struct mm_job){.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
     bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode && prev->w->bits == w->bits &&
@@ -259,15 +271,17 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->blas = true;
         j->ws = t->ws;
         j->tile_rows = KERN_BLAS_ROWS;
-    } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot &&
-        (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, buf, qin), true)))) {
-        j->fn = NULL; /* the input is prepared once and read by every tile */
-        j->qdot = t->qdot;
-        j->qin = q ? q : qin;
-        if (n >= KERN_GEMM_MIN_TOKENS && t->qgemm) { /* the same bits at GEMM speed */
-            j->qgemm = t->qgemm;
+    } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
+        /* the same bits at GEMM speed for many tokens, its input in fours */
+        bool gemm = n >= KERN_GEMM_MIN_TOKENS && t->qgemm && gemm_reserve(t, w, threads);
+        q = q && q->fours == gemm ? q : NULL;
+        if (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, gemm, buf, qin), true))) {
+            j->fn = NULL; /* the input is prepared once and read by every tile */
+            j->qin = q ? q : qin;
+            j->qdot = gemm ? NULL : t->qdot;
+            j->qgemm = gemm ? t->qgemm : NULL;
             j->ws = t->ws;
-            j->tile_rows = GEMM_ROWS;
+            j->tile_rows = gemm ? GEMM_ROWS : j->tile_rows;
         }
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j->fn = t->matvec_bf16;
@@ -298,7 +312,7 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
     struct kern_qinput qin[KERN_MANY];
     struct kern_q8input q8in[KERN_MANY];
     for (int i = 0; i < count; i++) {
-        mm_setup(t, i, &m.j[i], w[i], x, n, y[i], &qin[i], &q8in[i], i ? &m.j[0] : NULL);
+        mm_setup(t, i, &m.j[i], w[i], x, n, y[i], threads, &qin[i], &q8in[i], i ? &m.j[0] : NULL);
         m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
     }
     pool_run(threads, m.first[count], many_task, &m);

@@ -34,16 +34,18 @@ static int64_t qinput_sums(const struct wmat *w, int64_t n)
 
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)(qinput_sums(w, n) + n * qinput_stride(w)) * sizeof(float);
+    return (size_t)(qinput_sums(w, n) + (n + 3) / 4 * 4 * qinput_stride(w)) * sizeof(float);
 }
 
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in)
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fours, void *buf, struct kern_qinput *in)
 {
     const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
-    const int64_t stride = qinput_stride(w);
+    const int64_t stride = qinput_stride(w), tokens = fours ? (n + 3) / 4 * 4 : n;
     float *xsum = buf, *xd = xsum + qinput_sums(w, n);
     kern_group_sums(w, x, n, xsum);
-    for (int64_t t = 0; t < n; t++)
+    for (int64_t t = 0; t < tokens; t++) {
+        float *dst = fours ? xd + t / 4 * 4 * stride : xd + t * stride; /* then [j] at [4j + 16u] in fours */
+        const int64_t step = fours ? 4 : 1, slot = fours ? t % 4 * 16 : 0;
         for (int64_t b = 0; b < stride; b += blk)
             for (int64_t k = 0; k < per_word; k++) {
                 /* affine: the top code is shifted down, the others keep their place
@@ -51,23 +53,23 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *
                 float unit = k == per_word - 1 || w->mode != QM_AFFINE ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
                 for (int64_t l = 0; l < 16; l++) {
                     int64_t j = b + per_word * l + k;
-                    xd[t * stride + b + 16 * k + l] = j < cols ? x[t * cols + j] * unit : 0.0f;
+                    dst[step * (b + 16 * k) + slot + l] = j < cols && t < n ? x[t * cols + j] * unit : 0.0f;
                 }
             }
-    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride};
+    }
+    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .fours = fours};
 }
 
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats), as
  * qgemm512m carves it: decoded codes [rows rounded up to pairs, stride],
  * lane scales [rows, blocks, 16], biases [rows, groups rounded up to 16], the
- * A lanes [rows, GEMM_TP, 16], the panel's input [GEMM_TP, stride] and a
- * row's scales [groups rounded up to 16, + 16]. */
+ * A lanes [rows, GEMM_TP, 16] and a row's scales [groups rounded up to 16,
+ * + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
 {
     const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
     const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;
-    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + GEMM_TP * stride +
-                    ng16 + 16) *
+    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + ng16 + 16) *
            sizeof(float);
 }
 

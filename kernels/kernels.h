@@ -53,16 +53,21 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
 /* Input prepared once per matmul for the fused quantized kernels: per-group
  * input sums, and the input rearranged to the lanes of the packed codes and
  * scaled by their place values (see avx512.c), in a buffer of
- * kern_qinput_bytes(w, n) bytes the caller provides (aligned for floats). */
+ * kern_qinput_bytes(w, n) bytes the caller provides (aligned for floats).
+ * The fused kernels read it token by token; the blocked GEMM reads it in
+ * fours (`fours`): tokens 4i .. 4i + 3 share 4·stride floats, the 16 lanes
+ * of code k of block b of token 4i + u at 4·(b·16W + 16k) + 16u (W codes per
+ * word), zeros for the tokens past n. */
 struct kern_qinput {
-    const float *xd;          /* [n, stride]: cols rounded up to blocks of 16 code words */
+    const float *xd;          /* [n rounded up to 4, stride]: cols rounded up to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
     int64_t stride;
+    bool fours;
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_qinput *in);
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fours, void *buf, struct kern_qinput *in);
 
 /* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
  * bit for bit (so a result does not depend on the machine): per row and
@@ -95,10 +100,11 @@ void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
  * fused kernels' definition as a blocked GEMM (below), or sgemm (KERN_BLAS). */
 #define KERN_GEMM_MIN_TOKENS 32
 
-/* kern_qdot_ref's bits for many tokens at GEMM speed: the tile's codes
- * decoded once into floats in a workspace of kern_qgemm_ws_bytes(w, rows)
- * bytes (64-byte aligned), then register blocks of rows × tokens over
- * column chunks that stay in cache (avx512.c; the workspace's size: input.c). */
+/* kern_qdot_ref's bits for many tokens at GEMM speed, from an input prepared
+ * in fours: the tile's codes decoded once into floats in a workspace of
+ * kern_qgemm_ws_bytes(w, rows) bytes (64-byte aligned), then register blocks
+ * of rows × tokens over column chunks that stay in cache (avx512.c; the
+ * workspace's size: input.c). */
 typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1, void *ws);
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
