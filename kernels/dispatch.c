@@ -173,7 +173,7 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
     for (int i = 0; i < KERN_MANY; i++)
         if (!scratch(t, i, most))
             return ERR_NOMEM;
-    for (int i = 0; n >= KERN_GEMM_MIN_TOKENS && t->qgemm && i < threads && i < POOL_MAX_THREADS; i++)
+    for (int i = 0; n >= KERN_QGEMM_MIN_TOKENS && t->qgemm && i < threads && i < POOL_MAX_THREADS; i++)
         if (!kern_ws_reserve(&t->ws[i], gemm)) /* each worker's blocked-GEMM tile */
             return ERR_NOMEM;
     return ERR_OK;
@@ -273,7 +273,7 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->tile_rows = KERN_BLAS_ROWS;
     } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
         /* the same bits at GEMM speed for many tokens, its input in fours */
-        bool gemm = n >= KERN_GEMM_MIN_TOKENS && t->qgemm && gemm_reserve(t, w, threads);
+        bool gemm = n >= KERN_QGEMM_MIN_TOKENS && t->qgemm && gemm_reserve(t, w, threads);
         q = q && q->fours == gemm ? q : NULL;
         if (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, gemm, buf, qin), true))) {
             j->fn = NULL; /* the input is prepared once and read by every tile */

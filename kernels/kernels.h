@@ -96,9 +96,11 @@ struct kern_ws {
 /* ws's buffer holding at least `bytes`; NULL: out of memory. */
 void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 
-/* Steps of at least KERN_GEMM_MIN_TOKENS tokens take the GEMM paths: the
- * fused kernels' definition as a blocked GEMM (below), or sgemm (KERN_BLAS). */
+/* Steps of at least KERN_GEMM_MIN_TOKENS tokens take sgemm (KERN_BLAS), and
+ * of at least KERN_QGEMM_MIN_TOKENS the fused kernels' definition as a
+ * blocked GEMM (below: 1.4–1.5× the fused kernels at 8 tokens, 2× from 24). */
 #define KERN_GEMM_MIN_TOKENS 32
+#define KERN_QGEMM_MIN_TOKENS 8
 
 /* kern_qdot_ref's bits for many tokens at GEMM speed, from an input prepared
  * in fours: the tile's codes decoded once into floats in a workspace of

@@ -155,9 +155,9 @@ static void route(struct runner *r, const struct layer_weights *L, const float *
 /* Routed experts of n <= MOE_BLOCK tokens: out[n, H], token t's Σ_k w_k ·
  * expert_{e_k}(y_t) summed in k's order, from the post-attention residual
  * resid[n, H] and the normed inputs y[n, H]. Each expert runs once on all
- * the tokens routed to it, in pieces of fewer than KERN_GEMM_MIN_TOKENS
- * rows (a token's expert output is the same bits in any batch of the fused
- * kernels, so the sum is whatever the chunking; sgemm is never used here). */
+ * the tokens routed to it, in pieces of moe_piece rows (a token's expert
+ * output is then the same bits in any batch, so the sum is whatever the
+ * chunking; sgemm is never used here). */
 static void moe_block(struct runner *r, const struct layer_weights *L, const float *resid, const float *y, int64_t n,
                       float *out)
 {
@@ -177,7 +177,7 @@ static void moe_block(struct runner *r, const struct layer_weights *L, const flo
                 row[m] = tk;                                               /* gather expert e's tokens */
                 memcpy(in + m++ * H, y + tk / K * H, (size_t)H * sizeof *in);
             }
-            if (m == MOE_PIECE || (m && tk == n * K)) {
+            if (m == moe_piece(r->kt.blas, n) || (m && tk == n * K)) {
                 mlp(r, &g, &u, &dn, in, m, s->moe_out);                     /* expert_e(y) of the piece */
                 for (int64_t i = 0; i < m; i++)                            /* to each (t, k) */
                     memcpy(eo + row[i] * H, s->moe_out + i * H, (size_t)H * sizeof *eo);

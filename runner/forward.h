@@ -54,12 +54,19 @@ struct step_item {
     const uint8_t *key_mask;
 };
 
-/* The routed experts run on blocks of MOE_BLOCK tokens, each expert on its
- * tokens of a block in pieces of MOE_PIECE rows at most (under
- * KERN_GEMM_MIN_TOKENS: the fused kernels, whose bits do not depend on the
- * batch). */
-#define MOE_BLOCK 64
+/* The routed experts run on blocks of MOE_BLOCK tokens, each expert once on
+ * its tokens of a block (a long prompt gives an expert enough of them for
+ * the blocked GEMM); under KERN_BLAS in pieces of MOE_PIECE rows at most,
+ * below KERN_GEMM_MIN_TOKENS, since sgemm's rounding depends on the batch
+ * and every other path gives a token the same bits in any batch. */
+#define MOE_BLOCK 512
 #define MOE_PIECE (KERN_GEMM_MIN_TOKENS - 1)
+
+/* Rows of an expert's piece for blocks of `block` tokens. */
+static inline int64_t moe_piece(bool blas, int64_t block)
+{
+    return blas && block > MOE_PIECE ? MOE_PIECE : block;
+}
 
 /* Every buffer of a step, carved from one allocation for max_step tokens:
  * [N, .] is N = max_step rows. */
@@ -81,8 +88,8 @@ struct run_state {
     uint8_t *taken;            /* [E] */
     int64_t *moe_top;          /* [B, K] each token's experts (B = min(MOE_BLOCK, N)) */
     float *moe_w;              /* [B, K] their weights */
-    int64_t *moe_row;          /* [MOE_PIECE] the (token, k) of each row of an expert's piece */
-    float *moe_in, *moe_out;   /* [MOE_PIECE, H] an expert's piece: inputs, outputs */
+    int64_t *moe_row;          /* [moe_piece(B)] the (token, k) of each row of an expert's piece */
+    float *moe_in, *moe_out;   /* [moe_piece(B), H] an expert's piece: inputs, outputs */
     float *moe_eo;             /* [B, K, H] each token's expert outputs */
     float *moe_sum;            /* [B, H] each token's routed sum */
     struct step_item *items;   /* [n_seq] */

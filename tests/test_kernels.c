@@ -897,7 +897,7 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= KERN_GEMM_MIN_TOKENS && t->blas)
         return kern_matmul_blas;
 #if GP_X86
-    if (n >= KERN_GEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
+    if (n >= KERN_QGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
 #endif
     /* the fused kernel over input prepared once per call; its standalone entry
@@ -937,7 +937,8 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
     make_mx(&mats[8], 65, 160, QM_MXFP8, 19);
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
-        static const int64_t ns[] = {1, 5, 17, 40, 300}; /* 40, 300: sgemm's narrow call; wide, then narrow */
+        /* 8: the blocked GEMM's least; 40, 300: sgemm's narrow call; wide, then narrow */
+        static const int64_t ns[] = {1, 5, 8, 17, 40, 300};
         for (size_t ni = 0; ni < LEN(ns); ni++) {
             int64_t n = ns[ni];
             uint64_t s = 40 + i;

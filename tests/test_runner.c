@@ -486,10 +486,10 @@ Test(runner, blas_prefill_close_and_chunk_independent, .timeout = 120)
 }
 
 /* A prompt long enough for the blocked GEMM (steps of >= KERN_GEMM_MIN_TOKENS
- * tokens) and for two blocks of routed experts (MOE_BLOCK; with the tiny
- * 26B-A4B's 4 experts, pieces of MOE_PIECE and their rest): one step, chunks
- * of 40 and 37 on 2 threads, and decode token by token give the same bits,
- * with the exact kernels and with the int8 ones. */
+ * tokens) and, with routed experts, for two blocks of them (MOE_BLOCK; the
+ * tiny 26B-A4B's 4 experts then take well over KERN_GEMM_MIN_TOKENS tokens
+ * each): one step, chunks of 40 and 37 on 2 threads, and decode token by
+ * token give the same bits, with the exact kernels and with the int8 ones. */
 static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level level)
 {
     char *tmp = th_mkdtemp();
@@ -497,8 +497,9 @@ static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level 
     char *dir = th_fixture(tmp, "ckpt", o);
     struct token_seqs s = {0};
     fixture_tokens(dir, &s);
-    const int64_t T = 3 * KERN_GEMM_MIN_TOKENS + 5;
-    int32_t tok[3 * KERN_GEMM_MIN_TOKENS + 5];
+    const int64_t T = strstr(variant, "26b") ? MOE_BLOCK + 37 : 3 * KERN_GEMM_MIN_TOKENS + 5;
+    int32_t *tok = malloc((size_t)T * sizeof *tok);
+    cr_assert(tok);
     for (int64_t i = 0; i < T; i++)
         tok[i] = s.seq[0][i % s.len[0]];
     int64_t V;
@@ -512,6 +513,7 @@ static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level 
         free(part);
     }
     free(whole);
+    free(tok);
     tokens_free(&s);
     free(dir);
     th_rmtree(tmp);
