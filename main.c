@@ -471,8 +471,6 @@ static int seqs_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct
     return ERR_OK;
 }
 
-/* --eval: the output against its source on the fixture prompt and the
- * user's, the card stored with the output (*card: a reference for --json). */
 /* The conversion's tensors for the report: each one's error against the source's values. */
 static struct report_tensor *report_tensors(const struct convert_report *cr)
 {
@@ -490,6 +488,8 @@ static struct report_tensor *report_tensors(const struct convert_report *cr)
     return t;
 }
 
+/* --eval: the output against its source on the fixture prompt and the
+ * user's, the card stored with the output (*card: a reference for --json). */
 static int convert_eval(struct convert_args *a, const char *src, const struct convert_report *cr,
                         struct json_object **card, struct err *e)
 {
