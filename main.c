@@ -749,7 +749,11 @@ static int golden_make_with(int argc, char **argv, struct token_seqs *seqs)
         return usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens or --tokens-file) and -o G.npz");
     int64_t V;
     struct err e = {0};
-    if (golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a.threads, a.out, &V, &e) != ERR_OK)
+    struct progress_line line;
+    struct progress progress = progress_on_tty(&line);
+    int rc = golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a.threads, a.out, &progress, &V, &e);
+    progress_end(&line);
+    if (rc != ERR_OK)
         return fail(&e);
     fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", a.out, (long long)seqs->len[0],
             (long long)V);

@@ -72,15 +72,17 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
     if (rc == ERR_OK && o->report)
         rc = fio_check_output(o->report, e); /* before any work: not over an input */
     int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
+    struct golden_positions gp = {.outer = &o->progress, .what = "positions", .total = g.T, .passes = 1};
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &(struct runner_opts){.threads = o->threads, .kernels = KERN_BEST, .n_seq = 1,
-                                                       .max_step = step, .max_context = g.T}, e);
+                                                       .max_step = step, .max_context = g.T,
+                                                       .progress = golden_positions_progress(&gp)}, e);
     if (rc == ERR_OK && !(logits = malloc((size_t)(g.T * g.V) * sizeof *logits)))
         rc = err_set(e, ERR_NOMEM, "out of memory");
     for (int64_t t = 0; rc == ERR_OK && t < g.T; t += step) {
-        int64_t n = t + step <= g.T ? step : g.T - t;
-        rc = runner_forward(&r, g.tokens + t, n, logits + t * g.V, true, NULL, e);
-        progress_report(&o->progress, "positions", (uint64_t)(t + n), (uint64_t)g.T, "positions");
+        gp.at = t;
+        gp.n = t + step <= g.T ? step : g.T - t;
+        rc = runner_forward(&r, g.tokens + t, gp.n, logits + t * g.V, true, NULL, e);
     }
     if (rc == ERR_OK) {
         res->th = applied(g.th, &o->over);
@@ -125,8 +127,9 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
 }
 
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
-                     int64_t *V, struct err *e)
+                     const struct progress *progress, int64_t *V, struct err *e)
 {
+    struct golden_positions gp = {.outer = progress, .what = "positions", .n = T, .total = T, .passes = 1};
     struct model m;
     struct runner r = {0};
     float *logits = NULL;
@@ -137,7 +140,8 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
     rc = fio_check_output(out_path, e); /* before any work: not over an input */
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .n_seq = 1,
-                                                       .max_step = T, .max_context = T}, e);
+                                                       .max_step = T, .max_context = T,
+                                                       .progress = golden_positions_progress(&gp)}, e);
     if (rc == ERR_OK && !(logits = malloc((size_t)(T * *V) * sizeof *logits)))
         rc = err_set(e, ERR_NOMEM, "out of memory");
     if (rc == ERR_OK)

@@ -16,7 +16,7 @@ struct golden_check_opts {
     int64_t chunk;                    /* 0: one prefill; N: chunks of N tokens */
     struct golden_thresholds over;    /* NAN: the golden's own; negative: not checked */
     const char *report;               /* NULL, or the HTML page to write (golden/report.h) */
-    struct progress progress;         /* after each chunk (positions) */
+    struct progress progress;         /* after each layer of each chunk (positions) */
 };
 
 struct golden_result {
@@ -38,8 +38,9 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
 void golden_print(FILE *out, const char *model_path, const char *golden_path, const struct golden_result *res);
 
 /* Runs model_path on one prompt and writes out_path (tokens, logits, meta.json
- * with the default tolerances); *V gets the vocabulary. */
+ * with the default tolerances), telling `progress` (NULL: none) after each
+ * layer; *V gets the vocabulary. */
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
-                     int64_t *V, struct err *e);
+                     const struct progress *progress, int64_t *V, struct err *e);
 
 #endif

@@ -18,8 +18,8 @@ struct side {
     float *logits, *attn, *mlp, *hidden;
 };
 
-static int side_run(struct side *s, const struct kv_opts *kv, int threads, const int32_t *tok, int64_t T,
-                    const float *inject, int64_t inject_layers, struct err *e)
+static int side_run(struct side *s, const struct kv_opts *kv, int threads, struct progress progress, const int32_t *tok,
+                    int64_t T, const float *inject, int64_t inject_layers, struct err *e)
 {
     const struct gp_config *c = &s->m.cfg;
     size_t per = (size_t)(c->n_layers * T * c->hidden_size);
@@ -37,7 +37,7 @@ static int side_run(struct side *s, const struct kv_opts *kv, int threads, const
     struct runner_probe p = {s->attn, s->mlp, s->hidden, inject, inject_layers};
     int rc = runner_init(&r, &s->m,
                          &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .kv = *kv, .n_seq = 1,
-                                               .max_step = T, .max_context = T},
+                                               .max_step = T, .max_context = T, .progress = progress},
                          e);
     if (rc == ERR_OK) {
         r.probe = &p;
@@ -200,9 +200,14 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
     int64_t at = 0;
     for (int p = 0; rc == ERR_OK && p < prompts->n; p++) {
         int64_t T = prompts->len[p];
-        rc = side_run(&A, &kv_a, o->threads, prompts->seq[p], T, NULL, 0, e);
+        char what[32];
+        snprintf(what, sizeof what, "prompt %d", p + 1);
+        struct golden_positions gp = {&o->progress, what, at, T, n_pos, 0, 2}; /* A's layers, then B's */
+        rc = side_run(&A, &kv_a, o->threads, golden_positions_progress(&gp), prompts->seq[p], T, NULL, 0, e);
+        gp.pass = 1;
         if (rc == ERR_OK)
-            rc = side_run(&B, &o->kv_b, o->threads, prompts->seq[p], T, A.hidden, o->keep_a, e);
+            rc = side_run(&B, &o->kv_b, o->threads, golden_positions_progress(&gp), prompts->seq[p], T, A.hidden,
+                          o->keep_a, e);
         if (rc != ERR_OK)
             break;
         memcpy(la_all + at * V, A.logits, (size_t)(T * V) * sizeof *la_all);
@@ -216,9 +221,6 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
             add_sums(&sums[3 * i + 2], A.mlp + off, B.mlp + off, n);
         }
         at += T;
-        char what[32];
-        snprintf(what, sizeof what, "prompt %d", p + 1);
-        progress_report(&o->progress, what, (uint64_t)at, (uint64_t)n_pos, "positions");
     }
     if (rc == ERR_OK) {
         r->n_pos = n_pos;

@@ -32,7 +32,7 @@ struct compare_opts {
     struct kv_opts kv_b;          /* B's KV cache (A's is float) */
     int64_t keep_a;               /* layers whose output B takes from A */
     struct golden_thresholds th;  /* on the totals; negative: not checked */
-    struct progress progress;     /* after each prompt (positions) */
+    struct progress progress;     /* after each layer of each model on each prompt (positions) */
     const char *check_out;        /* an output the caller writes afterwards (a report), or NULL: refused
                                    * before any work if it is one of the models' files */
 };

@@ -309,3 +309,18 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
     json_object_object_add(o, "failures", f);
     return o;
 }
+
+static void layer_done(void *ctx, const char *what, uint64_t done, uint64_t total, const char *unit)
+{
+    (void)what;
+    (void)unit;
+    const struct golden_positions *p = ctx;
+    double f = ((double)p->pass + (double)done / (double)total) / (double)p->passes;
+    progress_report(p->outer, p->what, (uint64_t)p->at + (uint64_t)((double)p->n * f), (uint64_t)p->total,
+                    "positions");
+}
+
+struct progress golden_positions_progress(struct golden_positions *p)
+{
+    return p->outer && p->outer->fn ? (struct progress){layer_done, p} : (struct progress){0};
+}

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/progress.h"
 
 /* The thresholds a golden without "tolerances" is held to (MODEL.md §9). */
 #define GOLDEN_DEFAULT_MAX_ABS 1e-4
@@ -72,5 +73,18 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
 /* Verdict object (schema gempack.golden/1): verdict, metrics, thresholds,
  * failures (a list of {metric, value, threshold}). *pass tells the verdict. */
 struct json_object *golden_verdict(const struct golden_metrics *m, const struct golden_thresholds *t, bool *pass);
+
+/* A runner's progress after each layer (runner_opts.progress) told to
+ * `outer` as positions of the whole run: the running step covers positions
+ * [at, at + n) of `total`, and its layers are pass `pass` of `passes` over
+ * them (compare runs two models on each prompt). A long prompt in one step
+ * then moves the line layer by layer. */
+struct golden_positions {
+    const struct progress *outer;
+    const char *what;
+    int64_t at, n, total;
+    int pass, passes;
+};
+struct progress golden_positions_progress(struct golden_positions *p);
 
 #endif

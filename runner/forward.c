@@ -357,6 +357,7 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             memcpy(x, r->probe->inject + i * N * H, (size_t)(N * H) * sizeof *x);
         if (r->probe && r->probe->hidden)
             memcpy(r->probe->hidden + i * N * H, x, (size_t)(N * H) * sizeof *x);
+        progress_report(&r->o.progress, "layers", (uint64_t)(i + 1), (uint64_t)c->n_layers, "layers");
     }
     if (logits) {                           /* final norm, tied head, soft-cap: every row, or each item's last */
         int64_t rows = 0;

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/progress.h"
 #include "kernels/kernels.h"
 #include "runner/kvcache.h"
 #include "runner/model.h"
@@ -40,6 +41,7 @@ struct runner_opts {
     int n_seq;                 /* sequences */
     int64_t max_step;          /* most tokens of one step, all its items together */
     int64_t max_context;       /* most positions of one sequence */
+    struct progress progress;  /* after each decoder layer of a step ("layers": i + 1 of n_layers) */
 };
 
 struct seq_state {

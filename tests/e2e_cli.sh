@@ -235,6 +235,11 @@ assert np.isfinite(l).all() and 0 < np.abs(l).max() < 30
 expect 0 "golden make" -- "$G" golden make "$E" --tokens-file "$E/tokens.json" -o "$T/self.npz"
 expect 0 "golden check against its own baseline" -- "$G" golden check "$E" "$T/self.npz"
 ok "golden check prints PASS" -- grep -q "verdict: PASS" "$T/err"
+ok "no progress line off a terminal (golden)" -- sh -c '! grep -q "positions/s" "$1"' - "$T/err"
+if command -v script >/dev/null; then
+    script -qc "'$G' golden make '$E' --tokens-file '$E/tokens.json' -o '$T/self-tty.npz'" /dev/null >"$T/tty.out" 2>&1
+    ok "golden make's progress line on a terminal" -- grep -q "positions: 100.0% (.* of .* positions), .* positions/s" "$T/tty.out"
+fi
 expect 0 "golden check --json" -- "$G" golden check --json "$E" "$T/self.npz"
 ok "golden --json schema" -- test "$(json_field "$T/out" "d['schema']")" = gempack.golden/1
 ok "golden --json verdict pass" -- test "$(json_field "$T/out" "d['verdict']")" = pass

@@ -121,6 +121,17 @@ char *th_external_golden(const char *name)
     return strdup(path);
 }
 
+void th_progress_note(void *ctx, const char *what, uint64_t done, uint64_t total, const char *unit)
+{
+    struct th_progress *p = ctx;
+    (void)what;
+    p->backwards |= done < p->done || done > total || (p->calls && total != p->total);
+    p->calls++;
+    p->done = done;
+    p->total = total;
+    snprintf(p->unit, sizeof p->unit, "%s", unit);
+}
+
 /* ---- the leak check of every test (AddressSanitizer builds) ----
  *
  * Criterion runs each test in a worker process of its own and decides

@@ -4,6 +4,7 @@
 #ifndef GP_TEST_HELPERS_H
 #define GP_TEST_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,17 @@ char *th_external_golden(const char *name);
 #define TH_RUNNER(threads_, level_, T_)                                                                                \
     (&(struct runner_opts){.threads = (threads_), .kernels = (level_), .n_seq = 1, .max_step = (T_),                   \
                            .max_context = (T_)})
+
+/* A progress callback's record (ctx of th_progress_note): how often it was
+ * called, the last (done, total, unit), and whether done ever went down or
+ * past total. */
+struct th_progress {
+    int calls;
+    uint64_t done, total;
+    char unit[16];
+    bool backwards;
+};
+void th_progress_note(void *ctx, const char *what, uint64_t done, uint64_t total, const char *unit);
 
 /* In an AddressSanitizer build: runs LeakSanitizer now and fails the
  * current test (cr_assert_fail) if memory was allocated and is no longer

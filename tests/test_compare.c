@@ -70,7 +70,8 @@ static struct compare_opts opts(int64_t keep_a)
     return (struct compare_opts){.threads = 1, .keep_a = keep_a, .th = {-1, -1, -1, -1, -1, -1}};
 }
 
-/* A form against itself: nothing to report. */
+/* A form against itself: nothing to report. Its progress: positions, after
+ * each layer of each of the two models. */
 Test(compare, identical)
 {
     char *tmp = th_mkdtemp();
@@ -78,8 +79,13 @@ Test(compare, identical)
     struct token_seqs s = prompt_of(a);
     struct compare_result r;
     struct compare_opts o = opts(0);
+    struct th_progress p = {0};
+    o.progress = (struct progress){th_progress_note, &p};
     struct err e = {0};
     cr_assert_eq(compare_models(a, a, &s, &o, &r, &e), ERR_OK, "%s", e.msg);
+    cr_expect(p.calls == 2 * (int)r.L * s.n && p.done == (uint64_t)r.n_pos && p.total == (uint64_t)r.n_pos &&
+                  !p.backwards && !strcmp(p.unit, "positions"),
+              "%d calls, last %llu of %llu %s", p.calls, (unsigned long long)p.done, (unsigned long long)p.total, p.unit);
     cr_assert_eq(r.m.kld_mean, 0.0);
     cr_assert_eq(r.kl_ba_mean, 0.0);
     cr_assert_eq(r.m.max_abs, 0.0);

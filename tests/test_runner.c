@@ -519,6 +519,52 @@ static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level 
     th_rmtree(tmp);
 }
 
+/* The runner tells its progress after each layer of a step; golden make and
+ * golden check tell it as positions, so that one long step moves their
+ * progress line layer by layer. */
+Test(runner, progress_by_layer)
+{
+    char *tmp = th_mkdtemp();
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_MLX, .quant_bits = 4});
+    struct model m;
+    struct runner r;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+    const uint64_t L = (uint64_t)m.cfg.n_layers;
+    struct th_progress p = {0};
+    struct runner_opts o = *TH_RUNNER(1, KERN_BEST, 8);
+    o.progress = (struct progress){th_progress_note, &p};
+    cr_assert_eq(runner_init(&r, &m, &o, &e), ERR_OK, "%s", e.msg);
+    int32_t tok[5] = {2, 3, 4, 5, 6};
+    cr_assert_eq(runner_forward(&r, tok, 5, NULL, false, NULL, &e), ERR_OK, "%s", e.msg);
+    cr_expect(p.calls == (int)L && p.done == L && p.total == L && !p.backwards && !strcmp(p.unit, "layers"),
+              "a step of %llu layers: %d calls, last %llu of %llu %s", (unsigned long long)L, p.calls,
+              (unsigned long long)p.done, (unsigned long long)p.total, p.unit);
+    runner_free(&r);
+    model_close(&m);
+
+    char g[4200];
+    snprintf(g, sizeof g, "%s/g.npz", tmp);
+    struct th_progress pm = {0}, pc = {0};
+    int64_t V;
+    cr_assert_eq(golden_make_file(dir, tok, 5, 1, g, &(struct progress){th_progress_note, &pm}, &V, &e), ERR_OK, "%s",
+                 e.msg);
+    cr_expect(pm.calls == (int)L && pm.done == 5 && pm.total == 5 && !pm.backwards && !strcmp(pm.unit, "positions"),
+              "golden make: %d calls, last %llu of %llu %s", pm.calls, (unsigned long long)pm.done,
+              (unsigned long long)pm.total, pm.unit);
+    struct golden_check_opts co = golden_check_defaults();
+    co.chunk = 3;
+    co.progress = (struct progress){th_progress_note, &pc};
+    struct golden_result res;
+    cr_assert_eq(golden_check_model(dir, g, &co, &res, &e), ERR_OK, "%s", e.msg);
+    cr_expect(res.pass);
+    cr_expect(pc.calls == 2 * (int)L && pc.done == 5 && pc.total == 5 && !pc.backwards,
+              "golden check in chunks of 3: %d calls, last %llu of %llu", pc.calls, (unsigned long long)pc.done,
+              (unsigned long long)pc.total);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 /* The blocked GEMM's tiles are reserved at runner_init for each worker: a
  * long step grows none of them (a step allocates nothing). */
 Test(runner, gemm_workspace_reserved)
