@@ -519,17 +519,25 @@ static void gemm_prefill_bitwise(const char *variant, int bits, enum kern_level 
     th_rmtree(tmp);
 }
 
+/* A tiny E2B 4-bit MLX checkpoint in tmp, opened into m; its directory. */
+static char *open_e2b_q4(const char *tmp, struct model *m)
+{
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_MLX, .quant_bits = 4});
+    struct err e = {0};
+    cr_assert_eq(model_open(m, dir, &e), ERR_OK, "%s", e.msg);
+    return dir;
+}
+
 /* The runner tells its progress after each layer of a step; golden make and
  * golden check tell it as positions, so that one long step moves their
  * progress line layer by layer. */
 Test(runner, progress_by_layer)
 {
     char *tmp = th_mkdtemp();
-    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_MLX, .quant_bits = 4});
     struct model m;
+    char *dir = open_e2b_q4(tmp, &m);
     struct runner r;
     struct err e = {0};
-    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
     const uint64_t L = (uint64_t)m.cfg.n_layers;
     struct th_progress p = {0};
     struct runner_opts o = *TH_RUNNER(1, KERN_BEST, 8);
@@ -570,11 +578,10 @@ Test(runner, progress_by_layer)
 Test(runner, gemm_workspace_reserved)
 {
     char *tmp = th_mkdtemp();
-    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_MLX, .quant_bits = 4});
     struct model m;
+    char *dir = open_e2b_q4(tmp, &m);
     struct runner r;
     struct err e = {0};
-    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
     const int64_t T = 2 * KERN_GEMM_MIN_TOKENS;
     cr_assert_eq(runner_init(&r, &m, TH_RUNNER(2, KERN_BEST, T), &e), ERR_OK, "%s", e.msg);
     if (!r.kt.qgemm) {
