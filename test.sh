@@ -32,7 +32,7 @@ bash tests/arm64.sh build/gempack || status=1
 # Criterion prints "Synthesis: Tested: N | Passing: P | Failing: F | Crashing: C"
 # per executable; the CLI suite prints "N passed, N failed".
 read -r passed failed < <(cat build/meson-logs/testlog.txt build-asan/meson-logs/testlog.txt build-portable/meson-logs/testlog.txt \
-    build-arm64/meson-logs/testlog.txt build-arm64/meson-logs/cross_bitwise.txt 2>/dev/null | awk '
+    build-arm64/meson-logs/testlog.txt build-arm64/meson-logs/retry.txt build-arm64/meson-logs/cross_bitwise.txt 2>/dev/null | awk '
     /Synthesis: Tested:/ { for (i = 1; i <= NF; i++) { if ($i == "Passing:") p += $(i+1); if ($i == "Failing:" || $i == "Crashing:") f += $(i+1) } }
     /^[0-9]+ passed, [0-9]+ failed$/ { p += $1; f += $3 }
     END { print p + 0, f + 0 }')
