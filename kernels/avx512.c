@@ -434,3 +434,101 @@ AVX512 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in
     default: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;
     }
 }
+
+/* ---- kern_matvec_bf16_ref as a blocked GEMM (steps of many tokens) ----
+ *
+ * The tile's rows are converted once into floats (zeros up to a whole 32
+ * columns); then, for each panel of GEMM_TP tokens and each chunk of
+ * GEMM_KC columns, R rows × T tokens at a time, their two chains in
+ * registers and in the workspace between chunks. Every (row, token) goes
+ * through the FMAs of bf16rows512 in the same order. */
+
+/* Columns [j0, j1) (whole 32s) for R rows (q: the first row's floats, qs
+ * apart) and T tokens (x: the first token's input, xs apart); the chains of
+ * row i, token u at acc + (i·GEMM_TP + u)·32. */
+AVX512 INLINE void bgemm_piece512(const float *q, int64_t qs, const float *x, int64_t xs, int64_t j0, int64_t j1,
+                                  float *acc, const int R, const int T)
+{
+    __m512 c[24]; /* chain h of row i, token u at c[(i·T + u)·2 + h] */
+#pragma GCC unroll 24
+    for (int k = 0; k < 2 * R * T; k++)
+        c[k] = _mm512_load_ps(acc + (k / (2 * T) * GEMM_TP + k / 2 % T) * 32 + 16 * (k % 2));
+    for (int64_t j = j0; j < j1; j += 32)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512 qv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                qv[i] = _mm512_load_ps(q + i * qs + j + 16 * h);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                __m512 xv = _mm512_loadu_ps(x + u * xs + j + 16 * h);
+                __asm__("" : "+v"(xv)); /* in a register for all R rows, not an operand of each FMA */
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++)
+                    c[(i * T + u) * 2 + h] = _mm512_fmadd_ps(xv, qv[i], c[(i * T + u) * 2 + h]);
+            }
+        }
+#pragma GCC unroll 24
+    for (int k = 0; k < 2 * R * T; k++)
+        _mm512_store_ps(acc + (k / (2 * T) * GEMM_TP + k / 2 % T) * 32 + 16 * (k % 2), c[k]);
+}
+
+__attribute__((noinline)) AVX512 static void bgemm_3x4(const float *q, int64_t qs, const float *x, int64_t xs,
+                                                       int64_t j0, int64_t j1, float *acc)
+{
+    bgemm_piece512(q, qs, x, xs, j0, j1, acc, 3, 4);
+}
+
+#define BGEMM_PIECE(R, T) bgemm_piece512(qr, cols32, xr, cols, j0, j1, ar, R, T)
+
+AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
+                                 int64_t row1, void *ws)
+{
+    const int64_t rows = row1 - row0, cols = w->cols, cols32 = (cols + 31) / 32 * 32, full = cols / 32 * 32;
+    float *qf = ws, *acc = qf + rows * cols32;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_to_f32_avx512(DT_BF16, w->w + (size_t)(row0 + r) * w->row_stride, qf + r * cols32, cols);
+        memset(qf + r * cols32 + cols, 0, (size_t)(cols32 - cols) * sizeof *qf);
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
+        for (int64_t j0 = 0; j0 < full; j0 += GEMM_KC) {
+            const int64_t j1 = j0 + GEMM_KC < full ? j0 + GEMM_KC : full;
+            for (int64_t r = 0; r < rows; r += 3)
+                for (int64_t u = 0; u < tp; u += 4) {
+                    const float *qr = qf + r * cols32, *xr = x + (t0 + u) * cols;
+                    float *ar = acc + (r * GEMM_TP + u) * 32;
+                    const int left = tp - u >= 4 ? 4 : (int)(tp - u), R = rows - r >= 3 ? 3 : (int)(rows - r);
+                    switch (R * 4 + left) {
+                    case 16: bgemm_3x4(qr, cols32, xr, cols, j0, j1, ar); break;
+                    case 15: BGEMM_PIECE(3, 3); break;
+                    case 14: BGEMM_PIECE(3, 2); break;
+                    case 13: BGEMM_PIECE(3, 1); break;
+                    case 12: BGEMM_PIECE(2, 4); break;
+                    case 11: BGEMM_PIECE(2, 3); break;
+                    case 10: BGEMM_PIECE(2, 2); break;
+                    case 9: BGEMM_PIECE(2, 1); break;
+                    case 8: BGEMM_PIECE(1, 4); break;
+                    case 7: BGEMM_PIECE(1, 3); break;
+                    case 6: BGEMM_PIECE(1, 2); break;
+                    default: BGEMM_PIECE(1, 1); break;
+                    }
+                }
+        }
+        for (int64_t r = 0; r < rows; r++) /* the columns past the last 32, then the chains added and summed */
+            for (int64_t u = 0; u < tp; u++) {
+                float *a = acc + (r * GEMM_TP + u) * 32;
+                const float *xu = x + (t0 + u) * cols;
+                __m512 c0 = _mm512_load_ps(a), c1 = _mm512_load_ps(a + 16);
+                for (int64_t j = full; j < cols; j += 16) {
+                    __m512 p = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask16(cols - j), xu + j),
+                                               _mm512_load_ps(qf + r * cols32 + j), j == full ? c0 : c1);
+                    c0 = j == full ? p : c0;
+                    c1 = j == full ? c1 : p;
+                }
+                y[(t0 + u) * w->rows + row0 + r] = hsum512(_mm512_add_ps(c0, c1));
+            }
+    }
+}

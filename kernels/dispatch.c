@@ -100,6 +100,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->softcap = kern_softcap_avx512;
         t->qdot = kern_qdot_avx512;
         t->qgemm = t->ws ? kern_qgemm_avx512 : NULL;
+        t->bf16gemm = t->ws ? kern_bf16gemm_avx512 : NULL;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (cpu_has(CPU_AVX2)) {
         t->name = "avx2";
@@ -130,6 +131,7 @@ void kern_free(struct kern_table *t)
     t->ws = NULL;
     t->blas = false;
     t->qgemm = NULL;
+    t->bf16gemm = NULL;
     for (int i = 0; t->scratch && i < KERN_MANY; i++)
         free(t->scratch[i].buf);
     free(t->scratch);
@@ -170,10 +172,13 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
         most = b8 > most ? b8 : most;
         gemm = g > gemm ? g : gemm;
     }
+    struct wmat bf = {.dtype = DT_BF16, .cols = cols}; /* the bf16 GEMM's tile */
+    size_t g = t->bf16gemm ? kern_bf16gemm_ws_bytes(&bf, GEMM_ROWS) : 0;
+    gemm = g > gemm ? g : gemm;
     for (int i = 0; i < KERN_MANY; i++)
         if (!scratch(t, i, most))
             return ERR_NOMEM;
-    for (int i = 0; n >= KERN_QGEMM_MIN_TOKENS && t->qgemm && i < threads && i < POOL_MAX_THREADS; i++)
+    for (int i = 0; n >= KERN_QGEMM_MIN_TOKENS && (t->qgemm || t->bf16gemm) && i < threads && i < POOL_MAX_THREADS; i++)
         if (!kern_ws_reserve(&t->ws[i], gemm)) /* each worker's blocked-GEMM tile */
             return ERR_NOMEM;
     return ERR_OK;
@@ -203,12 +208,13 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
 }
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm or qdot over the prepared input */
+    matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm or qdot over the prepared input, or bf16gemm */
     bool blas;
-    struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm) */
+    struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm, bf16gemm) */
     int64_t tile_rows;
     qdot_fn qdot;
     qgemm_fn qgemm;
+    gemm_fn bf16gemm;
     const struct kern_qinput *qin;
     q8dot_fn q8dot;
     const struct kern_q8input *q8in;
@@ -230,15 +236,16 @@ static void mm_task(void *arg, int64_t task, int worker)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
     else if (j->qgemm)
         j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, j->ws[worker].buf);
+    else if (j->bf16gemm)
+        j->bf16gemm(j->w, j->x, j->n, j->y, r0, r1, j->ws[worker].buf);
     else
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
-/* Whether every worker of `threads` holds the blocked GEMM's tile for w
+/* Whether every worker of `threads` holds a blocked GEMM's tile of `bytes`
  * (grown here, before the job runs, when a call needs more than kern_reserve made). */
-static bool gemm_reserve(const struct kern_table *t, const struct wmat *w, int threads)
+static bool gemm_reserve(const struct kern_table *t, size_t bytes, int threads)
 {
-    size_t bytes = kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS);
     for (int i = 0; i < pool_workers(threads, INT64_MAX); i++)
         if (!kern_ws_reserve(&t->ws[i], bytes))
             return false;
@@ -273,7 +280,8 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->tile_rows = KERN_BLAS_ROWS;
     } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
         /* the same bits at GEMM speed for many tokens, its input in fours */
-        bool gemm = n >= KERN_QGEMM_MIN_TOKENS && t->qgemm && gemm_reserve(t, w, threads);
+        bool gemm = n >= KERN_QGEMM_MIN_TOKENS && t->qgemm &&
+                    gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads);
         q = q && q->fours == gemm ? q : NULL;
         if (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, gemm, buf, qin), true))) {
             j->fn = NULL; /* the input is prepared once and read by every tile */
@@ -283,6 +291,12 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
             j->ws = t->ws;
             j->tile_rows = gemm ? GEMM_ROWS : j->tile_rows;
         }
+    } else if (!w->quantized && w->dtype == DT_BF16 && n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm &&
+               gemm_reserve(t, kern_bf16gemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads)) {
+        j->fn = NULL;
+        j->bf16gemm = t->bf16gemm;
+        j->ws = t->ws;
+        j->tile_rows = GEMM_ROWS;
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j->fn = t->matvec_bf16;
     }

@@ -140,3 +140,10 @@ void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void 
             }
         }
 }
+
+/* kern_bf16gemm_avx512's workspace for a tile of `rows` rows: the rows as
+ * floats [rows, cols rounded up to 32], the chains [rows, GEMM_TP, 2, 16]. */
+size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows)
+{
+    return (size_t)(rows * ((w->cols + 31) / 32 * 32 + GEMM_TP * 32)) * sizeof(float);
+}

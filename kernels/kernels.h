@@ -97,8 +97,9 @@ struct kern_ws {
 void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 
 /* Steps of at least KERN_GEMM_MIN_TOKENS tokens take sgemm (KERN_BLAS), and
- * of at least KERN_QGEMM_MIN_TOKENS the fused kernels' definition as a
- * blocked GEMM (below: 1.4–1.5× the fused kernels at 8 tokens, 2× from 24). */
+ * of at least KERN_QGEMM_MIN_TOKENS the fused and bf16 kernels' definitions
+ * as blocked GEMMs (below: 4/8-bit 1.4–1.5× the fused kernels at 8 tokens,
+ * 2× from 24; bf16 1.0–1.3× at 8, 1.5–1.7× at 16, 2.3× at 512). */
 #define KERN_GEMM_MIN_TOKENS 32
 #define KERN_QGEMM_MIN_TOKENS 8
 
@@ -112,6 +113,16 @@ typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                        int64_t row1, void *ws);
+
+/* kern_matvec_bf16_ref's bits for many tokens at GEMM speed: the tile's rows
+ * converted once into floats in a workspace of kern_bf16gemm_ws_bytes(w, rows)
+ * bytes (64-byte aligned), then register blocks of rows × tokens over column
+ * chunks (avx512.c). */
+typedef void (*gemm_fn)(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                        void *ws);
+size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows);
+void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                          void *ws);
 
 /* The definition of the bf16 kernels: per row and token, two chains of 16
  * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
@@ -290,6 +301,7 @@ struct kern_table {
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
     q8prep_fn q8prep;         /* KERN_Q8: kern_q8input_prepare or its SIMD twin */
     qgemm_fn qgemm;           /* the fused kernels as a blocked GEMM, for steps of many tokens (NULL: none) */
+    gemm_fn bf16gemm;         /* matvec_bf16 as a blocked GEMM, likewise */
     struct kern_ws *ws;       /* the scratch of each worker (POOL_MAX_THREADS), kept across
                                  calls; released by kern_free */
     struct kern_scratch *scratch; /* [KERN_MANY] the prepared inputs of one call's matrices:

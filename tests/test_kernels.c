@@ -6,9 +6,10 @@
  * weights, on odd sizes: 1, 3, 7, 65 and 130 rows (130 spans three 64-row
  * tiles with a short last one), columns that are 1, 3 and 5 groups (and 384)
  * for MLX affine weights, odd column counts for bf16 (tails after the 8/16
- * lanes), 1 and 5 tokens. Weight matrices are built by quantizing random
- * floats with quant_affine_row (scales and biases in BF16, F16 and F32) and
- * are placed one byte off alignment, as weights in a mapped file may be.
+ * lanes), 1 and 5 tokens (and 37 for the blocked GEMMs). Weight matrices
+ * are built by quantizing random floats with quant_affine_row (scales and
+ * biases in BF16, F16 and F32) and are placed one byte off alignment, as
+ * weights in a mapped file may be.
  * Outputs are pre-filled with NaN, so an element a kernel does not write
  * fails the comparison; a kernel run over a sub-range of rows must leave the
  * other rows untouched. Views: a split half (row_stride > row_bytes, like one
@@ -21,12 +22,13 @@
  * cancellation between s·q and b) and S = Σ_j |x_j·w_j| for a float row.
  * Float32 sums of K terms in any order differ from the exact value by at most
  * about K·2^-24·S in the worst case, typically √K·2^-24·S. Measured over the
- * whole grid below (K up to 640; AVX-512 machine, OpenBLAS 0.3.21; each run
+ * whole grid below (K up to 1079; AVX-512 machine, OpenBLAS 0.3.21; each run
  * logs its numbers with cr_log_info):
  *     |ref - float64| / S   affine 7.6e-8, bf16/f16/f32 2.0e-7
  *     |fast - ref| / S      q4 avx2 1.0e-7, q4 avx512 1.0e-7, q8 avx2 9.6e-8,
  *                           q8 avx512 1.0e-7, bf16 avx2/avx512 1.9e-7,
- *                           blas 1.7e-7; split views 1.5e-7, experts 1.0e-7
+ *                           bf16 GEMM 2.3e-7, blas 1.7e-7; split views
+ *                           1.5e-7, experts 1.0e-7
  * KERN_REL_TOL = 4e-6 is 20x the worst seen (leaves room for other BLAS
  * builds and CPUs) yet below what a defect costs: a 4-bit code off by one
  * moves a result by s·|x_j| ≈ S/(15·K), 1e-4·S at K = 640 (25x the
@@ -359,6 +361,15 @@ static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int6
     free(buf);
     free(ws);
 }
+
+static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
+                                         int64_t r1)
+{
+    void *ws = aligned_alloc(64, (kern_bf16gemm_ws_bytes(w, r1 - r0) + 63) / 64 * 64);
+    cr_assert(ws);
+    kern_bf16gemm_avx512(w, x, n, y, r0, r1, ws);
+    free(ws);
+}
 #endif
 #if GP_ARM64
 static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -391,6 +402,7 @@ static const struct path paths[] = {
     {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
+    {"bf16_gemm_avx512", kern_matmul_bf16_gemm_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, true},
 #endif
 #if GP_ARM64
     {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def, false},
@@ -484,7 +496,7 @@ static void check_tmat(const struct path *p, const struct tmat *t, int64_t n, ui
 static const int64_t rows_grid[] = {1, 3, 7, 65, 130};
 static const int gs_grid[] = {32, 64, 128};
 static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
-static const int64_t bf16_cols[] = {1, 7, 33, 257, 16, 64};
+static const int64_t bf16_cols[] = {1, 7, 33, 257, 16, 64, 1079}; /* 1079: two GEMM chunks, 32, then 16 + 7 */
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Every (gs, cols, rows, scales dtype, n) of the grid for affine `bits`. */
@@ -550,6 +562,8 @@ static void float_grid(const struct path *p, enum dtype dt)
                      (long long)bf16_cols[c]);
             check_tmat(p, &t, 1, seed++, what);
             check_tmat(p, &t, 5, seed++, what);
+            if (p && p->many)
+                check_tmat(p, &t, 37, seed++, what);
             tmat_free(&t);
         }
 }
@@ -650,6 +664,7 @@ Test(kernels, mx_avx512) { run_path("mx_avx512"); }
 Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
+Test(kernels, bf16_gemm_avx512) { run_path("bf16_gemm_avx512"); }
 #endif
 #if GP_ARM64
 Test(kernels, q4_neon) { run_path("q4_neon"); }
@@ -811,16 +826,18 @@ Test(kernels, init_tables)
     struct kern_table t;
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
-    cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot && !t.qgemm);
+    cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot && !t.qgemm &&
+              !t.bf16gemm);
     kern_free(&t);
     kern_init(&t, KERN_BEST);
 #if GP_X86
     if (cpu_has(CPU_AVX512)) {
         cr_assert_str_eq(t.name, "avx512");
-        cr_assert(t.qdot == kern_qdot_avx512 && t.qgemm == kern_qgemm_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512);
+        cr_assert(t.qdot == kern_qdot_avx512 && t.qgemm == kern_qgemm_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512 &&
+                  t.bf16gemm == kern_bf16gemm_avx512);
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
+        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && !t.bf16gemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }
@@ -836,7 +853,7 @@ Test(kernels, init_tables)
     cr_assert_eq(tb.blas, kern_blas_init(), "sgemm exactly when OpenBLAS loads");
     cr_assert(!tb.blas || tb.ws, "sgemm has its workers' scratch");
     kern_free(&tb);
-    cr_assert(!tb.blas && !tb.ws && !tb.qgemm);
+    cr_assert(!tb.blas && !tb.ws && !tb.qgemm && !tb.bf16gemm);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
     struct kern_table tq;
     kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot, when the CPU has one */
@@ -877,6 +894,7 @@ static size_t tables(struct kern_table *t, const char **label)
     if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .qgemm = kern_qgemm_avx512,
+                                     .bf16gemm = kern_bf16gemm_avx512,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
@@ -899,6 +917,8 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
 #if GP_X86
     if (n >= KERN_QGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
+    if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
+        return kern_matmul_bf16_gemm_avx512;
 #endif
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */

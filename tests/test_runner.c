@@ -608,6 +608,7 @@ Test(runner, gemm_workspace_reserved)
 }
 
 Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_e2b_bf16, .timeout = 120) { gemm_prefill_bitwise("e2b", 0, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_26b_q4_int8, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_Q8); }
