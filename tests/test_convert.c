@@ -722,6 +722,58 @@ Test(convert, bits4_e2b)
     th_rmtree(dir);
 }
 
+/* The error convert measures for each quantized tensor (the report's RMS and
+ * max columns) is max |dequantized − source| and Σ (dequantized − source)²,
+ * recomputed here from the two packs in plain order. */
+Test(convert, measured_quantization_error)
+{
+    char *dir = th_mkdtemp();
+    char *hf = th_fixture(dir, "hf", fx("e2b", FX_HF, 6));
+    char *ref = convert_to(dir, "ref.gpk", hf, copts(NULL));
+    char *out = fio_join(dir, "q4.gpk");
+    struct convert_opts o = copts(out);
+    o.plan.bits = 4;
+    struct convert_report r;
+    convert_ok(&r, hf, &o);
+    struct pack q, pr;
+    open_pack(&q, out);
+    open_pack(&pr, ref);
+    struct json_object *qz = quantized_of(&q);
+    size_t checked = 0;
+    for (size_t i = 0; i < r.plan.n; i++) {
+        const struct plan_item *it = &r.plan.items[i];
+        if (it->act != ACT_QUANTIZE)
+            continue;
+        const char *name = it->nt->name;
+        char module[256];
+        snprintf(module, sizeof module, "%.*s", (int)strlen(name) - 7, name); /* without ".weight" */
+        struct qmod m = dequant_module(&q, module, jget(qz, module));
+        uint64_t n;
+        float *src = pack_floats(&pr, name, &n);
+        double mx = 0.0, sq = 0.0;
+        for (uint64_t k = 0; k < n; k++) {
+            double d = fabs((double)m.deq[k] - (double)src[k]);
+            mx = d > mx ? d : mx;
+            sq += d * d;
+        }
+        cr_assert(it->measured, "%s measured", name);
+        cr_assert_eq(it->max_err, mx, "%s: max error %.17g, recomputed %.17g", name, it->max_err, mx);
+        cr_assert(mx > 0.0 && fabs(it->sq_err - sq) <= 1e-12 * sq, "%s: sum of squares %.17g, recomputed %.17g", name,
+                  it->sq_err, sq);
+        checked++;
+        free(src);
+        qmod_free(&m);
+    }
+    cr_assert_gt(checked, 20, "%zu quantized tensors", checked);
+    pack_close(&q);
+    pack_close(&pr);
+    convert_free(&r);
+    free(out);
+    free(ref);
+    free(hf);
+    th_rmtree(dir);
+}
+
 Test(convert, bits4_moe_router_8bit)
 {
     char *dir = th_mkdtemp();
