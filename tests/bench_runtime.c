@@ -12,8 +12,9 @@
  *             read of the step's bytes in place of each step
  *   prefill [T]  prefill tokens/s at a T-token prompt (default 512; 4-bit
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
- *             int8 kernels: GFLOP/s and % of the sgemm bound (the int8
- *             kernels also of the int8 peak)
+ *             int8 kernels, and of the bf16 checkpoint (the convert
+ *             benchmark's) with the exact kernels: GFLOP/s and % of the
+ *             sgemm bound (the int8 kernels also of the int8 peak)
  *   big V     prefill (64 tokens) and decode of a full-size 4-bit checkpoint
  *             of variant V (26b-a4b, 31b; made once, 14-18 GB), exact and
  *             int8 kernels, against sgemm, the int8 peak and the bytes a
@@ -368,13 +369,15 @@ static int decode(int bits)
 
 static int prefill(int T)
 {
-    char pack[4200];
-    if (ensure("e2b-q4", "e2b", 4, true, pack, sizeof pack))
+    char pack[4200], bf16[4200];
+    if (ensure("e2b-q4", "e2b", 4, true, pack, sizeof pack) || ensure("e2b-bf16", "e2b", 0, false, bf16, sizeof bf16))
         return 1;
-    struct model m, mq; /* as gempack run loads them: by rows, and in blocks of rows for the int8 kernels */
+    /* as gempack run loads them: by rows, in blocks of rows for the int8 kernels; the bf16 checkpoint */
+    struct model m, mq, mb;
     struct err e = {0};
     if (model_open(&m, pack, &e) != ERR_OK || model_load_weights(&m, 2, false, &e) != ERR_OK ||
-        model_open(&mq, pack, &e) != ERR_OK || model_load_weights(&mq, 2, true, &e) != ERR_OK) {
+        model_open(&mq, pack, &e) != ERR_OK || model_load_weights(&mq, 2, true, &e) != ERR_OK ||
+        model_open(&mb, bf16, &e) != ERR_OK || model_load_weights(&mb, 2, false, &e) != ERR_OK) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
@@ -385,23 +388,24 @@ static int prefill(int T)
     int32_t *tok = malloc((size_t)T * sizeof *tok);
     for (int i = 0; i < T; i++)
         tok[i] = 2 + (int32_t)((i * 7919) % 262000);
-    printf("prefill, E2B-shaped 4-bit pack, %d-token prompt (%.2f GFLOP per token in matmuls, %.2f once for the "
-           "head)\n",
+    printf("prefill, E2B-shaped 4-bit pack (and bf16 checkpoint), %d-token prompt (%.2f GFLOP per token in matmuls, "
+           "%.2f once for the head)\n",
            T, flop_tok / 1e9, 2.0 * w_head / 1e9);
     for (int threads = 1; threads <= 2; threads++) {
         /* this VM's speed varies from minute to minute: the peak is the best of
          * three sgemm measurements before the prefills and three after, and
          * each prefill the best of `runs` */
-        static const enum kern_level levels[3] = {KERN_BEST, KERN_BLAS, KERN_Q8};
-        static const char *const names[3] = {"best", "blas", "q8"};
-        double peak = 0.0, gf[3] = {0.0, 0.0, 0.0}, tps[3] = {0.0, 0.0, 0.0};
+        static const enum kern_level levels[4] = {KERN_BEST, KERN_BLAS, KERN_Q8, KERN_BEST};
+        static const char *const names[4] = {"best", "blas", "q8", "best, bf16"};
+        struct model *const models[4] = {&m, &m, &mq, &mb};
+        double peak = 0.0, gf[4] = {0.0, 0.0, 0.0, 0.0}, tps[4] = {0.0, 0.0, 0.0, 0.0};
         for (int k = 0; k < 3; k++)
             peak = fmax(peak, sgemm_gflops(threads));
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             enum kern_level lv = levels[k];
             int runs = 3;
             struct runner r;
-            if (runner_init(&r, k == 2 ? &mq : &m, &(struct runner_opts){.threads = threads, .kernels = lv, .n_seq = 1, .max_step = T,
+            if (runner_init(&r, models[k], &(struct runner_opts){.threads = threads, .kernels = lv, .n_seq = 1, .max_step = T,
                                                            .max_context = T}, &e) != ERR_OK)
                 return 1;
             float *last = malloc((size_t)m.cfg.vocab_size * sizeof *last);
@@ -424,8 +428,8 @@ static int prefill(int T)
         for (int k = 0; k < 3; k++)
             peak = fmax(peak, sgemm_gflops(threads));
         const double i8 = int8_gops(threads);
-        for (int k = 0; k < 3; k++)
-            printf("  %d thread%s, kernels %-4s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %%%s\n", threads,
+        for (int k = 0; k < 4; k++)
+            printf("  %d thread%s, kernels %-10s: %.2f tokens/s, %.1f GFLOP/s; sgemm %.1f GFLOP/s: %.1f %%%s\n", threads,
                    threads == 1 ? " " : "s", names[k], tps[k], gf[k], peak, 100.0 * gf[k] / peak,
                    k == 0 && threads == 2 ? (gf[k] >= 0.7 * peak ? " (target >= 70 %: PASS)" : " (target >= 70 %: MISS)")
                                           : "");
@@ -436,6 +440,7 @@ static int prefill(int T)
     free(tok);
     model_close(&m);
     model_close(&mq);
+    model_close(&mb);
     return 0;
 }
 
