@@ -532,3 +532,59 @@ AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n
             }
     }
 }
+
+/* ---- kern_matmul_ref for every other weight type, 16 rows in the lanes ----
+ *
+ * 2/3/5/6-bit affine and f16/f32 weights have no fused kernel: their
+ * definition is kern_matmul_ref's, per row and token one sum over the
+ * columns in order of the product rounded, then added. Here lane i holds row
+ * r0 + i: the 16 rows are converted once per call (kern_row_f32, the
+ * reference's values) into a column-major block, then for up to 8 tokens at
+ * a time each column's products and sums run in every lane. */
+#define REF_TOKENS 8
+
+AVX512 INLINE void refgemm_rows512(const float *wt, const float *x, int64_t cols, int64_t t0, const int T, float *y,
+                                   int64_t ldy, int64_t r0, __mmask16 m)
+{
+    __m512 acc[REF_TOKENS];
+#pragma GCC unroll 8
+    for (int u = 0; u < T; u++)
+        acc[u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < cols; j++) {
+        const __m512 wv = _mm512_load_ps(wt + 16 * j);
+#pragma GCC unroll 8
+        for (int u = 0; u < T; u++)
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_set1_ps(x[(t0 + u) * cols + j]), wv));
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < T; u++)
+        _mm512_mask_storeu_ps(y + (t0 + u) * ldy + r0, m, acc[u]);
+}
+
+AVX512 void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
+                                int64_t row1, void *ws)
+{
+    const int64_t cols = w->cols;
+    float *wt = ws, *rows = wt + 16 * cols; /* [cols, 16], [16, cols] */
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)cols));
+    for (int64_t r0 = row0; r0 < row1; r0 += 16) {
+        const int64_t nr = row1 - r0 < 16 ? row1 - r0 : 16;
+        for (int64_t i = 0; i < nr; i++)
+            kern_row_f32(w, r0 + i, rows + i * cols);
+        for (int64_t j = 0; j < cols; j++) /* the rows absent read as zeros */
+            _mm512_store_ps(wt + 16 * j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask16(nr), idx, rows + j, 4));
+        for (int64_t t0 = 0; t0 < n; t0 += REF_TOKENS) {
+            switch (n - t0 < REF_TOKENS ? n - t0 : REF_TOKENS) {
+            case 1: refgemm_rows512(wt, x, cols, t0, 1, y, w->rows, r0, mask16(nr)); break;
+            case 2: refgemm_rows512(wt, x, cols, t0, 2, y, w->rows, r0, mask16(nr)); break;
+            case 3: refgemm_rows512(wt, x, cols, t0, 3, y, w->rows, r0, mask16(nr)); break;
+            case 4: refgemm_rows512(wt, x, cols, t0, 4, y, w->rows, r0, mask16(nr)); break;
+            case 5: refgemm_rows512(wt, x, cols, t0, 5, y, w->rows, r0, mask16(nr)); break;
+            case 6: refgemm_rows512(wt, x, cols, t0, 6, y, w->rows, r0, mask16(nr)); break;
+            case 7: refgemm_rows512(wt, x, cols, t0, 7, y, w->rows, r0, mask16(nr)); break;
+            default: refgemm_rows512(wt, x, cols, t0, 8, y, w->rows, r0, mask16(nr)); break;
+            }
+        }
+    }
+}

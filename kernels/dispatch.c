@@ -101,6 +101,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
         t->qdot = kern_qdot_avx512;
         t->qgemm = t->ws ? kern_qgemm_avx512 : NULL;
         t->bf16gemm = t->ws ? kern_bf16gemm_avx512 : NULL;
+        t->refgemm = t->ws ? kern_refgemm_avx512 : NULL;
         t->matvec_bf16 = kern_matvec_bf16_avx512;
     } else if (cpu_has(CPU_AVX2)) {
         t->name = "avx2";
@@ -132,6 +133,7 @@ void kern_free(struct kern_table *t)
     t->blas = false;
     t->qgemm = NULL;
     t->bf16gemm = NULL;
+    t->refgemm = NULL;
     for (int i = 0; t->scratch && i < KERN_MANY; i++)
         free(t->scratch[i].buf);
     free(t->scratch);
@@ -172,13 +174,14 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
         most = b8 > most ? b8 : most;
         gemm = g > gemm ? g : gemm;
     }
-    struct wmat bf = {.dtype = DT_BF16, .cols = cols}; /* the bf16 GEMM's tile */
-    size_t g = t->bf16gemm ? kern_bf16gemm_ws_bytes(&bf, GEMM_ROWS) : 0;
-    gemm = g > gemm ? g : gemm;
+    struct wmat bf = {.dtype = DT_BF16, .cols = cols}; /* the bf16 GEMM's tile; the reference's 16 rows */
+    size_t g = t->bf16gemm ? kern_bf16gemm_ws_bytes(&bf, GEMM_ROWS) : 0, r = t->refgemm ? kern_refgemm_ws_bytes(&bf) : 0;
+    gemm = n >= KERN_QGEMM_MIN_TOKENS && (t->qgemm || t->bf16gemm) ? (g > gemm ? g : gemm) : 0;
+    gemm = r > gemm ? r : gemm; /* the reference's rows at any n */
     for (int i = 0; i < KERN_MANY; i++)
         if (!scratch(t, i, most))
             return ERR_NOMEM;
-    for (int i = 0; n >= KERN_QGEMM_MIN_TOKENS && (t->qgemm || t->bf16gemm) && i < threads && i < POOL_MAX_THREADS; i++)
+    for (int i = 0; gemm && i < threads && i < POOL_MAX_THREADS; i++)
         if (!kern_ws_reserve(&t->ws[i], gemm)) /* each worker's blocked-GEMM tile */
             return ERR_NOMEM;
     return ERR_OK;
@@ -208,13 +211,13 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
 }
 
 struct mm_job {
-    matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm or qdot over the prepared input, or bf16gemm */
+    matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm, gemm or qdot */
     bool blas;
-    struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm, bf16gemm) */
+    struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm, gemm) */
     int64_t tile_rows;
     qdot_fn qdot;
     qgemm_fn qgemm;
-    gemm_fn bf16gemm;
+    gemm_fn gemm;             /* over the input as it is: bf16gemm or refgemm */
     const struct kern_qinput *qin;
     q8dot_fn q8dot;
     const struct kern_q8input *q8in;
@@ -236,8 +239,8 @@ static void mm_task(void *arg, int64_t task, int worker)
         j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
     else if (j->qgemm)
         j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, j->ws[worker].buf);
-    else if (j->bf16gemm)
-        j->bf16gemm(j->w, j->x, j->n, j->y, r0, r1, j->ws[worker].buf);
+    else if (j->gemm)
+        j->gemm(j->w, j->x, j->n, j->y, r0, r1, j->ws[worker].buf);
     else
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
@@ -294,11 +297,15 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     } else if (!w->quantized && w->dtype == DT_BF16 && n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm &&
                gemm_reserve(t, kern_bf16gemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads)) {
         j->fn = NULL;
-        j->bf16gemm = t->bf16gemm;
+        j->gemm = t->bf16gemm;
         j->ws = t->ws;
         j->tile_rows = GEMM_ROWS;
     } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
         j->fn = t->matvec_bf16;
+    } else if (t->refgemm && gemm_reserve(t, kern_refgemm_ws_bytes(w), threads)) {
+        j->fn = NULL; /* every other type: the reference's bits, 16 rows at a time */
+        j->gemm = t->refgemm;
+        j->ws = t->ws;
     }
 }
 

@@ -124,6 +124,13 @@ size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows);
 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                           void *ws);
 
+/* kern_matmul_ref's bits for the weights with no fused kernel (2/3/5/6-bit
+ * affine, f16, f32), 16 rows in the vector lanes, in a workspace of
+ * kern_refgemm_ws_bytes(w) bytes (64-byte aligned; avx512.c). */
+size_t kern_refgemm_ws_bytes(const struct wmat *w);
+void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                         void *ws);
+
 /* The definition of the bf16 kernels: per row and token, two chains of 16
  * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
  * column order, the chains added lane by lane, then the lanes summed as in
@@ -302,6 +309,7 @@ struct kern_table {
     q8prep_fn q8prep;         /* KERN_Q8: kern_q8input_prepare or its SIMD twin */
     qgemm_fn qgemm;           /* the fused kernels as a blocked GEMM, for steps of many tokens (NULL: none) */
     gemm_fn bf16gemm;         /* matvec_bf16 as a blocked GEMM, likewise */
+    gemm_fn refgemm;          /* kern_matmul_ref's bits, faster (NULL: the reference itself) */
     struct kern_ws *ws;       /* the scratch of each worker (POOL_MAX_THREADS), kept across
                                  calls; released by kern_free */
     struct kern_scratch *scratch; /* [KERN_MANY] the prepared inputs of one call's matrices:
@@ -344,7 +352,7 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
                       const float *x, int64_t n, int threads);
 
 /* Reserves the prepared-input scratch for matmuls of up to n tokens and
- * `cols` columns, and the blocked GEMM's tile of each of `threads` workers,
+ * `cols` columns, and the blocked GEMMs' tile of each of `threads` workers,
  * so that such calls allocate nothing; ERR_NOMEM if it cannot. */
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads);
 

@@ -301,7 +301,7 @@ static void assert_close_exact(const char *what, const float *got, const double 
 
 /* ------------------------------------------------------------------ the paths */
 
-enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_MX, WK_ANY };
+enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_MX, WK_OTHER, WK_ANY }; /* WK_OTHER: no fused kernel */
 
 struct path {
     const char *name;
@@ -370,6 +370,15 @@ static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, i
     kern_bf16gemm_avx512(w, x, n, y, r0, r1, ws);
     free(ws);
 }
+
+static void kern_matmul_ref_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
+                                        int64_t r1)
+{
+    void *ws = aligned_alloc(64, (kern_refgemm_ws_bytes(w) + 63) / 64 * 64);
+    cr_assert(ws);
+    kern_refgemm_avx512(w, x, n, y, r0, r1, ws);
+    free(ws);
+}
 #endif
 #if GP_ARM64
 static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -403,6 +412,7 @@ static const struct path paths[] = {
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
     {"bf16_gemm_avx512", kern_matmul_bf16_gemm_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, true},
+    {"ref_gemm_avx512", kern_matmul_ref_gemm_avx512, WK_OTHER, CPU_AVX512, kern_matmul_ref, true},
 #endif
 #if GP_ARM64
     {"q4_neon", kern_matvec_q_neon, WK_Q4, CPU_NEON, kern_matvec_q_def, false},
@@ -422,6 +432,7 @@ static bool path_serves(const struct path *p, const struct wmat *w)
     case WK_Q8: return affine && w->bits == 8;
     case WK_BF16: return !w->quantized && w->dtype == DT_BF16;
     case WK_MX: return w->quantized && w->mode != QM_AFFINE;
+    case WK_OTHER: return affine ? w->bits != 4 && w->bits != 8 : !w->quantized && w->dtype != DT_BF16;
     default: return true;
     }
 }
@@ -578,6 +589,12 @@ static void run_path(const char *name)
     case WK_Q8: quant_grid(p, 8); break;
     case WK_BF16: float_grid(p, DT_BF16); break;
     case WK_MX: mx_grid(p); break;
+    case WK_OTHER:
+        quant_grid(p, 3);
+        quant_grid(p, 6);
+        float_grid(p, DT_F16);
+        float_grid(p, DT_F32);
+        break;
     case WK_ANY:
         quant_grid(p, 4);
         quant_grid(p, 8);
@@ -665,6 +682,7 @@ Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
 Test(kernels, bf16_gemm_avx512) { run_path("bf16_gemm_avx512"); }
+Test(kernels, ref_gemm_avx512) { run_path("ref_gemm_avx512"); }
 #endif
 #if GP_ARM64
 Test(kernels, q4_neon) { run_path("q4_neon"); }
@@ -827,17 +845,18 @@ Test(kernels, init_tables)
     kern_init(&t, KERN_SCALAR);
     cr_assert_str_eq(t.name, "scalar");
     cr_assert(t.qdot == kern_qdot_ref && t.matvec_bf16 == kern_matvec_bf16_ref && !t.blas && !t.q8dot && !t.qgemm &&
-              !t.bf16gemm);
+              !t.bf16gemm && !t.refgemm);
     kern_free(&t);
     kern_init(&t, KERN_BEST);
 #if GP_X86
     if (cpu_has(CPU_AVX512)) {
         cr_assert_str_eq(t.name, "avx512");
         cr_assert(t.qdot == kern_qdot_avx512 && t.qgemm == kern_qgemm_avx512 && t.matvec_bf16 == kern_matvec_bf16_avx512 &&
-                  t.bf16gemm == kern_bf16gemm_avx512);
+                  t.bf16gemm == kern_bf16gemm_avx512 && t.refgemm == kern_refgemm_avx512);
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && !t.bf16gemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
+        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && !t.bf16gemm && !t.refgemm &&
+                  t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }
@@ -853,7 +872,7 @@ Test(kernels, init_tables)
     cr_assert_eq(tb.blas, kern_blas_init(), "sgemm exactly when OpenBLAS loads");
     cr_assert(!tb.blas || tb.ws, "sgemm has its workers' scratch");
     kern_free(&tb);
-    cr_assert(!tb.blas && !tb.ws && !tb.qgemm && !tb.bf16gemm);
+    cr_assert(!tb.blas && !tb.ws && !tb.qgemm && !tb.bf16gemm && !tb.refgemm);
     cr_assert(!t.q8dot && !tb.q8dot, "int8 activations only when asked for");
     struct kern_table tq;
     kern_init(&tq, KERN_Q8); /* KERN_BEST plus the int8 dot, when the CPU has one */
@@ -894,7 +913,7 @@ static size_t tables(struct kern_table *t, const char **label)
     if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .qgemm = kern_qgemm_avx512,
-                                     .bf16gemm = kern_bf16gemm_avx512,
+                                     .bf16gemm = kern_bf16gemm_avx512, .refgemm = kern_refgemm_avx512,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
@@ -937,6 +956,10 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     }
     if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16)
         return t->matvec_bf16;
+#if GP_X86
+    if (t->refgemm == kern_refgemm_avx512)
+        return kern_matmul_ref_gemm_avx512;
+#endif
     return kern_matmul_ref;
 }
 

@@ -609,6 +609,35 @@ Test(runner, gemm_workspace_reserved)
 
 Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_e2b_bf16, .timeout = 120) { gemm_prefill_bitwise("e2b", 0, KERN_BEST); }
+/* 6-bit weights have no fused kernel: the default runs kern_matmul_ref's
+ * sums 16 rows at a time (kern_refgemm_avx512 where there is AVX-512): the
+ * scalar reference's bits, in one step, in chunks and on any thread count. */
+Test(runner, q6_best_equals_scalar, .timeout = 120)
+{
+    char *tmp = th_mkdtemp();
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_HF});
+    char pack[4200];
+    snprintf(pack, sizeof pack, "%s/q6.gpk", tmp);
+    struct convert_opts co = {.align = 64, .plan = {.bits = 6, .group_size = 64}, .out = pack};
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, dir, &co, &e), ERR_OK, "%s", e.msg);
+    convert_free(&rep);
+    struct token_seqs s = {0};
+    fixture_tokens(dir, &s);
+    int64_t V, T = s.len[0];
+    float *scalar = run_logits_kern(pack, s.seq[0], T, 0, 1, KERN_SCALAR, &V);
+    float *best = run_logits_kern(pack, s.seq[0], T, 0, 2, KERN_BEST, &V);
+    float *chunked = run_logits_kern(pack, s.seq[0], T, 5, 3, KERN_BEST, &V);
+    cr_expect_eq(memcmp(best, scalar, (size_t)(T * V) * sizeof *best), 0, "6-bit: best and scalar differ");
+    cr_expect_eq(memcmp(chunked, scalar, (size_t)(T * V) * sizeof *best), 0, "6-bit: chunks of 5 differ");
+    free(best);
+    free(scalar);
+    free(chunked);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
 Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_26b_q4_int8, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_Q8); }
