@@ -590,8 +590,9 @@ static void run_path(const char *name)
     case WK_BF16: float_grid(p, DT_BF16); break;
     case WK_MX: mx_grid(p); break;
     case WK_OTHER:
-        quant_grid(p, 3);
-        quant_grid(p, 6);
+        for (int bits = 2; bits <= 6; bits++)
+            if (bits != 4)
+                quant_grid(p, bits);
         float_grid(p, DT_F16);
         float_grid(p, DT_F32);
         break;
