@@ -150,7 +150,7 @@ void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void 
                        int gs, int bits, float *out)
 {
 #if GP_X86
-    if ((bits == 2 || bits == 4 || bits == 8) && cpu_has(CPU_AVX512)) {
+    if (cpu_has(CPU_AVX512)) {
         quant_dequant_row_avx512(row_bytes, scales, biases, sdt, (int64_t)k, gs, bits, out);
         return;
     }

@@ -58,7 +58,7 @@ void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void
 /* quant_affine_row. */
 void quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
                void *biases);
-/* dequant_affine_row (any bits; 2, 4 and 8 take the vector path). */
+/* dequant_affine_row (with AVX-512: every width in vectors). */
 void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void *biases, enum dtype sdt, size_t k,
                        int gs, int bits, float *out);
 /* dtype_to_f32 (core/dtype.h). */

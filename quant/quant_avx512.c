@@ -42,32 +42,40 @@ AVX512 void quant_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, in
     }
 }
 
-/* dequant_affine_row for 2-, 4- and 8-bit codes (a word holds whole codes),
- * 16 values a step: the step's words are spread to the lanes (lane l takes
- * word l / per_word), shifted by (l % per_word)·bits and masked, converted,
- * then scale·q + bias with a separate multiply and add, exactly as the
- * scalar definition rounds. k is a multiple of gs (>= 32). */
+/* dequant_affine_row, 16 values a step. 2-, 4- and 8-bit codes (a word holds
+ * whole codes): the step's words are spread to the lanes (lane l takes word
+ * l / per_word), shifted by (l % per_word)·bits and masked. 3-, 5- and 6-bit
+ * codes cross bytes: the step's 2·bits bytes are loaded once into every
+ * 128-bit lane, lane l takes bytes o and o + 1 of bit offset l·bits = 8·o + r
+ * (a byte shuffle), shifted by r and masked. Then converted, and scale·q +
+ * bias with a separate multiply and add, exactly as the scalar definition
+ * rounds. k is a multiple of gs (>= 32). */
 AVX512 void quant_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt,
                                      int64_t k, int gs, int bits, float *out)
 {
+    const bool whole = 32 % bits == 0;
     const int per_word = 32 / bits;
     const size_t ssz = dtype_table[sdt].bits / 8;
     int32_t wi[16], sh[16];
     for (int l = 0; l < 16; l++) {
-        wi[l] = l / per_word;
-        sh[l] = (l % per_word) * bits;
+        const int o = l * bits / 8; /* bytes o, o + 1 (< 2·bits <= 12) into the low half of dword l */
+        wi[l] = whole ? l / per_word : (int32_t)(0x80800000u | (uint32_t)(o + 1) << 8 | (uint32_t)o);
+        sh[l] = whole ? (l % per_word) * bits : l * bits % 8;
     }
     const __m512i widx = _mm512_loadu_si512(wi), shift = _mm512_loadu_si512(sh);
     const __m512i mask = _mm512_set1_epi32((int)((1u << bits) - 1));
     const __mmask16 wmask = (__mmask16)((1u << (16 / per_word)) - 1); /* the words of 16 codes */
+    const __mmask16 bmask = (__mmask16)((1u << (2 * bits)) - 1);       /* the bytes of 16 codes */
     for (int64_t g = 0; g < k / gs; g++) {
         float sc, bi;
         dtype_to_f32(sdt, (const uint8_t *)scales + (size_t)g * ssz, &sc, 1);
         dtype_to_f32(sdt, (const uint8_t *)biases + (size_t)g * ssz, &bi, 1);
         const __m512 sv = _mm512_set1_ps(sc), bv = _mm512_set1_ps(bi);
         for (int64_t i = g * gs; i < (g + 1) * gs; i += 16) {
-            __m512i words = _mm512_maskz_loadu_epi32(wmask, row + i * bits / 8);
-            __m512i q = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(widx, words), shift), mask);
+            __m512i v = whole ? _mm512_permutexvar_epi32(widx, _mm512_maskz_loadu_epi32(wmask, row + i * bits / 8))
+                              : _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_maskz_loadu_epi8(bmask, row + i * bits / 8)),
+                                                    widx);
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi32(v, shift), mask);
             _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_mul_ps(sv, _mm512_cvtepi32_ps(q)), bv));
         }
     }

@@ -518,13 +518,13 @@ Test(quant, affine_row_avx512_bit_exact)
 
 
 /* quant_dequant_row_avx512 gives dequant_affine_row's bits (NaN scales only
- * need to stay NaN) for 2/4/8 bits, every group size and scale dtype, on
+ * need to stay NaN) for 2/3/4/5/6/8 bits, every group size and scale dtype, on
  * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
 Test(quant, dequant_row_avx512_matches_reference)
 {
     if (!cpu_has(CPU_AVX512))
         cr_skip_test("no AVX-512 on this CPU");
-    static const int bitss[] = {2, 4, 8}, gss[] = {32, 64, 128};
+    static const int bitss[] = {2, 3, 4, 5, 6, 8}, gss[] = {32, 64, 128};
     static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     enum { K = 384 };
     uint8_t codes[K], sb[2][4 * K / 32];
