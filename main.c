@@ -1,22 +1,20 @@
 /* main.c - the gempack command line: parse, call one library function per
- * command, print, exit. The only file that prints to the terminal or exits;
- * everything it calls returns error codes with messages (core/err.h).
+ * command, print, exit. With cli.c (its option tables, messages and progress
+ * line) the only code that prints to the terminal or exits; everything it
+ * calls returns error codes with messages (core/err.h).
  *
  * Exit codes: 0 success; 1 a negative verdict (check: not loadable; verify:
  * a mismatch; golden check: a regression); 2 usage error, unreadable input or
  * any other failure. */
-#include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "cli.h"
 #include "converter/convert.h"
 #include "core/cpu.h"
 #include "fixtures/fixture.h"
@@ -28,43 +26,7 @@
 #include "runner/session.h"
 #include "gp_config.h"
 
-enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
-
-/* Another model's checkpoint is a verdict (exit 1); any other failure exit 2. */
-static int fail(const struct err *e)
-{
-    fprintf(stderr, "gempack: error: %s\n", e->msg);
-    return e->code == ERR_NOT_TARGET ? EXIT_VERDICT : EXIT_ERROR;
-}
-
-static int usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "gempack %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'gempack %s --help'.\n", cmd);
-    return EXIT_ERROR;
-}
-
-static void print_json(struct json_object *o)
-{
-    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                               JSON_C_TO_STRING_NOSLASHESCAPE));
-}
-
-/* Strict decimal parse of a non-negative integer. */
-static bool parse_u64(const char *s, unsigned long long max, unsigned long long *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end || s[0] == '-' || errno == ERANGE || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
+/* --mode: 0 prefill, 1 decode, N chunked:N. */
 static bool parse_mode(const char *s, int64_t *chunk)
 {
     unsigned long long v;
@@ -81,214 +43,12 @@ static bool parse_mode(const char *s, int64_t *chunk)
 
 #define MODE_USAGE "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824"
 
-static bool parse_float(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
-
 /* --tokens / --tokens-file into seqs; -1 on success, else the exit code. */
 static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
 {
     struct err e = {0};
     int rc = c == 't' ? tokens_add_csv(seqs, optarg, &e) : tokens_read_file(optarg, seqs, &e);
     return rc == ERR_OK ? -1 : usage_error(cmd, "%s", e.msg);
-}
-
-/* ---- progress on a terminal ---- */
-
-/* A progress line on stderr when it is a terminal (none otherwise): what
- * was just done, the share, the rate and the time left, at most ten times a
- * second, erased when the work ends. */
-struct progress_line {
-    double start, last;
-    bool shown;
-};
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void progress_print(void *ctx, const char *what, uint64_t done, uint64_t total, const char *unit)
-{
-    struct progress_line *p = ctx;
-    double t = now_s();
-    if (!p->start)
-        p->start = t;
-    if (done < total && t - p->last < 0.1)
-        return;
-    p->last = t;
-    double rate = t > p->start ? (double)done / (t - p->start) : 0.0;
-    bool bytes = !strcmp(unit, "B");
-    fprintf(stderr, "\r\033[K%.40s: %.1f%% (%llu of %llu %s), %.4g %s/s, %.0f s left", what,
-            total ? 100.0 * (double)done / (double)total : 100.0, (unsigned long long)(bytes ? done >> 20 : done),
-            (unsigned long long)(bytes ? total >> 20 : total), bytes ? "MiB" : unit, bytes ? rate / 1048576.0 : rate,
-            bytes ? "MiB" : unit, rate > 0 ? (double)(total - done) / rate : 0.0);
-    fflush(stderr);
-    p->shown = true;
-}
-
-/* The progress of a command: printing on a terminal, nothing otherwise. */
-static struct progress progress_on_tty(struct progress_line *line)
-{
-    *line = (struct progress_line){0};
-    return isatty(STDERR_FILENO) ? (struct progress){progress_print, line} : (struct progress){0};
-}
-
-static void progress_end(const struct progress_line *line)
-{
-    if (line->shown)
-        fputs("\r\033[K", stderr);
-}
-
-/* ---- options and help, from one table per command ---- */
-
-/* An option: how --help shows it, and for the typed ones where its value
- * goes (base + off, a field of `size` bytes) so the command need not parse it. */
-enum opt_type {
-    OPT_OWN,                   /* the command handles it */
-    OPT_FLAG,                  /* sets a bool */
-    OPT_STR,                   /* stores optarg (a const char *) */
-    OPT_UINT,                  /* an integer in [lo, hi] */
-    OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
-};
-
-struct opt {
-    const char *name;          /* long option, without the dashes */
-    const char *arg;           /* its argument as the help names it, or NULL */
-    int code;                  /* what getopt_long returns for it */
-    const char *help;          /* lines separated by '\n'; NULL: described with another option */
-    enum opt_type type;
-    size_t off, size;
-    unsigned long long lo, hi;
-    const char *choices;
-    const int *values;
-};
-
-#define OWN(name, arg, code, help) {name, arg, code, help, OPT_OWN, 0, 0, 0, 0, NULL, NULL}
-#define FLAG(name, code, S, f, help) {name, NULL, code, help, OPT_FLAG, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
-#define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
-#define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
-#define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
-
-struct command {
-    const char *name, *synopsis, *summary;
-    const char *about;         /* the paragraphs between the usage and the options */
-    const struct opt *opts;    /* ends with a zero entry; -h, --help is added */
-    const char *after;         /* a paragraph after the options, or NULL */
-    int (*fn)(int, char **);
-};
-
-static const struct command *current;
-
-static void command_help(const struct command *c, FILE *out)
-{
-    fprintf(out, "usage: %s\n\n%s\n", c->synopsis, c->about);
-    size_t width = strlen("-h, --help");
-    for (const struct opt *o = c->opts; o && o->name; o++) {
-        size_t w = 2 + strlen(o->name) + (o->arg ? 1 + strlen(o->arg) : 0) + (o->code == 'o' ? 4 : 0);
-        width = w > width && w <= 26 ? w : width;
-    }
-    for (const struct opt *o = c->opts; o && o->name; o++) {
-        if (!o->help)
-            continue;
-        char head[80];
-        snprintf(head, sizeof head, "%s--%s%s%s", o->code == 'o' ? "-o, " : "", o->name, o->arg ? " " : "",
-                 o->arg ? o->arg : "");
-        const char *line = o->help;
-        fprintf(out, "  %-*s  ", (int)width, head);
-        for (const char *nl; (nl = strchr(line, '\n')); line = nl + 1)
-            fprintf(out, "%.*s\n  %-*s  ", (int)(nl - line), line, (int)width, "");
-        fprintf(out, "%s\n", line);
-    }
-    fprintf(out, "  %-*s  this text\n", (int)width, "-h, --help");
-    if (c->after)
-        fprintf(out, "\n%s\n", c->after);
-}
-
-/* Stores a typed option's value at base; false (with *code) on a bad value. */
-static bool set_opt(const struct opt *o, void *base, int *code)
-{
-    unsigned long long v = 1;
-    if (o->type == OPT_STR) {
-        memcpy((char *)base + o->off, &optarg, sizeof optarg);
-        return true;
-    }
-    if (o->type == OPT_UINT && !(parse_u64(optarg, o->hi, &v) && v >= o->lo)) {
-        fprintf(stderr, "gempack %s: --%s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n",
-                current->name, o->name, optarg, o->lo, o->hi, current->name);
-        *code = EXIT_ERROR;
-        return false;
-    }
-    if (o->type == OPT_CHOICE) {
-        size_t n = strlen(optarg), k = 0;
-        const char *p = o->choices;
-        for (; *p; k++) {
-            size_t len = strcspn(p, "|");
-            if (len == n && !strncmp(p, optarg, n))
-                break;
-            p += len + (p[len] == '|');
-        }
-        if (!*p) {
-            fprintf(stderr, "gempack %s: --%s %s: expected one of %s\nTry 'gempack %s --help'.\n", current->name,
-                    o->name, optarg, o->choices, current->name);
-            *code = EXIT_ERROR;
-            return false;
-        }
-        v = o->values ? (unsigned long long)o->values[k] : k;
-    }
-    uint8_t *dst = (uint8_t *)base + o->off;
-    if (o->size == 1)
-        *dst = (uint8_t)v;
-    else if (o->size == 4)
-        memcpy(dst, &(uint32_t){(uint32_t)v}, 4);
-    else
-        memcpy(dst, &(uint64_t){(uint64_t)v}, 8);
-    return true;
-}
-
-/* The next option the command handles itself; typed ones are stored at base
- * on the way. -1: no more; -2: a bad value (*code is the exit code). 'h'
- * is --help. */
-static int next_opt(int argc, char **argv, void *base, int *code)
-{
-    static struct option longs[40];
-    static const struct command *built;
-    if (built != current) {
-        int n = 0;
-        for (const struct opt *o = current->opts; o && o->name && n < 38; o++)
-            longs[n++] = (struct option){o->name, o->arg ? required_argument : no_argument, 0, o->code};
-        longs[n++] = (struct option){"help", no_argument, 0, 'h'};
-        longs[n] = (struct option){0};
-        built = current;
-    }
-    for (int c; (c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1;) {
-        const struct opt *o = current->opts;
-        while (o && o->name && o->code != c)
-            o++;
-        if (!o || !o->name || o->type == OPT_OWN)
-            return c;
-        if (!set_opt(o, base, code))
-            return -2;
-    }
-    return -1;
-}
-
-/* -h and an unknown option, the same way in every command: the exit code. */
-static int common_opt(int c)
-{
-    if (c == 'h') {
-        command_help(current, stdout);
-        return 0;
-    }
-    return usage_error(current->name, "%s", "invalid option");
 }
 
 /* ---- check ---- */

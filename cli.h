@@ -1,0 +1,97 @@
+/* cli.h - the command line's machinery, shared by main.c's commands (cli.c):
+ * one option table per command (parsed, stored and shown by --help), value
+ * parsing, the error messages and exit codes, and a progress line on a
+ * terminal. Only these two files print to the terminal or exit. */
+#ifndef GEMPACK_CLI_H
+#define GEMPACK_CLI_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/err.h"
+#include "core/progress.h"
+
+enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
+
+/* Prints e; the exit code: another model's checkpoint is a verdict (1), any other failure 2. */
+int fail(const struct err *e);
+
+/* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
+int usage_error(const char *cmd, const char *fmt, const char *arg);
+
+void print_json(struct json_object *o);
+
+/* Strict decimal parse of a non-negative integer up to max. */
+bool parse_u64(const char *s, unsigned long long max, unsigned long long *out);
+
+/* A finite decimal number in [lo, hi]. */
+bool parse_float(const char *s, double lo, double hi, double *out);
+
+/* A progress line on stderr when it is a terminal (none otherwise): what
+ * was just done, the share, the rate and the time left, at most ten times a
+ * second, erased when the work ends. */
+struct progress_line {
+    double start, last;
+    bool shown;
+};
+
+/* The progress of a command: printing on a terminal, nothing otherwise. */
+struct progress progress_on_tty(struct progress_line *line);
+
+/* Erases the line if one was shown. */
+void progress_end(const struct progress_line *line);
+
+/* ---- options and help, from one table per command ---- */
+
+/* An option: how --help shows it, and for the typed ones where its value
+ * goes (base + off, a field of `size` bytes) so the command need not parse it. */
+enum opt_type {
+    OPT_OWN,                   /* the command handles it */
+    OPT_FLAG,                  /* sets a bool */
+    OPT_STR,                   /* stores optarg (a const char *) */
+    OPT_UINT,                  /* an integer in [lo, hi] */
+    OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
+};
+
+struct opt {
+    const char *name;          /* long option, without the dashes */
+    const char *arg;           /* its argument as the help names it, or NULL */
+    int code;                  /* what getopt_long returns for it */
+    const char *help;          /* lines separated by '\n'; NULL: described with another option */
+    enum opt_type type;
+    size_t off, size;
+    unsigned long long lo, hi;
+    const char *choices;
+    const int *values;
+};
+
+#define OWN(name, arg, code, help) {name, arg, code, help, OPT_OWN, 0, 0, 0, 0, NULL, NULL}
+#define FLAG(name, code, S, f, help) {name, NULL, code, help, OPT_FLAG, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+#define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+#define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
+#define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
+
+struct command {
+    const char *name, *synopsis, *summary;
+    const char *about;         /* the paragraphs between the usage and the options */
+    const struct opt *opts;    /* ends with a zero entry; -h, --help is added */
+    const char *after;         /* a paragraph after the options, or NULL */
+    int (*fn)(int, char **);
+};
+
+/* The command being run (main sets it). */
+extern const struct command *current;
+
+void command_help(const struct command *c, FILE *out);
+
+/* The next option the command handles itself; typed ones are stored at base
+ * on the way. -1: no more; -2: a bad value (*code is the exit code). 'h'
+ * is --help. */
+int next_opt(int argc, char **argv, void *base, int *code);
+
+/* -h and an unknown option, the same way in every command: the exit code. */
+int common_opt(int c);
+
+#endif
