@@ -159,10 +159,102 @@ AVX2 INLINE void qrows256m(const struct wmat *w, const struct kern_qinput *in, i
     }
 }
 
-AVX2 INLINE void qrows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                          int64_t row0, int64_t row1, const int gs, const int bits)
+/* ---- affine 4/8-bit: arows512 of avx512.c on two halves of 8 lanes ---- */
+
+/* NB sets of 16 rows from r0, 16 apart (m: the lanes of rows in range), for
+ * tokens t0 .. t0+T-1; blocked, r0 starts a block. A and B in memory. */
+AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
+                          uint32_t m, const int NB, const int T, const int bits)
 {
-    qrows256m(w, in, t0, tb, y, row0, row1, gs, bits, QM_AFFINE);
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    const int64_t ng = w->cols / w->gs, stride = in->stride;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i vidx = _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)w->row_stride));
+    __m256i mh[2]; /* the lanes of each half in range, as a gather's mask */
+    for (int h = 0; h < 2; h++)
+        mh[h] = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)m), _mm256_add_epi32(lane, _mm256_set1_epi32(8 * h))),
+                                                    _mm256_set1_epi32(1)),
+                                   _mm256_setzero_si256());
+    float A[8][16], Bt[8][16];
+    memset(A, 0, sizeof A);
+    memset(Bt, 0, sizeof Bt);
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *base[4];
+        for (int b = 0; b < NB; b++)
+            base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
+                                 : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
+        const float *x = in->xd + t0 * stride + g * w->gs;
+        __m256 p[8]; /* chain (b, h, u) at (b·2 + h)·T + u; set by the group's first product */
+#pragma GCC unroll 8
+        for (int c = 0; c < 2 * NB * T; c++)
+            p[c] = _mm256_undefined_ps();
+        for (int i = 0; i < wpg; i++) {
+            __m256i v[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 2 * NB; c++)
+                v[c] = w->blocked ? _mm256_loadu_si256((const __m256i *)(const void *)(base[c / 2] + 64 * i + 32 * (c % 2)))
+                                  : _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
+                                                                (const int *)(const void *)(base[c / 2] + (size_t)(8 * (c % 2)) * w->row_stride + 4 * i),
+                                                                vidx, mh[c % 2], 1);
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k++)
+#pragma GCC unroll 4
+                for (int u = 0; u < T; u++) {
+                    const __m256 xb = _mm256_set1_ps(x[u * stride + i * per_word + k]);
+#pragma GCC unroll 8
+                    for (int c = 0; c < 2 * NB; c++) {
+                        const __m256 q = code256(v[c], k, bits, QM_AFFINE);
+                        p[c * T + u] = i == 0 && k == 0 ? _mm256_mul_ps(xb, q) : _mm256_fmadd_ps(xb, q, p[c * T + u]);
+                    }
+                }
+        }
+        for (int b = 0; b < NB; b++) {
+            float sc[16], bi[16];
+            kern_params16(w, w->s, r0 + 16 * b, g, m, sc);
+            kern_params16(w, w->b, r0 + 16 * b, g, m, bi);
+            for (int h = 0; h < 2; h++)
+                for (int u = 0; u < T; u++) {
+                    float *a = A[b * T + u] + 8 * h, *bt = Bt[b * T + u] + 8 * h;
+                    _mm256_storeu_ps(a, _mm256_fmadd_ps(p[(b * 2 + h) * T + u], _mm256_loadu_ps(sc + 8 * h), _mm256_loadu_ps(a)));
+                    _mm256_storeu_ps(bt, _mm256_fmadd_ps(_mm256_loadu_ps(bi + 8 * h), _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]),
+                                                         _mm256_loadu_ps(bt)));
+                }
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int u = 0; u < T; u++)
+            for (int h = 0; h < 2; h++)
+                _mm256_maskstore_ps(y + (t0 + u) * w->rows + r0 + 16 * b + 8 * h, mh[h],
+                                    _mm256_add_ps(_mm256_loadu_ps(A[b * T + u] + 8 * h), _mm256_loadu_ps(Bt[b * T + u] + 8 * h)));
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0+T-1: whole sets of 16 rows 4/T at a
+ * time, a partial set (a blocked matrix's first, the last) alone. */
+AVX2 INLINE void arange256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
+                           int64_t row1, const int T, const int bits)
+{
+    const int NB = T == 1 ? 4 : T == 2 ? 2 : 1;
+    int64_t r = w->blocked ? row0 / 16 * 16 : row0;
+    if (r < row0) {
+        arows256(w, in, t0, y, r, kern_rows_mask(r, row0, row1), 1, T, bits);
+        r += 16;
+    }
+    for (; r + 16 * NB <= row1; r += 16 * NB)
+        arows256(w, in, t0, y, r, 0xFFFF, NB, T, bits);
+    for (; r < row1; r += 16)
+        arows256(w, in, t0, y, r, kern_rows_mask(r, row0, row1), 1, T, bits);
+}
+
+AVX2 INLINE void adot256(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1, const int bits)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += 4)
+        switch (n - t0 < 4 ? n - t0 : 4) {
+        case 1: arange256(w, in, t0, y, row0, row1, 1, bits); break;
+        case 2: arange256(w, in, t0, y, row0, row1, 2, bits); break;
+        case 3: arange256(w, in, t0, y, row0, row1, 3, bits); break;
+        default: arange256(w, in, t0, y, row0, row1, 4, bits); break;
+        }
 }
 
 AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -170,8 +262,10 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
 {
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows256m)
+    } else if (w->bits == 4) {
+        adot256(w, in, n, y, row0, row1, 4);
     } else {
-        TOKENS_DISPATCH(qrows256)
+        adot256(w, in, n, y, row0, row1, 8);
     }
 }
 

@@ -207,20 +207,222 @@ AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in,
     }
 }
 
-AVX512 INLINE void qrows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                            int64_t row0, int64_t row1, const int gs, const int bits)
+/* ---- affine 4/8-bit: kern_qdot_ref with one row per lane ----
+ *
+ * Lane l holds row 16B + l of a block of 16 rows. Per group, each word of
+ * the 16 rows is one vector (blocked: one load; by rows: a gather); its codes
+ * isolated in place (code512) multiply the column's prepared input,
+ * broadcast, into the chain of each (block, token); the chain is folded with
+ * the 16 rows' scales into A and their bias terms into B. NB blocks × T
+ * tokens of chains run side by side. */
+
+/* kern_params16 as a vector; blocked, 16 converted at once. */
+AVX512 INLINE __m512 params16(const struct wmat *w, const uint8_t *p, int64_t r0, int64_t g, __mmask16 m)
 {
-    qrows512m(w, in, t0, tb, y, row0, row1, gs, bits, QM_AFFINE);
+    float v[16];
+    if (w->blocked)
+        quant_to_f32_avx512(w->dtype, p + kern_block_off(w, r0 / 16, g), v, 16);
+    else
+        kern_params16(w, p, r0, g, m, v);
+    return _mm512_maskz_loadu_ps(m, v);
 }
 
-/* One instantiation per (group size, bits) for a constant tb. */
+/* NB sets of 16 rows from r0, 16 apart (m: the lanes of rows in range), for
+ * tokens t0 .. t0+T-1; blocked, r0 starts a block. */
+AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
+                            __mmask16 m, const int NB, const int T, const int bits)
+{
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    const int64_t ng = w->cols / w->gs, stride = in->stride;
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)w->row_stride));
+    __m512 A[8], Bt[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NB * T; c++)
+        A[c] = Bt[c] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *base[8];
+        for (int b = 0; b < NB; b++)
+            base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
+                                 : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
+        const float *x = in->xd + t0 * stride + g * w->gs;
+        __m512 p[8]; /* set by the group's first product */
+#pragma GCC unroll 8
+        for (int c = 0; c < NB * T; c++)
+            p[c] = _mm512_undefined_ps();
+        for (int i = 0; i < wpg; i++) {
+            __m512i v[8];
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++)
+                v[b] = w->blocked ? _mm512_loadu_si512((const void *)(base[b] + 64 * i))
+                                  : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base[b] + 4 * i, 1);
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k++)
+#pragma GCC unroll 4
+                for (int u = 0; u < T; u++) {
+                    const __m512 xb = _mm512_set1_ps(x[u * stride + i * per_word + k]);
+#pragma GCC unroll 8
+                    for (int b = 0; b < NB; b++) {
+                        const __m512 q = code512(v[b], k, bits, QM_AFFINE);
+                        p[b * T + u] = i == 0 && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, p[b * T + u]);
+                    }
+                }
+        }
+        for (int b = 0; b < NB; b++) {
+            const __m512 sc = params16(w, w->s, r0 + 16 * b, g, m), bi = params16(w, w->b, r0 + 16 * b, g, m);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                A[b * T + u] = _mm512_fmadd_ps(p[b * T + u], sc, A[b * T + u]);
+                Bt[b * T + u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]), Bt[b * T + u]);
+            }
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int u = 0; u < T; u++)
+            _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r0 + 16 * b, m, _mm512_add_ps(A[b * T + u], Bt[b * T + u]));
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0+T-1: whole sets of 16 rows 8/T at a
+ * time, a partial set (a blocked matrix's first, the last) alone. */
+AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
+                             int64_t row1, const int T, const int bits)
+{
+    const int NB = T == 1 ? 8 : T == 2 ? 4 : 2;
+    int64_t r = w->blocked ? row0 / 16 * 16 : row0;
+    if (r < row0) {
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
+        r += 16;
+    }
+    for (; r + 16 * NB <= row1; r += 16 * NB)
+        arows512(w, in, t0, y, r, 0xFFFF, NB, T, bits);
+    for (; r < row1; r += 16)
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
+}
+
+/* ---- affine 4/8-bit as a blocked GEMM: arows512's chains, tokens broadcast ----
+ *
+ * The tile's rows, in sets of 16 lanes (an even count; lanes and sets past
+ * the tile zero), are decoded once into floats column by column ([set,
+ * column, 16]: each code isolated in place, as arows512 has it) and their
+ * scales and biases into [set, group, 16]. For each panel of AGEMM_T tokens
+ * (the input prepared in panels, [column, AGEMM_T]), two sets × AGEMM_T
+ * tokens at a time run each group's chain of products in column order in
+ * registers and fold it with the scales into A; then the bias terms, and
+ * y = A + B: every (row, token) through kern_qdot_ref's operations. */
+
+/* Two sets (q0, q1: [cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]): the
+ * chains of groups [0, ng), each folded into A0 / A1 ([AGEMM_T, 16]). */
+__attribute__((noinline)) AVX512 static void agemm_2x12(const float *q0, const float *q1, const float *x,
+                                                        const float *s0, const float *s1, int64_t ng, int gs,
+                                                        float *A0, float *A1)
+{
+    for (int64_t g = 0; g < ng; g++) {
+        const float *qa = q0 + g * gs * 16, *qb = q1 + g * gs * 16, *xg = x + g * gs * AGEMM_T;
+        __m512 p0[AGEMM_T], p1[AGEMM_T];
+        const __m512 w0 = _mm512_load_ps(qa), w1 = _mm512_load_ps(qb);
+#pragma GCC unroll 12
+        for (int u = 0; u < AGEMM_T; u++) {
+            const __m512 xb = _mm512_set1_ps(xg[u]);
+            p0[u] = _mm512_mul_ps(xb, w0);
+            p1[u] = _mm512_mul_ps(xb, w1);
+        }
+        for (int j = 1; j < gs; j++) {
+            const __m512 v0 = _mm512_load_ps(qa + 16 * j), v1 = _mm512_load_ps(qb + 16 * j);
+#pragma GCC unroll 12
+            for (int u = 0; u < AGEMM_T; u++) {
+                const __m512 xb = _mm512_set1_ps(xg[j * AGEMM_T + u]);
+                p0[u] = _mm512_fmadd_ps(xb, v0, p0[u]);
+                p1[u] = _mm512_fmadd_ps(xb, v1, p1[u]);
+            }
+        }
+        const __m512 sa = _mm512_load_ps(s0 + 16 * g), sb = _mm512_load_ps(s1 + 16 * g);
+#pragma GCC unroll 12
+        for (int u = 0; u < AGEMM_T; u++) {
+            _mm512_store_ps(A0 + 16 * u, _mm512_fmadd_ps(p0[u], sa, _mm512_load_ps(A0 + 16 * u)));
+            _mm512_store_ps(A1 + 16 * u, _mm512_fmadd_ps(p1[u], sb, _mm512_load_ps(A1 + 16 * u)));
+        }
+    }
+}
+
+/* Rows r0 .. r0+15 (m: those in the tile) decoded into qt [cols, 16], their
+ * scales into st and biases into bt [groups, 16]; zeros for the others. */
+AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m, float *qt, float *st, float *bt,
+                                   const int bits)
+{
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    const int64_t ng = w->cols / w->gs;
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)w->row_stride));
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *base = !m ? NULL
+                              : w->blocked ? w->w + kern_block_off(w, r0 / 16, g)
+                                           : w->w + (size_t)r0 * w->row_stride + (size_t)(4 * g * wpg);
+        for (int i = 0; i < wpg; i++) {
+            const __m512i v = !m         ? _mm512_setzero_si512()
+                              : w->blocked ? _mm512_maskz_loadu_epi32(m, base + 64 * i)
+                                           : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base + 4 * i, 1);
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k++)
+                _mm512_store_ps(qt + (g * w->gs + i * per_word + k) * 16, code512(v, k, bits, QM_AFFINE));
+        }
+        _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, r0, g, m) : _mm512_setzero_ps());
+        _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, r0, g, m) : _mm512_setzero_ps());
+    }
+}
+
+AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                            int64_t row1, float *ws, const int bits)
+{
+    const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
+    const int64_t sets = ((row1 - rbase + 15) / 16 + 1) / 2 * 2;
+    float *qt = ws, *st = qt + sets * cols * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
+    for (int64_t s = 0; s < sets; s++)
+        agemm_decode512(w, rbase + 16 * s, (__mmask16)kern_rows_mask(rbase + 16 * s, row0, row1), qt + s * cols * 16,
+                        st + s * ng * 16, bt + s * ng * 16, bits);
+    for (int64_t t0 = 0; t0 < n; t0 += AGEMM_T) {
+        const float *x = in->xd + t0 * in->stride; /* the panel of tokens t0 .. t0 + AGEMM_T - 1 */
+        const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
+        for (int64_t s = 0; s < sets; s += 2) {
+            memset(A, 0, 2 * AGEMM_T * 16 * sizeof *A);
+            agemm_2x12(qt + s * cols * 16, qt + (s + 1) * cols * 16, x, st + s * ng * 16, st + (s + 1) * ng * 16, ng,
+                       w->gs, A, A + AGEMM_T * 16);
+            for (int i = 0; i < 2; i++) {
+                const int64_t r = rbase + 16 * (s + i);
+                const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
+                for (int u = 0; u < tp && m; u++) {
+                    const float *xs = in->xsum + (t0 + u) * ng;
+                    __m512 b = _mm512_setzero_ps();
+                    for (int64_t g = 0; g < ng; g++)
+                        b = _mm512_fmadd_ps(_mm512_load_ps(bt + ((s + i) * ng + g) * 16), _mm512_set1_ps(xs[g]), b);
+                    _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r, m,
+                                          _mm512_add_ps(_mm512_load_ps(A + (i * AGEMM_T + u) * 16), b));
+                }
+            }
+        }
+    }
+}
+
+AVX512 INLINE void adot512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                           int64_t row1, const int bits)
+{
+    for (int64_t t0 = 0; t0 < n; t0 += 4)
+        switch (n - t0 < 4 ? n - t0 : 4) {
+        case 1: arange512(w, in, t0, y, row0, row1, 1, bits); break;
+        case 2: arange512(w, in, t0, y, row0, row1, 2, bits); break;
+        case 3: arange512(w, in, t0, y, row0, row1, 3, bits); break;
+        default: arange512(w, in, t0, y, row0, row1, 4, bits); break;
+        }
+}
+
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows512m)
+    } else if (w->bits == 4) {
+        adot512(w, in, n, y, row0, row1, 4);
     } else {
-        TOKENS_DISPATCH(qrows512)
+        adot512(w, in, n, y, row0, row1, 8);
     }
 }
 
@@ -422,13 +624,9 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
 AVX512 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                               int64_t row1, void *ws)
 {
-    switch (w->mode == QM_AFFINE ? w->gs * 16 + w->bits : -(int)w->mode) {
-    case 32 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_AFFINE); break;
-    case 64 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 64, 4, QM_AFFINE); break;
-    case 128 * 16 + 4: qgemm512m(w, in, n, y, row0, row1, ws, 128, 4, QM_AFFINE); break;
-    case 32 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_AFFINE); break;
-    case 64 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 64, 8, QM_AFFINE); break;
-    case 128 * 16 + 8: qgemm512m(w, in, n, y, row0, row1, ws, 128, 8, QM_AFFINE); break;
+    switch (w->mode == QM_AFFINE ? w->bits : -(int)w->mode) {
+    case 4: agemm512(w, in, n, y, row0, row1, ws, 4); break;
+    case 8: agemm512(w, in, n, y, row0, row1, ws, 8); break;
     case -QM_MXFP4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_MXFP4); break;
     case -QM_NVFP4: qgemm512m(w, in, n, y, row0, row1, ws, 16, 4, QM_NVFP4); break;
     default: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;

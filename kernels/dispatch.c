@@ -274,8 +274,6 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->fn = NULL;
         j->q8dot = t->q8dot;
         j->q8in = q8 ? q8 : q8in;
-    } else if (w->blocked) {
-        /* only the int8 kernels and the reference read blocks */
     } else if (n >= KERN_GEMM_MIN_TOKENS && t->blas) {
         j->fn = NULL;
         j->blas = true;
@@ -285,7 +283,7 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         /* the same bits at GEMM speed for many tokens, its input in fours */
         bool gemm = n >= KERN_QGEMM_MIN_TOKENS && t->qgemm &&
                     gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads);
-        q = q && q->fours == gemm ? q : NULL;
+        q = q && q->gemm == gemm ? q : NULL;
         if (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, gemm, buf, qin), true))) {
             j->fn = NULL; /* the input is prepared once and read by every tile */
             j->qin = q ? q : qin;

@@ -18,10 +18,11 @@ void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum
         }
 }
 
-/* Floats per token of the rearranged input: cols rounded up to blocks of 16 words. */
+/* Floats per token of the prepared input: affine, cols rounded up to 16;
+ * MX, cols rounded up to blocks of 16 words. */
 static int64_t qinput_stride(const struct wmat *w)
 {
-    const int64_t blk = 16 * (32 / w->bits);
+    const int64_t blk = w->mode == QM_AFFINE ? 16 : 16 * (32 / w->bits);
     return (w->cols + blk - 1) / blk * blk;
 }
 
@@ -34,18 +35,30 @@ static int64_t qinput_sums(const struct wmat *w, int64_t n)
 
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)(qinput_sums(w, n) + (n + 3) / 4 * 4 * qinput_stride(w)) * sizeof(float);
+    const int64_t tokens = w->mode == QM_AFFINE ? (n + AGEMM_T - 1) / AGEMM_T * AGEMM_T : (n + 3) / 4 * 4;
+    return (size_t)(qinput_sums(w, n) + tokens * qinput_stride(w)) * sizeof(float);
 }
 
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fours, void *buf, struct kern_qinput *in)
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
 {
     const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
-    const int64_t stride = qinput_stride(w), tokens = fours ? (n + 3) / 4 * 4 : n;
+    const int64_t stride = qinput_stride(w), tokens = gemm ? (n + 3) / 4 * 4 : n;
     float *xsum = buf, *xd = xsum + qinput_sums(w, n);
     kern_group_sums(w, x, n, xsum);
+    if (w->mode == QM_AFFINE) { /* in column order, each code's place value divided out (the top code's is 1) */
+        float unit[8];
+        for (int k = 0; k < per_word; k++)
+            unit[k] = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * k);
+        for (int64_t t = 0; t < (gemm ? (n + AGEMM_T - 1) / AGEMM_T * AGEMM_T : n); t++) /* the GEMM's in panels */
+            for (int64_t j = 0; j < stride; j++)
+                xd[gemm ? (t / AGEMM_T * stride + j) * AGEMM_T + t % AGEMM_T : t * stride + j] =
+                    j < cols && t < n ? x[t * cols + j] * unit[j % per_word] : 0.0f;
+        *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .gemm = gemm};
+        return;
+    }
     for (int64_t t = 0; t < tokens; t++) {
-        float *dst = fours ? xd + t / 4 * 4 * stride : xd + t * stride; /* then [j] at [4j + 16u] in fours */
-        const int64_t step = fours ? 4 : 1, slot = fours ? t % 4 * 16 : 0;
+        float *dst = gemm ? xd + t / 4 * 4 * stride : xd + t * stride; /* then [j] at [4j + 16u] in fours */
+        const int64_t step = gemm ? 4 : 1, slot = gemm ? t % 4 * 16 : 0;
         for (int64_t b = 0; b < stride; b += blk)
             for (int64_t k = 0; k < per_word; k++) {
                 /* affine: the top code is shifted down, the others keep their place
@@ -57,7 +70,7 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool f
                 }
             }
     }
-    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .fours = fours};
+    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .gemm = gemm};
 }
 
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats), as
@@ -67,6 +80,10 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool f
  * + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
 {
+    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, cols, 16], scales and biases [sets, groups, 16], A [2, AGEMM_T, 16] */
+        const int64_t sets = (rows + 15 + 16) / 32 * 2; /* a first partial set, then an even count */
+        return (size_t)(sets * 16 * (w->cols + 2 * (w->cols / w->gs)) + 2 * AGEMM_T * 16) * sizeof(float);
+    }
     const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
     const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;
     return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + ng16 + 16) *

@@ -30,6 +30,28 @@ static inline size_t kern_param_off(const struct wmat *w, int64_t r, int64_t g)
     return kern_block_off(w, r / KERN_BLOCK_ROWS, g) + (size_t)(r % KERN_BLOCK_ROWS) * psize;
 }
 
+/* The mask of rows r .. r+15 within [row0, row1): bit l for row r + l. */
+static inline uint32_t kern_rows_mask(int64_t r, int64_t row0, int64_t row1)
+{
+    uint32_t m = row1 - r >= 16 ? 0xFFFFu : row1 <= r ? 0u : (1u << (row1 - r)) - 1;
+    return r < row0 ? m & ~((1u << (row0 - r)) - 1) : m;
+}
+
+/* Group g's scales (p = w->s) or biases (w->b) of rows r0 .. r0+15 as
+ * float32 in v, zero for the rows not in the mask m (bit l: row r0 + l);
+ * blocked, r0 starts a block. */
+static inline void kern_params16(const struct wmat *w, const uint8_t *p, int64_t r0, int64_t g, uint32_t m, float v[16])
+{
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int l = 0; l < 16; l++)
+        if (m >> l & 1)
+            dtype_to_f32(w->dtype, p + (w->blocked ? kern_block_off(w, r0 / 16, g) + (size_t)l * psize
+                                                   : (size_t)(r0 + l) * w->srow_bytes + (size_t)g * psize),
+                         &v[l], 1);
+        else
+            v[l] = 0.0f;
+}
+
 /* Group g's scale (p = w->s) or bias (w->b) of row r as float32. */
 static inline float kern_param_f32(const struct wmat *w, const uint8_t *p, int64_t r, int64_t g)
 {
@@ -51,6 +73,9 @@ static inline float kern_lanes_sum16(float lane[16])
 
 /* Tokens of a panel of the blocked GEMM (avx512.c; its workspace: input.c). */
 #define GEMM_TP 16
+
+/* Tokens of a panel of the affine GEMM (avx512.c), its input laid out so (input.c). */
+#define AGEMM_T 12
 
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);

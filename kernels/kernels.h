@@ -62,12 +62,12 @@ struct kern_qinput {
     const float *xd;          /* [n rounded up to 4, stride]: cols rounded up to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
     int64_t stride;
-    bool fours;
+    bool gemm;
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool fours, void *buf, struct kern_qinput *in);
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
 
 /* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
  * bit for bit (so a result does not depend on the machine): per row and

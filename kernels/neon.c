@@ -55,87 +55,92 @@ void kern_axpy_neon(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
-/* ---- 4/8-bit affine: kern_qdot_ref ---- */
+/* ---- 4/8-bit affine: kern_qdot_ref, one row per lane (avx512.c's arows512) ---- */
 
-/* Rows [row0, row1) for tokens t0..t0+tb-1 (tb, gs and bits constants after
- * inlining). A block's 16 words are u[0..3]; its four lanes of register j
- * share one group, whose scale is broadcast. */
-INLINE void qrows_neon(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int tb, float *y,
-                       int64_t row0, int64_t row1, const int gs, const int bits)
+/* NB sets of 16 rows from r0, 16 apart (m: bit l for row r0 + l in range),
+ * for tokens t0 .. t0+T-1, in four registers of 4 lanes; blocked, r0
+ * starts a block. A and B in memory. */
+INLINE void arows_neon(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
+                       uint32_t m, const int NB, const int T, const int bits)
 {
-    const int per_word = 32 / bits, blk = 16 * per_word;
-    const int64_t ng = w->cols / gs, words = w->cols / per_word, stride = in->stride;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
-    for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *codes = w->w + (size_t)r * w->row_stride;
-        const uint8_t *sr = w->s + (size_t)r * w->srow_bytes, *br = w->b + (size_t)r * w->srow_bytes;
-        float32x4_t A[NTB][4], B[NTB][4];
-        for (int u = 0; u < tb; u++)
-            for (int j = 0; j < 4; j++)
-                A[u][j] = B[u][j] = vdupq_n_f32(0.0f);
-        for (int64_t b = 0; b * 16 < words; b++) {
-            uint32x4_t v[4];
-            if ((b + 1) * 16 <= words) {
-                for (int j = 0; j < 4; j++)
-                    v[j] = vreinterpretq_u32_u8(vld1q_u8(codes + 64 * b + 16 * j));
-            } else {
-                uint8_t tail[64] = {0};
-                memcpy(tail, codes + 64 * b, (size_t)(words - 16 * b) * 4);
-                for (int j = 0; j < 4; j++)
-                    v[j] = vreinterpretq_u32_u8(vld1q_u8(tail + 16 * j));
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    const int64_t ng = w->cols / w->gs, stride = in->stride;
+    float A[NTB][16] = {{0}}, Bt[NTB][16] = {{0}};
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *base[NTB];
+        for (int b = 0; b < NB; b++)
+            base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
+                                 : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
+        const float *x = in->xd + t0 * stride + g * w->gs;
+        float32x4_t p[NTB][4]; /* chain b·T + u, lanes 4j .. 4j+3; set by the group's first product */
+        for (int i = 0; i < wpg; i++) {
+            uint32x4_t v[NTB][4];
+            for (int b = 0; b < NB; b++) {
+                if (w->blocked) {
+                    for (int j = 0; j < 4; j++)
+                        v[b][j] = vreinterpretq_u32_u8(vld1q_u8(base[b] + 64 * i + 16 * j));
+                } else {
+                    uint32_t words[16];
+                    for (int l = 0; l < 16; l++)
+                        words[l] = m >> l & 1 ? rd_u32le(base[b] + (size_t)l * w->row_stride + 4 * i) : 0;
+                    for (int j = 0; j < 4; j++)
+                        v[b][j] = vld1q_u32(words + 4 * j);
+                }
             }
-            float32x4_t sv[4];
-            for (int j = 0; j < 4; j++) { /* lanes 4j..4j+3: one group, or past the row (scale 0) */
-                const int64_t g = (b * blk + per_word * 4 * j) / gs;
-                float s = 0.0f;
-                if (g < ng)
-                    dtype_to_f32(w->dtype, sr + (size_t)g * psize, &s, 1);
-                sv[j] = vdupq_n_f32(s);
-            }
-            for (int u = 0; u < tb; u++) {
-                const float *xb = in->xd + (t0 + u) * stride + b * blk;
-                float32x4_t p[2][4];
 #pragma GCC unroll 8
-                for (int k = 0; k < per_word; k++)
-                    for (int j = 0; j < 4; j++) {
-                        uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v[j], vdupq_n_s32(bits - 32))
-                                                          : vandq_u32(v[j], vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
-                        float32x4_t q = vcvtq_f32_u32(qi), x = vld1q_f32(xb + 16 * k + 4 * j);
-                        p[k & 1][j] = k < 2 ? vmulq_f32(x, q) : vfmaq_f32(p[k & 1][j], x, q);
-                    }
-                for (int j = 0; j < 4; j++)
-                    A[u][j] = vfmaq_f32(A[u][j], vaddq_f32(p[0][j], p[1][j]), sv[j]);
-            }
+            for (int k = 0; k < per_word; k++)
+                for (int u = 0; u < T; u++) {
+                    const float32x4_t xb = vdupq_n_f32(x[u * stride + i * per_word + k]);
+                    for (int b = 0; b < NB; b++)
+                        for (int j = 0; j < 4; j++) {
+                            uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v[b][j], vdupq_n_s32(bits - 32))
+                                                              : vandq_u32(v[b][j], vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
+                            float32x4_t q = vcvtq_f32_u32(qi);
+                            p[b * T + u][j] = i == 0 && k == 0 ? vmulq_f32(xb, q) : vfmaq_f32(p[b * T + u][j], xb, q);
+                        }
+                }
         }
-        for (int64_t g0 = 0; g0 < ng; g0 += 16) { /* the bias terms, group g in lane g % 16 */
-            float bi[16] = {0};
-            const int64_t nb = ng - g0 < 16 ? ng - g0 : 16;
-            dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
-            for (int u = 0; u < tb; u++) {
-                float xs[16] = {0};
-                memcpy(xs, in->xsum + (t0 + u) * ng + g0, (size_t)nb * sizeof *xs);
-                for (int j = 0; j < 4; j++)
-                    B[u][j] = vfmaq_f32(B[u][j], vld1q_f32(bi + 4 * j), vld1q_f32(xs + 4 * j));
+        for (int b = 0; b < NB; b++) {
+            float sc[16], bi[16];
+            kern_params16(w, w->s, r0 + 16 * b, g, m, sc);
+            kern_params16(w, w->b, r0 + 16 * b, g, m, bi);
+            for (int u = 0; u < T; u++) {
+                const float32x4_t xs = vdupq_n_f32(in->xsum[(t0 + u) * ng + g]);
+                for (int j = 0; j < 4; j++) {
+                    float *a = A[b * T + u] + 4 * j, *bt = Bt[b * T + u] + 4 * j;
+                    vst1q_f32(a, vfmaq_f32(vld1q_f32(a), p[b * T + u][j], vld1q_f32(sc + 4 * j)));
+                    vst1q_f32(bt, vfmaq_f32(vld1q_f32(bt), vld1q_f32(bi + 4 * j), xs));
+                }
             }
-        }
-        for (int u = 0; u < tb; u++) {
-            float32x4_t c[4];
-            for (int j = 0; j < 4; j++)
-                c[j] = vaddq_f32(A[u][j], B[u][j]);
-            y[(t0 + u) * w->rows + r] = sum16(c);
         }
     }
+    for (int b = 0; b < NB; b++)
+        for (int u = 0; u < T; u++) {
+            float out[16];
+            for (int j = 0; j < 4; j++)
+                vst1q_f32(out + 4 * j, vaddq_f32(vld1q_f32(A[b * T + u] + 4 * j), vld1q_f32(Bt[b * T + u] + 4 * j)));
+            for (int l = 0; l < 16; l++)
+                if (m >> l & 1)
+                    y[(t0 + u) * w->rows + r0 + 16 * b + l] = out[l];
+        }
 }
 
-#define QROWS_NEON(tb)                                                                                               \
-    switch (w->gs * 16 + w->bits) {                                                                                  \
-    case 32 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 32, 4); break;                                        \
-    case 64 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 64, 4); break;                                        \
-    case 128 * 16 + 4: qrows_neon(w, in, t0, tb, y, row0, row1, 128, 4); break;                                      \
-    case 32 * 16 + 8: qrows_neon(w, in, t0, tb, y, row0, row1, 32, 8); break;                                        \
-    case 64 * 16 + 8: qrows_neon(w, in, t0, tb, y, row0, row1, 64, 8); break;                                        \
-    default: qrows_neon(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                \
+/* Rows [row0, row1) for tokens t0 .. t0+T-1: whole sets two at a time (one
+ * token) or one, a partial set (a blocked matrix's first, the last) alone. */
+INLINE void arange_neon(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
+                        int64_t row1, const int T, const int bits)
+{
+    const int NB = T == 1 ? 2 : 1;
+    int64_t r = w->blocked ? row0 / 16 * 16 : row0;
+    if (r < row0) {
+        arows_neon(w, in, t0, y, r, kern_rows_mask(r, row0, row1), 1, T, bits);
+        r += 16;
     }
+    for (; r + 16 * NB <= row1; r += 16 * NB)
+        arows_neon(w, in, t0, y, r, 0xFFFF, NB, T, bits);
+    for (; r < row1; r += 16)
+        arows_neon(w, in, t0, y, r, kern_rows_mask(r, row0, row1), 1, T, bits);
+}
 
 /* The MX modes take the scalar definition on arm64 (the same bits, slower). */
 void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -146,11 +151,11 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
         return;
     }
     for (int64_t t0 = 0; t0 < n; t0 += NTB) {
-        if (n - t0 >= 2) {
-            QROWS_NEON(2)
-        } else {
-            QROWS_NEON(1)
-        }
+        const int T = n - t0 >= 2 ? 2 : 1;
+        if (w->bits == 4)
+            T == 2 ? arange_neon(w, in, t0, y, row0, row1, 2, 4) : arange_neon(w, in, t0, y, row0, row1, 1, 4);
+        else
+            T == 2 ? arange_neon(w, in, t0, y, row0, row1, 2, 8) : arange_neon(w, in, t0, y, row0, row1, 1, 8);
     }
 }
 

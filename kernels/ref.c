@@ -71,33 +71,65 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
  * block b (16 code words) holds word 16b + l; its codes k, each times its
  * place value, against the rearranged input in two product chains, summed,
  * times the lane's group scale into A[l]; the bias terms into B[g % 16]. */
-void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                   int64_t row1)
+/* Code k of a word as a float: affine, isolated in place (the top one shifted down); MX, its value. */
+static float code_value(const struct wmat *w, uint32_t v, int k)
 {
-    const int bits = w->bits, per_word = 32 / bits, blk = 16 * per_word;
-    const int64_t ng = w->cols / w->gs, words = w->cols / per_word;
+    const int bits = w->bits, per_word = 32 / bits;
     const uint32_t mask = (1u << bits) - 1;
+    return w->mode != QM_AFFINE    ? mx_code_value(w->mode, v >> bits * k & mask)
+           : k == per_word - 1 ? (float)(v >> (32 - bits))
+                               : (float)(v & mask << bits * k);
+}
+
+/* Affine: per group one chain of products in column order, folded with the
+ * group's scale into A and its bias term into B (kernels.h). */
+static void qdot_affine_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                            int64_t row1)
+{
+    const int per_word = 32 / w->bits;
+    const int64_t ng = w->cols / w->gs;
     for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {
             const float *xd = in->xd + t * in->stride, *xs = in->xsum + t * ng;
-            float A[16] = {0}, B[16] = {0};
+            float A = 0.0f, B = 0.0f;
+            for (int64_t g = 0; g < ng; g++) {
+                float p = 0.0f;
+                for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
+                    float q = code_value(w, rd_u32le(w->w + kern_code_off(w, r, j / per_word)), (int)(j % per_word));
+                    p = j == g * w->gs ? xd[j] * q : fmaf(xd[j], q, p);
+                }
+                A = fmaf(p, kern_param_f32(w, w->s, r, g), A);
+                B = fmaf(kern_param_f32(w, w->b, r, g), xs[g], B);
+            }
+            y[t * w->rows + r] = A + B;
+        }
+}
+
+void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                   int64_t row1)
+{
+    if (w->mode == QM_AFFINE) {
+        qdot_affine_ref(w, in, n, y, row0, row1);
+        return;
+    }
+    const int bits = w->bits, per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t words = w->cols / per_word;
+    for (int64_t r = row0; r < row1; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const float *xd = in->xd + t * in->stride;
+            float A[16] = {0};
             for (int64_t b = 0; b * 16 < words; b++)
                 for (int l = 0; l < 16 && b * 16 + l < words; l++) {
                     uint32_t v = rd_u32le(w->w + kern_code_off(w, r, b * 16 + l));
                     float p[2];
                     for (int k = 0; k < per_word; k++) {
-                        float q = w->mode != QM_AFFINE    ? mx_code_value(w->mode, v >> bits * k & mask)
-                                  : k == per_word - 1 ? (float)(v >> (32 - bits))
-                                                      : (float)(v & mask << bits * k);
                         float x = xd[b * blk + 16 * k + l];
-                        p[k & 1] = k < 2 ? x * q : fmaf(x, q, p[k & 1]);
+                        p[k & 1] = k < 2 ? x * code_value(w, v, k) : fmaf(x, code_value(w, v, k), p[k & 1]);
                     }
                     A[l] = fmaf(p[0] + p[1], kern_param_f32(w, w->s, r, (b * blk + per_word * l) / w->gs), A[l]);
                 }
-            for (int64_t g = 0; g < ng && w->mode == QM_AFFINE; g++)
-                B[g % 16] = fmaf(kern_param_f32(w, w->b, r, g), xs[g], B[g % 16]);
             for (int l = 0; l < 16; l++)
-                A[l] += B[l];
+                A[l] += 0.0f; /* the (absent) bias lanes: a -0 lane becomes +0 */
             y[t * w->rows + r] = kern_lanes_sum16(A);
         }
 }

@@ -1575,8 +1575,9 @@ Test(kernels_q8, twins_bitwise_equal_reference, .timeout = 120)
     }
 }
 
-/* The blocked layout holds the same matrix: the int8 kernels, the reference
- * matmul and the row lookups give the bits they give on the rows. */
+/* The blocked layout holds the same matrix: the int8 kernels, the exact
+ * ones, the reference matmul and the row lookups give the bits they give on
+ * the rows. */
 static struct wmat block_copy(const struct wmat *w, uint8_t **buf)
 {
     *buf = malloc(kern_blocked_bytes(w) + 1); /* one byte off alignment, as make_quant's */
@@ -1638,6 +1639,24 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
                             kern_matmul_ref(&t.m, x, n, want, 0, rows);
                             kern_matmul_ref(&b, x, n, y, 0, rows);
                             cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0, "kern_matmul_ref on blocks");
+                            for (size_t pi = 0; pi < LEN(paths); pi++) /* the exact kernels: rows, then blocks */
+                                if (paths[pi].kind == (bits == 4 ? WK_Q4 : WK_Q8) && path_available(&paths[pi])) {
+                                    paths[pi].fn(&t.m, x, n, want, 0, rows);
+                                    memset(y, 0xFF, (size_t)(n * rows) * sizeof *y);
+                                    paths[pi].fn(&b, x, n, y, 0, rows);
+                                    cr_assert_eq(memcmp(want, y, (size_t)(n * rows) * sizeof *y), 0,
+                                                 "q%d g%d %s %lld x %lld n %lld: %s on blocks", bits, gs,
+                                                 dtype_table[sdt_grid[di]].name, (long long)rows, (long long)cols,
+                                                 (long long)n, paths[pi].name);
+                                    const int64_t r0 = 5, r1 = rows - 3; /* rows inside blocks at both ends */
+                                    memset(y, 0xFF, (size_t)(n * rows) * sizeof *y);
+                                    paths[pi].fn(&b, x, n, y, r0, r1);
+                                    for (int64_t k = 0; k < n * rows; k++)
+                                        cr_assert(k % rows >= r0 && k % rows < r1 ? memcmp(&want[k], &y[k], sizeof *y) == 0
+                                                                                   : isnan(y[k]),
+                                                  "%s on blocks, rows [%lld, %lld): y[%lld]", paths[pi].name,
+                                                  (long long)r0, (long long)r1, (long long)k);
+                                }
                             free(x);
                             free(want);
                             free(y);
