@@ -111,29 +111,21 @@ AVX2 INLINE void qrows256m(const struct wmat *w, const struct kern_qinput *in, i
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, stride = in->stride;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
     const __m256i gidx0 = _mm256_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
                                             GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7));
     const __m256i gidx1 = _mm256_setr_epi32(GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
                                             GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
-    float sc[PARAMS_MAX + 8], bi[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
+    float sc[PARAMS_MAX + 8]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes;
-        const uint8_t *br = mode == QM_AFFINE ? w->b + (size_t)r * w->srow_bytes : sr;
-        __m256 acc[TB][2], bacc[TB][2]; /* the definition's A and B, lanes 0-7 and 8-15 */
+        __m256 acc[TB][2]; /* the definition's A, lanes 0-7 and 8-15 */
         for (int u = 0; u < tb; u++)
-            acc[u][0] = acc[u][1] = bacc[u][0] = bacc[u][1] = _mm256_setzero_ps();
+            acc[u][0] = acc[u][1] = _mm256_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
-            if (mode == QM_AFFINE) {
-                dtype_to_f32(w->dtype, sr + (size_t)g0 * psize, sc, (size_t)nb);
-                dtype_to_f32(w->dtype, br + (size_t)g0 * psize, bi, (size_t)nb);
-            } else {
-                kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
-            }
+            kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
             memset(sc + nb, 0, 8 * sizeof *sc);
-            memset(bi + nb, 0, 8 * sizeof *bi);
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
             const float *xb = in->xd + t0 * stride;
             for (int64_t j = j0; j < j1; j += blk) {
@@ -145,17 +137,10 @@ AVX2 INLINE void qrows256m(const struct wmat *w, const struct kern_qinput *in, i
                     qhalf256(codes + j * bits / 8 + 32, words - 8, xb + j, stride, tb, bits, mode,
                              _mm256_permutevar8x32_ps(s8, gidx1), acc, 1);
             }
-            for (int u = 0; u < tb && mode == QM_AFFINE; u++) { /* the bias terms Σ_g bias_g · Σx_g, group g in lane g % 16 */
-                const float *xs = in->xsum + (t0 + u) * ng + g0;
-                for (int64_t k = 0; k < nb; k += 8) {
-                    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb - k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-                    bacc[u][k / 8 % 2] = _mm256_fmadd_ps(_mm256_loadu_ps(bi + k), _mm256_maskload_ps(xs + k, m), bacc[u][k / 8 % 2]);
-                }
-            }
         }
+        const __m256 zero = _mm256_setzero_ps(); /* + 0: kern_qdot_ref's bias lanes */
         for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], bacc[u][0]),
-                                                              _mm256_add_ps(acc[u][1], bacc[u][1])));
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[u][0], zero), _mm256_add_ps(acc[u][1], zero)));
     }
 }
 

@@ -108,22 +108,6 @@ AVX512 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n)
     }
 }
 
-/* A row's scales or biases as float32, then 16 zeros: dst holds n + 16. */
-AVX512 INLINE void params512(enum dtype t, const uint8_t *src, float *dst, int64_t n)
-{
-    quant_to_f32_avx512(t, src, dst, n);
-    _mm512_storeu_ps(dst + n, _mm512_setzero_ps());
-}
-
-/* The bias terms Σ_g bias_g·Σx_g of nb groups into bacc, group g in lane
- * g % 16 (bi holds zeros past nb). */
-AVX512 INLINE __m512 bias_terms512(const float *bi, const float *xs, int64_t nb, __m512 bacc)
-{
-    for (int64_t k = 0; k < nb; k += 16)
-        bacc = _mm512_fmadd_ps(_mm512_loadu_ps(bi + k), _mm512_maskz_loadu_ps(mask16(nb - k), xs + k), bacc);
-    return bacc;
-}
-
 /* Code k of every lane of v as a float: affine q·2^(bits·k) (the place
  * value kept, exact), an MX mode the code's value (mx_code_value). */
 AVX512 INLINE __m512 code512(__m512i v, const int k, const int bits, const int mode)
@@ -171,39 +155,30 @@ AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in,
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, stride = in->stride;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
     const __m512i gidx = _mm512_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
                                            GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7),
                                            GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
                                            GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
-    float sc[PARAMS_MAX + 16], bi[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
+    float sc[PARAMS_MAX + 16]; /* zero past the row's groups, read by absent lanes */
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *codes = w->w + (size_t)r * w->row_stride;
         const uint8_t *sr = w->s + (size_t)r * w->srow_bytes;
-        const uint8_t *br = mode == QM_AFFINE ? w->b + (size_t)r * w->srow_bytes : sr;
-        params_prefetch(sr, br, w->srow_bytes);
-        __m512 acc[TB], bacc[TB]; /* the definition's A and B */
+        params_prefetch(sr, sr, w->srow_bytes); /* scales only */
+        __m512 acc[TB]; /* the definition's A */
         for (int u = 0; u < tb; u++)
-            acc[u] = bacc[u] = _mm512_setzero_ps();
+            acc[u] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < ng; g0 += PARAMS_MAX) {
             int64_t nb = ng - g0 < PARAMS_MAX ? ng - g0 : PARAMS_MAX;
-            if (mode == QM_AFFINE) {
-                params512(w->dtype, sr + (size_t)g0 * psize, sc, nb);
-                params512(w->dtype, br + (size_t)g0 * psize, bi, nb);
-            } else {
-                kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
-                _mm512_storeu_ps(sc + nb, _mm512_setzero_ps());
-            }
+            kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
+            _mm512_storeu_ps(sc + nb, _mm512_setzero_ps());
             const int64_t j0 = g0 * gs, j1 = (g0 + nb) * gs; /* a chunk is whole blocks but for the row's last */
             const float *xb = in->xd + t0 * stride;
             for (int64_t j = j0; j < j1; j += blk)
                 qblock512(codes + j * bits / 8, mask16((j1 - j) / per_word), xb + j, stride, tb, bits, mode,
                           _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(sc + (j - j0) / gs)), acc);
-            for (int u = 0; u < tb && mode == QM_AFFINE; u++)
-                bacc[u] = bias_terms512(bi, in->xsum + (t0 + u) * ng + g0, nb, bacc[u]);
         }
-        for (int u = 0; u < tb; u++)
-            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(acc[u], bacc[u]));
+        for (int u = 0; u < tb; u++) /* + 0: kern_qdot_ref's bias lanes */
+            y[(t0 + u) * w->rows + r] = hsum512(_mm512_add_ps(acc[u], _mm512_setzero_ps()));
     }
 }
 
@@ -486,11 +461,10 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
 #define GEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
 
 /* Row r's codes decoded into its pair's tile (qp: the pair's first float,
- * the row's slot i), its lane scales (sv[blocks·16]) and biases (bi[ng16],
- * zero past its groups) as qrows512m reads them; sc: scratch of ng16 + 16
- * floats. */
+ * the row's slot i) and its lane scales (sv[blocks·16]) as qrows512m reads
+ * them; sc: scratch of ng16 + 16 floats. */
 AVX512 INLINE void gemm_decode512(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
-                                  float *bi, float *sc, const int gs, const int bits, const int mode)
+                                  float *sc, const int gs, const int bits, const int mode)
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
@@ -500,14 +474,7 @@ AVX512 INLINE void gemm_decode512(const struct wmat *w, int64_t r, int64_t strid
                                            GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
                                            GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15));
     memset(sc, 0, (size_t)(ng16 + 16) * sizeof *sc);
-    if (mode == QM_AFFINE) {
-        quant_to_f32_avx512(w->dtype, sr, sc, ng);
-        memset(bi, 0, (size_t)ng16 * sizeof *bi);
-        quant_to_f32_avx512(w->dtype, w->b + (size_t)r * w->srow_bytes, bi, ng);
-    } else {
-        kern_mx_scales((enum qmode)mode, sr, sc, ng);
-        memset(bi, 0, (size_t)ng16 * sizeof *bi);
-    }
+    kern_mx_scales((enum qmode)mode, sr, sc, ng);
     for (int64_t b = 0; b * blk < stride; b++) {
         const __m512i v = _mm512_maskz_loadu_epi32(mask16(words - 16 * b), codes + b * blk * bits / 8);
 #pragma GCC unroll 8
@@ -578,12 +545,10 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
-    const int64_t ng = w->cols / gs, ng16 = (ng + 15) / 16 * 16;
-    float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *bi = sv + rows * svs, *acc = bi + rows * ng16;
-    float *sc = acc + rows * GEMM_TP * 16; /* [ng16 + 16]; all 64-byte aligned: every size is a multiple of 16 floats */
+    float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *acc = sv + rows * svs;
+    float *sc = acc + rows * GEMM_TP * 16; /* [groups rounded up to 16, + 16]; all 64-byte aligned: every size is a multiple of 16 floats */
     for (int64_t r = 0; r < rows; r++)
-        gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, bi + r * ng16, sc, gs,
-                       bits, mode);
+        gemm_decode512(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, sc, gs, bits, mode);
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
@@ -611,13 +576,10 @@ AVX512 INLINE void qgemm512m(const struct wmat *w, const struct kern_qinput *in,
                     }
                 }
         }
-        for (int64_t r = 0; r < rows; r++) /* the bias terms, then the lanes summed */
-            for (int64_t u = 0; u < tp; u++) {
-                __m512 bacc = _mm512_setzero_ps();
-                if (mode == QM_AFFINE)
-                    bacc = bias_terms512(bi + r * ng16, in->xsum + (t0 + u) * ng, ng, bacc);
-                y[(t0 + u) * w->rows + row0 + r] = hsum512(_mm512_add_ps(_mm512_load_ps(acc + (r * GEMM_TP + u) * 16), bacc));
-            }
+        for (int64_t r = 0; r < rows; r++) /* + 0 (kern_qdot_ref's bias lanes), then the lanes summed */
+            for (int64_t u = 0; u < tp; u++)
+                y[(t0 + u) * w->rows + row0 + r] =
+                    hsum512(_mm512_add_ps(_mm512_load_ps(acc + (r * GEMM_TP + u) * 16), _mm512_setzero_ps()));
     }
 }
 

@@ -167,8 +167,10 @@ static void *scratch(const struct kern_table *t, int i, size_t bytes)
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
 {
     size_t most = 0, gemm = 0;
-    for (int bits = 4; bits <= 8; bits += 4) { /* the inputs the fused kernels take: the largest at group 16 */
-        struct wmat w = {.quantized = true, .bits = bits, .gs = 16, .cols = (cols + 31) / 32 * 32};
+    for (int k = 0; k < 4; k++) { /* the inputs the fused kernels take, affine and MX: the largest at group 16 */
+        const int bits = k % 2 ? 8 : 4;
+        struct wmat w = {.quantized = true, .mode = k < 2 ? QM_AFFINE : bits == 4 ? QM_MXFP4 : QM_MXFP8, .bits = bits,
+                         .gs = 16, .cols = (cols + 31) / 32 * 32};
         size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS);
         most = b > most ? b : most;
         most = b8 > most ? b8 : most;

@@ -61,33 +61,28 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool g
         const int64_t step = gemm ? 4 : 1, slot = gemm ? t % 4 * 16 : 0;
         for (int64_t b = 0; b < stride; b += blk)
             for (int64_t k = 0; k < per_word; k++) {
-                /* affine: the top code is shifted down, the others keep their place
-                 * value; MX codes are looked up as values */
-                float unit = k == per_word - 1 || w->mode != QM_AFFINE ? 1.0f : ldexpf(1.0f, -w->bits * (int)k);
-                for (int64_t l = 0; l < 16; l++) {
+                for (int64_t l = 0; l < 16; l++) { /* MX: codes are looked up as values */
                     int64_t j = b + per_word * l + k;
-                    dst[step * (b + 16 * k) + slot + l] = j < cols && t < n ? x[t * cols + j] * unit : 0.0f;
+                    dst[step * (b + 16 * k) + slot + l] = j < cols && t < n ? x[t * cols + j] : 0.0f;
                 }
             }
     }
     *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .gemm = gemm};
 }
 
-/* The blocked GEMM's workspace for a tile of `rows` rows (floats), as
- * qgemm512m carves it: decoded codes [rows rounded up to pairs, stride],
- * lane scales [rows, blocks, 16], biases [rows, groups rounded up to 16], the
- * A lanes [rows, GEMM_TP, 16] and a row's scales [groups rounded up to 16,
- * + 16]. */
+/* The blocked GEMM's workspace for a tile of `rows` rows (floats): affine,
+ * as agemm512 carves it; MX, as qgemm512m does: decoded codes [rows rounded
+ * up to pairs, stride], lane scales [rows, blocks, 16], the A lanes [rows,
+ * GEMM_TP, 16] and a row's scales [groups rounded up to 16, + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
 {
     if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, cols, 16], scales and biases [sets, groups, 16], A [2, AGEMM_T, 16] */
-        const int64_t sets = (rows + 15 + 16) / 32 * 2; /* a first partial set, then an even count */
+        const int64_t sets = (rows + 15 + 31) / 32 * 2; /* rows from a block's start, in an even count of sets */
         return (size_t)(sets * 16 * (w->cols + 2 * (w->cols / w->gs)) + 2 * AGEMM_T * 16) * sizeof(float);
     }
     const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
     const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;
-    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + ng16 + GEMM_TP * 16) + ng16 + 16) *
-           sizeof(float);
+    return (size_t)((rows + 1) / 2 * 2 * stride + rows * (16 * blocks + GEMM_TP * 16) + ng16 + 16) * sizeof(float);
 }
 
 /* Bytes per token of the int8 input: cols rounded up to 512/bits. */
