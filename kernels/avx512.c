@@ -191,87 +191,120 @@ AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in,
  * the 16 rows' scales into A and their bias terms into B. NB blocks × T
  * tokens of chains run side by side. */
 
-/* kern_params16 as a vector; blocked, 16 converted at once. */
-AVX512 INLINE __m512 params16(const struct wmat *w, const uint8_t *p, int64_t r0, int64_t g, __mmask16 m)
+/* 16 F32/F16/BF16 values in a row as floats (quant_to_f32_avx512's conversions). */
+AVX512 INLINE __m512 f32x16(enum dtype t, const uint8_t *a)
 {
+    if (t == DT_F32)
+        return _mm512_loadu_ps(a);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)a);
+    return t == DT_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* kern_params16 as a vector (blocked: rec, the group's record). */
+AVX512 INLINE __m512 params16(const struct wmat *w, const uint8_t *p, const uint8_t *rec, int64_t r0, int64_t g,
+                              __mmask16 m)
+{
+    if (w->blocked && (w->dtype == DT_BF16 || w->dtype == DT_F16 || w->dtype == DT_F32))
+        return _mm512_maskz_mov_ps(m, f32x16(w->dtype, rec + (p - w->w)));
     float v[16];
-    if (w->blocked)
-        quant_to_f32_avx512(w->dtype, p + kern_block_off(w, r0 / 16, g), v, 16);
-    else
-        kern_params16(w, p, r0, g, m, v);
-    return _mm512_maskz_loadu_ps(m, v);
+    kern_params16(w, p, r0, g, m, v);
+    return _mm512_loadu_ps(v);
+}
+
+/* Word i of a group for NB sets (base: each set's group, its record when
+ * blocked, its first row's words by rows) and T tokens (x: the group's input
+ * of the first): its codes into the chains p, the group's first word
+ * (`first`) starting them. */
+AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, int i, const float *x, int64_t stride,
+                            __m512i vidx, __mmask16 m, __m512 *p, const bool first, const int NB, const int T,
+                            const int bits)
+{
+    const int per_word = 32 / bits;
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        __m512i v;
+        if (w->blocked) { /* each set one stream: codes, scales, biases */
+            _mm_prefetch((const char *)base[b] + 64 * i + PREFETCH, _MM_HINT_T0);
+            v = _mm512_loadu_si512((const void *)(base[b] + 64 * i));
+        } else {
+            v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base[b] + 4 * i, 1);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < per_word; k++) {
+            const __m512 q = code512(v, k, bits, QM_AFFINE);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                const __m512 xb = _mm512_set1_ps(x[u * stride + i * per_word + k]);
+                p[b * T + u] = first && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, p[b * T + u]);
+            }
+        }
+    }
 }
 
 /* NB sets of 16 rows from r0, 16 apart (m: the lanes of rows in range), for
- * tokens t0 .. t0+T-1; blocked, r0 starts a block. */
+ * tokens t0 .. t0+T-1; blocked, r0 starts a block. A and B in memory. */
 AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
-                            __mmask16 m, const int NB, const int T, const int bits)
+                            __mmask16 m, const int NB, const int T, const int gs, const int bits)
 {
-    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    const int wpg = gs * bits / 32;
     const int64_t ng = w->cols / w->gs, stride = in->stride;
+    const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
     const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)w->row_stride));
-    __m512 A[8], Bt[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NB * T; c++)
-        A[c] = Bt[c] = _mm512_setzero_ps();
+    float A[8][16] __attribute__((aligned(64))), B[8][16] __attribute__((aligned(64)));
+    memset(A, 0, sizeof A);
+    memset(B, 0, sizeof B);
+    const uint8_t *base[8];
+    for (int b = 0; b < NB; b++)
+        base[b] = w->blocked ? w->w + (size_t)(r0 / 16 + b) * block : w->w + (size_t)(r0 + 16 * b) * w->row_stride;
     for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *base[8];
-        for (int b = 0; b < NB; b++)
-            base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
-                                 : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
-        const float *x = in->xd + t0 * stride + g * w->gs;
-        __m512 p[8]; /* set by the group's first product */
-#pragma GCC unroll 8
-        for (int c = 0; c < NB * T; c++)
-            p[c] = _mm512_undefined_ps();
-        for (int i = 0; i < wpg; i++) {
-            __m512i v[8];
-#pragma GCC unroll 8
-            for (int b = 0; b < NB; b++)
-                v[b] = w->blocked ? _mm512_loadu_si512((const void *)(base[b] + 64 * i))
-                                  : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base[b] + 4 * i, 1);
-#pragma GCC unroll 8
-            for (int k = 0; k < per_word; k++)
-#pragma GCC unroll 4
-                for (int u = 0; u < T; u++) {
-                    const __m512 xb = _mm512_set1_ps(x[u * stride + i * per_word + k]);
-#pragma GCC unroll 8
-                    for (int b = 0; b < NB; b++) {
-                        const __m512 q = code512(v[b], k, bits, QM_AFFINE);
-                        p[b * T + u] = i == 0 && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, p[b * T + u]);
-                    }
-                }
-        }
+        const float *x = in->xd + t0 * stride + g * gs;
+        __m512 p[8];
+        aword512(w, base, 0, x, stride, vidx, m, p, true, NB, T, bits);
+#pragma GCC unroll 32
+        for (int i = 1; i < wpg; i++)
+            aword512(w, base, i, x, stride, vidx, m, p, false, NB, T, bits);
         for (int b = 0; b < NB; b++) {
-            const __m512 sc = params16(w, w->s, r0 + 16 * b, g, m), bi = params16(w, w->b, r0 + 16 * b, g, m);
+            const __m512 sc = params16(w, w->s, base[b], r0 + 16 * b, g, m), bi = params16(w, w->b, base[b], r0 + 16 * b, g, m);
 #pragma GCC unroll 4
             for (int u = 0; u < T; u++) {
-                A[b * T + u] = _mm512_fmadd_ps(p[b * T + u], sc, A[b * T + u]);
-                Bt[b * T + u] = _mm512_fmadd_ps(bi, _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]), Bt[b * T + u]);
+                const int c = b * T + u;
+                _mm512_store_ps(A[c], _mm512_fmadd_ps(p[c], sc, _mm512_load_ps(A[c])));
+                _mm512_store_ps(B[c], _mm512_fmadd_ps(bi, _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]), _mm512_load_ps(B[c])));
             }
+            base[b] += w->blocked ? rec : (size_t)(4 * wpg);
         }
     }
     for (int b = 0; b < NB; b++)
         for (int u = 0; u < T; u++)
-            _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r0 + 16 * b, m, _mm512_add_ps(A[b * T + u], Bt[b * T + u]));
+            _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r0 + 16 * b, m,
+                                  _mm512_add_ps(_mm512_load_ps(A[b * T + u]), _mm512_load_ps(B[b * T + u])));
 }
 
 /* Rows [row0, row1) for tokens t0 .. t0+T-1: whole sets of 16 rows 8/T at a
- * time, a partial set (a blocked matrix's first, the last) alone. */
+ * time, then fewer (halving), a partial set (a blocked matrix's first, the
+ * last) alone. */
 AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
-                             int64_t row1, const int T, const int bits)
+                             int64_t row1, const int T, const int gs, const int bits)
 {
     const int NB = T == 1 ? 8 : T == 2 ? 4 : 2;
     int64_t r = w->blocked ? row0 / 16 * 16 : row0;
     if (r < row0) {
-        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, gs, bits);
         r += 16;
     }
     for (; r + 16 * NB <= row1; r += 16 * NB)
-        arows512(w, in, t0, y, r, 0xFFFF, NB, T, bits);
+        arows512(w, in, t0, y, r, 0xFFFF, NB, T, gs, bits);
+    if (NB >= 8 && r + 64 <= row1) {
+        arows512(w, in, t0, y, r, 0xFFFF, 4, T, gs, bits);
+        r += 64;
+    }
+    if (NB >= 4 && r + 32 <= row1) {
+        arows512(w, in, t0, y, r, 0xFFFF, 2, T, gs, bits);
+        r += 32;
+    }
     for (; r < row1; r += 16)
-        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, gs, bits);
 }
 
 /* ---- affine 4/8-bit as a blocked GEMM: arows512's chains, tokens broadcast ----
@@ -340,8 +373,8 @@ AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m
             for (int k = 0; k < per_word; k++)
                 _mm512_store_ps(qt + (g * w->gs + i * per_word + k) * 16, code512(v, k, bits, QM_AFFINE));
         }
-        _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, r0, g, m) : _mm512_setzero_ps());
-        _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, r0, g, m) : _mm512_setzero_ps());
+        _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, base, r0, g, m) : _mm512_setzero_ps());
+        _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, base, r0, g, m) : _mm512_setzero_ps());
     }
 }
 
@@ -377,16 +410,11 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
     }
 }
 
-AVX512 INLINE void adot512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                           int64_t row1, const int bits)
+/* arange512 in the argument order of TOKENS_DISPATCH's instantiations. */
+AVX512 INLINE void arange512_(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int T, float *y,
+                              int64_t row0, int64_t row1, const int gs, const int bits)
 {
-    for (int64_t t0 = 0; t0 < n; t0 += 4)
-        switch (n - t0 < 4 ? n - t0 : 4) {
-        case 1: arange512(w, in, t0, y, row0, row1, 1, bits); break;
-        case 2: arange512(w, in, t0, y, row0, row1, 2, bits); break;
-        case 3: arange512(w, in, t0, y, row0, row1, 3, bits); break;
-        default: arange512(w, in, t0, y, row0, row1, 4, bits); break;
-        }
+    arange512(w, in, t0, y, row0, row1, T, gs, bits);
 }
 
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -394,10 +422,8 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 {
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows512m)
-    } else if (w->bits == 4) {
-        adot512(w, in, n, y, row0, row1, 4);
     } else {
-        adot512(w, in, n, y, row0, row1, 8);
+        TOKENS_DISPATCH(arange512_)
     }
 }
 

@@ -190,8 +190,9 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
 }
 
 /* Rows per task: about TILE_BYTES of weights per token, but no more than a
- * MIN_TASKS-th of the matrix and no fewer than TILE_ROWS, in whole blocks of
- * KERN_BLOCK_ROWS (a blocked matrix's). Each thread runs a contiguous share
+ * MIN_TASKS-th of the matrix and no fewer than TILE_ROWS, in whole steps of
+ * TILE_ALIGN rows (a blocked matrix's whole blocks, as many as the exact
+ * kernels run side by side). Each thread runs a contiguous share
  * of the tiles (pool_run), so it streams on across its tiles; the tile
  * size sets the granularity at which the threads even out at the end
  * (4-bit q8 decode, 2 threads, alternating steps in one process: 128 KiB
@@ -200,6 +201,7 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
  * never by the thread count; and every row's result is the same whatever
  * the split (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
+#define TILE_ALIGN (8 * KERN_BLOCK_ROWS) /* the exact kernels' widest step: 8 blocks */
 #define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
 
@@ -208,7 +210,7 @@ static int64_t tile_rows(const struct wmat *w, int64_t n)
     int64_t row_bytes = (int64_t)w->row_stride + (w->quantized ? 2 * (int64_t)w->srow_bytes : 0);
     int64_t rows = TILE_BYTES / (row_bytes * n > 0 ? row_bytes * n : 1), quarter = (w->rows + MIN_TASKS - 1) / MIN_TASKS;
     rows = rows < quarter ? rows : quarter;
-    rows = (rows + KERN_BLOCK_ROWS - 1) / KERN_BLOCK_ROWS * KERN_BLOCK_ROWS; /* whole blocks of a blocked matrix */
+    rows = (rows + TILE_ALIGN - 1) / TILE_ALIGN * TILE_ALIGN; /* whole blocks of a blocked matrix, eight at a time */
     return rows > TILE_ROWS ? rows : TILE_ROWS;
 }
 

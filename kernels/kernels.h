@@ -51,18 +51,21 @@ typedef void (*matmul_fn)(const struct wmat *w, const float *x, int64_t n, float
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
 /* Input prepared once per matmul for the fused quantized kernels: per-group
- * input sums, and the input rearranged to the lanes of the packed codes and
- * scaled by their place values (see avx512.c), in a buffer of
- * kern_qinput_bytes(w, n) bytes the caller provides (aligned for floats).
- * The fused kernels read it token by token; the blocked GEMM reads it in
- * fours (`fours`): tokens 4i .. 4i + 3 share 4·stride floats, the 16 lanes
- * of code k of block b of token 4i + u at 4·(b·16W + 16k) + 16u (W codes per
- * word), zeros for the tokens past n. */
+ * input sums, and the input in a buffer of kern_qinput_bytes(w, n) bytes the
+ * caller provides (aligned for floats). Affine: in column order, column j
+ * divided by the place value its code keeps (2^(bits·k) for code k of its
+ * word, 1 for the top code), token t at t·stride; for the blocked GEMM
+ * (`gemm`) in panels of AGEMM_T tokens, token 12p + u's column j at
+ * (12p·stride + 12j) + u, zeros for the tokens past n. MX: rearranged to the
+ * lanes of the packed codes (see avx512.c), token by token, or for the
+ * blocked GEMM in fours: tokens 4i .. 4i + 3 share 4·stride floats, the 16
+ * lanes of code k of block b of token 4i + u at 4·(b·16W + 16k) + 16u (W
+ * codes per word). */
 struct kern_qinput {
-    const float *xd;          /* [n rounded up to 4, stride]: cols rounded up to blocks of 16 code words */
+    const float *xd;          /* [tokens, stride]: affine cols rounded up to 16, MX to blocks of 16 code words */
     const float *xsum;        /* [n, cols/gs] */
     int64_t stride;
-    bool gemm;
+    bool gemm;                /* laid out for kern_qgemm_* */
 };
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
@@ -70,19 +73,23 @@ size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
 void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
 
 /* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
- * bit for bit (so a result does not depend on the machine): per row and
- * token, 16 lanes A and 16 lanes B, all +0. The row's 32-bit code words go in
- * blocks of 16, word 16b + l to lane l. For each block in order and each of
- * its words: code k (k = 0 .. W−1, W = 32/bits) as a float q_k: for affine
- * isolated in place, i.e. the integer word & ((2^bits − 1)·2^(bits·k)), the
- * top one shifted down; for an MX mode the code's value (mx_code_value).
- * With x_k its rearranged input (kern_qinput; for affine the place value
- * divided out), p0 = x0·q0, p1 = x1·q1, then p_(k mod 2) = fma(x_k, q_k,
- * p_(k mod 2)) for k ≥ 2; A[l] = fma(p0 + p1, s, A[l]) with s the scale of
- * the word's group. Then, for affine, B[g % 16] = fma(bias_g, Σx_g,
- * B[g % 16]) for g = 0, 1, ... in order. A[l] += B[l], and the 16 lanes
- * summed as in kern_dot_ref. Every step is one IEEE operation, so any ISA
- * can repeat it. */
+ * bit for bit (so a result does not depend on the machine, the layout, the
+ * token count or the split). Code k of a 32-bit word (k = 0 .. W−1, W =
+ * 32/bits) as a float q: affine, isolated in place, i.e. the integer word &
+ * ((2^bits − 1)·2^(bits·k)), the top one shifted down; MX, the code's value
+ * (mx_code_value). x: the prepared input (kern_qinput).
+ * Affine, per row and token: A = B = +0; for each group g in order, p =
+ * x_j·q_j for its first column j, then p = fma(x_j, q_j, p) for the others
+ * in column order; A = fma(p, scale_g, A); B = fma(bias_g, Σx_g, B). The
+ * result is A + B. The kernels keep one row per vector lane, so a chain
+ * needs no reduction and the GEMM broadcasts the input (avx512.c).
+ * MX, per row and token: 16 lanes A, all +0. The row's words go in blocks of
+ * 16, word 16b + l to lane l. For each block in order and each of its words:
+ * with x_k the input of code k, p0 = x0·q0, p1 = x1·q1, then p_(k mod 2) =
+ * fma(x_k, q_k, p_(k mod 2)) for k ≥ 2; A[l] = fma(p0 + p1, s, A[l]) with s
+ * the scale of the word's group. Then A[l] += +0, and the 16 lanes summed as
+ * in kern_dot_ref. Every step is one IEEE operation, so any ISA can repeat
+ * it. */
 void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1);
 
@@ -104,10 +111,9 @@ void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 #define KERN_QGEMM_MIN_TOKENS 8
 
 /* kern_qdot_ref's bits for many tokens at GEMM speed, from an input prepared
- * in fours: the tile's codes decoded once into floats in a workspace of
- * kern_qgemm_ws_bytes(w, rows) bytes (64-byte aligned), then register blocks
- * of rows × tokens over column chunks that stay in cache (avx512.c; the
- * workspace's size: input.c). */
+ * for it (kern_qinput's `gemm`): the tile's codes decoded once into floats in
+ * a workspace of kern_qgemm_ws_bytes(w, rows) bytes (64-byte aligned), then
+ * register blocks of rows × tokens (avx512.c; the workspace's size: input.c). */
 typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1, void *ws);
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
@@ -194,14 +200,15 @@ void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_
  * dotprod): without them KERN_Q8 is KERN_BEST. */
 bool kern_has_q8(void);
 
-/* The blocked layout, for the int8 kernels: a quantized matrix whose row
- * count is a multiple of KERN_BLOCK_ROWS (kern_blockable) is stored in blocks
+/* The blocked layout, for the affine 4/8-bit kernels (exact and int8): a
+ * quantized matrix whose row count is a multiple of KERN_BLOCK_ROWS
+ * (kern_blockable) is stored in blocks
  * of 16 rows, each block one run of the same bytes as its rows, group after
  * group: group g's record holds its words (32-bit word k of the group of row
  * 16B + l at byte 64k + 4l), then the 16 rows' scales of the group, then their
  * biases (row l's at element l). One 64-byte load holds the same word of 16
- * rows, so the kernel keeps one row per lane and converts its integer sums
- * once per group instead of once per 64 bytes; and a thread's rows are one
+ * rows, so the kernels keep one row per lane (the exact ones gather the same
+ * word of 16 rows by rows); and a thread's rows are one
  * stream (codes, scales and biases in separate arrays, three streams, were
  * slower from RAM). A blocked view's w, s and b point at block 0's first
  * word, scale and bias; block B's are KERN_BLOCK_ROWS·(row_bytes +
@@ -209,9 +216,8 @@ bool kern_has_q8(void);
  * its block's. kern_blocked_bytes(w) is w's size (one expert), the same in
  * blocks as by rows; kern_block_rows writes blocks [b0, b1) of w (by rows;
  * one expert) into dst, the blocked copy's base; kern_blocked_view is the
- * view of that copy (experts kern_blocked_bytes apart). kern_matmul sends a
- * blocked matrix only to the int8 kernels or the reference; kern_row_f32
- * reads both. */
+ * view of that copy (experts kern_blocked_bytes apart). Every kernel reads
+ * both layouts. */
 #define KERN_BLOCK_ROWS 16
 bool kern_blockable(const struct wmat *w);
 /* Bytes from a blocked view's w (s, b) to block B's group g's first word (scale, bias). */
