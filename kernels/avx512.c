@@ -244,9 +244,9 @@ AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, in
 /* NB sets of 16 rows from r0, 16 apart (m: the lanes of rows in range), for
  * tokens t0 .. t0+T-1; blocked, r0 starts a block. A and B in memory. */
 AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
-                            __mmask16 m, const int NB, const int T, const int gs, const int bits)
+                            __mmask16 m, const int NB, const int T, const int bits)
 {
-    const int wpg = gs * bits / 32;
+    const int wpg = w->gs * bits / 32;
     const int64_t ng = w->cols / w->gs, stride = in->stride;
     const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
     const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -258,10 +258,9 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
     for (int b = 0; b < NB; b++)
         base[b] = w->blocked ? w->w + (size_t)(r0 / 16 + b) * block : w->w + (size_t)(r0 + 16 * b) * w->row_stride;
     for (int64_t g = 0; g < ng; g++) {
-        const float *x = in->xd + t0 * stride + g * gs;
+        const float *x = in->xd + t0 * stride + g * w->gs;
         __m512 p[8];
         aword512(w, base, 0, x, stride, vidx, m, p, true, NB, T, bits);
-#pragma GCC unroll 32
         for (int i = 1; i < wpg; i++)
             aword512(w, base, i, x, stride, vidx, m, p, false, NB, T, bits);
         for (int b = 0; b < NB; b++) {
@@ -285,26 +284,26 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
  * time, then fewer (halving), a partial set (a blocked matrix's first, the
  * last) alone. */
 AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
-                             int64_t row1, const int T, const int gs, const int bits)
+                             int64_t row1, const int T, const int bits)
 {
     const int NB = T == 1 ? 8 : T == 2 ? 4 : 2;
     int64_t r = w->blocked ? row0 / 16 * 16 : row0;
     if (r < row0) {
-        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, gs, bits);
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
         r += 16;
     }
     for (; r + 16 * NB <= row1; r += 16 * NB)
-        arows512(w, in, t0, y, r, 0xFFFF, NB, T, gs, bits);
+        arows512(w, in, t0, y, r, 0xFFFF, NB, T, bits);
     if (NB >= 8 && r + 64 <= row1) {
-        arows512(w, in, t0, y, r, 0xFFFF, 4, T, gs, bits);
+        arows512(w, in, t0, y, r, 0xFFFF, 4, T, bits);
         r += 64;
     }
     if (NB >= 4 && r + 32 <= row1) {
-        arows512(w, in, t0, y, r, 0xFFFF, 2, T, gs, bits);
+        arows512(w, in, t0, y, r, 0xFFFF, 2, T, bits);
         r += 32;
     }
     for (; r < row1; r += 16)
-        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, gs, bits);
+        arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
 }
 
 /* ---- affine 4/8-bit as a blocked GEMM: arows512's chains, tokens broadcast ----
@@ -410,11 +409,16 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
     }
 }
 
-/* arange512 in the argument order of TOKENS_DISPATCH's instantiations. */
-AVX512 INLINE void arange512_(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int T, float *y,
-                              int64_t row0, int64_t row1, const int gs, const int bits)
+AVX512 INLINE void adot512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                           int64_t row1, const int bits)
 {
-    arange512(w, in, t0, y, row0, row1, T, gs, bits);
+    for (int64_t t0 = 0; t0 < n; t0 += 4)
+        switch (n - t0 < 4 ? n - t0 : 4) {
+        case 1: arange512(w, in, t0, y, row0, row1, 1, bits); break;
+        case 2: arange512(w, in, t0, y, row0, row1, 2, bits); break;
+        case 3: arange512(w, in, t0, y, row0, row1, 3, bits); break;
+        default: arange512(w, in, t0, y, row0, row1, 4, bits); break;
+        }
 }
 
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -422,8 +426,10 @@ AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in,
 {
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows512m)
+    } else if (w->bits == 4) {
+        adot512(w, in, n, y, row0, row1, 4);
     } else {
-        TOKENS_DISPATCH(arange512_)
+        adot512(w, in, n, y, row0, row1, 8);
     }
 }
 
