@@ -185,7 +185,8 @@ AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in,
 /* ---- affine 4/8-bit: kern_qdot_ref with one row per lane ----
  *
  * Lane l holds row 16B + l of a block of 16 rows. Per group, each word of
- * the 16 rows is one vector (blocked: one load; by rows: a gather); its codes
+ * the 16 rows is one vector (blocked: one load; by rows: transposed from the
+ * rows, rows_to_lanes512); its codes
  * isolated in place (code512) multiply the column's prepared input,
  * broadcast, into the chain of each (block, token); the chain is folded with
  * the 16 rows' scales into A and their bias terms into B. NB blocks × T
@@ -200,7 +201,7 @@ AVX512 INLINE __m512 f32x16(enum dtype t, const uint8_t *a)
     return t == DT_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* kern_params16 as a vector (blocked: rec, the group's record). */
+/* kern_params16 as a vector: blocked, from rec, the group's record. */
 AVX512 INLINE __m512 params16(const struct wmat *w, const uint8_t *p, const uint8_t *rec, int64_t r0, int64_t g,
                               __mmask16 m)
 {
@@ -211,24 +212,101 @@ AVX512 INLINE __m512 params16(const struct wmat *w, const uint8_t *p, const uint
     return _mm512_loadu_ps(v);
 }
 
-/* Word i of a group for NB sets (base: each set's group, its record when
- * blocked, its first row's words by rows) and T tokens (x: the group's input
- * of the first): its codes into the chains p, the group's first word
- * (`first`) starting them. */
+/* r[i] becomes column i of the 16 × 16 matrix whose row j was r[j]. */
+AVX512 INLINE void transpose16x16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+    }
+}
+
+/* By rows: groups [g, g + G) (G ≤ 16) of the scales (p = w->s) or biases
+ * (w->b) of rows r0 .. r0+15 (m: those read, the others 0) as floats, group
+ * g + k's 16 at dst[16k]. Each row's G converted at once, then transposed. */
+AVX512 INLINE void params_to_lanes512(const struct wmat *w, const uint8_t *p, int64_t r0, int64_t g, int G,
+                                      __mmask16 m, float *dst)
+{
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    if (w->dtype != DT_BF16 && w->dtype != DT_F16 && w->dtype != DT_F32) {
+        for (int k = 0; k < G; k++)
+            kern_params16(w, p, r0, g + k, m, dst + 16 * k);
+        return;
+    }
+    __m512 r[16];
+    for (int l = 0; l < 16; l++) {
+        const uint8_t *a = p + (size_t)(r0 + l) * w->srow_bytes + (size_t)g * psize;
+        const __mmask16 gm = m >> l & 1 ? mask16(G) : 0;
+        r[l] = w->dtype == DT_F32   ? _mm512_maskz_loadu_ps(gm, a)
+               : w->dtype == DT_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(gm, a))
+                                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(gm, a)), 16));
+    }
+    transpose16x16(r);
+    for (int k = 0; k < G; k++)
+        _mm512_store_ps(dst + 16 * k, r[k]);
+}
+
+#define ROWS_AHEAD 512 /* bytes ahead in each row: a few groups */
+
+/* Words [0, W) (W ≤ 8) of 16 rows (src: the first row's first, the others
+ * `stride` bytes apart; m: the rows read, the others 0) as the blocked
+ * layout holds them: word k of row l at dst[16k + l]. Two rows per vector,
+ * then an 8 × 8 transpose in each half. */
+AVX512 INLINE void rows_to_lanes512(const uint8_t *src, size_t stride, __mmask16 m, int W, uint32_t *dst)
+{
+    const __mmask8 wm = (__mmask8)((1u << W) - 1);
+    __m512i z[8], u[8];
+    for (int r = 0; r < 16; r++) /* 16 streams from RAM: the prefetcher alone falls behind */
+        _mm_prefetch((const char *)src + (size_t)r * stride + ROWS_AHEAD, _MM_HINT_T0);
+    for (int r = 0; r < 8; r++) {
+        const __m256i lo = m >> r & 1 ? _mm256_maskz_loadu_epi32(wm, src + (size_t)r * stride) : _mm256_setzero_si256();
+        const __m256i hi = m >> (r + 8) & 1 ? _mm256_maskz_loadu_epi32(wm, src + (size_t)(r + 8) * stride) : _mm256_setzero_si256();
+        z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); /* 128-bit lane L: words 4(L % 2).. of row r + 8(L / 2) */
+    }
+    for (int q = 0; q < 2; q++) { /* rows 4q .. 4q+3: u[4q + k] holds word k (lanes 0, 2) and k + 4 (lanes 1, 3) */
+        const __m512i a = _mm512_unpacklo_epi32(z[4 * q], z[4 * q + 1]), b = _mm512_unpackhi_epi32(z[4 * q], z[4 * q + 1]);
+        const __m512i c = _mm512_unpacklo_epi32(z[4 * q + 2], z[4 * q + 3]), d = _mm512_unpackhi_epi32(z[4 * q + 2], z[4 * q + 3]);
+        u[4 * q] = _mm512_unpacklo_epi64(a, c);
+        u[4 * q + 1] = _mm512_unpackhi_epi64(a, c);
+        u[4 * q + 2] = _mm512_unpacklo_epi64(b, d);
+        u[4 * q + 3] = _mm512_unpackhi_epi64(b, d);
+    }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int i = 0; i < W; i++)
+        _mm512_storeu_si512(dst + 16 * i, _mm512_permutex2var_epi64(u[i % 4], i < 4 ? lo : hi, u[4 + i % 4]));
+}
+
+/* Word i of a group for NB sets (base: each set's group in the blocked
+ * layout) and T tokens (x: the group's input of the first): its codes into
+ * the chains p, the group's first word (`first`) starting them. */
 AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, int i, const float *x, int64_t stride,
-                            __m512i vidx, __mmask16 m, __m512 *p, const bool first, const int NB, const int T,
-                            const int bits)
+                            __m512 *p, const bool first, const int NB, const int T, const int bits)
 {
     const int per_word = 32 / bits;
 #pragma GCC unroll 8
     for (int b = 0; b < NB; b++) {
-        __m512i v;
-        if (w->blocked) { /* each set one stream: codes, scales, biases */
+        if (w->blocked) /* each set one stream: codes, scales, biases */
             _mm_prefetch((const char *)base[b] + 64 * i + PREFETCH, _MM_HINT_T0);
-            v = _mm512_loadu_si512((const void *)(base[b] + 64 * i));
-        } else {
-            v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base[b] + 4 * i, 1);
-        }
+        const __m512i v = _mm512_loadu_si512((const void *)(base[b] + 64 * i));
 #pragma GCC unroll 8
         for (int k = 0; k < per_word; k++) {
             const __m512 q = code512(v, k, bits, QM_AFFINE);
@@ -249,8 +327,8 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
     const int wpg = w->gs * bits / 32;
     const int64_t ng = w->cols / w->gs, stride = in->stride;
     const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)w->row_stride));
+    uint32_t lanes[8][32 * 16] __attribute__((aligned(64))); /* by rows: each set's group in the blocked layout, */
+    float pl[8][2][16][16] __attribute__((aligned(64)));     /* and its scales and biases of 16 groups */
     float A[8][16] __attribute__((aligned(64))), B[8][16] __attribute__((aligned(64)));
     memset(A, 0, sizeof A);
     memset(B, 0, sizeof B);
@@ -259,12 +337,27 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
         base[b] = w->blocked ? w->w + (size_t)(r0 / 16 + b) * block : w->w + (size_t)(r0 + 16 * b) * w->row_stride;
     for (int64_t g = 0; g < ng; g++) {
         const float *x = in->xd + t0 * stride + g * w->gs;
-        __m512 p[8];
-        aword512(w, base, 0, x, stride, vidx, m, p, true, NB, T, bits);
-        for (int i = 1; i < wpg; i++)
-            aword512(w, base, i, x, stride, vidx, m, p, false, NB, T, bits);
+        const uint8_t *words[8];
         for (int b = 0; b < NB; b++) {
-            const __m512 sc = params16(w, w->s, base[b], r0 + 16 * b, g, m), bi = params16(w, w->b, base[b], r0 + 16 * b, g, m);
+            words[b] = base[b];
+            if (!w->blocked) {
+                for (int c = 0; c < wpg; c += 8)
+                    rows_to_lanes512(base[b] + 4 * c, w->row_stride, m, wpg - c < 8 ? wpg - c : 8, lanes[b] + 16 * c);
+                words[b] = (const uint8_t *)lanes[b];
+                if (g % 16 == 0) {
+                    const int G = ng - g < 16 ? (int)(ng - g) : 16;
+                    params_to_lanes512(w, w->s, r0 + 16 * b, g, G, m, pl[b][0][0]);
+                    params_to_lanes512(w, w->b, r0 + 16 * b, g, G, m, pl[b][1][0]);
+                }
+            }
+        }
+        __m512 p[8];
+        aword512(w, words, 0, x, stride, p, true, NB, T, bits);
+        for (int i = 1; i < wpg; i++)
+            aword512(w, words, i, x, stride, p, false, NB, T, bits);
+        for (int b = 0; b < NB; b++) {
+            const __m512 sc = w->blocked ? params16(w, w->s, base[b], r0 + 16 * b, g, m) : _mm512_load_ps(pl[b][0][g % 16]);
+            const __m512 bi = w->blocked ? params16(w, w->b, base[b], r0 + 16 * b, g, m) : _mm512_load_ps(pl[b][1][g % 16]);
 #pragma GCC unroll 4
             for (int u = 0; u < T; u++) {
                 const int c = b * T + u;
@@ -358,22 +451,28 @@ AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m
 {
     const int per_word = 32 / bits, wpg = w->gs / per_word;
     const int64_t ng = w->cols / w->gs;
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)w->row_stride));
+    uint32_t lanes[32 * 16] __attribute__((aligned(64))); /* by rows: the group in the blocked layout */
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *base = !m ? NULL
                               : w->blocked ? w->w + kern_block_off(w, r0 / 16, g)
                                            : w->w + (size_t)r0 * w->row_stride + (size_t)(4 * g * wpg);
+        for (int c = 0; m && !w->blocked && c < wpg; c += 8)
+            rows_to_lanes512(base + 4 * c, w->row_stride, m, wpg - c < 8 ? wpg - c : 8, lanes + 16 * c);
         for (int i = 0; i < wpg; i++) {
             const __m512i v = !m         ? _mm512_setzero_si512()
                               : w->blocked ? _mm512_maskz_loadu_epi32(m, base + 64 * i)
-                                           : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, vidx, base + 4 * i, 1);
+                                           : _mm512_load_si512((const void *)(lanes + 16 * i));
 #pragma GCC unroll 8
             for (int k = 0; k < per_word; k++)
                 _mm512_store_ps(qt + (g * w->gs + i * per_word + k) * 16, code512(v, k, bits, QM_AFFINE));
         }
-        _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, base, r0, g, m) : _mm512_setzero_ps());
-        _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, base, r0, g, m) : _mm512_setzero_ps());
+        if (w->blocked || !m) {
+            _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, base, r0, g, m) : _mm512_setzero_ps());
+            _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, base, r0, g, m) : _mm512_setzero_ps());
+        } else if (g % 16 == 0) {
+            params_to_lanes512(w, w->s, r0, g, ng - g < 16 ? (int)(ng - g) : 16, m, st + 16 * g);
+            params_to_lanes512(w, w->b, r0, g, ng - g < 16 ? (int)(ng - g) : 16, m, bt + 16 * g);
+        }
     }
 }
 
