@@ -295,6 +295,27 @@ AVX512 INLINE void rows_to_lanes512(const uint8_t *src, size_t stride, __mmask16
         _mm512_storeu_si512(dst + 16 * i, _mm512_permutex2var_epi64(u[i % 4], i < 4 ? lo : hi, u[4 + i % 4]));
 }
 
+/* By rows: group g of NB sets of 16 rows from r0 (base: each set's first
+ * row's words of the group; m: the rows read) into the blocked layout's
+ * order, its words at lanes[512b] and its 16 groups' scales and biases from
+ * g (when g starts them) at pl[b]. */
+__attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w, const uint8_t *const *base, int NB,
+                                                           int64_t r0, int64_t g, __mmask16 m, uint32_t *lanes,
+                                                           float (*pl)[2][16][16])
+{
+    const int wpg = w->gs * w->bits / 32;
+    const int64_t ng = w->cols / w->gs;
+    for (int b = 0; b < NB; b++) {
+        for (int c = 0; c < wpg; c += 8)
+            rows_to_lanes512(base[b] + 4 * c, w->row_stride, m, wpg - c < 8 ? wpg - c : 8, lanes + 512 * b + 16 * c);
+        if (g % 16 == 0) {
+            const int G = ng - g < 16 ? (int)(ng - g) : 16;
+            params_to_lanes512(w, w->s, r0 + 16 * b, g, G, m, pl[b][0][0]);
+            params_to_lanes512(w, w->b, r0 + 16 * b, g, G, m, pl[b][1][0]);
+        }
+    }
+}
+
 /* Word i of a group for NB sets (base: each set's group in the blocked
  * layout) and T tokens (x: the group's input of the first): its codes into
  * the chains p, the group's first word (`first`) starting them. */
@@ -327,7 +348,7 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
     const int wpg = w->gs * bits / 32;
     const int64_t ng = w->cols / w->gs, stride = in->stride;
     const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
-    uint32_t lanes[8][32 * 16] __attribute__((aligned(64))); /* by rows: each set's group in the blocked layout, */
+    uint32_t lanes[8 * 32 * 16] __attribute__((aligned(64))); /* by rows: each set's group in the blocked layout, */
     float pl[8][2][16][16] __attribute__((aligned(64)));     /* and its scales and biases of 16 groups */
     float A[8][16] __attribute__((aligned(64))), B[8][16] __attribute__((aligned(64)));
     memset(A, 0, sizeof A);
@@ -338,19 +359,10 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
     for (int64_t g = 0; g < ng; g++) {
         const float *x = in->xd + t0 * stride + g * w->gs;
         const uint8_t *words[8];
-        for (int b = 0; b < NB; b++) {
-            words[b] = base[b];
-            if (!w->blocked) {
-                for (int c = 0; c < wpg; c += 8)
-                    rows_to_lanes512(base[b] + 4 * c, w->row_stride, m, wpg - c < 8 ? wpg - c : 8, lanes[b] + 16 * c);
-                words[b] = (const uint8_t *)lanes[b];
-                if (g % 16 == 0) {
-                    const int G = ng - g < 16 ? (int)(ng - g) : 16;
-                    params_to_lanes512(w, w->s, r0 + 16 * b, g, G, m, pl[b][0][0]);
-                    params_to_lanes512(w, w->b, r0 + 16 * b, g, G, m, pl[b][1][0]);
-                }
-            }
-        }
+        if (!w->blocked)
+            rows_group512(w, base, NB, r0, g, m, lanes, pl);
+        for (int b = 0; b < NB; b++)
+            words[b] = w->blocked ? base[b] : (const uint8_t *)(lanes + 512 * b);
         __m512 p[8];
         aword512(w, words, 0, x, stride, p, true, NB, T, bits);
         for (int i = 1; i < wpg; i++)
