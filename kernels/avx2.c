@@ -169,11 +169,15 @@ AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, in
             base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
                                  : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
         const float *x = in->xd + t0 * stride + g * w->gs;
-        __m256 p[8]; /* chain (b, h, u) at (b·2 + h)·T + u; set by the group's first product */
+        /* chain (b, h, u) at (b·2 + h)·T + u, set by its first product: the even words' (pe), then the odd words' (p) */
+        __m256 p[8], pe[8];
 #pragma GCC unroll 8
         for (int c = 0; c < 2 * NB * T; c++)
             p[c] = _mm256_undefined_ps();
-        for (int i = 0; i < wpg; i++) {
+        for (int n = 0; n < wpg; n++) {
+            const int i = n < wpg / 2 ? 2 * n : 2 * (n - wpg / 2) + 1;
+            if (n == wpg / 2)
+                memcpy(pe, p, sizeof pe);
             __m256i v[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 2 * NB; c++)
@@ -189,7 +193,7 @@ AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, in
 #pragma GCC unroll 8
                     for (int c = 0; c < 2 * NB; c++) {
                         const __m256 q = code256(v[c], k, bits, QM_AFFINE);
-                        p[c * T + u] = i == 0 && k == 0 ? _mm256_mul_ps(xb, q) : _mm256_fmadd_ps(xb, q, p[c * T + u]);
+                        p[c * T + u] = i < 2 && k == 0 ? _mm256_mul_ps(xb, q) : _mm256_fmadd_ps(xb, q, p[c * T + u]);
                     }
                 }
         }
@@ -200,7 +204,8 @@ AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, in
             for (int h = 0; h < 2; h++)
                 for (int u = 0; u < T; u++) {
                     float *a = A[b * T + u] + 8 * h, *bt = Bt[b * T + u] + 8 * h;
-                    _mm256_storeu_ps(a, _mm256_fmadd_ps(p[(b * 2 + h) * T + u], _mm256_loadu_ps(sc + 8 * h), _mm256_loadu_ps(a)));
+                    const int c = (b * 2 + h) * T + u;
+                    _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_add_ps(pe[c], p[c]), _mm256_loadu_ps(sc + 8 * h), _mm256_loadu_ps(a)));
                     _mm256_storeu_ps(bt, _mm256_fmadd_ps(_mm256_loadu_ps(bi + 8 * h), _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]),
                                                          _mm256_loadu_ps(bt)));
                 }

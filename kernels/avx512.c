@@ -188,9 +188,9 @@ AVX512 INLINE void qrows512m(const struct wmat *w, const struct kern_qinput *in,
  * the 16 rows is one vector (blocked: one load; by rows: transposed from the
  * rows, rows_to_lanes512); its codes
  * isolated in place (code512) multiply the column's prepared input,
- * broadcast, into the chain of each (block, token); the chain is folded with
- * the 16 rows' scales into A and their bias terms into B. NB blocks × T
- * tokens of chains run side by side. */
+ * broadcast, into the word's chain (even or odd) of each (block, token); the
+ * chains are added and folded with the 16 rows' scales into A and their bias
+ * terms into B. NB blocks × T tokens × 2 chains run side by side. */
 
 /* 16 F32/F16/BF16 values in a row as floats (quant_to_f32_avx512's conversions). */
 AVX512 INLINE __m512 f32x16(enum dtype t, const uint8_t *a)
@@ -318,7 +318,7 @@ __attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w,
 
 /* Word i of a group for NB sets (base: each set's group in the blocked
  * layout) and T tokens (x: the group's input of the first): its codes into
- * the chains p, the group's first word (`first`) starting them. */
+ * the chains p, the chain's first word (`first`) starting them. */
 AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, int i, const float *x, int64_t stride,
                             __m512 *p, const bool first, const int NB, const int T, const int bits)
 {
@@ -363,17 +363,20 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
             rows_group512(w, base, NB, r0, g, m, lanes, pl);
         for (int b = 0; b < NB; b++)
             words[b] = w->blocked ? base[b] : (const uint8_t *)(lanes + 512 * b);
-        __m512 p[8];
-        aword512(w, words, 0, x, stride, p, true, NB, T, bits);
-        for (int i = 1; i < wpg; i++)
-            aword512(w, words, i, x, stride, p, false, NB, T, bits);
+        __m512 p[2][8]; /* the chains of the even and the odd words */
+        aword512(w, words, 0, x, stride, p[0], true, NB, T, bits);
+        aword512(w, words, 1, x, stride, p[1], true, NB, T, bits);
+        for (int i = 2; i < wpg; i += 2) {
+            aword512(w, words, i, x, stride, p[0], false, NB, T, bits);
+            aword512(w, words, i + 1, x, stride, p[1], false, NB, T, bits);
+        }
         for (int b = 0; b < NB; b++) {
             const __m512 sc = w->blocked ? params16(w, w->s, base[b], r0 + 16 * b, g, m) : _mm512_load_ps(pl[b][0][g % 16]);
             const __m512 bi = w->blocked ? params16(w, w->b, base[b], r0 + 16 * b, g, m) : _mm512_load_ps(pl[b][1][g % 16]);
 #pragma GCC unroll 4
             for (int u = 0; u < T; u++) {
                 const int c = b * T + u;
-                _mm512_store_ps(A[c], _mm512_fmadd_ps(p[c], sc, _mm512_load_ps(A[c])));
+                _mm512_store_ps(A[c], _mm512_fmadd_ps(_mm512_add_ps(p[0][c], p[1][c]), sc, _mm512_load_ps(A[c])));
                 _mm512_store_ps(B[c], _mm512_fmadd_ps(bi, _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]), _mm512_load_ps(B[c])));
             }
             base[b] += w->blocked ? rec : (size_t)(4 * wpg);
@@ -418,42 +421,73 @@ AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in,
  * column, 16]: each code isolated in place, as arows512 has it) and their
  * scales and biases into [set, group, 16]. For each panel of AGEMM_T tokens
  * (the input prepared in panels, [column, AGEMM_T]), two sets × AGEMM_T
- * tokens at a time run each group's chain of products in column order in
- * registers and fold it with the scales into A; then the bias terms, and
- * y = A + B: every (row, token) through kern_qdot_ref's operations. */
+ * tokens at a time run each group's two chains of products in registers
+ * and fold them with the scales into A; then the bias terms, and y = A + B:
+ * every (row, token) through kern_qdot_ref's operations. */
 
-/* Two sets (q0, q1: [cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]): the
- * chains of groups [0, ng), each folded into A0 / A1 ([AGEMM_T, 16]). */
-__attribute__((noinline)) AVX512 static void agemm_2x12(const float *q0, const float *q1, const float *x,
-                                                        const float *s0, const float *s1, int64_t ng, int gs,
-                                                        float *A0, float *A1)
+#define AGEMM_H (AGEMM_T / 2) /* tokens of a register block */
+
+/* Column j of two sets (qa, qb: the group's [gs, 16]) for AGEMM_H tokens
+ * (xg: the group's input, [gs, AGEMM_T]) into the chains p[set][u]. */
+AVX512 INLINE void agemm_col512(const float *qa, const float *qb, const float *xg, int j, __m512 (*p)[AGEMM_H],
+                                const bool first)
+{
+    const __m512 v0 = _mm512_load_ps(qa + 16 * j), v1 = _mm512_load_ps(qb + 16 * j);
+#pragma GCC unroll 6
+    for (int u = 0; u < AGEMM_H; u++) {
+        const __m512 xb = _mm512_set1_ps(xg[j * AGEMM_T + u]);
+        p[0][u] = first ? _mm512_mul_ps(xb, v0) : _mm512_fmadd_ps(xb, v0, p[0][u]);
+        p[1][u] = first ? _mm512_mul_ps(xb, v1) : _mm512_fmadd_ps(xb, v1, p[1][u]);
+    }
+}
+
+/* Two sets (q0, q1: [cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]), in
+ * halves of AGEMM_H tokens: per group and half, the two chains (even and odd
+ * words) of each (set, token) in registers, added and folded into A0 / A1
+ * ([AGEMM_T, 16]); the group's columns stay in L1 for the second half. */
+AVX512 INLINE void agemm_2x12(const float *q0, const float *q1, const float *x, const float *s0, const float *s1,
+                              int64_t ng, int gs, float *A0, float *A1, const int per_word)
 {
     for (int64_t g = 0; g < ng; g++) {
-        const float *qa = q0 + g * gs * 16, *qb = q1 + g * gs * 16, *xg = x + g * gs * AGEMM_T;
-        __m512 p0[AGEMM_T], p1[AGEMM_T];
-        const __m512 w0 = _mm512_load_ps(qa), w1 = _mm512_load_ps(qb);
-#pragma GCC unroll 12
-        for (int u = 0; u < AGEMM_T; u++) {
-            const __m512 xb = _mm512_set1_ps(xg[u]);
-            p0[u] = _mm512_mul_ps(xb, w0);
-            p1[u] = _mm512_mul_ps(xb, w1);
-        }
-        for (int j = 1; j < gs; j++) {
-            const __m512 v0 = _mm512_load_ps(qa + 16 * j), v1 = _mm512_load_ps(qb + 16 * j);
-#pragma GCC unroll 12
-            for (int u = 0; u < AGEMM_T; u++) {
-                const __m512 xb = _mm512_set1_ps(xg[j * AGEMM_T + u]);
-                p0[u] = _mm512_fmadd_ps(xb, v0, p0[u]);
-                p1[u] = _mm512_fmadd_ps(xb, v1, p1[u]);
+        const float *qa = q0 + g * gs * 16, *qb = q1 + g * gs * 16;
+        const __m512 sa = _mm512_load_ps(s0 + 16 * g), sb = _mm512_load_ps(s1 + 16 * g);
+        for (int h = 0; h < AGEMM_T; h += AGEMM_H) {
+            const float *xg = x + g * gs * AGEMM_T + h;
+            __m512 p[2][2][AGEMM_H]; /* chain c of set i, token u: p[c][i][u] */
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k++) {
+                agemm_col512(qa, qb, xg, k, p[0], k == 0);
+                agemm_col512(qa, qb, xg, per_word + k, p[1], k == 0);
+            }
+            for (int i = 2 * per_word; i < gs; i += 2 * per_word)
+#pragma GCC unroll 8
+                for (int k = 0; k < per_word; k++) {
+                    agemm_col512(qa, qb, xg, i + k, p[0], false);
+                    agemm_col512(qa, qb, xg, i + per_word + k, p[1], false);
+                }
+#pragma GCC unroll 6
+            for (int u = 0; u < AGEMM_H; u++) {
+                float *a0 = A0 + 16 * (h + u), *a1 = A1 + 16 * (h + u);
+                _mm512_store_ps(a0, _mm512_fmadd_ps(_mm512_add_ps(p[0][0][u], p[1][0][u]), sa, _mm512_load_ps(a0)));
+                _mm512_store_ps(a1, _mm512_fmadd_ps(_mm512_add_ps(p[0][1][u], p[1][1][u]), sb, _mm512_load_ps(a1)));
             }
         }
-        const __m512 sa = _mm512_load_ps(s0 + 16 * g), sb = _mm512_load_ps(s1 + 16 * g);
-#pragma GCC unroll 12
-        for (int u = 0; u < AGEMM_T; u++) {
-            _mm512_store_ps(A0 + 16 * u, _mm512_fmadd_ps(p0[u], sa, _mm512_load_ps(A0 + 16 * u)));
-            _mm512_store_ps(A1 + 16 * u, _mm512_fmadd_ps(p1[u], sb, _mm512_load_ps(A1 + 16 * u)));
-        }
     }
+}
+
+/* The block on its own for each width (inlined, GCC spilled its chains). */
+__attribute__((noinline)) AVX512 static void agemm_2x12_b4(const float *q0, const float *q1, const float *x,
+                                                           const float *s0, const float *s1, int64_t ng, int gs,
+                                                           float *A0, float *A1)
+{
+    agemm_2x12(q0, q1, x, s0, s1, ng, gs, A0, A1, 8);
+}
+
+__attribute__((noinline)) AVX512 static void agemm_2x12_b8(const float *q0, const float *q1, const float *x,
+                                                           const float *s0, const float *s1, int64_t ng, int gs,
+                                                           float *A0, float *A1)
+{
+    agemm_2x12(q0, q1, x, s0, s1, ng, gs, A0, A1, 4);
 }
 
 /* Rows r0 .. r0+15 (m: those in the tile) decoded into qt [cols, 16], their
@@ -502,8 +536,9 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
         const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
         for (int64_t s = 0; s < sets; s += 2) {
             memset(A, 0, 2 * AGEMM_T * 16 * sizeof *A);
-            agemm_2x12(qt + s * cols * 16, qt + (s + 1) * cols * 16, x, st + s * ng * 16, st + (s + 1) * ng * 16, ng,
-                       w->gs, A, A + AGEMM_T * 16);
+            (bits == 4 ? agemm_2x12_b4 : agemm_2x12_b8)(qt + s * cols * 16, qt + (s + 1) * cols * 16, x,
+                                                        st + s * ng * 16, st + (s + 1) * ng * 16, ng, w->gs, A,
+                                                        A + AGEMM_T * 16);
             for (int i = 0; i < 2; i++) {
                 const int64_t r = rbase + 16 * (s + i);
                 const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);

@@ -78,10 +78,12 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool g
  * 32/bits) as a float q: affine, isolated in place, i.e. the integer word &
  * ((2^bits − 1)·2^(bits·k)), the top one shifted down; MX, the code's value
  * (mx_code_value). x: the prepared input (kern_qinput).
- * Affine, per row and token: A = B = +0; for each group g in order, p =
- * x_j·q_j for its first column j, then p = fma(x_j, q_j, p) for the others
- * in column order; A = fma(p, scale_g, A); B = fma(bias_g, Σx_g, B). The
- * result is A + B. The kernels keep one row per vector lane, so a chain
+ * Affine, per row and token: A = B = +0; for each group g in order, two
+ * chains, p_0 over the group's even words and p_1 over its odd words (words
+ * counted from the group's first): p_c = x_j·q_j for the chain's first
+ * column j, then p_c = fma(x_j, q_j, p_c) for its others in column order;
+ * A = fma(p_0 + p_1, scale_g, A); B = fma(bias_g, Σx_g, B). The result is
+ * A + B. The kernels keep one row per vector lane, so a chain
  * needs no reduction and the GEMM broadcasts the input (avx512.c).
  * MX, per row and token: 16 lanes A, all +0. The row's words go in blocks of
  * 16, word 16b + l to lane l. For each block in order and each of its words:

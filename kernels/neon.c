@@ -72,8 +72,12 @@ INLINE void arows_neon(const struct wmat *w, const struct kern_qinput *in, int64
             base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
                                  : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
         const float *x = in->xd + t0 * stride + g * w->gs;
-        float32x4_t p[NTB][4]; /* chain b·T + u, lanes 4j .. 4j+3; set by the group's first product */
-        for (int i = 0; i < wpg; i++) {
+        /* chain b·T + u, lanes 4j .. 4j+3, set by its first product: the even words' (pe), then the odd words' (p) */
+        float32x4_t p[NTB][4], pe[NTB][4];
+        for (int n = 0; n < wpg; n++) {
+            const int i = n < wpg / 2 ? 2 * n : 2 * (n - wpg / 2) + 1;
+            if (n == wpg / 2)
+                memcpy(pe, p, sizeof pe);
             uint32x4_t v[NTB][4];
             for (int b = 0; b < NB; b++) {
                 if (w->blocked) {
@@ -96,7 +100,7 @@ INLINE void arows_neon(const struct wmat *w, const struct kern_qinput *in, int64
                             uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v[b][j], vdupq_n_s32(bits - 32))
                                                               : vandq_u32(v[b][j], vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
                             float32x4_t q = vcvtq_f32_u32(qi);
-                            p[b * T + u][j] = i == 0 && k == 0 ? vmulq_f32(xb, q) : vfmaq_f32(p[b * T + u][j], xb, q);
+                            p[b * T + u][j] = i < 2 && k == 0 ? vmulq_f32(xb, q) : vfmaq_f32(p[b * T + u][j], xb, q);
                         }
                 }
         }
@@ -108,7 +112,7 @@ INLINE void arows_neon(const struct wmat *w, const struct kern_qinput *in, int64
                 const float32x4_t xs = vdupq_n_f32(in->xsum[(t0 + u) * ng + g]);
                 for (int j = 0; j < 4; j++) {
                     float *a = A[b * T + u] + 4 * j, *bt = Bt[b * T + u] + 4 * j;
-                    vst1q_f32(a, vfmaq_f32(vld1q_f32(a), p[b * T + u][j], vld1q_f32(sc + 4 * j)));
+                    vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vaddq_f32(pe[b * T + u][j], p[b * T + u][j]), vld1q_f32(sc + 4 * j)));
                     vst1q_f32(bt, vfmaq_f32(vld1q_f32(bt), vld1q_f32(bi + 4 * j), xs));
                 }
             }

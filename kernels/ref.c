@@ -81,8 +81,9 @@ static float code_value(const struct wmat *w, uint32_t v, int k)
                                : (float)(v & mask << bits * k);
 }
 
-/* Affine: per group one chain of products in column order, folded with the
- * group's scale into A and its bias term into B (kernels.h). */
+/* Affine: per group two chains of products in column order, the even and
+ * the odd words', added and folded with the group's scale into A; its bias
+ * term into B (kernels.h). */
 static void qdot_affine_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                             int64_t row1)
 {
@@ -93,12 +94,13 @@ static void qdot_affine_ref(const struct wmat *w, const struct kern_qinput *in, 
             const float *xd = in->xd + t * in->stride, *xs = in->xsum + t * ng;
             float A = 0.0f, B = 0.0f;
             for (int64_t g = 0; g < ng; g++) {
-                float p = 0.0f;
+                float p[2] = {0.0f, 0.0f};
                 for (int64_t j = g * w->gs; j < (g + 1) * w->gs; j++) {
+                    const int64_t i = j / per_word - g * w->gs / per_word; /* the word within the group */
                     float q = code_value(w, rd_u32le(w->w + kern_code_off(w, r, j / per_word)), (int)(j % per_word));
-                    p = j == g * w->gs ? xd[j] * q : fmaf(xd[j], q, p);
+                    p[i % 2] = i < 2 && j % per_word == 0 ? xd[j] * q : fmaf(xd[j], q, p[i % 2]);
                 }
-                A = fmaf(p, kern_param_f32(w, w->s, r, g), A);
+                A = fmaf(p[0] + p[1], kern_param_f32(w, w->s, r, g), A);
                 B = fmaf(kern_param_f32(w, w->b, r, g), xs[g], B);
             }
             y[t * w->rows + r] = A + B;
