@@ -425,69 +425,76 @@ AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in,
  * and fold them with the scales into A; then the bias terms, and y = A + B:
  * every (row, token) through kern_qdot_ref's operations. */
 
-#define AGEMM_H (AGEMM_T / 2) /* tokens of a register block */
+#define AGEMM_H (12 / AGEMM_S) /* its tokens: AGEMM_S × AGEMM_H × 2 chains = 24 registers */
 
-/* Column j of two sets (qa, qb: the group's [gs, 16]) for AGEMM_H tokens
- * (xg: the group's input, [gs, AGEMM_T]) into the chains p[set][u]. */
-AVX512 INLINE void agemm_col512(const float *qa, const float *qb, const float *xg, int j, __m512 (*p)[AGEMM_H],
+/* Column j of AGEMM_S sets (q: the group's [gs, 16] of set i at q + i·qs)
+ * for AGEMM_H tokens (xg: the group's input, [gs, AGEMM_T]) into the chains
+ * p[set][u]. */
+AVX512 INLINE void agemm_col512(const float *q, int64_t qs, const float *xg, int j, __m512 (*p)[AGEMM_H],
                                 const bool first)
 {
-    const __m512 v0 = _mm512_load_ps(qa + 16 * j), v1 = _mm512_load_ps(qb + 16 * j);
+    __m512 v[AGEMM_S];
+#pragma GCC unroll 4
+    for (int i = 0; i < AGEMM_S; i++)
+        v[i] = _mm512_load_ps(q + i * qs + 16 * j);
 #pragma GCC unroll 6
     for (int u = 0; u < AGEMM_H; u++) {
         const __m512 xb = _mm512_set1_ps(xg[j * AGEMM_T + u]);
-        p[0][u] = first ? _mm512_mul_ps(xb, v0) : _mm512_fmadd_ps(xb, v0, p[0][u]);
-        p[1][u] = first ? _mm512_mul_ps(xb, v1) : _mm512_fmadd_ps(xb, v1, p[1][u]);
+#pragma GCC unroll 4
+        for (int i = 0; i < AGEMM_S; i++)
+            p[i][u] = first ? _mm512_mul_ps(xb, v[i]) : _mm512_fmadd_ps(xb, v[i], p[i][u]);
     }
 }
 
-/* Two sets (q0, q1: [cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]), in
- * halves of AGEMM_H tokens: per group and half, the two chains (even and odd
- * words) of each (set, token) in registers, added and folded into A0 / A1
- * ([AGEMM_T, 16]); the group's columns stay in L1 for the second half. */
-AVX512 INLINE void agemm_2x12(const float *q0, const float *q1, const float *x, const float *s0, const float *s1,
-                              int64_t ng, int gs, float *A0, float *A1, const int per_word)
+/* AGEMM_S sets (q: [sets, cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]),
+ * in pieces of AGEMM_H tokens: per group and piece, the two chains (even and
+ * odd words) of each (set, token) in registers, added and folded into A
+ * ([AGEMM_S, AGEMM_T, 16]); the group's columns stay in L1 for the next
+ * piece. */
+AVX512 INLINE void agemm_block512(const float *q, const float *x, const float *st, int64_t ng, int gs, float *A,
+                                  const int per_word)
 {
+    const int64_t qs = ng * gs * 16, ss = ng * 16;
     for (int64_t g = 0; g < ng; g++) {
-        const float *qa = q0 + g * gs * 16, *qb = q1 + g * gs * 16;
-        const __m512 sa = _mm512_load_ps(s0 + 16 * g), sb = _mm512_load_ps(s1 + 16 * g);
+        const float *qg = q + g * gs * 16;
         for (int h = 0; h < AGEMM_T; h += AGEMM_H) {
             const float *xg = x + g * gs * AGEMM_T + h;
-            __m512 p[2][2][AGEMM_H]; /* chain c of set i, token u: p[c][i][u] */
+            __m512 p[2][AGEMM_S][AGEMM_H]; /* chain c of set i, token u: p[c][i][u] */
 #pragma GCC unroll 8
             for (int k = 0; k < per_word; k++) {
-                agemm_col512(qa, qb, xg, k, p[0], k == 0);
-                agemm_col512(qa, qb, xg, per_word + k, p[1], k == 0);
+                agemm_col512(qg, qs, xg, k, p[0], k == 0);
+                agemm_col512(qg, qs, xg, per_word + k, p[1], k == 0);
             }
             for (int i = 2 * per_word; i < gs; i += 2 * per_word)
 #pragma GCC unroll 8
                 for (int k = 0; k < per_word; k++) {
-                    agemm_col512(qa, qb, xg, i + k, p[0], false);
-                    agemm_col512(qa, qb, xg, i + per_word + k, p[1], false);
+                    agemm_col512(qg, qs, xg, i + k, p[0], false);
+                    agemm_col512(qg, qs, xg, i + per_word + k, p[1], false);
                 }
+#pragma GCC unroll 4
+            for (int i = 0; i < AGEMM_S; i++) {
+                const __m512 sc = _mm512_load_ps(st + i * ss + 16 * g);
 #pragma GCC unroll 6
-            for (int u = 0; u < AGEMM_H; u++) {
-                float *a0 = A0 + 16 * (h + u), *a1 = A1 + 16 * (h + u);
-                _mm512_store_ps(a0, _mm512_fmadd_ps(_mm512_add_ps(p[0][0][u], p[1][0][u]), sa, _mm512_load_ps(a0)));
-                _mm512_store_ps(a1, _mm512_fmadd_ps(_mm512_add_ps(p[0][1][u], p[1][1][u]), sb, _mm512_load_ps(a1)));
+                for (int u = 0; u < AGEMM_H; u++) {
+                    float *a = A + (i * AGEMM_T + h + u) * 16;
+                    _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_add_ps(p[0][i][u], p[1][i][u]), sc, _mm512_load_ps(a)));
+                }
             }
         }
     }
 }
 
 /* The block on its own for each width (inlined, GCC spilled its chains). */
-__attribute__((noinline)) AVX512 static void agemm_2x12_b4(const float *q0, const float *q1, const float *x,
-                                                           const float *s0, const float *s1, int64_t ng, int gs,
-                                                           float *A0, float *A1)
+__attribute__((noinline)) AVX512 static void agemm_block_b4(const float *q, const float *x, const float *st,
+                                                            int64_t ng, int gs, float *A)
 {
-    agemm_2x12(q0, q1, x, s0, s1, ng, gs, A0, A1, 8);
+    agemm_block512(q, x, st, ng, gs, A, 8);
 }
 
-__attribute__((noinline)) AVX512 static void agemm_2x12_b8(const float *q0, const float *q1, const float *x,
-                                                           const float *s0, const float *s1, int64_t ng, int gs,
-                                                           float *A0, float *A1)
+__attribute__((noinline)) AVX512 static void agemm_block_b8(const float *q, const float *x, const float *st,
+                                                            int64_t ng, int gs, float *A)
 {
-    agemm_2x12(q0, q1, x, s0, s1, ng, gs, A0, A1, 4);
+    agemm_block512(q, x, st, ng, gs, A, 4);
 }
 
 /* Rows r0 .. r0+15 (m: those in the tile) decoded into qt [cols, 16], their
@@ -526,7 +533,7 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
                             int64_t row1, float *ws, const int bits)
 {
     const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
-    const int64_t sets = ((row1 - rbase + 15) / 16 + 1) / 2 * 2;
+    const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
     float *qt = ws, *st = qt + sets * cols * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
     for (int64_t s = 0; s < sets; s++)
         agemm_decode512(w, rbase + 16 * s, (__mmask16)kern_rows_mask(rbase + 16 * s, row0, row1), qt + s * cols * 16,
@@ -534,12 +541,10 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
     for (int64_t t0 = 0; t0 < n; t0 += AGEMM_T) {
         const float *x = in->xd + t0 * in->stride; /* the panel of tokens t0 .. t0 + AGEMM_T - 1 */
         const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
-        for (int64_t s = 0; s < sets; s += 2) {
-            memset(A, 0, 2 * AGEMM_T * 16 * sizeof *A);
-            (bits == 4 ? agemm_2x12_b4 : agemm_2x12_b8)(qt + s * cols * 16, qt + (s + 1) * cols * 16, x,
-                                                        st + s * ng * 16, st + (s + 1) * ng * 16, ng, w->gs, A,
-                                                        A + AGEMM_T * 16);
-            for (int i = 0; i < 2; i++) {
+        for (int64_t s = 0; s < sets; s += AGEMM_S) {
+            memset(A, 0, AGEMM_S * AGEMM_T * 16 * sizeof *A);
+            (bits == 4 ? agemm_block_b4 : agemm_block_b8)(qt + s * cols * 16, x, st + s * ng * 16, ng, w->gs, A);
+            for (int i = 0; i < AGEMM_S; i++) {
                 const int64_t r = rbase + 16 * (s + i);
                 const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
                 for (int u = 0; u < tp && m; u++) {

@@ -76,9 +76,9 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool g
  * GEMM_TP, 16] and a row's scales [groups rounded up to 16, + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
 {
-    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, cols, 16], scales and biases [sets, groups, 16], A [2, AGEMM_T, 16] */
-        const int64_t sets = (rows + 15 + 31) / 32 * 2; /* rows from a block's start, in an even count of sets */
-        return (size_t)(sets * 16 * (w->cols + 2 * (w->cols / w->gs)) + 2 * AGEMM_T * 16) * sizeof(float);
+    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, cols, 16], scales and biases [sets, groups, 16], A [AGEMM_S, AGEMM_T, 16] */
+        const int64_t sets = (rows + 15 + 16 * AGEMM_S - 1) / (16 * AGEMM_S) * AGEMM_S; /* rows from a block's start, whole register blocks of sets */
+        return (size_t)(sets * 16 * (w->cols + 2 * (w->cols / w->gs)) + AGEMM_S * AGEMM_T * 16) * sizeof(float);
     }
     const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
     const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;

@@ -74,8 +74,10 @@ static inline float kern_lanes_sum16(float lane[16])
 /* Tokens of a panel of the blocked GEMM (avx512.c; its workspace: input.c). */
 #define GEMM_TP 16
 
-/* Tokens of a panel of the affine GEMM (avx512.c), its input laid out so (input.c). */
+/* Tokens of a panel of the affine GEMM (avx512.c), its input laid out so
+ * (input.c); sets of 16 rows it runs side by side (its workspace: input.c). */
 #define AGEMM_T 12
+#define AGEMM_S 2
 
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
