@@ -503,7 +503,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
     return ERR_OK;
 }
 
-static int load_weights(struct model *m, int threads, bool blocked, struct err *e)
+static int load_weights(struct model *m, int threads, struct err *e)
 {
     size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
     struct wmat **w = malloc(cap * sizeof *w);
@@ -525,7 +525,7 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
         blk[i] = false;
         if (!a->w || a->rows <= 0)
             continue; /* absent (KV-shared k/v, a dense model's router, ...) */
-        if ((blk[i] = blocked && kern_blockable(a))) { /* not copied as is: written in blocks below */
+        if ((blk[i] = kern_blockable(a))) { /* not copied as is: written in blocks below */
             blocked_total = (blocked_total + 4095) / 4096 * 4096 + blocked_size(a, ex[i]);
             continue;
         }
@@ -592,9 +592,9 @@ static int load_weights(struct model *m, int threads, bool blocked, struct err *
     return rc;
 }
 
-int model_load_weights(struct model *m, int threads, bool blocked, struct err *e)
+int model_load_weights(struct model *m, int threads, struct err *e)
 {
-    int rc = load_weights(m, threads, blocked, e);
+    int rc = load_weights(m, threads, e);
     return rc == ERR_OK ? rc : err_prefix(e, "%s", model_name(m));
 }
 

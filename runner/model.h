@@ -97,10 +97,9 @@ void model_close(struct model *m);
  * results: only faster to stream. File-backed mappings come in 4 KiB pages,
  * and on the machine of docs/PERFORMANCE.md (a VM) decode ran about 1.5×
  * as fast from huge pages. Costs a memory copy of those matrices, made on
- * `threads` threads. With `blocked` (for KERN_Q8), every matrix kern_blockable
- * takes is laid out in blocks of rows (kern_block_rows): the int8 kernels
- * read it faster and give the same bits; the other kernels must not be used
- * on the model then (kern_matmul falls back to the reference for them). */
-int model_load_weights(struct model *m, int threads, bool blocked, struct err *e);
+ * `threads` threads. Every matrix kern_blockable takes is laid out in
+ * blocks of rows (kern_block_rows): every kernel gives the same bits on it,
+ * and the exact and int8 kernels read it faster than rows. */
+int model_load_weights(struct model *m, int threads, struct err *e);
 
 #endif

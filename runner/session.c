@@ -218,7 +218,7 @@ int session_main(const char *model_path, const struct token_seqs *s, const struc
         fprintf(warn, "gempack run: warning: --kernels q8: no int8 kernels on this CPU (they need AVX2, or arm64 "
                       "with dotprod); running the exact kernels\n");
     if (rc == ERR_OK && !c->mmap)
-        rc = model_load_weights(&m, c->threads, true, e);
+        rc = model_load_weights(&m, c->threads, e);
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &ro, e);
     if (rc == ERR_OK && c->prefix) {

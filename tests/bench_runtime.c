@@ -293,13 +293,13 @@ static int decode(int bits)
     for (int run = 0; run < 4; run++) { /* 1 and 2 threads, exact kernels then int8 activations */
         int threads = 1 + run % 2;
         enum kern_level level = run < 2 ? KERN_BEST : KERN_Q8;
-        if (threads == 1) { /* loaded as gempack run does, unless --mmap: in blocks for the int8 kernels */
+        if (threads == 1) { /* loaded as gempack run does, unless --mmap: in blocks of rows */
             if (model_open(&m, pack, &e) != ERR_OK) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
             }
             double t_load = now();
-            if (model_load_weights(&m, 2, level == KERN_Q8 && kern_has_q8(), &e) != ERR_OK) {
+            if (model_load_weights(&m, 2, &e) != ERR_OK) {
                 fprintf(stderr, "%s\n", e.msg);
                 model_close(&m);
                 return 1;
@@ -372,12 +372,11 @@ static int prefill(int T)
     char pack[4200], bf16[4200];
     if (ensure("e2b-q4", "e2b", 4, true, pack, sizeof pack) || ensure("e2b-bf16", "e2b", 0, false, bf16, sizeof bf16))
         return 1;
-    /* as gempack run loads them: by rows, in blocks of rows for the int8 kernels; the bf16 checkpoint */
-    struct model m, mq, mb;
+    /* as gempack run loads them: in blocks of rows; the bf16 checkpoint */
+    struct model m, mb;
     struct err e = {0};
-    if (model_open(&m, pack, &e) != ERR_OK || model_load_weights(&m, 2, false, &e) != ERR_OK ||
-        model_open(&mq, pack, &e) != ERR_OK || model_load_weights(&mq, 2, true, &e) != ERR_OK ||
-        model_open(&mb, bf16, &e) != ERR_OK || model_load_weights(&mb, 2, false, &e) != ERR_OK) {
+    if (model_open(&m, pack, &e) != ERR_OK || model_load_weights(&m, 2, &e) != ERR_OK ||
+        model_open(&mb, bf16, &e) != ERR_OK || model_load_weights(&mb, 2, &e) != ERR_OK) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
@@ -397,7 +396,7 @@ static int prefill(int T)
          * each prefill the best of `runs` */
         static const enum kern_level levels[4] = {KERN_BEST, KERN_BLAS, KERN_Q8, KERN_BEST};
         static const char *const names[4] = {"best", "blas", "q8", "best, bf16"};
-        struct model *const models[4] = {&m, &m, &mq, &mb};
+        struct model *const models[4] = {&m, &m, &m, &mb};
         double peak = 0.0, gf[4] = {0.0, 0.0, 0.0, 0.0}, tps[4] = {0.0, 0.0, 0.0, 0.0};
         for (int k = 0; k < 3; k++)
             peak = fmax(peak, sgemm_gflops(threads));
@@ -439,7 +438,6 @@ static int prefill(int T)
     }
     free(tok);
     model_close(&m);
-    model_close(&mq);
     model_close(&mb);
     return 0;
 }
@@ -464,7 +462,7 @@ static int big(const char *variant)
         const enum kern_level level = k ? KERN_Q8 : KERN_BEST;
         struct model m;
         struct err e = {0};
-        if (model_open(&m, dir, &e) != ERR_OK || model_load_weights(&m, 2, k && kern_has_q8(), &e) != ERR_OK) {
+        if (model_open(&m, dir, &e) != ERR_OK || model_load_weights(&m, 2, &e) != ERR_OK) {
             fprintf(stderr, "%s\n", e.msg);
             return 1;
         }
@@ -590,7 +588,7 @@ static int synth_make(struct synth *m, int64_t rows)
     return 0;
 }
 
-/* The same matrix in blocks of rows (model_load_weights for --kernels q8). */
+/* The same matrix in blocks of rows (as model_load_weights lays it out). */
 static int synth_block(struct synth *m)
 {
     uint8_t *mem = malloc(kern_blocked_bytes(&m->w));
@@ -657,8 +655,8 @@ static int kernel_bench_level(enum kern_level level, bool blocked)
 
 static int kernel_bench(void)
 {
-    for (int level = 0; level < (kern_has_q8() ? 3 : 1); level++)
-        if (kernel_bench_level(level ? KERN_Q8 : KERN_BEST, level == 2))
+    for (int k = 0; k < (kern_has_q8() ? 4 : 2); k++) /* by rows (--mmap), then in blocks (loaded) */
+        if (kernel_bench_level(k / 2 ? KERN_Q8 : KERN_BEST, k % 2))
             return 1;
     return 0;
 }

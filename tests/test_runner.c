@@ -377,9 +377,9 @@ static bool in_arena(const struct model *m, const uint8_t *p, size_t n)
  * (the PLE table stays in the file) and the logits are bitwise those of the
  * mapped model, on 2 threads in decode mode. From a directory (HF layout:
  * 26B's fused experts, split into two overlapping views) and from a pack
- * (E2B, 4-bit). With the int8 kernels the matrices are laid out in blocks of
- * rows (experts one by one), and the logits are still those of the mapped
- * model read by rows. */
+ * (E2B, 4-bit). The 4/8-bit matrices are laid out in blocks of rows (experts
+ * one by one), and the logits are still those of the mapped model read by
+ * rows, with the exact and the int8 kernels. */
 static void loaded_weights(const char *variant, int quant, bool to_pack, enum kern_level level)
 {
     char *tmp = th_mkdtemp();
@@ -403,7 +403,7 @@ static void loaded_weights(const char *variant, int quant, bool to_pack, enum ke
     struct model m;
     struct runner r;
     cr_assert_eq(model_open(&m, path, &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(model_load_weights(&m, 2, level == KERN_Q8, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(model_load_weights(&m, 2, &e), ERR_OK, "%s", e.msg);
     cr_assert(m.arena && m.arena_size > 0);
     const struct wmat *mats[] = {&m.embed, &m.layers[0].q, &m.layers[0].o, &m.layers[0].down,
                                  &m.layers[m.cfg.n_layers - 1].up, &m.layers[0].ex_up};
