@@ -146,75 +146,165 @@ AVX2 INLINE void qrows256m(const struct wmat *w, const struct kern_qinput *in, i
 
 /* ---- affine 4/8-bit: arows512 of avx512.c on two halves of 8 lanes ---- */
 
+/* 8 F32/F16/BF16 values in a row as floats. */
+AVX2 INLINE __m256 f32x8(enum dtype t, const uint8_t *a)
+{
+    if (t == DT_F32)
+        return _mm256_loadu_ps((const float *)(const void *)a);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)a);
+    return t == DT_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The lanes of half h of a set whose rows in range are the bits of m, as a mask vector. */
+AVX2 INLINE __m256 half_mask256(uint32_t m, int h)
+{
+    const __m256i bit = _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i mh = _mm256_set1_epi32((int)(m >> 8 * h & 0xFF));
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(mh, bit), bit));
+}
+
+/* By rows: words [0, W) (W ≤ 8) of 8 rows (src: the first row's first, the
+ * others `stride` bytes apart; m: the rows read, the others 0) as the
+ * blocked layout holds them: word k of row l at dst[16k + l]. An 8 × 8
+ * transpose. */
+AVX2 INLINE void rows_to_lanes256(const uint8_t *src, size_t stride, uint32_t m, int W, uint32_t *dst)
+{
+    const __m256i wm = _mm256_cmpgt_epi32(_mm256_set1_epi32(W), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i r[8], t[8];
+    for (int l = 0; l < 8; l++)
+        r[l] = m >> l & 1 ? _mm256_maskload_epi32((const int *)(const void *)(src + (size_t)l * stride), wm)
+                          : _mm256_setzero_si256();
+    for (int q = 0; q < 2; q++) { /* rows 4q .. 4q+3: t[4q + k] holds word k (low half) and k + 4 (high) */
+        const __m256i a = _mm256_unpacklo_epi32(r[4 * q], r[4 * q + 1]), b = _mm256_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
+        const __m256i c = _mm256_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), d = _mm256_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
+        t[4 * q] = _mm256_unpacklo_epi64(a, c);
+        t[4 * q + 1] = _mm256_unpackhi_epi64(a, c);
+        t[4 * q + 2] = _mm256_unpacklo_epi64(b, d);
+        t[4 * q + 3] = _mm256_unpackhi_epi64(b, d);
+    }
+    for (int k = 0; k < W && k < 4; k++)
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 16 * k), _mm256_permute2x128_si256(t[k], t[4 + k], 0x20));
+    for (int k = 4; k < W; k++)
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 16 * k), _mm256_permute2x128_si256(t[k - 4], t[k], 0x31));
+}
+
+/* By rows: groups [g, g + G) (G ≤ 16) of the scales (p = w->s) or biases
+ * (w->b) of rows r0 .. r0+15 (m: those read, the others 0) as floats, group
+ * g + k's 16 at dst[16k]. */
+AVX2 INLINE void params_to_lanes256(const struct wmat *w, const uint8_t *p, int64_t r0, int64_t g, int G, uint32_t m,
+                                    float *dst)
+{
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    float row[16];
+    for (int l = 0; l < 16; l++) {
+        if (m >> l & 1)
+            dtype_to_f32(w->dtype, p + (size_t)(r0 + l) * w->srow_bytes + (size_t)g * psize, row, (size_t)G);
+        for (int k = 0; k < G; k++)
+            dst[16 * k + l] = m >> l & 1 ? row[k] : 0.0f;
+    }
+}
+
+/* By rows: group g of NB sets of 16 rows from r0 (base: each set's first
+ * row's words of the group; m: the rows read) into the blocked layout's
+ * order at lanes[512b], and the scales and biases of its 16 groups from g
+ * (when g starts them) at pl[b]. */
+AVX2 INLINE void rows_group256(const struct wmat *w, const uint8_t *const *base, int NB, int64_t r0, int64_t g,
+                               uint32_t m, uint32_t *lanes, float (*pl)[2][16][16])
+{
+    const int wpg = w->gs * w->bits / 32;
+    const int64_t ng = w->cols / w->gs;
+    for (int b = 0; b < NB; b++) {
+        for (int c = 0; c < wpg; c += 8)
+            for (int h = 0; h < 2; h++)
+                rows_to_lanes256(base[b] + 4 * c + (size_t)(8 * h) * w->row_stride, w->row_stride, m >> 8 * h & 0xFF,
+                                 wpg - c < 8 ? wpg - c : 8, lanes + 512 * b + 16 * c + 8 * h);
+        if (g % 16 == 0) {
+            const int G = ng - g < 16 ? (int)(ng - g) : 16;
+            params_to_lanes256(w, w->s, r0 + 16 * b, g, G, m, pl[b][0][0]);
+            params_to_lanes256(w, w->b, r0 + 16 * b, g, G, m, pl[b][1][0]);
+        }
+    }
+}
+
+/* Half h of the scales (p = w->s) or biases (w->b) of a set's group, from its
+ * record rec (blocked) or from pl (by rows); lanes outside m zero. */
+AVX2 INLINE __m256 params8(const struct wmat *w, const uint8_t *p, const uint8_t *rec, const float *pl, int64_t r0,
+                           int64_t g, uint32_t m, int h)
+{
+    if (!w->blocked)
+        return _mm256_loadu_ps(pl + 8 * h);
+    if (w->dtype == DT_BF16 || w->dtype == DT_F16 || w->dtype == DT_F32)
+        return _mm256_and_ps(half_mask256(m, h),
+                             f32x8(w->dtype, rec + (p - w->w) + (size_t)(8 * h) * (dtype_table[w->dtype].bits / 8)));
+    float v[16];
+    kern_params16(w, p, r0, g, m, v);
+    return _mm256_loadu_ps(v + 8 * h);
+}
+
 /* NB sets of 16 rows from r0, 16 apart (m: the lanes of rows in range), for
- * tokens t0 .. t0+T-1; blocked, r0 starts a block. A and B in memory. */
+ * tokens t0 .. t0+T-1; blocked, r0 starts a block. Per group, the even
+ * words' chains, then the odd words', each word's two halves one at a time
+ * (AVX2's 16 registers hold 2·NB·T ≤ 8 chains). A and B in memory. */
 AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t r0,
                           uint32_t m, const int NB, const int T, const int bits)
 {
     const int per_word = 32 / bits, wpg = w->gs / per_word;
     const int64_t ng = w->cols / w->gs, stride = in->stride;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i vidx = _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)w->row_stride));
-    __m256i mh[2]; /* the lanes of each half in range, as a gather's mask */
-    for (int h = 0; h < 2; h++)
-        mh[h] = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)m), _mm256_add_epi32(lane, _mm256_set1_epi32(8 * h))),
-                                                    _mm256_set1_epi32(1)),
-                                   _mm256_setzero_si256());
+    const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
+    uint32_t lanes[4 * 32 * 16]; /* by rows: each set's group in the blocked layout, */
+    float pl[4][2][16][16];     /* and its scales and biases of 16 groups */
     float A[8][16], Bt[8][16];
     memset(A, 0, sizeof A);
     memset(Bt, 0, sizeof Bt);
+    const uint8_t *base[4];
+    for (int b = 0; b < NB; b++)
+        base[b] = w->blocked ? w->w + (size_t)(r0 / 16 + b) * block : w->w + (size_t)(r0 + 16 * b) * w->row_stride;
     for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *base[4];
-        for (int b = 0; b < NB; b++)
-            base[b] = w->blocked ? w->w + kern_block_off(w, r0 / 16 + b, g)
-                                 : w->w + (size_t)(r0 + 16 * b) * w->row_stride + (size_t)(4 * g * wpg);
         const float *x = in->xd + t0 * stride + g * w->gs;
-        /* chain (b, h, u) at (b·2 + h)·T + u, set by its first product: the even words' (pe), then the odd words' (p) */
-        __m256 p[8], pe[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 2 * NB * T; c++)
-            p[c] = _mm256_undefined_ps();
+        const uint8_t *words[4];
+        if (!w->blocked)
+            rows_group256(w, base, NB, r0, g, m, lanes, pl);
+        for (int b = 0; b < NB; b++)
+            words[b] = w->blocked ? base[b] : (const uint8_t *)(lanes + 512 * b);
+        /* chain (b, h, u) at (b·2 + h)·T + u, set by its first product: the even words' (then kept in pe), then the odd words' */
+        __m256 p[8];
+        float pe[8][8];
         for (int n = 0; n < wpg; n++) {
             const int i = n < wpg / 2 ? 2 * n : 2 * (n - wpg / 2) + 1;
-            if (n == wpg / 2)
-                memcpy(pe, p, sizeof pe);
-            __m256i v[8];
+            for (int c = 0; n == wpg / 2 && c < 2 * NB * T; c++)
+                _mm256_storeu_ps(pe[c], p[c]);
 #pragma GCC unroll 8
-            for (int c = 0; c < 2 * NB; c++)
-                v[c] = w->blocked ? _mm256_loadu_si256((const __m256i *)(const void *)(base[c / 2] + 64 * i + 32 * (c % 2)))
-                                  : _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                                                (const int *)(const void *)(base[c / 2] + (size_t)(8 * (c % 2)) * w->row_stride + 4 * i),
-                                                                vidx, mh[c % 2], 1);
+            for (int c = 0; c < 2 * NB; c++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(words[c / 2] + 64 * i + 32 * (c % 2)));
 #pragma GCC unroll 8
-            for (int k = 0; k < per_word; k++)
+                for (int k = 0; k < per_word; k++) {
+                    const __m256 q = code256(v, k, bits, QM_AFFINE);
 #pragma GCC unroll 4
-                for (int u = 0; u < T; u++) {
-                    const __m256 xb = _mm256_set1_ps(x[u * stride + i * per_word + k]);
-#pragma GCC unroll 8
-                    for (int c = 0; c < 2 * NB; c++) {
-                        const __m256 q = code256(v[c], k, bits, QM_AFFINE);
+                    for (int u = 0; u < T; u++) {
+                        const __m256 xb = _mm256_broadcast_ss(x + u * stride + i * per_word + k);
                         p[c * T + u] = i < 2 && k == 0 ? _mm256_mul_ps(xb, q) : _mm256_fmadd_ps(xb, q, p[c * T + u]);
                     }
                 }
+            }
         }
         for (int b = 0; b < NB; b++) {
-            float sc[16], bi[16];
-            kern_params16(w, w->s, r0 + 16 * b, g, m, sc);
-            kern_params16(w, w->b, r0 + 16 * b, g, m, bi);
-            for (int h = 0; h < 2; h++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 sc = params8(w, w->s, base[b], pl[b][0][g % 16], r0 + 16 * b, g, m, h);
+                const __m256 bi = params8(w, w->b, base[b], pl[b][1][g % 16], r0 + 16 * b, g, m, h);
                 for (int u = 0; u < T; u++) {
-                    float *a = A[b * T + u] + 8 * h, *bt = Bt[b * T + u] + 8 * h;
                     const int c = (b * 2 + h) * T + u;
-                    _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_add_ps(pe[c], p[c]), _mm256_loadu_ps(sc + 8 * h), _mm256_loadu_ps(a)));
-                    _mm256_storeu_ps(bt, _mm256_fmadd_ps(_mm256_loadu_ps(bi + 8 * h), _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]),
-                                                         _mm256_loadu_ps(bt)));
+                    float *a = A[b * T + u] + 8 * h, *bt = Bt[b * T + u] + 8 * h;
+                    _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_add_ps(_mm256_loadu_ps(pe[c]), p[c]), sc, _mm256_loadu_ps(a)));
+                    _mm256_storeu_ps(bt, _mm256_fmadd_ps(bi, _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]), _mm256_loadu_ps(bt)));
                 }
+            }
+            base[b] += w->blocked ? rec : (size_t)(4 * wpg);
         }
     }
     for (int b = 0; b < NB; b++)
         for (int u = 0; u < T; u++)
             for (int h = 0; h < 2; h++)
-                _mm256_maskstore_ps(y + (t0 + u) * w->rows + r0 + 16 * b + 8 * h, mh[h],
+                _mm256_maskstore_ps(y + (t0 + u) * w->rows + r0 + 16 * b + 8 * h, _mm256_castps_si256(half_mask256(m, h)),
                                     _mm256_add_ps(_mm256_loadu_ps(A[b * T + u] + 8 * h), _mm256_loadu_ps(Bt[b * T + u] + 8 * h)));
 }
 
