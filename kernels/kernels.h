@@ -106,11 +106,19 @@ struct kern_ws {
 void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 
 /* Steps of at least KERN_GEMM_MIN_TOKENS tokens take sgemm (KERN_BLAS), and
- * of at least KERN_QGEMM_MIN_TOKENS the fused and bf16 kernels' definitions
- * as blocked GEMMs (below: 4/8-bit 1.4–1.5× the fused kernels at 8 tokens,
- * 2× from 24; bf16 1.0–1.3× at 8, 1.5–1.7× at 16, 2.3× at 512). */
+ * of at least kern_qgemm_min_tokens the fused and bf16 kernels' definitions
+ * as blocked GEMMs (below; one thread, 1536 × 1536: affine 4/8-bit 1.2–1.3×
+ * the fused kernels at 9 tokens, 1.6× at 24, 2× at 512, where at 8 the fused
+ * kernel's two passes of 4 tokens run 1.0–1.2× the GEMM's panel of 12;
+ * microscaling 1.4–1.5× at 8, 2× from 24; bf16 1.0–1.3× at 8, 1.5–1.7× at
+ * 16, 2.3× at 512). */
 #define KERN_GEMM_MIN_TOKENS 32
 #define KERN_QGEMM_MIN_TOKENS 8
+#define KERN_AGEMM_MIN_TOKENS 9
+static inline int64_t kern_qgemm_min_tokens(const struct wmat *w)
+{
+    return w->quantized && w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS;
+}
 
 /* kern_qdot_ref's bits for many tokens at GEMM speed, from an input prepared
  * for it (kern_qinput's `gemm`): the tile's codes decoded once into floats in

@@ -935,7 +935,7 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= KERN_GEMM_MIN_TOKENS && t->blas)
         return kern_matmul_blas;
 #if GP_X86
-    if (n >= KERN_QGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
+    if (n >= kern_qgemm_min_tokens(w) && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx512;
