@@ -9,24 +9,34 @@
 #include "kernels/internal.h"
 #include "quant/quant.h"
 
-/* Group g of row r dequantized into out[gs] on the fastest path (a group's codes are whole words:
- * gs·bits is a multiple of 32 for every supported layout). */
-static void group_fast(const struct wmat *w, int64_t r, int64_t g, float *out)
+#define ROW_GROUPS 16 /* groups of a blocked row gathered for one dequantization */
+
+/* Row r of a blocked matrix into out[cols] on the fastest path: ROW_GROUPS
+ * groups at a time gathered from their records (a group's codes are whole
+ * words: gs·bits is a multiple of 32 for every supported layout). */
+static void blocked_row_f32(const struct wmat *w, int64_t r, float *out)
 {
-    uint8_t codes[128]; /* gs·bits/8 <= 128·8/8 */
-    const int64_t words = w->gs * w->bits / 32;
-    for (int64_t k = 0; k < words; k++)
-        memcpy(codes + 4 * k, w->w + kern_code_off(w, r, g * words + k), 4);
-    quant_dequant_row(codes, w->s + kern_param_off(w, r, g), w->b + kern_param_off(w, r, g), w->dtype, (size_t)w->gs,
-                      w->gs, w->bits, out);
+    uint8_t codes[ROW_GROUPS * 128], s[ROW_GROUPS * 4], b[ROW_GROUPS * 4]; /* gs·bits/8 <= 128; params <= 4 bytes */
+    const int64_t words = w->gs * w->bits / 32, ng = w->cols / w->gs;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
+    for (int64_t g0 = 0; g0 < ng; g0 += ROW_GROUPS) {
+        const int64_t G = ng - g0 < ROW_GROUPS ? ng - g0 : ROW_GROUPS;
+        for (int64_t g = 0; g < G; g++) {
+            const size_t rec = kern_block_off(w, r / KERN_BLOCK_ROWS, g0 + g), l = (size_t)(r % KERN_BLOCK_ROWS);
+            for (int64_t k = 0; k < words; k++) /* word k of row l at 64k + 4l of the group's record */
+                memcpy(codes + 4 * (g * words + k), w->w + rec + (size_t)(KERN_BLOCK_ROWS * 4 * k) + 4 * l, 4);
+            memcpy(s + (size_t)g * psize, w->s + rec + l * psize, psize);
+            memcpy(b + (size_t)g * psize, w->b + rec + l * psize, psize);
+        }
+        quant_dequant_row(codes, s, b, w->dtype, (size_t)(G * w->gs), w->gs, w->bits, out + g0 * w->gs);
+    }
 }
 
 void kern_row_f32(const struct wmat *w, int64_t r, float *out)
 {
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
     if (w->blocked)
-        for (int64_t g = 0; g < w->cols / w->gs; g++)
-            group_fast(w, r, g, out + g * w->gs);
+        blocked_row_f32(w, r, out);
     else if (w->quantized && w->mode != QM_AFFINE)
         dequant_mx_row(w->mode, row, w->s + (size_t)r * w->srow_bytes, (size_t)w->cols, out);
     else if (w->quantized)

@@ -38,17 +38,21 @@ struct wmat kern_blocked_view(const struct wmat *w, const uint8_t *dst)
 
 void kern_block_rows(const struct wmat *w, uint8_t *dst, int64_t b0, int64_t b1)
 {
-    const size_t psize = dtype_table[w->dtype].bits / 8;
+    const size_t psize = dtype_table[w->dtype].bits / 8, words = (size_t)(w->gs * w->bits / 32);
     const struct wmat v = kern_blocked_view(w, dst); /* the blocked layout's offsets */
-    uint8_t *s = dst + (v.s - v.w), *b = dst + (v.b - v.w);
-    for (int64_t r = b0 * KERN_BLOCK_ROWS; r < b1 * KERN_BLOCK_ROWS; r++) {
-        for (int64_t k = 0; k < (int64_t)w->row_bytes / 4; k++)
-            memcpy(dst + kern_code_off(&v, r, k), w->w + kern_code_off(w, r, k), 4);
+    const size_t s = (size_t)(v.s - v.w), b = (size_t)(v.b - v.w);
+    for (int64_t blk = b0; blk < b1; blk++)
         for (int64_t g = 0; g < w->cols / w->gs; g++) {
-            memcpy(s + kern_param_off(&v, r, g), w->s + kern_param_off(w, r, g), psize);
-            memcpy(b + kern_param_off(&v, r, g), w->b + kern_param_off(w, r, g), psize);
+            uint8_t *rec = dst + kern_block_off(&v, blk, g); /* word k of row l at 64k + 4l, then the params */
+            for (int l = 0; l < KERN_BLOCK_ROWS; l++) {
+                const int64_t r = blk * KERN_BLOCK_ROWS + l;
+                const uint8_t *src = w->w + (size_t)r * w->row_stride + (size_t)g * 4 * words;
+                for (size_t k = 0; k < words; k++)
+                    memcpy(rec + 64 * k + 4 * (size_t)l, src + 4 * k, 4);
+                memcpy(rec + s + (size_t)l * psize, w->s + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
+                memcpy(rec + b + (size_t)l * psize, w->b + (size_t)r * w->srow_bytes + (size_t)g * psize, psize);
+            }
         }
-    }
 }
 
 /* S_g of row r: Σ q·xq over group g, exact in int32. Weight j's xq sits at j

@@ -306,8 +306,8 @@ static int decode(int bits)
             }
             t_load = now() - t_load;
             printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token, copied to anonymous "
-                   "memory%s in %.2f s (run's default)\n", bits, pack, (double)m.weight_bytes / 1e6,
-                   level == KERN_Q8 && kern_has_q8() ? " in blocks of rows" : "", t_load);
+                   "memory in blocks of rows in %.2f s (run's default)\n", bits, pack, (double)m.weight_bytes / 1e6,
+                   t_load);
         }
         struct runner r;
         if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = 16,
