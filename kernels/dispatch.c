@@ -294,7 +294,7 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         j->ws = t->ws;
         j->tile_rows = KERN_BLAS_ROWS;
     } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
-        /* the same bits at GEMM speed for many tokens, its input in fours */
+        /* the same bits at GEMM speed for many tokens, its input laid out for it */
         bool gemm = n >= kern_qgemm_min_tokens(w) && t->qgemm &&
                     gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads);
         q = q && q->gemm == gemm ? q : NULL;
