@@ -217,8 +217,8 @@ bool kern_has_q8(void);
  * group: group g's record holds its words (32-bit word k of the group of row
  * 16B + l at byte 64k + 4l), then the 16 rows' scales of the group, then their
  * biases (row l's at element l). One 64-byte load holds the same word of 16
- * rows, so the kernels keep one row per lane (the exact ones gather the same
- * word of 16 rows by rows); and a thread's rows are one
+ * rows, so the kernels keep one row per lane (the exact ones, reading by rows,
+ * transpose 16 rows' words); and a thread's rows are one
  * stream (codes, scales and biases in separate arrays, three streams, were
  * slower from RAM). A blocked view's w, s and b point at block 0's first
  * word, scale and bias; block B's are KERN_BLOCK_ROWS·(row_bytes +
