@@ -423,9 +423,9 @@ static void loaded_weights(const char *variant, int quant, bool to_pack, enum ke
     for (int i = 0; i < m.cfg.n_layers; i++) {
         const struct layer_weights *L = &m.layers[i];
         blocked += L->q.blocked + L->o.blocked + L->down.blocked + L->ex_up.blocked;
-        cr_assert(!L->q.blocked || level == KERN_Q8, "blocks only for the int8 kernels");
+        cr_assert(!L->q.blocked || L->q.quantized, "blocks only for quantized matrices");
     }
-    cr_assert(level != KERN_Q8 || blocked > 0, "%s: no matrix laid out in blocks", variant);
+    cr_assert(quant ? blocked > 0 : blocked == 0, "%s: %d matrices laid out in blocks", variant, blocked);
     cr_assert_eq(runner_init(&r, &m, TH_RUNNER(2, level, T), &e), ERR_OK, "%s", e.msg);
     float *loaded = malloc((size_t)(T * V) * sizeof *loaded);
     cr_assert(loaded);
