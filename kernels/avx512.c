@@ -425,7 +425,7 @@ AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in,
  * and fold them with the scales into A; then the bias terms, and y = A + B:
  * every (row, token) through kern_qdot_ref's operations. */
 
-#define AGEMM_H (12 / AGEMM_S) /* its tokens: AGEMM_S × AGEMM_H × 2 chains = 24 registers */
+#define AGEMM_H (AGEMM_T / AGEMM_S) /* its tokens: AGEMM_S × AGEMM_H × 2 chains = 24 registers */
 
 /* Column j of AGEMM_S sets (q: the group's [gs, 16] of set i at q + i·qs)
  * for AGEMM_H tokens (xg: the group's input, [gs, AGEMM_T]) into the chains
