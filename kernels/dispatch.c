@@ -233,6 +233,8 @@ struct mm_job {
     qgemm_fn qgemm;
     gemm_fn gemm;             /* over the input as it is: bf16gemm or refgemm */
     const struct kern_qinput *qin;
+    void *prep;               /* qin's buffer, when this job prepares it: in `parts` parts */
+    int64_t parts;
     q8dot_fn q8dot;
     const struct kern_q8input *q8in;
     const struct wmat *w;
@@ -298,8 +300,10 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
         bool gemm = n >= kern_qgemm_min_tokens(w) && t->qgemm &&
                     gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads);
         q = q && q->gemm == gemm ? q : NULL;
-        if (q || ((buf = scratch(t, i, kern_qinput_bytes(w, n))) && (kern_qinput_prepare(w, x, n, gemm, buf, qin), true))) {
-            j->fn = NULL; /* the input is prepared once and read by every tile */
+        if (q || (buf = scratch(t, i, kern_qinput_bytes(w, n)))) {
+            j->fn = NULL; /* the input is prepared once (kern_matmul_many's first job) and read by every tile */
+            j->prep = q ? NULL : buf;
+            j->parts = q ? 0 : kern_qinput_layout(w, n, gemm, buf, qin);
             j->qin = q ? q : qin;
             j->qdot = gemm ? NULL : t->qdot;
             j->qgemm = gemm ? t->qgemm : NULL;
@@ -321,10 +325,11 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     }
 }
 
-/* The tasks of all matrices in one job: matrix i's tiles are tasks [first[i], first[i + 1]). */
+/* The tasks of all matrices in one job: matrix i's tiles are tasks [first[i],
+ * first[i + 1]), the parts of the inputs it prepares [pfirst[i], pfirst[i + 1]). */
 struct many_job {
     struct mm_job j[KERN_MANY];
-    int64_t first[KERN_MANY + 1];
+    int64_t first[KERN_MANY + 1], pfirst[KERN_MANY + 1];
 };
 
 static void many_task(void *arg, int64_t task, int worker)
@@ -334,6 +339,17 @@ static void many_task(void *arg, int64_t task, int worker)
     while (task >= m->first[i + 1])
         i++;
     mm_task(&m->j[i], task - m->first[i], worker);
+}
+
+static void prep_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    struct many_job *m = arg;
+    int i = 0;
+    while (task >= m->pfirst[i + 1])
+        i++;
+    const struct mm_job *j = &m->j[i];
+    kern_qinput_part(j->w, j->x, j->n, j->qin->gemm, j->prep, task - m->pfirst[i]);
 }
 
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],
@@ -347,7 +363,9 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
     for (int i = 0; i < count; i++) {
         mm_setup(t, i, &m.j[i], w[i], x, n, y[i], threads, &qin[i], &q8in[i], i ? &m.j[0] : NULL);
         m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
+        m.pfirst[i + 1] = m.pfirst[i] + m.j[i].parts;
     }
+    pool_run(threads, m.pfirst[count], prep_task, &m);
     pool_run(threads, m.first[count], many_task, &m);
 }
 

@@ -6,6 +6,8 @@
 
 #include "kernels/internal.h"
 
+_Static_assert(KERN_QINPUT_PART % AGEMM_T == 0 && KERN_QINPUT_PART % 4 == 0, "a part is whole panels");
+
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum)
 {
     const int64_t ng = w->cols / w->gs;
@@ -33,30 +35,49 @@ static int64_t qinput_sums(const struct wmat *w, int64_t n)
     return (n * (w->cols / w->gs) + 15) / 16 * 16;
 }
 
-size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
+/* Tokens the prepared input holds: the GEMM's panels filled up with zeros. */
+static int64_t qinput_tokens(const struct wmat *w, int64_t n, bool gemm)
 {
-    const int64_t tokens = w->mode == QM_AFFINE ? (n + AGEMM_T - 1) / AGEMM_T * AGEMM_T : (n + 3) / 4 * 4;
-    return (size_t)(qinput_sums(w, n) + tokens * qinput_stride(w)) * sizeof(float);
+    const int64_t panel = !gemm ? 1 : w->mode == QM_AFFINE ? AGEMM_T : 4;
+    return (n + panel - 1) / panel * panel;
 }
 
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
+size_t kern_qinput_bytes(const struct wmat *w, int64_t n)
 {
-    const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word;
-    const int64_t stride = qinput_stride(w), tokens = gemm ? (n + 3) / 4 * 4 : n;
+    return (size_t)(qinput_sums(w, n) + qinput_tokens(w, n, true) * qinput_stride(w)) * sizeof(float);
+}
+
+int64_t kern_qinput_layout(const struct wmat *w, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
+{
+    float *xsum = buf;
+    *in = (struct kern_qinput){.xd = xsum + qinput_sums(w, n), .xsum = xsum, .stride = qinput_stride(w), .gemm = gemm};
+    return (qinput_tokens(w, n, gemm) + KERN_QINPUT_PART - 1) / KERN_QINPUT_PART;
+}
+
+void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, int64_t part)
+{
+    const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word, ng = cols / w->gs;
+    const int64_t stride = qinput_stride(w), t0 = part * KERN_QINPUT_PART;
+    const int64_t t1 = t0 + KERN_QINPUT_PART < qinput_tokens(w, n, gemm) ? t0 + KERN_QINPUT_PART : qinput_tokens(w, n, gemm);
     float *xsum = buf, *xd = xsum + qinput_sums(w, n);
-    kern_group_sums(w, x, n, xsum);
+    if (t0 < n)
+        kern_group_sums(w, x + t0 * cols, (t1 < n ? t1 : n) - t0, xsum + t0 * ng);
     if (w->mode == QM_AFFINE) { /* in column order, each code's place value divided out (the top code's is 1) */
         float unit[8];
         for (int k = 0; k < per_word; k++)
             unit[k] = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * k);
-        for (int64_t t = 0; t < (gemm ? (n + AGEMM_T - 1) / AGEMM_T * AGEMM_T : n); t++) /* the GEMM's in panels */
-            for (int64_t j = 0; j < stride; j++)
-                xd[gemm ? (t / AGEMM_T * stride + j) * AGEMM_T + t % AGEMM_T : t * stride + j] =
-                    j < cols && t < n ? x[t * cols + j] * unit[j % per_word] : 0.0f;
-        *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .gemm = gemm};
+        for (int64_t t = t0; t < t1; t++) { /* the GEMM's in panels, [panel, column, AGEMM_T] */
+            const int64_t step = gemm ? AGEMM_T : 1, end = t < n ? cols : 0;
+            float *dst = gemm ? xd + (t / AGEMM_T * stride * AGEMM_T + t % AGEMM_T) : xd + t * stride;
+            for (int64_t j = 0; j < end; j += per_word)
+                for (int64_t k = 0; k < per_word; k++)
+                    dst[(j + k) * step] = x[t * cols + j + k] * unit[k];
+            for (int64_t j = end; j < stride; j++)
+                dst[j * step] = 0.0f;
+        }
         return;
     }
-    for (int64_t t = 0; t < tokens; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         float *dst = gemm ? xd + t / 4 * 4 * stride : xd + t * stride; /* then [j] at [4j + 16u] in fours */
         const int64_t step = gemm ? 4 : 1, slot = gemm ? t % 4 * 16 : 0;
         for (int64_t b = 0; b < stride; b += blk)
@@ -67,7 +88,12 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool g
                 }
             }
     }
-    *in = (struct kern_qinput){.xd = xd, .xsum = xsum, .stride = stride, .gemm = gemm};
+}
+
+void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
+{
+    for (int64_t part = 0, parts = kern_qinput_layout(w, n, gemm, buf, in); part < parts; part++)
+        kern_qinput_part(w, x, n, gemm, buf, part);
 }
 
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats): affine,

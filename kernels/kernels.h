@@ -71,6 +71,12 @@ typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int6
                         int64_t row1);
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
 void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
+/* The same in parts, for the thread pool: kern_qinput_layout points *in into
+ * buf and returns the number of parts; kern_qinput_part(part) fills tokens
+ * [part·KERN_QINPUT_PART, +KERN_QINPUT_PART) (a whole number of panels). */
+#define KERN_QINPUT_PART 48
+int64_t kern_qinput_layout(const struct wmat *w, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
+void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, int64_t part);
 
 /* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
  * bit for bit (so a result does not depend on the machine, the layout, the
