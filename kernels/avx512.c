@@ -446,15 +446,15 @@ AVX512 INLINE void agemm_col512(const float *q, int64_t qs, const float *xg, int
     }
 }
 
-/* AGEMM_S sets (q: [sets, cols, 16]) × AGEMM_T tokens (x: [cols, AGEMM_T]),
- * in pieces of AGEMM_H tokens: per group and piece, the two chains (even and
- * odd words) of each (set, token) in registers, added and folded into A
+/* AGEMM_S sets (set i's ng groups of codes, [ng·gs, 16], at q + i·qs; its
+ * scales, [ng, 16], at st + i·ss) × AGEMM_T tokens (x: [ng·gs, AGEMM_T]), in
+ * pieces of AGEMM_H tokens: per group and piece, the two chains (even and odd
+ * words) of each (set, token) in registers, added and folded into A
  * ([AGEMM_S, AGEMM_T, 16]); the group's columns stay in L1 for the next
  * piece. */
-AVX512 INLINE void agemm_block512(const float *q, const float *x, const float *st, int64_t ng, int gs, float *A,
-                                  const int per_word)
+AVX512 INLINE void agemm_block512(const float *q, int64_t qs, const float *x, const float *st, int64_t ss, int64_t ng,
+                                  int gs, float *A, const int per_word)
 {
-    const int64_t qs = ng * gs * 16, ss = ng * 16;
     for (int64_t g = 0; g < ng; g++) {
         const float *qg = q + g * gs * 16;
         for (int h = 0; h < AGEMM_T; h += AGEMM_H) {
@@ -485,27 +485,27 @@ AVX512 INLINE void agemm_block512(const float *q, const float *x, const float *s
 }
 
 /* The block on its own for each width (inlined, GCC spilled its chains). */
-__attribute__((noinline)) AVX512 static void agemm_block_b4(const float *q, const float *x, const float *st,
-                                                            int64_t ng, int gs, float *A)
+__attribute__((noinline)) AVX512 static void agemm_block_b4(const float *q, int64_t qs, const float *x,
+                                                            const float *st, int64_t ss, int64_t ng, int gs, float *A)
 {
-    agemm_block512(q, x, st, ng, gs, A, 8);
+    agemm_block512(q, qs, x, st, ss, ng, gs, A, 8);
 }
 
-__attribute__((noinline)) AVX512 static void agemm_block_b8(const float *q, const float *x, const float *st,
-                                                            int64_t ng, int gs, float *A)
+__attribute__((noinline)) AVX512 static void agemm_block_b8(const float *q, int64_t qs, const float *x,
+                                                            const float *st, int64_t ss, int64_t ng, int gs, float *A)
 {
-    agemm_block512(q, x, st, ng, gs, A, 4);
+    agemm_block512(q, qs, x, st, ss, ng, gs, A, 4);
 }
 
-/* Rows r0 .. r0+15 (m: those in the tile) decoded into qt [cols, 16], their
- * scales into st and biases into bt [groups, 16]; zeros for the others. */
-AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m, float *qt, float *st, float *bt,
-                                   const int bits)
+/* Groups [g0, g1) of rows r0 .. r0+15 (m: those in the tile) decoded into qt
+ * [(g1 − g0)·gs, 16], their scales into st and biases into bt [groups, 16]
+ * (at group g); zeros for the others. */
+AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m, int64_t g0, int64_t g1, float *qt,
+                                   float *st, float *bt, const int bits)
 {
     const int per_word = 32 / bits, wpg = w->gs / per_word;
-    const int64_t ng = w->cols / w->gs;
     uint32_t lanes[32 * 16] __attribute__((aligned(64))); /* by rows: the group in the blocked layout */
-    for (int64_t g = 0; g < ng; g++) {
+    for (int64_t g = g0; g < g1; g++) {
         const uint8_t *base = !m ? NULL
                               : w->blocked ? w->w + kern_block_off(w, r0 / 16, g)
                                            : w->w + (size_t)r0 * w->row_stride + (size_t)(4 * g * wpg);
@@ -517,44 +517,56 @@ AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m
                                            : _mm512_load_si512((const void *)(lanes + 16 * i));
 #pragma GCC unroll 8
             for (int k = 0; k < per_word; k++)
-                _mm512_store_ps(qt + (g * w->gs + i * per_word + k) * 16, code512(v, k, bits, QM_AFFINE));
+                _mm512_store_ps(qt + ((g - g0) * w->gs + i * per_word + k) * 16, code512(v, k, bits, QM_AFFINE));
         }
         if (w->blocked || !m) {
             _mm512_store_ps(st + 16 * g, m ? params16(w, w->s, base, r0, g, m) : _mm512_setzero_ps());
             _mm512_store_ps(bt + 16 * g, m ? params16(w, w->b, base, r0, g, m) : _mm512_setzero_ps());
-        } else if (g % 16 == 0) {
-            params_to_lanes512(w, w->s, r0, g, ng - g < 16 ? (int)(ng - g) : 16, m, st + 16 * g);
-            params_to_lanes512(w, w->b, r0, g, ng - g < 16 ? (int)(ng - g) : 16, m, bt + 16 * g);
+        } else if ((g - g0) % 16 == 0) {
+            params_to_lanes512(w, w->s, r0, g, g1 - g < 16 ? (int)(g1 - g) : 16, m, st + 16 * g);
+            params_to_lanes512(w, w->b, r0, g, g1 - g < 16 ? (int)(g1 - g) : 16, m, bt + 16 * g);
         }
     }
 }
 
+/* The tile in slices of AGEMM_KC columns, each decoded once and run for every
+ * panel of tokens while it stays in L2 (a whole 64-row tile of a 12288-column
+ * matrix would not: 54 % of sgemm against 83 %), A kept per panel across
+ * the slices; then the bias terms. */
 AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                             int64_t row1, float *ws, const int bits)
 {
     const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
     const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
-    float *qt = ws, *st = qt + sets * cols * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
-    for (int64_t s = 0; s < sets; s++)
-        agemm_decode512(w, rbase + 16 * s, (__mmask16)kern_rows_mask(rbase + 16 * s, row0, row1), qt + s * cols * 16,
-                        st + s * ng * 16, bt + s * ng * 16, bits);
-    for (int64_t t0 = 0; t0 < n; t0 += AGEMM_T) {
-        const float *x = in->xd + t0 * in->stride; /* the panel of tokens t0 .. t0 + AGEMM_T - 1 */
+    const int64_t kc = cols < AGEMM_KC ? cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
+    float *qt = ws, *st = qt + sets * kc * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
+    memset(A, 0, (size_t)(panels * sets * AGEMM_T * 16) * sizeof *A); /* [panels, sets, AGEMM_T, 16] */
+    for (int64_t c0 = 0; c0 < cols; c0 += kc) {
+        const int64_t g0 = c0 / w->gs, g1 = (c0 + kc < cols ? c0 + kc : cols) / w->gs;
+        for (int64_t s = 0; s < sets; s++)
+            agemm_decode512(w, rbase + 16 * s, (__mmask16)kern_rows_mask(rbase + 16 * s, row0, row1), g0, g1,
+                            qt + s * kc * 16, st + s * ng * 16, bt + s * ng * 16, bits);
+        for (int64_t p = 0; p < panels; p++) {
+            const float *x = in->xd + p * AGEMM_T * in->stride + c0 * AGEMM_T; /* tokens p·AGEMM_T .., the slice */
+            for (int64_t s = 0; s < sets; s += AGEMM_S)
+                (bits == 4 ? agemm_block_b4 : agemm_block_b8)(qt + s * kc * 16, kc * 16, x, st + (s * ng + g0) * 16,
+                                                              ng * 16, g1 - g0, w->gs,
+                                                              A + (p * sets + s) * AGEMM_T * 16);
+        }
+    }
+    for (int64_t p = 0; p < panels; p++) {
+        const int64_t t0 = p * AGEMM_T;
         const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
-        for (int64_t s = 0; s < sets; s += AGEMM_S) {
-            memset(A, 0, AGEMM_S * AGEMM_T * 16 * sizeof *A);
-            (bits == 4 ? agemm_block_b4 : agemm_block_b8)(qt + s * cols * 16, x, st + s * ng * 16, ng, w->gs, A);
-            for (int i = 0; i < AGEMM_S; i++) {
-                const int64_t r = rbase + 16 * (s + i);
-                const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
-                for (int u = 0; u < tp && m; u++) {
-                    const float *xs = in->xsum + (t0 + u) * ng;
-                    __m512 b = _mm512_setzero_ps();
-                    for (int64_t g = 0; g < ng; g++)
-                        b = _mm512_fmadd_ps(_mm512_load_ps(bt + ((s + i) * ng + g) * 16), _mm512_set1_ps(xs[g]), b);
-                    _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r, m,
-                                          _mm512_add_ps(_mm512_load_ps(A + (i * AGEMM_T + u) * 16), b));
-                }
+        for (int64_t s = 0; s < sets; s++) {
+            const int64_t r = rbase + 16 * s;
+            const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
+            for (int u = 0; u < tp && m; u++) {
+                const float *xs = in->xsum + (t0 + u) * ng;
+                __m512 b = _mm512_setzero_ps();
+                for (int64_t g = 0; g < ng; g++)
+                    b = _mm512_fmadd_ps(_mm512_load_ps(bt + (s * ng + g) * 16), _mm512_set1_ps(xs[g]), b);
+                _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r, m,
+                                      _mm512_add_ps(_mm512_load_ps(A + ((p * sets + s) * AGEMM_T + u) * 16), b));
             }
         }
     }

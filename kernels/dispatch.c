@@ -181,7 +181,7 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
         const int bits = k % 2 ? 8 : 4;
         struct wmat w = {.quantized = true, .mode = k < 2 ? QM_AFFINE : bits == 4 ? QM_MXFP4 : QM_MXFP8, .bits = bits,
                          .gs = 16, .cols = (cols + 31) / 32 * 32};
-        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS);
+        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS, n);
         most = b > most ? b : most;
         most = b8 > most ? b8 : most;
         gemm = g > gemm ? g : gemm;
@@ -298,7 +298,7 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
         /* the same bits at GEMM speed for many tokens, its input laid out for it */
         bool gemm = n >= kern_qgemm_min_tokens(w) && t->qgemm &&
-                    gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads);
+                    gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads);
         q = q && q->gemm == gemm ? q : NULL;
         if (q || (buf = scratch(t, i, kern_qinput_bytes(w, n)))) {
             j->fn = NULL; /* the input is prepared once (kern_matmul_many's first job) and read by every tile */

@@ -100,11 +100,12 @@ void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool g
  * as agemm512 carves it; MX, as qgemm512m does: decoded codes [rows rounded
  * up to pairs, stride], lane scales [rows, blocks, 16], the A lanes [rows,
  * GEMM_TP, 16] and a row's scales [groups rounded up to 16, + 16]. */
-size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows)
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {
-    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, cols, 16], scales and biases [sets, groups, 16], A [AGEMM_S, AGEMM_T, 16] */
+    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, slice, 16], scales and biases [sets, groups, 16], A [panels, sets, AGEMM_T, 16] */
         const int64_t sets = (rows + 15 + 16 * AGEMM_S - 1) / (16 * AGEMM_S) * AGEMM_S; /* rows from a block's start, whole register blocks of sets */
-        return (size_t)(sets * 16 * (w->cols + 2 * (w->cols / w->gs)) + AGEMM_S * AGEMM_T * 16) * sizeof(float);
+        const int64_t kc = w->cols < AGEMM_KC ? w->cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
+        return (size_t)(sets * 16 * (kc + 2 * (w->cols / w->gs) + panels * AGEMM_T)) * sizeof(float);
     }
     const int64_t stride = qinput_stride(w), blocks = stride / (16 * (32 / w->bits));
     const int64_t ng16 = (w->cols / w->gs + 15) / 16 * 16;

@@ -77,6 +77,7 @@ static inline float kern_lanes_sum16(float lane[16])
 /* Tokens of a panel of the affine GEMM (avx512.c), its input laid out so
  * (input.c); sets of 16 rows it runs side by side (its workspace: input.c). */
 #define AGEMM_T 12
+#define AGEMM_KC 2048 /* columns of a tile decoded at a time (a multiple of every group size) */
 #define AGEMM_S 2
 
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */

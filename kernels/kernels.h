@@ -128,11 +128,11 @@ static inline int64_t kern_qgemm_min_tokens(const struct wmat *w)
 
 /* kern_qdot_ref's bits for many tokens at GEMM speed, from an input prepared
  * for it (kern_qinput's `gemm`): the tile's codes decoded once into floats in
- * a workspace of kern_qgemm_ws_bytes(w, rows) bytes (64-byte aligned), then
+ * a workspace of kern_qgemm_ws_bytes(w, rows, n) bytes (64-byte aligned), then
  * register blocks of rows × tokens (avx512.c; the workspace's size: input.c). */
 typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1, void *ws);
-size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows);
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                        int64_t row1, void *ws);
 

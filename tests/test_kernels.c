@@ -354,7 +354,7 @@ static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int6
 {
     struct kern_qinput in;
     void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
-    void *ws = aligned_alloc(64, (kern_qgemm_ws_bytes(w, r1 - r0) + 63) / 64 * 64);
+    void *ws = aligned_alloc(64, (kern_qgemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
     cr_assert(buf && ws);
     kern_qinput_prepare(w, x, n, true, buf, &in);
     kern_qgemm_avx512(w, &in, n, y, r0, r1, ws);
