@@ -90,12 +90,6 @@ void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm
     }
 }
 
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
-{
-    for (int64_t part = 0, parts = kern_qinput_layout(w, n, gemm, buf, in); part < parts; part++)
-        kern_qinput_part(w, x, n, gemm, buf, part);
-}
-
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats): affine,
  * as agemm512 carves it; MX, as qgemm512m does: decoded codes [rows rounded
  * up to pairs, stride], lane scales [rows, blocks, 16], the A lanes [rows,

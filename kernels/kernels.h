@@ -70,8 +70,7 @@ struct kern_qinput {
 typedef void (*qdot_fn)(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                         int64_t row1);
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
-void kern_qinput_prepare(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
-/* The same in parts, for the thread pool: kern_qinput_layout points *in into
+/* Prepared in parts, on the thread pool: kern_qinput_layout points *in into
  * buf and returns the number of parts; kern_qinput_part(part) fills tokens
  * [part·KERN_QINPUT_PART, +KERN_QINPUT_PART) (a whole number of panels). */
 #define KERN_QINPUT_PART 48

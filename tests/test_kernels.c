@@ -322,6 +322,13 @@ static bool have_blas(void)
     return on;
 }
 
+/* The input of a fused kernel, every part in order. */
+static void prepare_input(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, struct kern_qinput *in)
+{
+    for (int64_t part = 0, parts = kern_qinput_layout(w, n, gemm, buf, in); part < parts; part++)
+        kern_qinput_part(w, x, n, gemm, buf, part);
+}
+
 /* The fused kernels and sgemm as matmul_fn (their input prepared, or their
  * scratch made, for the call). */
 static void qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -329,7 +336,7 @@ static void qdot_alone(qdot_fn qdot, const struct wmat *w, const float *x, int64
     struct kern_qinput in;
     void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
     cr_assert(buf);
-    kern_qinput_prepare(w, x, n, false, buf, &in);
+    prepare_input(w, x, n, false, buf, &in);
     qdot(w, &in, n, y, r0, r1);
     free(buf);
 }
@@ -356,7 +363,7 @@ static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int6
     void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
     void *ws = aligned_alloc(64, (kern_qgemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
     cr_assert(buf && ws);
-    kern_qinput_prepare(w, x, n, true, buf, &in);
+    prepare_input(w, x, n, true, buf, &in);
     kern_qgemm_avx512(w, &in, n, y, r0, r1, ws);
     free(buf);
     free(ws);
