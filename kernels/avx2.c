@@ -8,26 +8,87 @@
 #include "kernels/internal.h"
 #include "kernels/simd.h"
 
-/* kern_dot_ref's order on two vectors: lo holds lanes 0-7, hi lanes 8-15. */
-AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
+/* Lanes l and l + w added for w = 8, 4, 2, 1 (kern_lanes_sum16), lo holding lanes 0-7, hi 8-15. */
+AVX2 INLINE float sum16_256(__m256 lo, __m256 hi)
 {
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
-    }
-    if (i < n) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
-        __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane);
-        lo = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, mlo), _mm256_maskload_ps(b + i, mlo), lo);
-        hi = _mm256_fmadd_ps(_mm256_maskload_ps(a + i + 8, mhi), _mm256_maskload_ps(b + i + 8, mhi), hi);
-    }
     __m256 s8 = _mm256_add_ps(lo, hi);
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* kern_dot_ref's order for K products side by side (a's vectors loaded once
+ * for all): lo[k] holds lanes 0-7 of product k, hi[k] lanes 8-15. */
+AVX2 INLINE void dotsk256(const float *a, const float *const *b, const int K, int64_t n, float *out)
+{
+    __m256 lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < K; k++)
+        lo[k] = hi[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 xl = _mm256_loadu_ps(a + i), xh = _mm256_loadu_ps(a + i + 8);
+#pragma GCC unroll 4
+        for (int k = 0; k < K; k++) {
+            lo[k] = _mm256_fmadd_ps(xl, _mm256_loadu_ps(b[k] + i), lo[k]);
+            hi[k] = _mm256_fmadd_ps(xh, _mm256_loadu_ps(b[k] + i + 8), hi[k]);
+        }
+    }
+    if (i < n) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
+        const __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane);
+        const __m256 xl = _mm256_maskload_ps(a + i, mlo), xh = _mm256_maskload_ps(a + i + 8, mhi);
+#pragma GCC unroll 4
+        for (int k = 0; k < K; k++) {
+            lo[k] = _mm256_fmadd_ps(xl, _mm256_maskload_ps(b[k] + i, mlo), lo[k]);
+            hi[k] = _mm256_fmadd_ps(xh, _mm256_maskload_ps(b[k] + i + 8, mhi), hi[k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < K; k++)
+        out[k] = sum16_256(lo[k], hi[k]);
+}
+
+AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
+{
+    float out;
+    dotsk256(a, &b, 1, n, &out);
+    return out;
+}
+
+AVX2 void kern_dots_avx2(const float *a, const float *const *b, int m, int64_t n, float *out)
+{
+    int j = 0;
+    for (; j + 4 <= m; j += 4)
+        dotsk256(a, b + j, 4, n, out + j);
+    for (; j < m; j++)
+        dotsk256(a, b + j, 1, n, out + j);
+}
+
+/* Four vectors of y stay in registers while every x is added; the tail
+ * element by element, the same operations. */
+AVX2 void kern_axpy_avx2(float *y, const float *a, const float *const *x, int m, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            v[c] = _mm256_loadu_ps(y + i + 8 * c);
+        for (int j = 0; j < m; j++) {
+            const __m256 w = _mm256_set1_ps(a[j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                v[c] = _mm256_add_ps(v[c], _mm256_mul_ps(w, _mm256_loadu_ps(x[j] + i + 8 * c)));
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(y + i + 8 * c, v[c]);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < m; j++)
+            y[i] += a[j] * x[j][i];
 }
 
 EXP_PARTS(AVX2, exp_parts256, __m256, _mm256, _mm256_castsi256_ps)

@@ -42,16 +42,71 @@ AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
     return hsum512(acc);
 }
 
-AVX512 void kern_axpy_avx512(float *y, float a, const float *x, int64_t n)
+/* K of kern_dot_avx512's products side by side, a's vector loaded once for all. */
+AVX512 INLINE void dotsk512(const float *a, const float *const *b, const int K, int64_t n, float *out)
 {
-    const __m512 av = _mm512_set1_ps(a);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < K; k++)
+        acc[k] = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(av, _mm512_loadu_ps(x + i))));
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(a + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < K; k++)
+            acc[k] = _mm512_fmadd_ps(x, _mm512_loadu_ps(b[k] + i), acc[k]);
+    }
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
-                                                      _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, x + i))));
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < K; k++)
+            acc[k] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, b[k] + i), acc[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < K; k++)
+        out[k] = hsum512(acc[k]);
+}
+
+AVX512 void kern_dots_avx512(const float *a, const float *const *b, int m, int64_t n, float *out)
+{
+    int j = 0;
+    for (; j + 8 <= m; j += 8)
+        dotsk512(a, b + j, 8, n, out + j);
+    if (j + 4 <= m) {
+        dotsk512(a, b + j, 4, n, out + j);
+        j += 4;
+    }
+    for (; j < m; j++)
+        out[j] = kern_dot_avx512(a, b[j], n);
+}
+
+/* Eight vectors of y stay in registers while every x is added; the tail one
+ * (masked) vector at a time. */
+AVX512 void kern_axpy_avx512(float *y, const float *a, const float *const *x, int m, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512 v[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            v[c] = _mm512_loadu_ps(y + i + 16 * c);
+        for (int j = 0; j < m; j++) {
+            const __m512 w = _mm512_set1_ps(a[j]);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                v[c] = _mm512_add_ps(v[c], _mm512_mul_ps(w, _mm512_loadu_ps(x[j] + i + 16 * c)));
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            _mm512_storeu_ps(y + i + 16 * c, v[c]);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(k, y + i);
+        for (int j = 0; j < m; j++)
+            v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(a[j]), _mm512_maskz_loadu_ps(k, x[j] + i)));
+        _mm512_mask_storeu_ps(y + i, k, v);
     }
 }
 

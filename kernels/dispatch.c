@@ -91,6 +91,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     memset(t, 0, sizeof *t);
     t->name = "scalar";
     t->dot = kern_dot_ref;
+    t->dots = kern_dots_ref;
     t->axpy = kern_axpy_ref;
     t->gelu_mul = kern_gelu_mul_ref;
     t->softcap = kern_softcap_ref;
@@ -105,6 +106,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     if (cpu_has(CPU_AVX512)) {
         t->name = "avx512";
         t->dot = kern_dot_avx512;
+        t->dots = kern_dots_avx512;
         t->axpy = kern_axpy_avx512;
         t->gelu_mul = kern_gelu_mul_avx512;
         t->softcap = kern_softcap_avx512;
@@ -116,6 +118,8 @@ void kern_init(struct kern_table *t, enum kern_level level)
     } else if (cpu_has(CPU_AVX2)) {
         t->name = "avx2";
         t->dot = kern_dot_avx2;
+        t->dots = kern_dots_avx2;
+        t->axpy = kern_axpy_avx2;
         t->gelu_mul = kern_gelu_mul_avx2;
         t->softcap = kern_softcap_avx2;
         t->qdot = kern_qdot_avx2;
@@ -125,6 +129,7 @@ void kern_init(struct kern_table *t, enum kern_level level)
     if (cpu_has(CPU_NEON)) {
         t->name = "neon";
         t->dot = kern_dot_neon;
+        t->dots = kern_dots_neon;
         t->axpy = kern_axpy_neon;
         t->qdot = kern_qdot_neon;
         t->matvec_bf16 = kern_matvec_bf16_neon;

@@ -255,11 +255,22 @@ float kern_dot_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_avx512(const float *a, const float *b, int64_t n);
 float kern_dot_neon(const float *a, const float *b, int64_t n);
 
-/* y[i] += a·x[i] (a multiply, then an add: every path gives the same bits). */
-typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
-void kern_axpy_ref(float *y, float a, const float *x, int64_t n);
-void kern_axpy_avx512(float *y, float a, const float *x, int64_t n);
-void kern_axpy_neon(float *y, float a, const float *x, int64_t n);
+/* out[j] = the dot product of a and b[j] (that order) for j < m: attention's
+ * scores of one query against a block of keys, the keys' chains side by side. */
+typedef void (*dots_fn)(const float *a, const float *const *b, int m, int64_t n, float *out);
+void kern_dots_ref(const float *a, const float *const *b, int m, int64_t n, float *out);
+void kern_dots_avx2(const float *a, const float *const *b, int m, int64_t n, float *out);
+void kern_dots_avx512(const float *a, const float *const *b, int m, int64_t n, float *out);
+void kern_dots_neon(const float *a, const float *const *b, int m, int64_t n, float *out);
+
+/* y[i] += a[j]·x[j][i] for j = 0 .. m−1 in order, each a multiply, then an
+ * add (every path gives the same bits): attention's weighted values, y kept
+ * in registers across a block of them. */
+typedef void (*axpy_fn)(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_axpy_ref(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_axpy_avx2(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_axpy_avx512(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_axpy_neon(float *y, const float *a, const float *const *x, int m, int64_t n);
 
 /* e^v without libm, for GELU and the soft-cap: v clamped to ±87 (2^n stays
  * a finite normal number; NaN stays NaN), v = n·ln2 + r with n an integer,
@@ -323,6 +334,7 @@ struct kern_table {
     matmul_fn matvec_bf16;    /* bf16 fast path (NULL: none) */
     bool blas;                /* sgemm for multi-token steps (KERN_BLAS) */
     dot_fn dot;               /* kern_dot_ref or its SIMD twin (always set) */
+    dots_fn dots;             /* kern_dots_ref or its SIMD twin (always set) */
     axpy_fn axpy;             /* kern_axpy_ref or its SIMD twin (always set) */
     gelu_mul_fn gelu_mul;     /* kern_gelu_mul_ref or its SIMD twin (always set) */
     softcap_fn softcap;       /* kern_softcap_ref or its SIMD twin (always set) */
@@ -432,13 +444,17 @@ typedef const float *(*kern_kv_fn)(const void *ctx, int64_t row, int64_t p, int6
  * and value once for all of them; every head's arithmetic is the same as alone. */
 #define KERN_ATTN_HEADS 4
 
+/* Keys (and values) read per block: the block's keys are scored against
+ * each head with one dots call, its values added with one axpy call. */
+#define KERN_ATTN_KEYS 16
+
 /* Causal attention of a step's queries (MODEL.md §5): for each query row
  * (position pos[row]) and query head h (KV head h / (Nq / G)), the scores
  * q·k (scale 1) of keys max(0, pos − window + 1) .. pos (window 0: from 0)
  * in position order, softmax (max subtracted, exp, sum, each weight one
  * division), out = Σ w·v over the keys in order, a weight below 2^-100
  * skipped. Tasks are (row, KV head, block of KERN_ATTN_HEADS heads), fixed
- * by the problem; dot and axpy are the table's (bit-identical on every level). */
+ * by the problem; dots and axpy are the table's (bit-identical on every level). */
 struct kern_attn {
     const float *q;           /* [N, Nq, d] */
     float *out;               /* [N, Nq, d] */
@@ -453,7 +469,7 @@ struct kern_attn {
 /* Floats of scratch one worker needs for up to `keys` keys of head dim d. */
 static inline size_t kern_attn_scratch(int64_t keys, int64_t d)
 {
-    return (size_t)(KERN_ATTN_HEADS * keys + d);
+    return (size_t)(KERN_ATTN_HEADS * keys + KERN_ATTN_KEYS * d);
 }
 
 void kern_attention(const struct kern_table *t, const struct kern_attn *a, int threads);

@@ -29,30 +29,69 @@ INLINE float sum16(const float32x4_t v[4])
     return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
 }
 
-float kern_dot_neon(const float *a, const float *b, int64_t n)
+/* kern_dot_ref's order for K products side by side (a's vectors loaded once
+ * for all): acc[k][c] holds lanes 4c .. 4c+3 of product k. The tail's absent
+ * lanes add 0·0, which leaves a lane as it is. */
+INLINE void dotsk_neon(const float *a, const float *const *b, const int K, int64_t n, float *out)
 {
-    float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    float32x4_t acc[4][4];
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < 4; c++)
+            acc[k][c] = vdupq_n_f32(0.0f);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 4; j++)
-            acc[j] = vfmaq_f32(acc[j], vld1q_f32(a + i + 4 * j), vld1q_f32(b + i + 4 * j));
-    if (i < n) { /* the tail's absent lanes add 0·0, which leaves a lane as it is */
+        for (int c = 0; c < 4; c++) {
+            const float32x4_t x = vld1q_f32(a + i + 4 * c);
+            for (int k = 0; k < K; k++)
+                acc[k][c] = vfmaq_f32(acc[k][c], x, vld1q_f32(b[k] + i + 4 * c));
+        }
+    if (i < n) {
         float ta[16] = {0}, tb[16] = {0};
         memcpy(ta, a + i, (size_t)(n - i) * sizeof *ta);
-        memcpy(tb, b + i, (size_t)(n - i) * sizeof *tb);
-        for (int j = 0; j < 4; j++)
-            acc[j] = vfmaq_f32(acc[j], vld1q_f32(ta + 4 * j), vld1q_f32(tb + 4 * j));
+        for (int k = 0; k < K; k++) {
+            memcpy(tb, b[k] + i, (size_t)(n - i) * sizeof *tb);
+            for (int c = 0; c < 4; c++)
+                acc[k][c] = vfmaq_f32(acc[k][c], vld1q_f32(ta + 4 * c), vld1q_f32(tb + 4 * c));
+        }
     }
-    return sum16(acc);
+    for (int k = 0; k < K; k++)
+        out[k] = sum16(acc[k]);
 }
 
-void kern_axpy_neon(float *y, float a, const float *x, int64_t n)
+float kern_dot_neon(const float *a, const float *b, int64_t n)
+{
+    float out;
+    dotsk_neon(a, &b, 1, n, &out);
+    return out;
+}
+
+void kern_dots_neon(const float *a, const float *const *b, int m, int64_t n, float *out)
+{
+    int j = 0;
+    for (; j + 4 <= m; j += 4)
+        dotsk_neon(a, b + j, 4, n, out + j);
+    for (; j < m; j++)
+        dotsk_neon(a, b + j, 1, n, out + j);
+}
+
+/* Four vectors of y stay in registers while every x is added; the tail
+ * element by element, the same operations. */
+void kern_axpy_neon(float *y, const float *a, const float *const *x, int m, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_n_f32(vld1q_f32(x + i), a)));
+    for (; i + 16 <= n; i += 16) {
+        float32x4_t v[4];
+        for (int c = 0; c < 4; c++)
+            v[c] = vld1q_f32(y + i + 4 * c);
+        for (int j = 0; j < m; j++)
+            for (int c = 0; c < 4; c++)
+                v[c] = vaddq_f32(v[c], vmulq_n_f32(vld1q_f32(x[j] + i + 4 * c), a[j]));
+        for (int c = 0; c < 4; c++)
+            vst1q_f32(y + i + 4 * c, v[c]);
+    }
     for (; i < n; i++)
-        y[i] += a * x[i];
+        for (int j = 0; j < m; j++)
+            y[i] += a[j] * x[j][i];
 }
 
 /* ---- 4/8-bit affine: kern_qdot_ref, one row per lane (avx512.c's arows512) ---- */

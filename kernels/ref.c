@@ -267,8 +267,15 @@ float kern_dot_ref(const float *a, const float *b, int64_t n)
     return kern_lanes_sum16(lane);
 }
 
-void kern_axpy_ref(float *y, float a, const float *x, int64_t n)
+void kern_dots_ref(const float *a, const float *const *b, int m, int64_t n, float *out)
 {
-    for (int64_t i = 0; i < n; i++)
-        y[i] += a * x[i];
+    for (int j = 0; j < m; j++)
+        out[j] = kern_dot_ref(a, b[j], n);
+}
+
+void kern_axpy_ref(float *y, const float *a, const float *const *x, int m, int64_t n)
+{
+    for (int j = 0; j < m; j++)
+        for (int64_t i = 0; i < n; i++)
+            y[i] += a[j] * x[j][i];
 }

@@ -914,7 +914,8 @@ static size_t tables(struct kern_table *t, const char **label)
     if (cpu_has(CPU_AVX2)) {
         label[k] = "AVX2 only";
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
-                                     .dot = kern_dot_avx2, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_avx2,
+                                     .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
+                                     .gelu_mul = kern_gelu_mul_avx2,
                                      .softcap = kern_softcap_avx2,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
@@ -924,7 +925,8 @@ static size_t tables(struct kern_table *t, const char **label)
                                      .bf16gemm = kern_bf16gemm_avx512, .refgemm = kern_refgemm_avx512,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .matvec_bf16 = kern_matvec_bf16_avx512,
-                                     .dot = kern_dot_avx512, .axpy = kern_axpy_avx512, .gelu_mul = kern_gelu_mul_avx512,
+                                     .dot = kern_dot_avx512, .dots = kern_dots_avx512, .axpy = kern_axpy_avx512,
+                                     .gelu_mul = kern_gelu_mul_avx512,
                                      .softcap = kern_softcap_avx512,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
     }
@@ -1193,18 +1195,20 @@ Test(kernels, rmsnorm)
 static const struct ewtwin {
     const char *name;
     dot_fn dot;
+    dots_fn dots;
     axpy_fn axpy;
     gelu_mul_fn gelu_mul;
     softcap_fn softcap;
     enum cpu_feature need;
 } ewtwins[] = {
 #if GP_X86
-    {"avx2", kern_dot_avx2, NULL, kern_gelu_mul_avx2, kern_softcap_avx2, CPU_AVX2},
-    {"avx512", kern_dot_avx512, kern_axpy_avx512, kern_gelu_mul_avx512, kern_softcap_avx512, CPU_AVX512},
+    {"avx2", kern_dot_avx2, kern_dots_avx2, kern_axpy_avx2, kern_gelu_mul_avx2, kern_softcap_avx2, CPU_AVX2},
+    {"avx512", kern_dot_avx512, kern_dots_avx512, kern_axpy_avx512, kern_gelu_mul_avx512, kern_softcap_avx512,
+     CPU_AVX512},
 #elif GP_ARM64
-    {"neon", kern_dot_neon, kern_axpy_neon, NULL, NULL, CPU_NEON},
+    {"neon", kern_dot_neon, kern_dots_neon, kern_axpy_neon, NULL, NULL, CPU_NEON},
 #endif
-    {NULL, NULL, NULL, NULL, NULL, CPU_AVX2},
+    {NULL, NULL, NULL, NULL, NULL, NULL, CPU_AVX2},
 };
 
 Test(kernels, rmsnorm_paths_bitwise_equal_reference)
@@ -1473,29 +1477,76 @@ Test(kernels, dot_paths_bitwise_equal_reference)
     }
 }
 
-/* o += w·v of attention: every SIMD path gives the reference's bits and
- * leaves everything past n alone. */
+/* Attention's scores: kern_dots_ref is kern_dot_ref key by key, and every
+ * SIMD path gives its bits for any number of keys (blocks and the rest) and
+ * any length (whole vectors and a tail). */
+Test(kernels, dots_paths_bitwise_equal_reference)
+{
+    enum { N = 300, M = 13 };
+    float a[N], b[M][N];
+    const float *bp[M];
+    uint64_t s = 19;
+    for (int i = 0; i < N; i++)
+        a[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
+    for (int j = 0; j < M; j++) {
+        for (int i = 0; i < N; i++)
+            b[j][i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
+        bp[j] = b[j];
+    }
+    const int64_t lens[] = {0, 1, 15, 16, 17, 40, 256, 271, 300};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (int m = 0; m <= M; m++) {
+            const int64_t n = lens[l];
+            float r[M + 1], v[M + 1];
+            r[m] = v[m] = 12345.0f;
+            kern_dots_ref(a, bp, m, n, r);
+            for (int j = 0; j < m; j++) {
+                float one = kern_dot_ref(a, b[j], n);
+                cr_assert(memcmp(&r[j], &one, 4) == 0, "ref n %lld m %d key %d", (long long)n, m, j);
+            }
+            for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+                if (cpu_has(tw->need)) {
+                    tw->dots(a, bp, m, n, v);
+                    cr_assert(memcmp(r, v, (size_t)m * sizeof *r) == 0, "%s n %lld m %d", tw->name, (long long)n, m);
+                    cr_assert(v[m] == 12345.0f, "%s n %lld m %d: wrote past the end", tw->name, (long long)n, m);
+                }
+        }
+}
+
+/* o += w·v of attention over a block of values: every SIMD path gives the
+ * reference's bits (one value after another, each a multiply, then an add)
+ * for any number of values and length, and leaves everything past n alone. */
 Test(kernels, axpy_paths_bitwise_equal_reference)
 {
-    enum { N = 40 };
-    float x[N], y0[N + 1] = {0};
+    enum { N = 300, M = 13 };
+    float x[M][N], w[M], y0[N + 1] = {0};
+    const float *xp[M];
     uint64_t s = 23;
-    for (int i = 0; i < N; i++) {
-        x[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
-        y0[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    for (int j = 0; j < M; j++) {
+        for (int i = 0; i < N; i++)
+            x[j][i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
+        w[j] = (float)(th_rng_next(&s) % 1000 + 1) / 1000.0f;
+        xp[j] = x[j];
     }
-    for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
-        for (int64_t n = 0; n <= N && tw->axpy && cpu_has(tw->need); n++) {
+    for (int i = 0; i < N; i++)
+        y0[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    const int64_t lens[] = {0, 1, 15, 16, 31, 33, 127, 128, 129, 256, 300};
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+        for (int m = 0; m <= M; m++) {
+            const int64_t n = lens[l];
             float r[N + 1], v[N + 1];
             memcpy(r, y0, sizeof r);
-            memcpy(v, y0, sizeof v);
-            r[n] = v[n] = 12345.0f;
-            kern_axpy_ref(r, 0.3f, x, n);
-            tw->axpy(v, 0.3f, x, n);
-            cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "%s n %lld", tw->name, (long long)n);
-            cr_assert(v[n] == 12345.0f, "%s n %lld: wrote past the end", tw->name, (long long)n);
-            if (n > 0)
-                cr_assert(r[0] == y0[0] + 0.3f * x[0]);
+            r[n] = 12345.0f;
+            kern_axpy_ref(r, w, xp, m, n);
+            if (n > 0 && m == 2) /* one value after the other */
+                cr_assert(r[0] == (y0[0] + w[0] * x[0][0]) + w[1] * x[1][0]);
+            for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+                if (cpu_has(tw->need)) {
+                    memcpy(v, y0, sizeof v);
+                    v[n] = 12345.0f;
+                    tw->axpy(v, w, xp, m, n);
+                    cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "%s n %lld m %d", tw->name, (long long)n, m);
+                }
         }
 }
 
