@@ -32,17 +32,77 @@ static const float *kv_entry(const void *ctx, int64_t row, int64_t p, int64_t g,
     return kv_rows_head(&c->fmt, &s->pending[kv->src], it->off + p - it->p0, p, g, which, buf);
 }
 
-/* Per-head RMSNorm (weighted or not) and optional RoPE of x[N, heads, d]. */
-static void heads_norm_rope(const struct runner *r, int64_t N, float *x, int64_t heads, int64_t d, const float *w,
+/* ---- per-token passes ----
+ * Work done token by token runs over the threads, ROW_TASK tokens a task;
+ * a token's operations are the same on any thread. */
+#define ROW_TASK 8
+
+struct rows_job {
+    const struct runner *r;
+    void (*row)(const struct rows_job *j, int64_t t);
+    int64_t n, i;                /* tokens; the layer (qkv_row) */
+    float *out, *res;            /* norm_row: out[t] = RMSNorm_w(in[t]), then res[t] += out[t] when res is set */
+    const float *in, *w;
+};
+
+static void rows_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const struct rows_job *j = arg;
+    for (int64_t t = task * ROW_TASK; t < (task + 1) * ROW_TASK && t < j->n; t++)
+        j->row(j, t);
+}
+
+static void over_rows(struct rows_job *j)
+{
+    pool_run(j->r->o.threads, (j->n + ROW_TASK - 1) / ROW_TASK, rows_task, j);
+}
+
+static void norm_row(const struct rows_job *j, int64_t t)
+{
+    const int64_t H = j->r->m->cfg.hidden_size;
+    kern_rmsnorm(j->r->kt.dot, j->out + t * H, j->in + t * H, j->w, H, (float)j->r->m->cfg.rms_eps);
+    for (int64_t k = 0; j->res && k < H; k++)
+        j->res[t * H + k] += j->out[t * H + k];
+}
+
+/* out[n, H] = RMSNorm_w(in) row by row; then res += out unless res is NULL. */
+static void norm_rows(const struct runner *r, int64_t n, float *out, const float *in, const float *w, float *res)
+{
+    over_rows(&(struct rows_job){.r = r, .row = norm_row, .n = n, .out = out, .res = res, .in = in, .w = w});
+}
+
+/* Per-head RMSNorm (weighted or not) and optional RoPE of one token's x[heads, d]. */
+static void heads_norm_rope(const struct runner *r, float *x, int64_t heads, int64_t d, const float *w,
                             const double *inv_freq, const float *cs)
 {
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t h = 0; h < heads; h++) {
-            float *v = x + (t * heads + h) * d;
-            kern_rmsnorm(r->kt.dot, v, v, w, d, (float)r->m->cfg.rms_eps);
-            if (inv_freq)
-                kern_rope(v, d, inv_freq, cs + t * d);
-        }
+    for (int64_t h = 0; h < heads; h++) {
+        kern_rmsnorm(r->kt.dot, x + h * d, x + h * d, w, d, (float)r->m->cfg.rms_eps);
+        if (inv_freq)
+            kern_rope(x + h * d, d, inv_freq, cs);
+    }
+}
+
+/* Token t's projections in layer i: q_norm and RoPE; a layer with its own
+ * cache also k_norm and RoPE, v_norm, and the chunk's entries as stored. */
+static void qkv_row(const struct rows_job *j, int64_t t)
+{
+    const struct runner *r = j->r;
+    const struct cfg_layer *ly = &r->m->cfg.layers[j->i];
+    const struct layer_weights *L = &r->m->layers[j->i];
+    const struct run_state *s = &r->rs;
+    const int64_t Nq = r->m->cfg.n_heads, d = ly->head_dim, G = ly->kv_heads;
+    const double *rope = r->inv_freq[ly->type];
+    const float *cs = s->rope_cs[ly->type] + t * d;
+    float *q = s->q + t * Nq * d, *k = s->k + t * G * d, *v = s->v + t * G * d; /* [Nq, d], [G, d], [G, d] */
+    heads_norm_rope(r, q, Nq, d, L->q_norm, rope, cs);                   /* q_norm, RoPE */
+    if (ly->shared)
+        return;
+    if (ly->k_eq_v)
+        memcpy(v, k, (size_t)(G * d) * sizeof *v);                        /* V_raw = K_raw (k_eq_v) */
+    heads_norm_rope(r, k, G, d, L->k_norm, rope, cs);                     /* k_norm, RoPE */
+    heads_norm_rope(r, v, G, d, NULL, NULL, NULL);                        /* v_norm (no weight, no RoPE) */
+    kv_rows_put(&s->items[0].s->cache[j->i].fmt, &s->pending[j->i], t, s->pos[t], k, v); /* as stored */
 }
 
 /* a[N, H] -> attention output [N, H] (in place). */
@@ -53,21 +113,10 @@ static void attention(struct runner *r, int n_items, int64_t N, int64_t i, float
     const struct layer_weights *L = &r->m->layers[i];
     struct run_state *s = &r->rs;
     int64_t Nq = c->n_heads, d = ly->head_dim, G = ly->kv_heads;
-    const double *rope = r->inv_freq[ly->type];
-    const float *cs = s->rope_cs[ly->type];
     const struct wmat *w[3] = {&L->q, &L->k, &L->v};
     float *y[3] = {s->q, s->k, s->v};                                     /* [N, Nq, d], [N, G, d], [N, G, d] */
     kern_matmul_many(&r->kt, ly->shared ? 1 : ly->k_eq_v ? 2 : 3, w, y, a, N, r->o.threads); /* a·W{q,k,v}ᵀ */
-    heads_norm_rope(r, N, s->q, Nq, d, L->q_norm, rope, cs);              /* q_norm, RoPE */
-    if (!ly->shared) {
-        if (ly->k_eq_v)
-            memcpy(s->v, s->k, (size_t)(N * G * d) * sizeof *s->v);       /* V_raw = K_raw (k_eq_v) */
-        heads_norm_rope(r, N, s->k, G, d, L->k_norm, rope, cs);           /* k_norm, RoPE */
-        heads_norm_rope(r, N, s->v, G, d, NULL, NULL, NULL);              /* v_norm (no weight, no RoPE) */
-        const struct kv_fmt *fmt = &s->items[0].s->cache[i].fmt;
-        for (int64_t t = 0; t < N; t++)                                   /* the chunk's entries, as stored */
-            kv_rows_put(fmt, &s->pending[i], t, s->pos[t], s->k + t * G * d, s->v + t * G * d);
-    }
+    over_rows(&(struct rows_job){.r = r, .row = qkv_row, .n = N, .i = i}); /* norms, RoPE, the chunk's entries */
     int64_t keys = 0;                                                     /* most keys a query sees */
     for (int b = 0; b < n_items; b++)
         keys = s->items[b].p0 + s->items[b].n > keys ? s->items[b].p0 + s->items[b].n : keys;
@@ -192,31 +241,23 @@ static void moe_block(struct runner *r, const struct layer_weights *L, const flo
                 out[t * H + x] += w[t * K + k] * eo[(t * K + k) * H + x];  /* Σ_k w_k · expert output */
 }
 
-/* f[n, H] from the post-attention residual x[n, H]. */
-static void feed_forward(struct runner *r, int64_t i, const float *x, int64_t n, float *f)
+/* f[n, H] from the post-attention residual x[n, H], then x += f. */
+static void feed_forward(struct runner *r, int64_t i, float *x, int64_t n, float *f)
 {
     const struct gp_config *c = &r->m->cfg;
     const struct layer_weights *L = &r->m->layers[i];
     int64_t H = c->hidden_size;
-    float eps = (float)c->rms_eps, *z = r->rs.z, *f2 = r->rs.moe_sum;       /* [n, H], [MOE_BLOCK, H] */
-    for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff, H, eps);   /* pre_feedforward_layernorm */
+    float *z = r->rs.z, *f2 = r->rs.moe_sum;                                   /* [n, H], [MOE_BLOCK, H] */
+    norm_rows(r, n, z, x, L->ln_pre_ff, NULL);                                 /* pre_feedforward_layernorm */
     mlp(r, &L->gate, &L->up, &L->down, z, n, f);                               /* dense MLP */
     for (int64_t t0 = 0; c->moe && t0 < n; t0 += MOE_BLOCK) {
         int64_t nb = n - t0 < MOE_BLOCK ? n - t0 : MOE_BLOCK;
-        for (int64_t t = t0; t < t0 + nb; t++) {
-            kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff1, H, eps); /* dense branch post-norm */
-            kern_rmsnorm(r->kt.dot, z + t * H, x + t * H, L->ln_pre_ff2, H, eps);  /* experts' pre-norm */
-        }
+        norm_rows(r, nb, f + t0 * H, f + t0 * H, L->ln_post_ff1, NULL);        /* dense branch post-norm */
+        norm_rows(r, nb, z + t0 * H, x + t0 * H, L->ln_pre_ff2, NULL);         /* experts' pre-norm */
         moe_block(r, L, x + t0 * H, z + t0 * H, nb, f2);                       /* routed experts */
-        for (int64_t t = 0; t < nb; t++) {
-            kern_rmsnorm(r->kt.dot, f2 + t * H, f2 + t * H, L->ln_post_ff2, H, eps); /* expert branch post-norm */
-            for (int64_t k = 0; k < H; k++)
-                f[(t0 + t) * H + k] += f2[t * H + k];
-        }
+        norm_rows(r, nb, f2, f2, L->ln_post_ff2, f + t0 * H);                  /* expert branch post-norm, f += it */
     }
-    for (int64_t t = 0; t < n; t++)
-        kern_rmsnorm(r->kt.dot, f + t * H, f + t * H, L->ln_post_ff, H, eps);  /* post_feedforward_layernorm */
+    norm_rows(r, n, f, f, L->ln_post_ff, x);                                   /* post_feedforward_layernorm, x += f */
 }
 
 /* ---- per-layer inputs (MODEL.md §3) ---- */
@@ -325,31 +366,20 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
         per_layer_inputs(r, s->tokens, x, N, s->ple);                            /* [N, L, P] */
     for (int64_t i = 0; i < Lc; i++) {
         const struct layer_weights *L = &m->layers[i];
-        for (int64_t t = 0; t < N; t++)
-            kern_rmsnorm(r->kt.dot, a + t * H, x + t * H, L->ln_in, H, eps);     /* 1. input_layernorm */
+        norm_rows(r, N, a, x, L->ln_in, NULL);                                  /* 1. input_layernorm */
         attention(r, n_items, N, i, a);                                           /* 2. attention */
-        for (int64_t t = 0; t < N; t++) {
-            kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_attn, H, eps); /* 3. post_attention_layernorm */
-            for (int64_t k = 0; k < H; k++)
-                x[t * H + k] += a[t * H + k];                                     /* 4. residual */
-        }
+        norm_rows(r, N, a, a, L->ln_post_attn, x);                               /* 3. post_attention_layernorm, 4. residual */
         if (r->probe && r->probe->attn)
             memcpy(r->probe->attn + i * N * H, a, (size_t)(N * H) * sizeof *a);
-        feed_forward(r, i, x, N, a);                                              /* 5-6. feed-forward */
+        feed_forward(r, i, x, N, a);                                              /* 5-6. feed-forward, 7. residual */
         if (r->probe && r->probe->mlp)
             memcpy(r->probe->mlp + i * N * H, a, (size_t)(N * H) * sizeof *a);
-        for (int64_t k = 0; k < N * H; k++)
-            x[k] += a[k];                                                         /* 7. residual */
         if (P) {                                                                  /* 8. per-layer input gate */
             kern_matmul(&r->kt, &L->ple_gate, x, N, s->pg, r->o.threads);        /* [N, P] */
             for (int64_t t = 0; t < N; t++)
                 r->kt.gelu_mul(s->pg + t * P, s->ple + (t * Lc + i) * P, P);
             kern_matmul(&r->kt, &L->ple_proj, s->pg, N, a, r->o.threads);        /* [N, H] */
-            for (int64_t t = 0; t < N; t++) {
-                kern_rmsnorm(r->kt.dot, a + t * H, a + t * H, L->ln_post_ple, H, eps);
-                for (int64_t k = 0; k < H; k++)
-                    x[t * H + k] += a[t * H + k];
-            }
+            norm_rows(r, N, a, a, L->ln_post_ple, x);                            /* its post-norm, residual */
         }
         for (int64_t k = 0; k < N * H; k++)
             x[k] *= L->layer_scalar;                                              /* 9. layer_scalar */
