@@ -38,9 +38,11 @@ static void attn_task(void *arg, int64_t task, int worker)
         for (int i = 0; i < nb; i++) {
             kv[live] = a->kv(a->ctx, row, k0 + b + i, g, 0, buf + i * d);
             at[live] = i;
-            live += kv[live] != NULL;
-            for (int u = 0; u < nh; u++)
-                s[u * a->keys + b + i] = -INFINITY;                         /* a hidden key: -inf */
+            if (kv[live])
+                live++;
+            else
+                for (int u = 0; u < nh; u++)
+                    s[u * a->keys + b + i] = -INFINITY;                     /* a hidden key: -inf */
         }
         for (int u = 0; u < nh; u++) {
             j->t->dots(q + u * d, kv, live, d, w);                          /* q·k, scale 1.0 */
