@@ -27,22 +27,9 @@
 #include "kernels/simd.h"
 #include "quant/quant.h"
 
-/* kern_dot_ref's order: lane l of one vector is the reference's lane l; the
- * tail comes through a masked load (0·0 added to a lane leaves it unchanged). */
-AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
-{
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-    }
-    return hsum512(acc);
-}
-
-/* K of kern_dot_avx512's products side by side, a's vector loaded once for all. */
+/* kern_dot_ref's order for K products side by side (a's vector loaded once
+ * for all): lane l of acc[k] is the reference's lane l of product k; the tail
+ * comes through a masked load (0·0 added to a lane leaves it unchanged). */
 AVX512 INLINE void dotsk512(const float *a, const float *const *b, const int K, int64_t n, float *out)
 {
     __m512 acc[8];
@@ -68,6 +55,13 @@ AVX512 INLINE void dotsk512(const float *a, const float *const *b, const int K, 
         out[k] = hsum512(acc[k]);
 }
 
+AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
+{
+    float out;
+    dotsk512(a, &b, 1, n, &out);
+    return out;
+}
+
 AVX512 void kern_dots_avx512(const float *a, const float *const *b, int m, int64_t n, float *out)
 {
     int j = 0;
@@ -78,7 +72,7 @@ AVX512 void kern_dots_avx512(const float *a, const float *const *b, int m, int64
         j += 4;
     }
     for (; j < m; j++)
-        out[j] = kern_dot_avx512(a, b[j], n);
+        dotsk512(a, b + j, 1, n, out + j);
 }
 
 /* Eight vectors of y stay in registers while every x is added; the tail one
