@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "converter/plan.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/progress.h"
 #include "ingest/ingest.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
-#include "core/layout.h"
+#include "model/layout.h"
 
 /* A text key of the checkpoint, by text-relative name. */
 struct tkey {

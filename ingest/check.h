@@ -16,9 +16,9 @@
 #include <stdio.h>
 
 #include "core/checkpoint.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
-#include "core/names.h"
+#include "model/names.h"
 #include "ingest/source.h"
 
 enum check_kind {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/bytes.h"
-#include "core/gguf_names.h"
+#include "model/gguf_names.h"
 #include "core/jsonx.h"
 #include "ingest/transcode.h"
 

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "core/checkpoint.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
 #include "ingest/normalize.h"
 #include "ingest/source.h"

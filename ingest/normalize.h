@@ -16,10 +16,10 @@
 #include <stddef.h>
 
 #include "core/checkpoint.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
-#include "core/layout.h"
-#include "core/names.h"
+#include "model/layout.h"
+#include "model/names.h"
 
 #define NORM_NAME_MAX 192
 

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/bytes.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "ingest/transcode.h"

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
 #include "core/pack.h"
 #include "ingest/ingest.h"

@@ -25,7 +25,7 @@
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"
-#include "core/names.h"
+#include "model/names.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
 #include "tests/helpers.h"

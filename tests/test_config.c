@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
 #include "quant/quant.h"
 

@@ -17,7 +17,7 @@
 
 #include "ingest/check.h"
 #include "core/checkpoint.h"
-#include "core/config.h"
+#include "model/config.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "core/names.h"
+#include "model/names.h"
 
 struct name_case {
     const char *key;

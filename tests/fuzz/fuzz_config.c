@@ -1,6 +1,6 @@
 /* Fuzz harness: config.json. */
-#include "core/config.h"
-#include "core/layout.h"
+#include "model/config.h"
+#include "model/layout.h"
 #include "tests/fuzz/fuzz.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include "model/config.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-#include "core/gguf_names.h"
+#include "model/gguf_names.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "model/config.h"
 #include "core/err.h"
 
 enum expert_form {

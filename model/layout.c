@@ -1,4 +1,4 @@
-#include "core/layout.h"
+#include "model/layout.h"
 
 #include <stdarg.h>
 #include <stdio.h>
