@@ -5,101 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
-#include "core/bytes.h"
-#include "core/crc.h"
-#include "core/fileio.h"
-#include "core/jsonx.h"
-#include "core/sha256.h"
-
-/* A named tensor as stored, wherever it comes from. */
-struct src {
-    enum dtype dtype;
-    int rank;
-    uint64_t shape[ST_MAX_RANK];
-    const uint8_t *data;
-    size_t row_stride, expert_stride; /* 0: contiguous */
-};
-
-/* Quantization of a module (bits 0: not quantized). */
-struct srcq {
-    enum qmode mode;
-    int bits, gs;
-};
-
-static bool lookup(const struct model *m, const char *name, struct src *out)
+/* The stored tensor `name` (ingest's view of the pack or checkpoint), marked used. */
+static bool lookup(const struct model *m, const char *name, struct ingest_part *out)
 {
-    memset(out, 0, sizeof *out);
-    if (m->from_pack) {
-        const struct pack_tensor *t = pack_find(&m->pack, name);
-        if (!t)
-            return false;
-        m->pack_used[t - m->pack.tensors] = true;
-        out->dtype = t->dtype;
-        out->rank = t->rank;
-        memcpy(out->shape, t->shape, sizeof out->shape);
-        out->data = pack_data(&m->pack, t);
-        return true;
-    }
-    /* directory: the normalized tensors, and the scales/biases of quantized sources */
-    size_t len = strlen(name);
-    for (size_t i = 0; i < m->src.norm.n; i++) {
-        const struct norm_tensor *t = &m->src.norm.t[i];
-        const struct ckpt_tensor *ct = NULL;
-        if (!strcmp(t->name, name)) {
-            ct = t->w;
-        } else if (t->q.quantized && len > 7 && len - 7 < NORM_NAME_MAX && !strncmp(name, t->module, len - 7) && t->module[len - 7] == 0) {
-            if (!strcmp(name + len - 7, ".scales"))
-                ct = t->s;
-            else if (!strcmp(name + len - 7, ".biases"))
-                ct = t->b;
-        }
-        if (!ct)
-            continue;
-        const uint8_t *base;
-        if (st_data(&m->src.source.ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
-            return false;
-        out->dtype = ct->t->dtype;
-        if (ct == t->w && !t->q.quantized) {
-            out->rank = t->rank; /* logical shape: a split half of a fused tensor */
-            memcpy(out->shape, t->shape, sizeof t->shape);
-        } else {
-            out->rank = ct->t->rank;
-            memcpy(out->shape, ct->t->shape, sizeof ct->t->shape);
-        }
-        out->data = base;
-        if (t->split) {
-            size_t esz = dtype_table[out->dtype].bits / 8, M = (size_t)t->shape[1], H = (size_t)t->shape[2];
-            out->data = base + (t->split == 2 ? M * H * esz : 0);
-            out->row_stride = H * esz;
-            out->expert_stride = 2 * M * H * esz;
-        }
-        return true;
-    }
-    return false;
+    const struct ingest_part *p = ingest_find(&m->src, name);
+    *out = p ? *p : (struct ingest_part){0};
+    if (p)
+        m->used[p - m->src.parts] = true;
+    return p != NULL;
 }
 
-static struct srcq quant_of(const struct model *m, const char *module)
+/* The quantization of a module: its weight's (bits 0: not quantized). */
+static struct ingest_quant quant_of(const struct model *m, const char *module)
 {
-    struct srcq q = {QM_AFFINE, 0, 0};
-    if (m->from_pack) { /* the pack validated its entries on open (core/pack.c) */
-        struct json_object *qs, *entry;
-        if (json_object_object_get_ex(m->pack.manifest, "quantized", &qs) &&
-            json_object_object_get_ex(qs, module, &entry)) {
-            q.bits = json_object_get_int(json_object_object_get(entry, "bits"));
-            q.gs = json_object_get_int(json_object_object_get(entry, "group_size"));
-            qmode_from_name(json_object_get_string(json_object_object_get(entry, "mode")), &q.mode);
-        }
-        return q;
-    }
-    for (size_t i = 0; i < m->src.norm.n; i++)
-        if (m->src.norm.t[i].q.quantized && !strcmp(m->src.norm.t[i].module, module)) {
-            q.mode = m->src.norm.t[i].q.mode;
-            q.bits = m->src.norm.t[i].q.bits;
-            q.gs = m->src.norm.t[i].q.group_size;
-        }
-    return q;
+    char name[NORM_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s.weight", module);
+    const struct ingest_part *p = ingest_find(&m->src, name);
+    return p ? p->q : (struct ingest_quant){QM_AFFINE, 0, 0};
 }
 
 /* A matrix [experts?, rows, cols] under module path `module`. */
@@ -112,11 +35,11 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     vsnprintf(module, sizeof module, fmt, ap);
     va_end(ap);
     memset(w, 0, sizeof *w);
-    struct srcq q = quant_of(m, module);
+    struct ingest_quant q = quant_of(m, module);
     if (q.bits && (q.gs <= 0 || cols % q.gs || (cols * q.bits) % 32))
         return err_set(e, ERR_FORMAT, "%s: %d-bit group %d cannot hold %lld input features", module, q.bits, q.gs,
                        (long long)cols);
-    struct src ws, ss, bs;
+    struct ingest_part ws, ss, bs;
     snprintf(name, sizeof name, "%s.weight", module);
     if (!lookup(m, name, &ws))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
@@ -178,7 +101,7 @@ __attribute__((format(printf, 5, 6))) static int get_vec(struct model *m, float 
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    struct src s;
+    struct ingest_part s;
     uint64_t numel = 0;
     if (!lookup(m, name, &s))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
@@ -278,74 +201,14 @@ static int bind(struct model *m, struct err *e)
         rc = bind_layer(m, i, e);
     /* a pack holds exactly the tensors its config uses (as check requires of a directory) */
     size_t unused = 0, first = 0;
-    for (size_t i = m->from_pack && rc == ERR_OK ? m->pack.n_tensors : 0; i-- > 0;)
-        if (!m->pack_used[i]) {
-            unused++;
+    for (size_t i = m->src.source.kind == SRC_PACK && rc == ERR_OK ? m->src.n_parts : 0; i-- > 0;)
+        if (!m->used[i] && (!unused++ || m->src.parts[i].order < m->src.parts[first].order))
             first = i;
-        }
     if (unused)
         rc = err_set(e, ERR_FORMAT, "%zu tensor%s (first: %s) not used by the model the manifest's config describes "
                                     "(%lld layers): the pack and its config disagree",
-                     unused, unused == 1 ? " is" : "s are", m->pack.tensors[first].name, (long long)c->n_layers);
+                     unused, unused == 1 ? " is" : "s are", m->src.parts[first].name, (long long)c->n_layers);
     return rc;
-}
-
-static int open_pack(struct model *m, const char *path, struct err *e)
-{
-    int rc = pack_open(&m->pack, path, e);
-    if (rc != ERR_OK)
-        return rc;
-    m->from_pack = true;
-    if (!(m->pack_used = calloc(m->pack.n_tensors ? m->pack.n_tensors : 1, sizeof *m->pack_used)))
-        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu flags", path, m->pack.n_tensors);
-    struct json_object *model, *cfg;
-    if (!json_object_object_get_ex(m->pack.manifest, "model", &model) ||
-        !json_object_object_get_ex(model, "config", &cfg) || json_object_get_type(cfg) != json_type_object)
-        return err_set(e, ERR_FORMAT, "%s: manifest has no model.config object", path);
-    const char *text = json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PLAIN);
-    char where[300];
-    snprintf(where, sizeof where, "%s: manifest model.config", path);
-    if ((rc = cfg_parse(&m->cfg, text, strlen(text), where, e)) != ERR_OK)
-        return rc;
-    sha256_hex(m->pack.map + m->pack.manifest_offset, (size_t)m->pack.manifest_size, m->fingerprint);
-    return ERR_OK;
-}
-
-static int open_dir(struct model *m, const char *dir, struct err *e)
-{
-    int rc = ingest_open(&m->src, &m->cfg, dir, e);
-    if (rc == ERR_OK) {
-        struct sha256 h;
-        uint8_t d[32];
-        sha256_init(&h);
-        for (size_t i = 0; i < m->src.source.ck.n_shards; i++)
-            sha256_update(&h, m->src.source.ck.shards[i].map, (size_t)m->src.source.ck.shards[i].data_start);
-        sha256_final(&h, d);
-        for (int i = 0; i < 32; i++)
-            snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
-    }
-    return rc;
-}
-
-void model_weights_fingerprint(const struct model *m, char out[65])
-{
-    if (m->from_pack) {
-        memcpy(out, m->fingerprint, 65);
-        return;
-    }
-    struct sha256 h;
-    uint8_t d[32];
-    sha256_init(&h);
-    for (size_t i = 0; i < m->src.source.ck.n_shards; i++) {
-        const struct st_file *f = &m->src.source.ck.shards[i];
-        uint8_t crc[4];
-        wr_u32le(crc, crc32_update(0, f->map + f->data_start, f->file_size - f->data_start));
-        sha256_update(&h, f->map, (size_t)f->data_start);
-        sha256_update(&h, crc, 4);
-    }
-    sha256_final(&h, d);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 /* ---- weights in anonymous memory ---- */
@@ -616,28 +479,19 @@ int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err 
     return rc == ERR_OK || rc == ERR_FORMAT || rc == ERR_RANGE ? ERR_OK : rc;
 }
 
-bool model_kv_skip_default(const struct model *m)
-{
-    struct json_object *rt, *v;
-    if (m->from_pack && json_object_object_get_ex(m->pack.manifest, "runtime", &rt) &&
-        json_object_object_get_ex(rt, "kv_skip_last_full_attention", &v) &&
-        json_object_get_type(v) == json_type_boolean)
-        return json_object_get_boolean(v);
-    return true;
-}
-
 const char *model_name(const struct model *m)
 {
-    return m->from_pack ? m->pack.path : m->src.source.ck.dir ? m->src.source.ck.dir : "model";
+    return m->src.source.path ? m->src.source.path : "model";
 }
 
 int model_open(struct model *m, const char *path, struct err *e)
 {
     memset(m, 0, sizeof *m);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return err_set(e, ERR_IO, "%s: no such file or directory", path);
-    int rc = S_ISDIR(st.st_mode) || gguf_is_gguf(path) ? open_dir(m, path, e) : open_pack(m, path, e);
+    int rc = ingest_open(&m->src, &m->cfg, path, SRC_PACK_ANY, e);
+    if (rc == ERR_OK && !(m->used = calloc(m->src.n_parts ? m->src.n_parts : 1, sizeof *m->used)))
+        rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %zu flags", path, m->src.n_parts);
+    if (rc == ERR_OK)
+        ingest_fingerprint(&m->src, false, m->fingerprint);
     if (rc == ERR_OK && (rc = bind(m, e)) != ERR_OK)
         err_prefix(e, "%s", path);
     if (rc != ERR_OK)
@@ -653,11 +507,10 @@ void model_close(struct model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
-    free(m->pack_used);
+    free(m->used);
     if (m->arena)
         munmap(m->arena, m->arena_size);
     ingest_close(&m->src);
-    pack_close(&m->pack);
     cfg_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }

@@ -1511,3 +1511,24 @@ Test(check, json_config_problem)
     free(dir);
     th_rmtree(tmp);
 }
+
+/* The kind of a path, by stat and magic: what source_open and inspect take it for. */
+Test(check, input_kind)
+{
+    char *dir = th_mkdtemp(), missing[4200];
+    char *gguf = th_write(dir, "model.gguf", "GGUF\3\0\0\0", 8), *pack = th_write(dir, "m.gpk", PACK_MAGIC, 8),
+         *npz = th_write(dir, "g.npz", "PK\3\4", 4), *st = th_write(dir, "model.safetensors", "\x08\0\0\0\0\0\0\0{}", 10),
+         *empty = th_write(dir, "empty.gguf", "", 0), *short_pack = th_write(dir, "short.gpk", PACK_MAGIC, 7);
+    snprintf(missing, sizeof missing, "%s/nope.gguf", dir);
+    cr_assert_eq(input_kind(dir), IN_DIR);
+    cr_assert_eq(input_kind(gguf), IN_GGUF);
+    cr_assert_eq(input_kind(pack), IN_PACK);
+    cr_assert_eq(input_kind(npz), IN_NPZ);
+    cr_assert_eq(input_kind(st), IN_OTHER);
+    cr_assert_eq(input_kind(empty), IN_OTHER);
+    cr_assert_eq(input_kind(short_pack), IN_OTHER);
+    cr_assert_eq(input_kind(missing), IN_MISSING);
+    cr_assert_eq(input_kind("/dev/null"), IN_OTHER, "a character device");
+    free(gguf), free(pack), free(npz), free(st), free(empty), free(short_pack);
+    th_rmtree(dir);
+}
