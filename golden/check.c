@@ -118,6 +118,9 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
     }
     fprintf(out, "  %-16s %-14.6g\n  %-16s %-14.6g\n  %-16s %lld\n", "cosine", mt->cosine, "rms_dp", mt->rms_dp,
             "first_divergent", (long long)mt->first_divergent);
+    if (mt->nonfinite)
+        fprintf(out, "  %-16s %lld of %lld positions: the model's logits are not finite (a broken model)\n",
+                "non-finite", (long long)mt->nonfinite, (long long)mt->T);
     fprintf(out, "  %-16s", "top-1..5");
     for (int k = 0; k < GOLDEN_TOPK; k++)
         fprintf(out, " %.4g", mt->topk[k]);

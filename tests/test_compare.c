@@ -107,6 +107,28 @@ Test(compare, identical)
     th_rmtree(tmp);
 }
 
+/* A position whose B logits are NaN is the worst on every measure: no
+ * top-K agreement, infinite KL both ways, regret and error, no cosine. */
+Test(compare, broken_positions_are_the_worst_value)
+{
+    const int64_t n = 3, V = 12;
+    double a[36];
+    float b[36];
+    for (int64_t i = 0; i < n * V; i++) {
+        a[i] = (double)((i * 7919) % 23) * 0.25;
+        b[i] = (float)a[i];
+    }
+    for (int64_t k = 0; k < V; k++)
+        b[V + k] = NAN;
+    struct compare_pos pos[3];
+    cr_assert_eq(compare_positions(a, b, n, V, pos), ERR_OK);
+    cr_assert(pos[0].kl_ab == 0.0 && pos[0].rank == 0 && pos[2].kl_ab == 0.0 && pos[2].rank == 0);
+    cr_assert(isinf(pos[1].kl_ab) && isinf(pos[1].kl_ba) && isinf(pos[1].regret) && isinf(pos[1].max_abs) &&
+              isinf(pos[1].nmse) && isnan(pos[1].cosine));
+    cr_assert_eq(pos[1].rank, COMPARE_TOPK);
+    cr_assert(pos[1].p_top > 0.0 && pos[1].p_top <= 1.0, "A's top probability %g", pos[1].p_top);
+}
+
 /* Every topology: the 4-bit pack's cost is nonzero and bounded, per position
  * consistent with the totals; a layer broken in the source is where the
  * 4-bit pack's per-layer error jumps, and --keep-a shows it alone. */
