@@ -36,6 +36,10 @@ float th_rng_float(uint64_t *s);
  * Returns the malloc'ed output path; asserts success. */
 char *th_fixture(const char *dir, const char *sub, struct fixture_opts o);
 
+/* Edits the bf16 tensor `key` of dir/model.safetensors in place: edit(w, n)
+ * gets its n values (bf16 bits). Asserts that it exists and is bf16. */
+void th_edit_bf16(const char *dir, const char *key, void (*edit)(uint16_t *w, uint64_t n));
+
 /* Path of ../shared/external-goldens/<name> relative to the source tree, or
  * NULL when that folder is absent (tests then skip). malloc'ed. */
 char *th_external_golden(const char *name);

@@ -778,3 +778,33 @@ ParameterizedTest(size_t *i, runner, q8_kernels_vs_golden, .timeout = 120)
     free(dir);
     th_rmtree(tmp);
 }
+
+/* A weight that makes the hidden state NaN is never silent: the step fails,
+ * naming the logit and the first layer whose output is not finite. */
+static void nan_first(uint16_t *w, uint64_t n)
+{
+    (void)n;
+    w[0] = 0x7FC0; /* bf16 NaN */
+}
+
+Test(runner, nonfinite_logits_name_the_layer)
+{
+    char *tmp = th_mkdtemp();
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_HF});
+    th_edit_bf16(dir, "model.language_model.layers.3.mlp.down_proj.weight", nan_first);
+    struct model m;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+    struct runner r;
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(1, KERN_BEST, 8), &e), ERR_OK, "%s", e.msg);
+    int32_t tok[5] = {2, 3, 4, 5, 6};
+    float *logits = malloc((size_t)(5 * m.cfg.vocab_size) * sizeof *logits);
+    cr_assert(logits);
+    cr_assert_eq(runner_forward(&r, tok, 5, logits, true, NULL, &e), ERR_RANGE, "NaN logits returned: %s", e.msg);
+    cr_expect(strstr(e.msg, "not finite: the hidden state is first non-finite after layer 3"), "%s", e.msg);
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
+    free(dir);
+    th_rmtree(tmp);
+}
