@@ -2,6 +2,7 @@
  * help, value parsing, error messages and the progress line. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,8 +74,30 @@ int usage_error(const char *cmd, const char *fmt, const char *arg)
     return EXIT_ERROR;
 }
 
+/* Every NaN or infinite number in o becomes null: JSON has neither. */
+static void json_nulls(struct json_object *o)
+{
+    if (json_object_is_type(o, json_type_object)) {
+        json_object_object_foreach(o, k, v) {
+            if (json_object_is_type(v, json_type_double) && !isfinite(json_object_get_double(v)))
+                json_object_object_add(o, k, NULL);
+            else
+                json_nulls(v);
+        }
+    } else if (json_object_is_type(o, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(o); i++) {
+            struct json_object *v = json_object_array_get_idx(o, i);
+            if (json_object_is_type(v, json_type_double) && !isfinite(json_object_get_double(v)))
+                json_object_array_put_idx(o, i, NULL);
+            else
+                json_nulls(v);
+        }
+    }
+}
+
 void print_json(struct json_object *o)
 {
+    json_nulls(o);
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t n = strlen(text), used;

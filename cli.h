@@ -27,6 +27,7 @@ int fail(const struct err *e);
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
 int usage_error(const char *cmd, const char *fmt, const char *arg);
 
+/* o on stdout, pretty: every NaN or infinite number as null, invalid UTF-8 as \\xNN text. */
 void print_json(struct json_object *o);
 
 /* Strict decimal parse of a non-negative integer up to max. */

@@ -4,6 +4,7 @@
 # harmless output, never a silently different model or a lying gate.
 #  1. a file's strings cannot drive the terminal or break a JSON document
 #  2. a weight that makes the logits non-finite is an error naming the layer
+#  3. GGUF metadata that would make a non-finite config names the key
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -71,4 +72,22 @@ expect 2 "run a model whose layer 3 makes NaN" -- "$G" run "$T/nan" --tokens 2,3
 ok "... names the layer" -- said "not finite: the hidden state is first non-finite after layer 3"
 expect 2 "golden make of it" -- "$G" golden make "$T/nan" --tokens 2,3,4 -o "$T/g.npz"
 ok "... no golden written" -- test ! -e "$T/g.npz"
+
+echo "# 3. GGUF metadata that would make a non-finite config"
+for v in nan inf; do
+    "$G" fixture --variant e2b --format gguf-q8_0 -o "$T/gm-$v" >/dev/null 2>&1
+    python3 - "$T/gm-$v/model.gguf" $v <<'PY'
+import struct, sys
+p, v = sys.argv[1], sys.argv[2]
+b = bytearray(open(p, 'rb').read())
+k = b'gemma4.attention.layer_norm_rms_epsilon'
+i = b.index(k) + len(k)
+assert struct.unpack('<I', b[i:i + 4])[0] == 6  # GGUF_TYPE_FLOAT32
+b[i + 4:i + 8] = struct.pack('<f', float(v))
+open(p, 'wb').write(b)
+PY
+    expect 2 "check a GGUF whose rms epsilon is $v" -- "$G" check "$T/gm-$v/model.gguf"
+    ok "... names the key and the value" -- said "model.gguf: gemma4.attention.layer_norm_rms_epsilon is $v: expected a finite number"
+    expect 2 "run it" -- "$G" run "$T/gm-$v/model.gguf" --tokens 2,3
+done
 finish
