@@ -10,6 +10,15 @@
 
 #include "fixtures/fixture.h"
 
+/* A Criterion test's timeout of s seconds on this machine. The arm64 build
+ * runs under qemu-user, several times slower and slower still on a busy
+ * machine: tests/arm64.sh builds it with TH_TIME_SCALE=5 and gives meson's
+ * per-executable timeouts the same factor. */
+#ifndef TH_TIME_SCALE
+#define TH_TIME_SCALE 1
+#endif
+#define TH_TIMEOUT(s) ((s) * TH_TIME_SCALE)
+
 /* A fresh directory under $TMPDIR (or /tmp), removed by th_rmtree. The
  * returned string is malloc'ed. Aborts the test (cr_assert) on failure. */
 char *th_mkdtemp(void);

@@ -118,7 +118,7 @@ Test(compare, broken_positions_are_the_worst_value)
 /* Every topology: the 4-bit pack's cost is nonzero and bounded, per position
  * consistent with the totals; a layer broken in the source is where the
  * 4-bit pack's per-layer error jumps, and --keep-a shows it alone. */
-Test(compare, four_bit_packs_and_a_planted_error, .timeout = 300)
+Test(compare, four_bit_packs_and_a_planted_error, .timeout = TH_TIMEOUT(300))
 {
     for (size_t v = 0; v < N_VARIANTS; v++) {
         char *tmp = th_mkdtemp();
