@@ -5,6 +5,7 @@
 #  1. a file's strings cannot drive the terminal or break a JSON document
 #  2. a weight that makes the logits non-finite is an error naming the layer
 #  3. GGUF metadata that would make a non-finite config names the key
+#  4. smaller: which file is wrong, and what a path is
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -90,4 +91,30 @@ PY
     ok "... names the key and the value" -- said "model.gguf: gemma4.attention.layer_norm_rms_epsilon is $v: expected a finite number"
     expect 2 "run it" -- "$G" run "$T/gm-$v/model.gguf" --tokens 2,3
 done
+
+echo "# 4. smaller: which file is wrong, and what a path is"
+/usr/bin/python3 - "$T" <<'PY'
+import io, sys, warnings, zipfile
+import numpy as np
+warnings.simplefilter('ignore')
+def arr(a):
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+with zipfile.ZipFile(sys.argv[1] + '/dup.npz', 'w') as z:
+    z.writestr('tokens.npy', arr(np.array([2, 3], np.int32)))
+    z.writestr('tokens.npy', arr(np.array([2, 4], np.int32)))
+    z.writestr('logits.npy', arr(np.zeros((2, 512), np.float32)))
+with zipfile.ZipFile(sys.argv[1] + '/oov.npz', 'w') as z:
+    z.writestr('tokens.npy', arr(np.array([2, 9999, 5], np.int32)))
+    z.writestr('logits.npy', arr(np.zeros((3, 512), np.float32)))
+PY
+"$G" convert "$T/st" -o "$T/st.gpk" >/dev/null 2>&1
+"$G" fixture --variant e2b -o "$T/ok" >/dev/null 2>&1
+expect 2 "a golden with two members of one name" -- "$G" golden check "$T/ok" "$T/dup.npz"
+ok "... says so" -- said "dup.npz: not a readable .npz: two members have the same name"
+expect 2 "a golden whose token is outside the vocabulary" -- "$G" golden check "$T/ok" "$T/oov.npz"
+ok "... blames the golden, not the model" -- said "oov.npz: tokens.npy[1] = 9999: outside the model's vocabulary [0, 512)"
+expect 2 "check a regular file that is no checkpoint" -- "$G" check "$T/oov.npz"
+ok "... called a regular file" -- said "oov.npz: is a regular file, expected a directory"
 finish
