@@ -15,12 +15,19 @@
 
 enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
 
+/* From here on stdout and stderr spell out every byte a terminal could act
+ * on (core/text.h's text_escape; on glibc): whatever a file's strings hold,
+ * they cannot drive the terminal. print_json and the progress line write
+ * past the guard, JSON escaped as JSON. */
+void cli_guard(void);
+
 /* Prints e; the exit code: another model's checkpoint is a verdict (1), any other failure 2. */
 int fail(const struct err *e);
 
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
 int usage_error(const char *cmd, const char *fmt, const char *arg);
 
+/* o on stdout, pretty: every NaN or infinite number as null, invalid UTF-8 as \\xNN text. */
 void print_json(struct json_object *o);
 
 /* Strict decimal parse of a non-negative integer up to max. */

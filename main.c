@@ -743,6 +743,7 @@ int main(int argc, char **argv)
     /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
      * message and a removed temp file, not as a kill by SIGXFSZ. */
     signal(SIGXFSZ, SIG_IGN);
+    cli_guard();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         main_help(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_ERROR : 0;

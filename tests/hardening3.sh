@@ -1,0 +1,120 @@
+#!/bin/bash
+# hardening3.sh GEMPACK - round three of hostile inputs (the formats added
+# since round two): one section per class, each a clean failure or a
+# harmless output, never a silently different model or a lying gate.
+#  1. a file's strings cannot drive the terminal or break a JSON document
+#  2. a weight that makes the logits non-finite is an error naming the layer
+#  3. GGUF metadata that would make a non-finite config names the key
+#  4. smaller: which file is wrong, and what a path is
+set -u
+G=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+EXPECT_TIMEOUT=60
+. "$HERE/lib.sh"
+said() { grep -qF -- "$1" "$T/err"; }
+no_controls() { ! LC_ALL=C grep -qP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$T/out" "$T/err"; }
+strict_json() { python3 -c 'import json,sys; json.loads(open(sys.argv[1], encoding="utf-8", errors="strict").read())' "$T/out"; }
+
+echo "# 1. strings from files are spelled out, never sent to the terminal"
+"$G" fixture --variant e2b -o "$T/st" >/dev/null 2>&1
+python3 - "$T/st/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['__metadata__'] = {'format': 'pt', 'title': '\x1b]0;pwned\x07\x1b[2J\rverdict: LOADABLE\x9b31m'}
+k = 'model.language_model.layers.0.mlp.gate_proj.weight'
+h['model.language_model.layers.0.mlp.gate_proj.weight\x1b[8m'] = h.pop(k)
+t = json.dumps(h).encode()
+t += b' ' * (-len(t) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(t)) + t + b[8 + n:])
+PY
+expect 0 "inspect a file with escape sequences in its metadata and a tensor name" -- "$G" inspect "$T/st/model.safetensors"
+ok "... no control byte reaches the terminal" -- no_controls
+ok "... the sequences are spelled out" -- grep -qF '\x1B]0;pwned\x07\x1B[2J\x0Dverdict: LOADABLE\xC2\x9B31m' "$T/out"
+expect 0 "inspect --json of the same file" -- "$G" inspect "$T/st/model.safetensors" --json
+ok "... strict JSON, no raw control byte" -- strict_json
+ok "... no raw control byte" -- no_controls
+expect 1 "check a checkpoint whose tensor name holds an escape sequence" -- "$G" check "$T/st"
+ok "... no control byte in its report" -- no_controls
+ok "... the name spelled out" -- grep -qF 'gate_proj.weight\x1B[8m' "$T/out"
+
+"$G" fixture --variant e2b --format gguf-q4_0 -o "$T/gg" >/dev/null 2>&1
+python3 - "$T/gg/model.gguf" <<'PY'
+import sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+old = b'gempack fixture'
+new = b'\x1b]0;pwn\x07\x1b[2J\xff\xfe!'
+assert len(old) == len(new) and b.count(old) == 1
+open(p, 'wb').write(b.replace(old, new))
+PY
+expect 0 "inspect a GGUF whose name is escape sequences and invalid UTF-8" -- "$G" inspect "$T/gg/model.gguf"
+ok "... no control byte reaches the terminal" -- no_controls
+ok "... spelled out, invalid bytes too" -- grep -qF '\x1B]0;pwn\x07\x1B[2J\xFF\xFE!' "$T/out"
+expect 0 "inspect --json of that GGUF" -- "$G" inspect "$T/gg/model.gguf" --json
+ok "... strict UTF-8 JSON" -- strict_json
+ok "... the invalid bytes as text" -- grep -qF '\\xFF\\xFE!' "$T/out"
+
+echo "# 2. non-finite logits are an error naming the layer"
+"$G" fixture --variant e2b -o "$T/nan" >/dev/null 2>&1
+python3 - "$T/nan/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+t = json.loads(b[8:8 + n])['model.language_model.layers.3.mlp.down_proj.weight']
+o = 8 + n + t['data_offsets'][0]
+b[o:o + 2] = b'\xc0\x7f'  # bf16 NaN
+open(p, 'wb').write(b)
+PY
+expect 2 "run a model whose layer 3 makes NaN" -- "$G" run "$T/nan" --tokens 2,3,4
+ok "... names the layer" -- said "not finite: the hidden state is first non-finite after layer 3"
+expect 2 "golden make of it" -- "$G" golden make "$T/nan" --tokens 2,3,4 -o "$T/g.npz"
+ok "... no golden written" -- test ! -e "$T/g.npz"
+
+echo "# 3. GGUF metadata that would make a non-finite config"
+for v in nan inf; do
+    "$G" fixture --variant e2b --format gguf-q8_0 -o "$T/gm-$v" >/dev/null 2>&1
+    python3 - "$T/gm-$v/model.gguf" $v <<'PY'
+import struct, sys
+p, v = sys.argv[1], sys.argv[2]
+b = bytearray(open(p, 'rb').read())
+k = b'gemma4.attention.layer_norm_rms_epsilon'
+i = b.index(k) + len(k)
+assert struct.unpack('<I', b[i:i + 4])[0] == 6  # GGUF_TYPE_FLOAT32
+b[i + 4:i + 8] = struct.pack('<f', float(v))
+open(p, 'wb').write(b)
+PY
+    expect 2 "check a GGUF whose rms epsilon is $v" -- "$G" check "$T/gm-$v/model.gguf"
+    ok "... names the key and the value" -- said "model.gguf: gemma4.attention.layer_norm_rms_epsilon is $v: expected a finite number"
+    expect 2 "run it" -- "$G" run "$T/gm-$v/model.gguf" --tokens 2,3
+done
+
+echo "# 4. smaller: which file is wrong, and what a path is"
+/usr/bin/python3 - "$T" <<'PY'
+import io, sys, warnings, zipfile
+import numpy as np
+warnings.simplefilter('ignore')
+def arr(a):
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+with zipfile.ZipFile(sys.argv[1] + '/dup.npz', 'w') as z:
+    z.writestr('tokens.npy', arr(np.array([2, 3], np.int32)))
+    z.writestr('tokens.npy', arr(np.array([2, 4], np.int32)))
+    z.writestr('logits.npy', arr(np.zeros((2, 512), np.float32)))
+with zipfile.ZipFile(sys.argv[1] + '/oov.npz', 'w') as z:
+    z.writestr('tokens.npy', arr(np.array([2, 9999, 5], np.int32)))
+    z.writestr('logits.npy', arr(np.zeros((3, 512), np.float32)))
+PY
+"$G" convert "$T/st" -o "$T/st.gpk" >/dev/null 2>&1
+"$G" fixture --variant e2b -o "$T/ok" >/dev/null 2>&1
+expect 2 "a golden with two members of one name" -- "$G" golden check "$T/ok" "$T/dup.npz"
+ok "... says so" -- said "dup.npz: not a readable .npz: two members have the same name"
+expect 2 "a golden whose token is outside the vocabulary" -- "$G" golden check "$T/ok" "$T/oov.npz"
+ok "... blames the golden, not the model" -- said "oov.npz: tokens.npy[1] = 9999: outside the model's vocabulary [0, 512)"
+expect 2 "check a regular file that is no checkpoint" -- "$G" check "$T/oov.npz"
+ok "... called a regular file" -- said "oov.npz: is a regular file, expected a directory"
+finish
