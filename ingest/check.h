@@ -3,7 +3,7 @@
  *
  * check_run reads config.json and safetensors HEADERS only; check_source
  * takes a source already open (ingest_open's). The expected text-model
- * tensor set comes from config semantics (core/layout.h); MLX-quantized
+ * tensor set comes from config semantics (model/layout.h); MLX-quantized
  * modules are validated as triplets against their resolved bits and group
  * size; KV-shared layers' K/V are optional ("redundant; convert prunes
  * them"); tower, projector, clip-bound and rotary keys are listed as ignored.

@@ -393,7 +393,7 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             norm_rows(r, N, a, a, L->ln_post_ple, x);                            /* its post-norm, residual */
         }
         for (int64_t k = 0; k < N * H; k++)
-            x[k] *= L->layer_scalar;                                              /* 9. layer_scalar */
+            x[k] *= *L->layer_scalar;                                             /* 9. layer_scalar */
         if (r->probe && i < r->probe->inject_layers)
             memcpy(x, r->probe->inject + i * N * H, (size_t)(N * H) * sizeof *x);
         if (r->probe && r->probe->hidden)

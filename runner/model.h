@@ -16,6 +16,7 @@
 #include "ingest/ingest.h"
 #include "kernels/kernels.h"
 
+/* Bound from model/layout's rows of the canonical form (runner/model.c bind_at). */
 struct layer_weights {
     float *ln_in;                 /* [H] input_layernorm */
     struct wmat q;                /* [Nq·d, H] */
@@ -41,7 +42,7 @@ struct layer_weights {
     struct wmat ple_gate;         /* [P, H] per_layer_input_gate */
     struct wmat ple_proj;         /* [H, P] per_layer_projection */
     float *ln_post_ple;           /* [H] post_per_layer_input_norm */
-    float layer_scalar;
+    float *layer_scalar;          /* [1] */
 };
 
 struct model {
