@@ -117,4 +117,12 @@ expect 2 "a golden whose token is outside the vocabulary" -- "$G" golden check "
 ok "... blames the golden, not the model" -- said "oov.npz: tokens.npy[1] = 9999: outside the model's vocabulary [0, 512)"
 expect 2 "check a regular file that is no checkpoint" -- "$G" check "$T/oov.npz"
 ok "... called a regular file" -- said "oov.npz: is a regular file, expected a directory"
+"$G" fixture --variant e2b --format ct-w4a16 -o "$T/ct" >/dev/null 2>&1
+expect 0 "check --json of a compressed-tensors checkpoint" -- "$G" check "$T/ct" --json
+ok "... its transcoded shards are no truncated files" -- python3 -c '
+import json, sys
+sh = json.load(open(sys.argv[1]))["files"]["shards"]
+assert [x["transcoded"] for x in sh] == [False, True, True], sh
+assert all(x["truncated"] is None and x["header_bytes"] is None for x in sh[1:]), sh
+assert sh[0]["truncated"] is False and sh[0]["header_bytes"] > 0, sh' "$T/out"
 finish
