@@ -6,6 +6,7 @@
 #  2. a weight that makes the logits non-finite is an error naming the layer
 #  3. GGUF metadata that would make a non-finite config names the key
 #  4. smaller: which file is wrong, and what a path is
+#  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -125,4 +126,39 @@ sh = json.load(open(sys.argv[1]))["files"]["shards"]
 assert [x["transcoded"] for x in sh] == [False, True, True], sh
 assert all(x["truncated"] is None and x["header_bytes"] is None for x in sh[1:]), sh
 assert sh[0]["truncated"] is False and sh[0]["header_bytes"] > 0, sh' "$T/out"
+
+echo "# 5. a compressed-tensors g_idx outside its groups"
+for v in 8 -1 4611686018427387904; do
+    rm -rf "$T/gi" && cp -r "$T/ct" "$T/gi"
+    /usr/bin/python3 - "$T/gi" $v <<'PY'
+import copy, json, struct, sys
+import numpy as np
+d, bad = sys.argv[1], int(sys.argv[2])
+p = d + '/model.safetensors'
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+mod = 'model.language_model.layers.2.mlp.down_proj'
+inn, groups = 256, h[mod + '.weight_scale']['shape'][1]
+g = (np.arange(inn) // (inn // groups)).astype(np.int64)
+g[5] = bad
+h[mod + '.weight_g_idx'] = {'dtype': 'I64', 'shape': [inn], 'data_offsets': [len(data), len(data) + 8 * inn]}
+data += g.tobytes()
+t = json.dumps(h).encode()
+t += b' ' * (-len(t) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(t)) + t + data)
+c = json.load(open(d + '/config.json'))
+q = c.get('quantization_config') or c['text_config']['quantization_config']
+g1 = copy.deepcopy(q['config_groups']['group_0'])
+g1['targets'] = [mod]
+g1['weights']['actorder'] = 'group'
+q['config_groups']['gidx'] = g1
+json.dump(c, open(d + '/config.json', 'w'))
+PY
+    expect 1 "check: g_idx[5] = $v" -- "$G" check "$T/gi"
+    ok "... names the column and the value" -- grep -qF "down_proj.weight_g_idx[5] = $v: not a group (0..7)" "$T/out"
+    expect 2 "convert refuses it, nothing written" -- "$G" convert "$T/gi" -o "$T/gi.gpk"
+    ok "... no pack" -- test ! -e "$T/gi.gpk"
+    expect 2 "run refuses it" -- "$G" run "$T/gi" --tokens 2,3
+done
 finish
