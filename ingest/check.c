@@ -500,6 +500,8 @@ void check_print_text(FILE *out, const struct check_report *r)
         fprintf(out, "  files    %zu shard%s%s, %zu tensors, %llu header bytes read\n", r->src.ck.n_shards,
                 r->src.ck.n_shards == 1 ? "" : "s", r->src.ck.indexed ? " via model.safetensors.index.json" : "",
                 r->src.ck.n_tensors, (unsigned long long)r->src.ck.bytes_read);
+        fprintf(out, "  values   not read: shapes, types and (transcoded sources) their small tensors only; convert, run "
+                     "and verify refuse a non-finite weight, scale or norm\n");
         fprintf(out, "  layout   %s (%s)%s\n", name_family_name(r->family), name_family_prefix(r->family),
                 r->config_ok && c->moe ? (r->experts_split ? ", experts split (MLX)" : ", experts fused (HF)") : "");
     }
