@@ -500,6 +500,8 @@ void check_print_text(FILE *out, const struct check_report *r)
         fprintf(out, "  files    %zu shard%s%s, %zu tensors, %llu header bytes read\n", r->src.ck.n_shards,
                 r->src.ck.n_shards == 1 ? "" : "s", r->src.ck.indexed ? " via model.safetensors.index.json" : "",
                 r->src.ck.n_tensors, (unsigned long long)r->src.ck.bytes_read);
+        fprintf(out, "  values   not read: shapes, types and (transcoded sources) their small tensors only; convert, run "
+                     "and verify refuse a non-finite weight, scale or norm\n");
         fprintf(out, "  layout   %s (%s)%s\n", name_family_name(r->family), name_family_prefix(r->family),
                 r->config_ok && c->moe ? (r->experts_split ? ", experts split (MLX)" : ", experts fused (HF)") : "");
     }
@@ -606,8 +608,11 @@ struct json_object *check_to_json(const struct check_report *r)
             struct json_object *s = json_object_new_object();
             json_object_object_add(s, "file", json_object_new_string(r->src.ck.shard_names[i]));
             json_object_object_add(s, "tensors", json_object_new_int64((int64_t)r->src.ck.shards[i].n_tensors));
-            json_object_object_add(s, "header_bytes", json_object_new_int64((int64_t)r->src.ck.shards[i].header_len));
-            json_object_object_add(s, "truncated", json_object_new_boolean(r->src.ck.shards[i].truncated));
+            bool file = i < r->src.ck.n_files; /* past them: what a transcoder made of them, no file of its own */
+            json_object_object_add(s, "transcoded", json_object_new_boolean(!file));
+            json_object_object_add(s, "header_bytes",
+                                   file ? json_object_new_int64((int64_t)r->src.ck.shards[i].header_len) : NULL);
+            json_object_object_add(s, "truncated", file ? json_object_new_boolean(r->src.ck.shards[i].truncated) : NULL);
             json_object_array_add(sh, s);
         }
         json_object_object_add(jf, "shards", sh);

@@ -445,6 +445,15 @@ static bool describe(struct ctx *c, struct mod *m)
                     (unsigned long long)m->in);
         return false;
     }
+    const uint8_t *gd = g ? data_of(s, m->gidx) : NULL; /* small: check reads it too */
+    for (uint64_t col = 0; gd && col < m->in; col++) {
+        int64_t v = g->dtype == DT_I32 ? (int32_t)rd_u32le(gd + 4 * col) : (int64_t)rd_u64le(gd + 8 * col);
+        if (v < 0 || (uint64_t)v >= m->in / m->group) {
+            src_problem(s, "%s.weight_g_idx[%llu] = %lld: not a group (0..%llu)", m->name, (unsigned long long)col,
+                        (long long)v, (unsigned long long)(m->in / m->group - 1));
+            return false;
+        }
+    }
     return true;
 }
 
@@ -652,11 +661,8 @@ static int dense_module(struct ctx *c, const struct mod *m, struct err *e)
             uint64_t g = !gi ? col / m->group
                        : m->gidx->t->dtype == DT_I32 ? (uint64_t)(uint32_t)rd_u32le(gi + 4 * col)
                                                      : rd_u64le(gi + 8 * col);
-            if (g >= m->in / m->group) {
-                src_problem(s, "%s.weight_g_idx[%llu] = %llu: not a group", m->name, (unsigned long long)col,
-                            (unsigned long long)g);
-                return ERR_OK;
-            }
+            if (g >= m->in / m->group) /* describe() refused it already: never read past the scales */
+                return err_set(e, ERR_FORMAT, "%s.weight_g_idx[%llu]: not a group", m->name, (unsigned long long)col);
             double scale, shift;
             group_params(m, sc, zp, r, g, &scale, &shift);
             double want = scale * ((double)u - shift);

@@ -1,5 +1,6 @@
 #include "ingest/ingest.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "core/crc.h"
 #include "core/sha256.h"
 #include "ingest/check.h"
+#include "quant/quant.h"
 
 /* ERR_FORMAT naming the check's first problem (ERR_NOT_TARGET when that is
  * another model's architecture), unless the checkpoint loads; then its
@@ -96,6 +98,49 @@ static int build_view(struct ingested *in, struct err *e)
     return ERR_OK;
 }
 
+/* Every value the model computes with is finite: float tensors (norms,
+ * weights), affine scales and biases (transcoded ones too), microscaling
+ * scale bytes. The first that is not is an error naming its tensor. */
+static int all_finite(const struct ingested *in, struct err *e)
+{
+    for (size_t i = 0; i < in->n_parts; i++) {
+        const struct ingest_part *p = &in->parts[i];
+        uint64_t n = 1;
+        for (int k = 0; k < p->rank; k++)
+            n *= p->shape[k];
+        int64_t bad = -1;
+        if (dtype_is_weight_float(p->dtype) && !p->row_stride) {
+            bad = dtype_first_nonfinite(p->dtype, p->data, n);
+        } else if (dtype_is_weight_float(p->dtype)) { /* a half of a fused experts tensor: [E, M, H] rows */
+            uint64_t H = p->shape[p->rank - 1], rows = n / H;
+            for (uint64_t r = 0; bad < 0 && r < rows; r++) {
+                uint64_t ex = r / p->shape[1], in_ex = r % p->shape[1];
+                int64_t b = dtype_first_nonfinite(p->dtype, p->data + ex * p->expert_stride + in_ex * p->row_stride, H);
+                bad = b < 0 ? -1 : (int64_t)(r * H) + b;
+            }
+        } else if (p->dtype == DT_U8 && strlen(p->name) > 7 && !strcmp(p->name + strlen(p->name) - 7, ".scales")) {
+            char w[600];
+            snprintf(w, sizeof w, "%.*s.weight", (int)(strlen(p->name) - 7), p->name);
+            const struct ingest_part *wp = ingest_find(in, w);
+            for (uint64_t k = 0; wp && wp->q.bits && bad < 0 && k < n; k++)
+                if (!isfinite(mx_scale_value(wp->q.mode, p->data[k])))
+                    bad = (int64_t)k;
+        }
+        if (bad >= 0) {
+            float v = 0;
+            if (dtype_is_weight_float(p->dtype))
+                dtype_to_f32(p->dtype, p->data + (size_t)bad * (dtype_table[p->dtype].bits / 8), &v, 1);
+            else
+                v = mx_scale_value(in->parts[i].q.mode, p->data[bad]);
+            return err_set(e, ERR_FORMAT, "%s: %s element %lld is %s%s: every weight, scale and norm must be finite",
+                           in->source.path, p->name, (long long)bad,
+                           dtype_is_weight_float(p->dtype) ? (v != v ? "NaN" : v > 0 ? "+inf" : "-inf") : "the scale byte ",
+                           dtype_is_weight_float(p->dtype) ? "" : "0xFF (E8M0 NaN)");
+        }
+    }
+    return ERR_OK;
+}
+
 int ingest_open(struct ingested *in, struct gp_config *cfg, const char *path, unsigned flags, struct err *e)
 {
     memset(in, 0, sizeof *in);
@@ -105,7 +150,9 @@ int ingest_open(struct ingested *in, struct gp_config *cfg, const char *path, un
         rc = cfg_parse(cfg, in->source.config_text, in->source.config_len, in->source.config_name, e);
     else if (rc == ERR_OK && (rc = require_loadable(&in->source, cfg, e)) == ERR_OK)
         rc = normalize(&in->source.ck, cfg, &in->norm, e);
-    return rc == ERR_OK ? build_view(in, e) : rc;
+    if (rc == ERR_OK)
+        rc = build_view(in, e);
+    return rc == ERR_OK ? all_finite(in, e) : rc;
 }
 
 const struct ingest_part *ingest_find(const struct ingested *in, const char *name)

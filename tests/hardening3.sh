@@ -3,9 +3,11 @@
 # since round two): one section per class, each a clean failure or a
 # harmless output, never a silently different model or a lying gate.
 #  1. a file's strings cannot drive the terminal or break a JSON document
-#  2. a weight that makes the logits non-finite is an error naming the layer
+#  2. a non-finite weight, norm or scale is an error at load naming it; weights
+#     that overflow the hidden state make an error naming the layer
 #  3. GGUF metadata that would make a non-finite config names the key
 #  4. smaller: which file is wrong, and what a path is
+#  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -57,19 +59,93 @@ expect 0 "inspect --json of that GGUF" -- "$G" inspect "$T/gg/model.gguf" --json
 ok "... strict UTF-8 JSON" -- strict_json
 ok "... the invalid bytes as text" -- grep -qF '\\xFF\\xFE!' "$T/out"
 
-echo "# 2. non-finite logits are an error naming the layer"
-"$G" fixture --variant e2b -o "$T/nan" >/dev/null 2>&1
-python3 - "$T/nan/model.safetensors" <<'PY'
+echo "# 2. a non-finite weight is an error at load; non-finite logits name the layer"
+edit_bf16() { # DIR KEY HEX4|huge: element 0 set, or every element the largest bf16
+    /usr/bin/python3 - "$@" <<'PY'
 import json, struct, sys
-p = sys.argv[1]
+d, key, v = sys.argv[1:4]
+p = d + '/model.safetensors'
 b = bytearray(open(p, 'rb').read())
 n = struct.unpack('<Q', b[:8])[0]
-t = json.loads(b[8:8 + n])['model.language_model.layers.3.mlp.down_proj.weight']
-o = 8 + n + t['data_offsets'][0]
-b[o:o + 2] = b'\xc0\x7f'  # bf16 NaN
+t = json.loads(b[8:8 + n])[key]
+o, e = 8 + n + t['data_offsets'][0], 8 + n + t['data_offsets'][1]
+if v == 'huge':
+    b[o:e] = b'\x7f\x7f' * ((e - o) // 2)
+else:
+    b[o:o + 2] = bytes.fromhex(v)
 open(p, 'wb').write(b)
 PY
-expect 2 "run a model whose layer 3 makes NaN" -- "$G" run "$T/nan" --tokens 2,3,4
+}
+for v in c07f:NaN 807f:+inf 80ff:-inf; do
+    rm -rf "$T/nan" && "$G" fixture --variant e2b -o "$T/nan" >/dev/null 2>&1
+    edit_bf16 "$T/nan" model.language_model.layers.3.mlp.down_proj.weight ${v%%:*}
+    expect 2 "run a model with a ${v#*:} weight" -- "$G" run "$T/nan" --tokens 2,3,4
+    ok "... names the tensor and the element" -- said "layers.3.mlp.down_proj.weight element 0 is ${v#*:}: every weight, scale and norm must be finite"
+    expect 2 "convert it" -- "$G" convert "$T/nan" -o "$T/nan.gpk"
+    ok "... nothing written" -- test ! -e "$T/nan.gpk"
+done
+rm -rf "$T/nan" && "$G" fixture --variant e2b -o "$T/nan" >/dev/null 2>&1
+edit_bf16 "$T/nan" model.language_model.layers.3.self_attn.q_norm.weight c07f
+expect 2 "a NaN norm" -- "$G" run "$T/nan" --tokens 2,3,4
+ok "... named" -- said "layers.3.self_attn.q_norm.weight element 0 is NaN"
+"$G" fixture --variant e2b --layout mlx --quant mxfp4 -o "$T/mx" >/dev/null 2>&1
+/usr/bin/python3 - "$T/mx" <<'PY'
+import json, struct, sys
+p = sys.argv[1] + '/model.safetensors'
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+k = [k for k in h if k.endswith('layers.2.mlp.up_proj.scales')][0]
+b[8 + n + h[k]['data_offsets'][0] + 3] = 0xFF
+open(p, 'wb').write(b)
+PY
+expect 2 "an mxfp4 scale byte 0xFF (E8M0 NaN)" -- "$G" run "$T/mx" --tokens 2,3
+ok "... named" -- said "layers.2.mlp.up_proj.scales element 3 is the scale byte 0xFF (E8M0 NaN)"
+"$G" fixture --variant e2b --format gguf-q4_0 -o "$T/gq" >/dev/null 2>&1
+/usr/bin/python3 - "$T/gq/model.gguf" <<'PY'
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+rd = lambda f, o: struct.unpack_from(f, b, o)
+def rstr(o):
+    n, = rd('<Q', o)
+    return b[o + 8:o + 8 + n].decode(), o + 8 + n
+def skip(t, o):
+    if t == 8:
+        return rstr(o)[1]
+    if t == 9:
+        at, n = rd('<IQ', o)
+        o += 12
+        for _ in range(n):
+            o = skip(at, o)
+        return o
+    return o + {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}[t]
+nt, nkv = rd('<QQ', 8)
+o, align = 24, 32
+for _ in range(nkv):
+    k, o = rstr(o)
+    t, = rd('<I', o)
+    if k == 'general.alignment':
+        align, = rd('<I', o + 4)
+    o = skip(t, o + 4)
+infos = []
+for _ in range(nt):
+    name, o = rstr(o)
+    nd, = rd('<I', o)
+    ty, off = rd('<IQ', o + 4 + 8 * nd)
+    o += 4 + 8 * nd + 12
+    infos.append((name, ty, off))
+data = (o + align - 1) // align * align
+off = [x[2] for x in infos if x[0] == 'blk.2.ffn_up.weight'][0]
+b[data + off:data + off + 2] = struct.pack('<H', 0x7E00)  # block 0's f16 scale d: NaN
+open(p, 'wb').write(b)
+PY
+expect 2 "a GGUF Q4_0 block scale NaN" -- "$G" run "$T/gq/model.gguf" --tokens 2,3
+ok "... named" -- said "layers.2.mlp.up_proj.biases element 0 is NaN"
+expect 2 "convert it" -- "$G" convert "$T/gq/model.gguf" -o "$T/gq.gpk"
+rm -rf "$T/nan" && "$G" fixture --variant e2b -o "$T/nan" >/dev/null 2>&1
+edit_bf16 "$T/nan" model.language_model.layers.3.mlp.down_proj.weight huge
+expect 2 "run a model whose layer 3 overflows" -- "$G" run "$T/nan" --tokens 2,3,4
 ok "... names the layer" -- said "not finite: the hidden state is first non-finite after layer 3"
 expect 2 "golden make of it" -- "$G" golden make "$T/nan" --tokens 2,3,4 -o "$T/g.npz"
 ok "... no golden written" -- test ! -e "$T/g.npz"
@@ -117,4 +193,47 @@ expect 2 "a golden whose token is outside the vocabulary" -- "$G" golden check "
 ok "... blames the golden, not the model" -- said "oov.npz: tokens.npy[1] = 9999: outside the model's vocabulary [0, 512)"
 expect 2 "check a regular file that is no checkpoint" -- "$G" check "$T/oov.npz"
 ok "... called a regular file" -- said "oov.npz: is a regular file, expected a directory"
+"$G" fixture --variant e2b --format ct-w4a16 -o "$T/ct" >/dev/null 2>&1
+expect 0 "check --json of a compressed-tensors checkpoint" -- "$G" check "$T/ct" --json
+ok "... its transcoded shards are no truncated files" -- python3 -c '
+import json, sys
+sh = json.load(open(sys.argv[1]))["files"]["shards"]
+assert [x["transcoded"] for x in sh] == [False, True, True], sh
+assert all(x["truncated"] is None and x["header_bytes"] is None for x in sh[1:]), sh
+assert sh[0]["truncated"] is False and sh[0]["header_bytes"] > 0, sh' "$T/out"
+
+echo "# 5. a compressed-tensors g_idx outside its groups"
+for v in 8 -1 4611686018427387904; do
+    rm -rf "$T/gi" && cp -r "$T/ct" "$T/gi"
+    /usr/bin/python3 - "$T/gi" $v <<'PY'
+import copy, json, struct, sys
+import numpy as np
+d, bad = sys.argv[1], int(sys.argv[2])
+p = d + '/model.safetensors'
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+mod = 'model.language_model.layers.2.mlp.down_proj'
+inn, groups = 256, h[mod + '.weight_scale']['shape'][1]
+g = (np.arange(inn) // (inn // groups)).astype(np.int64)
+g[5] = bad
+h[mod + '.weight_g_idx'] = {'dtype': 'I64', 'shape': [inn], 'data_offsets': [len(data), len(data) + 8 * inn]}
+data += g.tobytes()
+t = json.dumps(h).encode()
+t += b' ' * (-len(t) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(t)) + t + data)
+c = json.load(open(d + '/config.json'))
+q = c.get('quantization_config') or c['text_config']['quantization_config']
+g1 = copy.deepcopy(q['config_groups']['group_0'])
+g1['targets'] = [mod]
+g1['weights']['actorder'] = 'group'
+q['config_groups']['gidx'] = g1
+json.dump(c, open(d + '/config.json', 'w'))
+PY
+    expect 1 "check: g_idx[5] = $v" -- "$G" check "$T/gi"
+    ok "... names the column and the value" -- grep -qF "down_proj.weight_g_idx[5] = $v: not a group (0..7)" "$T/out"
+    expect 2 "convert refuses it, nothing written" -- "$G" convert "$T/gi" -o "$T/gi.gpk"
+    ok "... no pack" -- test ! -e "$T/gi.gpk"
+    expect 2 "run refuses it" -- "$G" run "$T/gi" --tokens 2,3
+done
 finish

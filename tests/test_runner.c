@@ -779,19 +779,20 @@ ParameterizedTest(size_t *i, runner, q8_kernels_vs_golden, .timeout = TH_TIMEOUT
     th_rmtree(tmp);
 }
 
-/* A weight that makes the hidden state NaN is never silent: the step fails,
- * naming the logit and the first layer whose output is not finite. */
-static void nan_first(uint16_t *w, uint64_t n)
+/* Weights that are finite but overflow the hidden state (every one the
+ * largest bf16) are never silent: the step fails, naming the logit and the
+ * first layer whose output is not finite. */
+static void huge(uint16_t *w, uint64_t n)
 {
-    (void)n;
-    w[0] = 0x7FC0; /* bf16 NaN */
+    for (uint64_t i = 0; i < n; i++)
+        w[i] = 0x7F7F; /* 3.39e38 */
 }
 
 Test(runner, nonfinite_logits_name_the_layer)
 {
     char *tmp = th_mkdtemp();
     char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_HF});
-    th_edit_bf16(dir, "model.language_model.layers.3.mlp.down_proj.weight", nan_first);
+    th_edit_bf16(dir, "model.language_model.layers.3.mlp.down_proj.weight", huge);
     struct model m;
     struct err e = {0};
     cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
@@ -800,7 +801,8 @@ Test(runner, nonfinite_logits_name_the_layer)
     int32_t tok[5] = {2, 3, 4, 5, 6};
     float *logits = malloc((size_t)(5 * m.cfg.vocab_size) * sizeof *logits);
     cr_assert(logits);
-    cr_assert_eq(runner_forward(&r, tok, 5, logits, true, NULL, &e), ERR_RANGE, "NaN logits returned: %s", e.msg);
+    cr_assert_eq(runner_forward(&r, tok, 5, logits, true, NULL, &e), ERR_RANGE, "non-finite logits returned: %s",
+                 e.msg);
     cr_expect(strstr(e.msg, "not finite: the hidden state is first non-finite after layer 3"), "%s", e.msg);
     free(logits);
     runner_free(&r);
