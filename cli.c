@@ -2,6 +2,7 @@
  * help, value parsing, error messages and the progress line. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,22 @@ static ssize_t guard_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;
 }
 
+/* A mapped input cut short under a running command (a copy written in place
+ * over it) faults on the next read of its data: an error, not a signal. */
+static void on_sigbus(int sig)
+{
+    static const char msg[] = "gempack: error: an input file was cut short or rewritten in place while this command "
+                               "read it (its mapped data is gone); nothing was written. Replace a model by renaming a "
+                               "new file over it, never by writing into it.\n";
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_ERROR);
+}
+
 void cli_guard(void)
 {
+    signal(SIGBUS, on_sigbus);
     raw_out = stdout;
     raw_err = stderr;
 #ifdef __GLIBC__ /* glibc's stdout and stderr are variables (its manual); elsewhere the streams stay unguarded */

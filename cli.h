@@ -18,7 +18,8 @@ enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
 /* From here on stdout and stderr spell out every byte a terminal could act
  * on (core/text.h's text_escape; on glibc): whatever a file's strings hold,
  * they cannot drive the terminal. print_json and the progress line write
- * past the guard, JSON escaped as JSON. */
+ * past the guard, JSON escaped as JSON. A mapped input cut short under the
+ * command (SIGBUS) ends it with an error (exit 2), not a signal. */
 void cli_guard(void);
 
 /* Prints e; the exit code: another model's checkpoint is a verdict (1), any other failure 2. */

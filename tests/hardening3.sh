@@ -8,6 +8,7 @@
 #  3. GGUF metadata that would make a non-finite config names the key
 #  4. smaller: which file is wrong, and what a path is
 #  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run
+#  6. a pack cut short in place under a running command: an error, never a signal
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -235,5 +236,20 @@ PY
     expect 2 "convert refuses it, nothing written" -- "$G" convert "$T/gi" -o "$T/gi.gpk"
     ok "... no pack" -- test ! -e "$T/gi.gpk"
     expect 2 "run refuses it" -- "$G" run "$T/gi" --tokens 2,3
+done
+
+echo "# 6. a pack cut short in place under a run"
+"$G" convert "$T/ok" -o "$T/cut.gpk" >/dev/null 2>&1
+for mode in --mmap ""; do
+    "$G" run "$T/cut.gpk" --tokens 2,3 --generate 4000 $mode >/dev/null 2>"$T/err" &
+    pid=$!
+    sleep 0.2
+    : >"$T/cut.gpk" # truncated in place, as cp onto it does first
+    wait $pid
+    rc=$?
+    # done before the cut (0), or stopped by it with the error (2); never killed by SIGBUS (135)
+    ok "run ${mode:-(copied weights)} whose pack is cut in place: exit $rc" -- test $rc = 0 -o $rc = 2
+    [ $rc = 2 ] && ok "... says why" -- said "was cut short or rewritten in place while this command read it"
+    "$G" convert "$T/ok" -o "$T/cut.gpk.new" >/dev/null 2>&1 && mv "$T/cut.gpk.new" "$T/cut.gpk"
 done
 finish
