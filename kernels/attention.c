@@ -6,6 +6,18 @@
 
 #include "kernels/kernels.h"
 
+/* Query heads per task (the heads of one KV head read each key and value
+ * once for all of them; every head's arithmetic is the same as alone), and
+ * keys per block (scored against a head with one dots call, its values
+ * added with one axpy call). */
+#define KERN_ATTN_HEADS 4
+#define KERN_ATTN_KEYS 16
+
+size_t kern_attn_scratch(int64_t keys, int64_t d)
+{
+    return (size_t)(KERN_ATTN_HEADS * keys + KERN_ATTN_KEYS * d);
+}
+
 struct attn_job {
     const struct kern_table *t;
     const struct kern_attn *a;

@@ -1,140 +1,86 @@
-/* dispatch.c - the kernel table of a level, and the matrix products on it:
- * each matrix split into tiles of rows fixed by its shape and the token
- * count (never by the thread count), its input prepared once, the tiles
- * run on the thread pool. */
+/* dispatch.c - the kernel table of a level (rows of ISAs), and the matrix
+ * products on it (rows of paths): each matrix split into tiles of rows fixed
+ * by its shape and the token count (never by the thread count), its input
+ * prepared once, the tiles run on the thread pool. */
 #include <stdlib.h>
-#include <string.h>
 
-#include "core/cpu.h"
-#include "kernels/internal.h"
-#include "quant/quant.h"
+#include "kernels/arm/arm.h"
+#include "kernels/x86/x86.h"
 
-#define ROW_GROUPS 16 /* groups of a blocked row gathered for one dequantization */
+/* The int8 kernels, the best first: the first this CPU has serves KERN_Q8. */
+static const struct {
+    enum cpu_feature needs;
+    q8dot_fn dot;
+    const char *name;
+} q8_kernels[] = {
+#if GP_X86
+    {CPU_AVX512_VNNI, kern_q8dot_avx512, "avx512-vnni"},
+    {CPU_AVX_VNNI, kern_q8dot_avxvnni, "avx-vnni"},
+    {CPU_AVX2, kern_q8dot_avx2, "avx2"},
+#elif KERN_NEON_DOTPROD
+    {CPU_DOTPROD, kern_q8dot_neon, "neon-dotprod"},
+#endif
+    {0, NULL, NULL},
+};
 
-/* Row r of a blocked matrix into out[cols] on the fastest path: ROW_GROUPS
- * groups at a time gathered from their records (a group's codes are whole
- * words: gs·bits is a multiple of 32 for every supported layout). */
-static void blocked_row_f32(const struct wmat *w, int64_t r, float *out)
-{
-    uint8_t codes[ROW_GROUPS * 128], s[ROW_GROUPS * 4], b[ROW_GROUPS * 4]; /* gs·bits/8 <= 128; params <= 4 bytes */
-    const int64_t words = w->gs * w->bits / 32, ng = w->cols / w->gs;
-    const size_t psize = dtype_table[w->dtype].bits / 8;
-    for (int64_t g0 = 0; g0 < ng; g0 += ROW_GROUPS) {
-        const int64_t G = ng - g0 < ROW_GROUPS ? ng - g0 : ROW_GROUPS;
-        for (int64_t g = 0; g < G; g++) {
-            const size_t rec = kern_block_off(w, r / KERN_BLOCK_ROWS, g0 + g), l = (size_t)(r % KERN_BLOCK_ROWS);
-            for (int64_t k = 0; k < words; k++) /* word k of row l at 64k + 4l of the group's record */
-                memcpy(codes + 4 * (g * words + k), w->w + rec + (size_t)(KERN_BLOCK_ROWS * 4 * k) + 4 * l, 4);
-            memcpy(s + (size_t)g * psize, w->s + rec + l * psize, psize);
-            memcpy(b + (size_t)g * psize, w->b + rec + l * psize, psize);
-        }
-        quant_dequant_row(codes, s, b, w->dtype, (size_t)(G * w->gs), w->gs, w->bits, out + g0 * w->gs);
-    }
-}
-
-void kern_row_f32(const struct wmat *w, int64_t r, float *out)
-{
-    const uint8_t *row = w->w + (size_t)r * w->row_stride;
-    if (w->blocked)
-        blocked_row_f32(w, r, out);
-    else if (w->quantized && w->mode != QM_AFFINE)
-        dequant_mx_row(w->mode, row, w->s + (size_t)r * w->srow_bytes, (size_t)w->cols, out);
-    else if (w->quantized)
-        quant_dequant_row(row, w->s + (size_t)r * w->srow_bytes, w->b + (size_t)r * w->srow_bytes, w->dtype,
-                          (size_t)w->cols, w->gs, w->bits, out);
-    else
-        quant_to_f32(w->dtype, row, out, (size_t)w->cols);
-}
-
-/* The int8 kernels this CPU has (kernels.h), or false. */
+/* The int8 kernels this CPU has, or false. */
 static bool pick_q8(q8dot_fn *dot, q8prep_fn *prep, const char **name)
 {
     *prep = kern_q8input_prepare;
 #if GP_X86
     if (cpu_has(CPU_AVX512))
         *prep = kern_q8input_prepare_avx512;
-    if (cpu_has(CPU_AVX512_VNNI)) {
-        *dot = kern_q8dot_avx512;
-        *name = "avx512-vnni";
-    } else if (cpu_has(CPU_AVX_VNNI)) {
-        *dot = kern_q8dot_avxvnni;
-        *name = "avx-vnni";
-    } else if (cpu_has(CPU_AVX2)) {
-        *dot = kern_q8dot_avx2;
-        *name = "avx2";
-    } else {
-        return false;
-    }
-    return true;
-#elif KERN_NEON_DOTPROD
-    if (!cpu_has(CPU_DOTPROD))
-        return false;
-    *dot = kern_q8dot_neon;
-    *name = "neon-dotprod";
-    return true;
-#else
-    (void)dot, (void)name;
-    return false;
 #endif
+    for (int i = 0; q8_kernels[i].dot; i++)
+        if (cpu_has(q8_kernels[i].needs)) {
+            *dot = q8_kernels[i].dot;
+            *name = q8_kernels[i].name;
+            return true;
+        }
+    return false;
 }
 
 bool kern_has_q8(void)
 {
-    q8dot_fn dot;
-    q8prep_fn prep;
-    const char *name;
-    return pick_q8(&dot, &prep, &name);
+    struct kern_table t;
+    return pick_q8(&t.q8dot, &t.q8prep, &t.q8name);
 }
+
+/* The exact kernels of each ISA, the best first: the first this CPU has
+ * serves every level but KERN_SCALAR; the last, the definitions, needs nothing. */
+static const struct {
+    enum cpu_feature needs;
+    struct kern_table k;
+} isas[] = {
+#if GP_X86
+    {CPU_AVX512, {.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
+                  .dot = kern_dot_avx512, .dots = kern_dots_avx512, .axpy = kern_axpy_avx512,
+                  .gelu_mul = kern_gelu_mul_avx512, .softcap = kern_softcap_avx512, .qgemm = kern_qgemm_avx512,
+                  .bf16gemm = kern_bf16gemm_avx512, .refgemm = kern_refgemm_avx512}},
+    {CPU_AVX2, {.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2, .dot = kern_dot_avx2,
+                .dots = kern_dots_avx2, .axpy = kern_axpy_avx2, .gelu_mul = kern_gelu_mul_avx2,
+                .softcap = kern_softcap_avx2}},
+#elif GP_ARM64
+    {CPU_NEON, {.name = "neon", .qdot = kern_qdot_neon, .matvec_bf16 = kern_matvec_bf16_neon, .dot = kern_dot_neon,
+                .dots = kern_dots_neon, .axpy = kern_axpy_neon, .gelu_mul = kern_gelu_mul_ref,
+                .softcap = kern_softcap_ref}},
+#endif
+    {0, {.name = "scalar", .qdot = kern_qdot_ref, .matvec_bf16 = kern_matvec_bf16_ref, .dot = kern_dot_ref,
+         .dots = kern_dots_ref, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_ref, .softcap = kern_softcap_ref}},
+};
+#define ISAS (sizeof isas / sizeof isas[0])
 
 void kern_init(struct kern_table *t, enum kern_level level)
 {
-    memset(t, 0, sizeof *t);
-    t->name = "scalar";
-    t->dot = kern_dot_ref;
-    t->dots = kern_dots_ref;
-    t->axpy = kern_axpy_ref;
-    t->gelu_mul = kern_gelu_mul_ref;
-    t->softcap = kern_softcap_ref;
-    t->qdot = kern_qdot_ref;
-    t->matvec_bf16 = kern_matvec_bf16_ref;
+    size_t i = 0;
+    while (i + 1 < ISAS && (level == KERN_SCALAR || !cpu_has(isas[i].needs)))
+        i++;
+    *t = isas[i].k;
     t->scratch = calloc(KERN_MANY, sizeof *t->scratch); /* without it (no memory): kern_matmul_ref */
     t->ws = calloc(POOL_MAX_THREADS, sizeof *t->ws); /* without it (no memory): no GEMM paths */
+    if (!t->ws)
+        t->qgemm = NULL, t->bf16gemm = t->refgemm = NULL;
     t->blas = level == KERN_BLAS && t->ws && kern_blas_init();
-    if (level == KERN_SCALAR)
-        return;
-#if GP_X86
-    if (cpu_has(CPU_AVX512)) {
-        t->name = "avx512";
-        t->dot = kern_dot_avx512;
-        t->dots = kern_dots_avx512;
-        t->axpy = kern_axpy_avx512;
-        t->gelu_mul = kern_gelu_mul_avx512;
-        t->softcap = kern_softcap_avx512;
-        t->qdot = kern_qdot_avx512;
-        t->qgemm = t->ws ? kern_qgemm_avx512 : NULL;
-        t->bf16gemm = t->ws ? kern_bf16gemm_avx512 : NULL;
-        t->refgemm = t->ws ? kern_refgemm_avx512 : NULL;
-        t->matvec_bf16 = kern_matvec_bf16_avx512;
-    } else if (cpu_has(CPU_AVX2)) {
-        t->name = "avx2";
-        t->dot = kern_dot_avx2;
-        t->dots = kern_dots_avx2;
-        t->axpy = kern_axpy_avx2;
-        t->gelu_mul = kern_gelu_mul_avx2;
-        t->softcap = kern_softcap_avx2;
-        t->qdot = kern_qdot_avx2;
-        t->matvec_bf16 = kern_matvec_bf16_avx2;
-    }
-#elif GP_ARM64
-    if (cpu_has(CPU_NEON)) {
-        t->name = "neon";
-        t->dot = kern_dot_neon;
-        t->dots = kern_dots_neon;
-        t->axpy = kern_axpy_neon;
-        t->qdot = kern_qdot_neon;
-        t->matvec_bf16 = kern_matvec_bf16_neon;
-    }
-#endif
     if (level == KERN_Q8)
         pick_q8(&t->q8dot, &t->q8prep, &t->q8name);
 }
@@ -145,58 +91,50 @@ void kern_free(struct kern_table *t)
         free(t->ws[i].buf);
     free(t->ws);
     t->ws = NULL;
-    t->blas = false;
-    t->qgemm = NULL;
-    t->bf16gemm = NULL;
-    t->refgemm = NULL;
+    t->blas = false, t->qgemm = NULL, t->bf16gemm = t->refgemm = NULL;
     for (int i = 0; t->scratch && i < KERN_MANY; i++)
         free(t->scratch[i].buf);
     free(t->scratch);
     t->scratch = NULL;
 }
 
-void *kern_ws_reserve(struct kern_ws *ws, size_t bytes)
-{
-    if (ws->cap < bytes) {
-        free(ws->buf);
-        ws->buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        ws->cap = ws->buf ? bytes : 0;
-    }
-    return ws->buf;
-}
-
-/* Scratch i holding at least `bytes`; NULL when that cannot be had. */
-static void *scratch(const struct kern_table *t, int i, size_t bytes)
-{
-    struct kern_scratch *s = t->scratch ? &t->scratch[i] : NULL;
-    if (s && s->cap < bytes) {
-        free(s->buf);
-        s->buf = aligned_alloc(64, (bytes + 63) / 64 * 64); /* the inputs' vector loads stay within cache lines */
-        s->cap = s->buf ? bytes : 0;
-    }
-    return s ? s->buf : NULL;
-}
-
 #define GEMM_ROWS 64 /* rows of a blocked GEMM's tile */
+
+/* The quantized formats the fused kernels (qdot, qgemm) take, by mode: the
+ * bit widths, and the fewest tokens from which the blocked GEMM runs
+ * (internal.h). */
+static const struct {
+    unsigned bits;            /* 1 << b for each width b */
+    int64_t gemm_from;
+} fused[] = {
+    [QM_AFFINE] = {1u << 4 | 1u << 8, KERN_AGEMM_MIN_TOKENS},
+    [QM_MXFP4] = {1u << 4, KERN_QGEMM_MIN_TOKENS},
+    [QM_NVFP4] = {1u << 4, KERN_QGEMM_MIN_TOKENS},
+    [QM_MXFP8] = {1u << 8, KERN_QGEMM_MIN_TOKENS},
+};
+#define FORMATS (sizeof fused / sizeof fused[0])
 
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
 {
     size_t most = 0, gemm = 0;
-    for (int k = 0; k < 4; k++) { /* the inputs the fused kernels take, affine and MX: the largest at group 16 */
-        const int bits = k % 2 ? 8 : 4;
-        struct wmat w = {.quantized = true, .mode = k < 2 ? QM_AFFINE : bits == 4 ? QM_MXFP4 : QM_MXFP8, .bits = bits,
-                         .gs = 16, .cols = (cols + 31) / 32 * 32};
-        size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS, n);
-        most = b > most ? b : most;
-        most = b8 > most ? b8 : most;
-        gemm = g > gemm ? g : gemm;
-    }
+    for (size_t m = 0; m < FORMATS; m++) /* the inputs each fused format takes: the largest at group 16 */
+        for (int bits = 4; bits <= 8; bits += 4) {
+            if (!(fused[m].bits >> bits & 1))
+                continue;
+            struct wmat w = {.quantized = true, .mode = (enum qmode)m, .bits = bits, .gs = 16,
+                             .cols = (cols + 31) / 32 * 32};
+            size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS, n);
+            most = b > most ? b : most;
+            most = b8 > most ? b8 : most;
+            gemm = g > gemm ? g : gemm;
+        }
     struct wmat bf = {.dtype = DT_BF16, .cols = cols}; /* the bf16 GEMM's tile; the reference's 16 rows */
-    size_t g = t->bf16gemm ? kern_bf16gemm_ws_bytes(&bf, GEMM_ROWS) : 0, r = t->refgemm ? kern_refgemm_ws_bytes(&bf) : 0;
+    size_t g = t->bf16gemm ? kern_bf16gemm_ws_bytes(&bf, GEMM_ROWS, n) : 0;
+    size_t r = t->refgemm ? kern_refgemm_ws_bytes(&bf, GEMM_ROWS, n) : 0;
     gemm = n >= KERN_QGEMM_MIN_TOKENS && (t->qgemm || t->bf16gemm) ? (g > gemm ? g : gemm) : 0;
     gemm = r > gemm ? r : gemm; /* the reference's rows at any n */
     for (int i = 0; i < KERN_MANY; i++)
-        if (!scratch(t, i, most))
+        if (!t->scratch || !kern_ws_reserve(&t->scratch[i], most))
             return ERR_NOMEM;
     for (int i = 0; gemm && i < threads && i < POOL_MAX_THREADS; i++)
         if (!kern_ws_reserve(&t->ws[i], gemm)) /* each worker's blocked-GEMM tile */
@@ -276,57 +214,84 @@ static bool gemm_reserve(const struct kern_table *t, size_t bytes, int threads)
     return true;
 }
 
+/* The weights a path takes: a fused format, bf16, or any other (2/3/5/6-bit
+ * affine, f16, f32). */
+enum { W_FUSED = 1, W_BF16 = 2, W_OTHER = 4, W_ANY = 7 };
+
+static int weights(const struct wmat *w)
+{
+    if (w->quantized && (size_t)w->mode < FORMATS && fused[w->mode].bits >> w->bits & 1)
+        return W_FUSED;
+    return !w->quantized && w->dtype == DT_BF16 ? W_BF16 : W_OTHER;
+}
+
+/* The level's kernel of a path for j->w into j; false: the level has none. */
+static bool use_q8(const struct kern_table *t, struct mm_job *j) { return (j->q8dot = t->q8dot) && kern_q8_supports(j->w); }
+static bool use_blas(const struct kern_table *t, struct mm_job *j) { return (j->blas = t->blas); }
+static bool use_qgemm(const struct kern_table *t, struct mm_job *j) { return (j->qgemm = t->qgemm) != NULL; }
+static bool use_qdot(const struct kern_table *t, struct mm_job *j) { return (j->qdot = t->qdot) != NULL; }
+static bool use_bf16gemm(const struct kern_table *t, struct mm_job *j) { return (j->gemm = t->bf16gemm) != NULL; }
+static bool use_bf16(const struct kern_table *t, struct mm_job *j) { return (j->fn = t->matvec_bf16) != NULL; }
+static bool use_refgemm(const struct kern_table *t, struct mm_job *j) { return (j->gemm = t->refgemm) != NULL; }
+static bool use_ref(const struct kern_table *t, struct mm_job *j) { return (void)t, j->fn = kern_matmul_ref, true; }
+
+enum mm_input { IN_X, IN_Q, IN_QGEMM, IN_Q8 }; /* x as it is; prepared for qdot, for qgemm; int8 */
+
+/* kern_matmul's paths, in the order it tries them: the first that takes the
+ * weights and the token count, that the level has, and whose workers' tiles
+ * and prepared input can be had, runs the matrix. */
+static const struct mm_path {
+    int weights;              /* the classes it takes */
+    int64_t from;             /* the fewest tokens; -1: the format's (fused) */
+    bool (*use)(const struct kern_table *t, struct mm_job *j);
+    enum mm_input in;
+    size_t (*ws)(const struct wmat *w, int64_t rows, int64_t n); /* a worker's tile (NULL: none) */
+    int64_t tile;             /* rows per task; 0: tile_rows */
+} paths[] = {
+    {W_FUSED, 0, use_q8, IN_Q8, NULL, 0},                              /* KERN_Q8: int8 activations */
+    {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS}, /* KERN_BLAS: sgemm */
+    {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS},  /* the fused kernels' bits as a GEMM */
+    {W_FUSED, 0, use_qdot, IN_Q, NULL, 0},                             /* the fused kernels */
+    {W_BF16, KERN_QGEMM_MIN_TOKENS, use_bf16gemm, IN_X, kern_bf16gemm_ws_bytes, GEMM_ROWS},
+    {W_BF16, 0, use_bf16, IN_X, NULL, 0},
+    {W_OTHER, 0, use_refgemm, IN_X, kern_refgemm_ws_bytes, 0},         /* the reference's bits, 16 rows at a time */
+    {W_ANY, 0, use_ref, IN_X, NULL, 0},                                /* the definition */
+};
+
 /* Chooses j's path for w; qin/q8in receive the input prepared for it in
- * scratch i, unless prev (the job of another matrix of the same call) holds
- * one made for the same bits, group size and columns (and layout), which is
- * then shared. */
+ * t->scratch[i], unless prev (the job of another matrix of the same call) holds
+ * one made for the same format, bits, group size and columns (and layout),
+ * which is then shared. */
 static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const struct wmat *w, const float *x,
                      int64_t n, float *y, int threads, struct kern_qinput *qin, struct kern_q8input *q8in,
                      const struct mm_job *prev)
 {
-    *j = (struct mm_job){.fn = kern_matmul_ref, .tile_rows = tile_rows(w, n), .w = w, .x = x, .n = n, .y = y};
-    bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode && prev->w->bits == w->bits &&
-                prev->w->gs == w->gs && prev->w->cols == w->cols;
-    const struct kern_q8input *q8 = same ? prev->q8in : NULL;
-    const struct kern_qinput *q = same ? prev->qin : NULL;
-    void *buf;
-    if (t->q8dot && kern_q8_supports(w) &&
-        (q8 || ((buf = scratch(t, i, kern_q8input_bytes(w, n))) && (t->q8prep(w, x, n, buf, q8in), true)))) {
-        j->fn = NULL;
-        j->q8dot = t->q8dot;
-        j->q8in = q8 ? q8 : q8in;
-    } else if (n >= KERN_GEMM_MIN_TOKENS && t->blas) {
-        j->fn = NULL;
-        j->blas = true;
-        j->ws = t->ws;
-        j->tile_rows = KERN_BLAS_ROWS;
-    } else if (w->quantized && (w->bits == 4 || w->bits == 8) && t->qdot) {
-        /* the same bits at GEMM speed for many tokens, its input laid out for it */
-        bool gemm = n >= kern_qgemm_min_tokens(w) && t->qgemm &&
-                    gemm_reserve(t, kern_qgemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads);
-        q = q && q->gemm == gemm ? q : NULL;
-        if (q || (buf = scratch(t, i, kern_qinput_bytes(w, n)))) {
-            j->fn = NULL; /* the input is prepared once (kern_matmul_many's first job) and read by every tile */
-            j->prep = q ? NULL : buf;
-            j->parts = q ? 0 : kern_qinput_layout(w, n, gemm, buf, qin);
+    const bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode &&
+                      prev->w->bits == w->bits && prev->w->gs == w->gs && prev->w->cols == w->cols;
+    for (const struct mm_path *p = paths;; p++) {
+        *j = (struct mm_job){.tile_rows = p->tile ? p->tile : tile_rows(w, n), .ws = t->ws, .w = w, .x = x, .n = n,
+                             .y = y};
+        if (!(p->weights & weights(w)) || n < (p->from < 0 ? fused[w->mode].gemm_from : p->from) || !p->use(t, j) ||
+            (p->ws && !gemm_reserve(t, p->ws(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads)))
+            continue;
+        if (p->in == IN_Q8) {
+            const struct kern_q8input *q8 = same ? prev->q8in : NULL;
+            void *buf = q8 || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_q8input_bytes(w, n));
+            if (!q8 && !buf)
+                continue;
+            if (buf)
+                t->q8prep(w, x, n, buf, q8in);
+            j->q8in = q8 ? q8 : q8in;
+        } else if (p->in != IN_X) { /* prepared once (kern_matmul_many's first job) and read by every tile */
+            const struct kern_qinput *q = same && prev->qin && prev->qin->gemm == (p->in == IN_QGEMM) ? prev->qin : NULL;
+            void *buf = q || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_qinput_bytes(w, n));
+            if (!q && !buf)
+                continue;
+            j->prep = buf;
+            j->parts = q ? 0 : kern_qinput_layout(w, n, p->in == IN_QGEMM, buf, qin);
             j->qin = q ? q : qin;
-            j->qdot = gemm ? NULL : t->qdot;
-            j->qgemm = gemm ? t->qgemm : NULL;
-            j->ws = t->ws;
-            j->tile_rows = gemm ? GEMM_ROWS : j->tile_rows;
         }
-    } else if (!w->quantized && w->dtype == DT_BF16 && n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm &&
-               gemm_reserve(t, kern_bf16gemm_ws_bytes(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS), threads)) {
-        j->fn = NULL;
-        j->gemm = t->bf16gemm;
-        j->ws = t->ws;
-        j->tile_rows = GEMM_ROWS;
-    } else if (!w->quantized && w->dtype == DT_BF16 && t->matvec_bf16) {
-        j->fn = t->matvec_bf16;
-    } else if (t->refgemm && gemm_reserve(t, kern_refgemm_ws_bytes(w), threads)) {
-        j->fn = NULL; /* every other type: the reference's bits, 16 rows at a time */
-        j->gemm = t->refgemm;
-        j->ws = t->ws;
+        return;
     }
 }
 

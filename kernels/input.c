@@ -1,7 +1,8 @@
-/* input.c - the inputs the fused kernels read, prepared once per matmul:
- * their definitions (kernels.h). The AVX-512 preparation of the int8 input
- * (q8_avx512.c) writes the same bytes. */
+/* input.c - the inputs the fused kernels read, prepared once per matmul: their
+ * definitions (internal.h; x86/q8_avx512.c's preparation of the int8 input
+ * writes the same bytes); the GEMMs' workspaces, and the scratch holding them. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/internal.h"
@@ -156,7 +157,7 @@ void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern
     *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .stride = stride};
 }
 
-/* One definition for every path (kernels.h): d = max|x|/127 per group, xq =
+/* One definition for every path (internal.h): d = max|x|/127 per group, xq =
  * rint(x/d) clamped to ±127 at the byte that meets x's code in the chunk
  * (4-bit: weight o of a 128-weight chunk pairs with byte o/2, low nibble for
  * even o, so its xq goes to byte (o odd)·64 + o/2). A group with a NaN or inf
@@ -193,15 +194,28 @@ void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void 
         }
 }
 
-/* kern_bf16gemm_avx512's workspace for a tile of `rows` rows: the rows as
- * floats [rows, cols rounded up to 32], the chains [rows, GEMM_TP, 2, 16]. */
-size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows)
+/* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the
+ * rows as floats [rows, cols rounded up to 32], the chains [rows, GEMM_TP, 2, 16]. */
+size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {
+    (void)n;
     return (size_t)(rows * ((w->cols + 31) / 32 * 32 + GEMM_TP * 32)) * sizeof(float);
 }
 
-/* kern_refgemm_avx512's workspace: 16 rows column-major [cols, 16], then by rows [16, cols]. */
-size_t kern_refgemm_ws_bytes(const struct wmat *w)
+/* kern_refgemm_avx512's workspace (any tile, any n): 16 rows column-major
+ * [cols, 16], then by rows [16, cols]. */
+size_t kern_refgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {
+    (void)rows, (void)n;
     return (size_t)(32 * w->cols) * sizeof(float);
+}
+
+void *kern_ws_reserve(struct kern_ws *ws, size_t bytes)
+{
+    if (ws->cap < bytes) {
+        free(ws->buf);
+        ws->buf = aligned_alloc(64, (bytes + 63) / 64 * 64); /* vector loads stay within cache lines */
+        ws->cap = ws->buf ? bytes : 0;
+    }
+    return ws->buf;
 }

@@ -1,9 +1,216 @@
-/* internal.h - helpers the kernel files share. Internal to kernels/. */
+/* internal.h - what the kernel files (and their tests) share: the scalar
+ * definitions every SIMD twin (x86/x86.h, arm/arm.h) gives bit for bit, the
+ * fused kernels' inputs, the blocked layout's offsets, the workers' scratch. */
 #ifndef GP_KERNELS_INTERNAL_H
 #define GP_KERNELS_INTERNAL_H
 
+#include "core/cpu.h"
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+
+/* ---- matrix products: y[n, rows] = x[n, cols] · Wᵀ, rows [row0, row1) ---- */
+
+/* The scalar definition: each output an ordered dot product over the
+ * columns with the weight dequantized per group. */
+void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+
+/* Input prepared once per matmul for the fused quantized kernels: per-group
+ * input sums, and the input in a buffer of kern_qinput_bytes(w, n) bytes the
+ * caller provides (aligned for floats). Affine: in column order, column j
+ * divided by the place value its code keeps (2^(bits·k) for code k of its
+ * word, 1 for the top code), token t at t·stride; for the blocked GEMM
+ * (`gemm`) in panels of AGEMM_T tokens, token 12p + u's column j at
+ * (12p·stride + 12j) + u, zeros for the tokens past n. MX: rearranged to the
+ * lanes of the packed codes (see x86/avx512.c), token by token, or for the
+ * blocked GEMM in fours: tokens 4i .. 4i + 3 share 4·stride floats, the 16
+ * lanes of code k of block b of token 4i + u at 4·(b·16W + 16k) + 16u (W
+ * codes per word). */
+struct kern_qinput {
+    const float *xd;          /* [tokens, stride]: affine cols rounded up to 16, MX to blocks of 16 code words */
+    const float *xsum;        /* [n, cols/gs] */
+    int64_t stride;
+    bool gemm;                /* laid out for kern_qgemm_* */
+};
+size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
+/* Prepared in parts, on the thread pool: kern_qinput_layout points *in into
+ * buf and returns the number of parts; kern_qinput_part(part) fills tokens
+ * [part·KERN_QINPUT_PART, +KERN_QINPUT_PART) (a whole number of panels). */
+#define KERN_QINPUT_PART 48
+int64_t kern_qinput_layout(const struct wmat *w, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
+void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, int64_t part);
+
+/* The definition of the fused 4/8-bit kernels, which every ISA's twin gives
+ * bit for bit (so a result does not depend on the machine, the layout, the
+ * token count or the split). Code k of a 32-bit word (k = 0 .. W−1, W =
+ * 32/bits) as a float q: affine, isolated in place, i.e. the integer word &
+ * ((2^bits − 1)·2^(bits·k)), the top one shifted down; MX, the code's value
+ * (mx_code_value). x: the prepared input (kern_qinput).
+ * Affine, per row and token: A = B = +0; for each group g in order, two
+ * chains, p_0 over the group's even words and p_1 over its odd words (words
+ * counted from the group's first): p_c = x_j·q_j for the chain's first
+ * column j, then p_c = fma(x_j, q_j, p_c) for its others in column order;
+ * A = fma(p_0 + p_1, scale_g, A); B = fma(bias_g, Σx_g, B). The result is
+ * A + B. The kernels keep one row per vector lane, so a chain
+ * needs no reduction and the GEMM broadcasts the input (x86/avx512.c).
+ * MX, per row and token: 16 lanes A, all +0. The row's words go in blocks of
+ * 16, word 16b + l to lane l. For each block in order and each of its words:
+ * with x_k the input of code k, p0 = x0·q0, p1 = x1·q1, then p_(k mod 2) =
+ * fma(x_k, q_k, p_(k mod 2)) for k ≥ 2; A[l] = fma(p0 + p1, s, A[l]) with s
+ * the scale of the word's group. Then A[l] += +0, and the 16 lanes summed as
+ * in kern_dot_ref. Every step is one IEEE operation, so any ISA can repeat
+ * it. */
+void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                   int64_t row1);
+
+/* The definition of the bf16 kernels: per row and token, two chains of 16
+ * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
+ * column order, the chains added lane by lane, then the lanes summed as in
+ * kern_dot_ref. */
+void kern_matvec_bf16_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+
+/* Scratch kept across calls and grown on demand (fresh multi-megabyte buffers
+ * would cost a page fault per 4 KiB): a GEMM's tile, sgemm's, a prepared input. */
+struct kern_ws {
+    void *buf;                /* 64-byte aligned */
+    size_t cap;               /* bytes */
+};
+/* ws's buffer holding at least `bytes`; NULL: out of memory. */
+void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
+
+/* Steps of at least KERN_AGEMM_MIN_TOKENS tokens (affine) or
+ * KERN_QGEMM_MIN_TOKENS (microscaling, bf16) take the fused and bf16
+ * kernels' definitions as blocked GEMMs (one thread, 1536 × 1536: affine
+ * 4/8-bit 1.2–1.3× the fused kernels at 9 tokens, 1.6× at 24, 2× at 512,
+ * where at 8 the fused kernel's two passes of 4 tokens run 1.0–1.2× the
+ * GEMM's panel of 12; microscaling 1.4–1.5× at 8, 2× from 24; bf16 1.0–1.3×
+ * at 8, 1.5–1.7× at 16, 2.3× at 512): the formats' table in dispatch.c. */
+#define KERN_QGEMM_MIN_TOKENS 8
+#define KERN_AGEMM_MIN_TOKENS 9
+
+/* The workspaces of the blocked GEMMs (x86/x86.h) for a tile of `rows` rows
+ * and n tokens, 64-byte aligned: the fused kernels', the bf16 kernels' and
+ * kern_matmul_ref's. */
+size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
+size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
+size_t kern_refgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
+
+/* ---- int8 activations (KERN_Q8: opt-in, approximate) ----
+ *
+ * For 4- and 8-bit affine weights, llama.cpp's trade: each group of gs input
+ * values is quantized to int8, x ≈ d·xq with d = max|x|/127 and xq =
+ * rint(x/d) (clamped to ±127), so that Σ q·xq is an exact int32 sum
+ * (AVX-512 VNNI `vpdpbusd`: 64 byte products per instruction). The bias
+ * terms keep the exact fp32 group sums. Per weight the error is at most
+ * |scale|·q·d/2; results stay bitwise identical across thread counts and
+ * batch sizes, but not equal to the exact default (MODEL.md §9), so goldens are
+ * checked with the exact kernels.
+ *
+ * The definition, kern_q8dot_ref, and its SIMD twins: for each row and
+ * token, S_g = Σ q·xq over group g (exact in int32: at most 128·255·127),
+ * then for g = 0, 1, ... in order lane[g % 16] = fma(S_g, d_g·s_g,
+ * lane[g % 16]) and lane[g % 16] = fma(b_g, Σx_g, lane[g % 16]) (d_g·s_g one
+ * rounded product), and the 16 lanes summed as in kern_dot_ref (l and l + w
+ * for w = 8, 4, 2, 1). How the codes are laid out (by rows, or in blocks of
+ * rows: kern_block_rows) does not change a bit. */
+struct kern_q8input {
+    const int8_t *xq;         /* [n, stride]: per 64-byte chunk of codes, the xq of the
+                                 weights its bytes hold (4-bit: low nibbles' 64, then high
+                                 nibbles' 64), zero past cols */
+    const float *d;           /* [n, cols/gs] group scales (NaN for a group with a NaN or inf) */
+    const float *xsum;        /* [n, cols/gs] exact fp32 group sums, in column order */
+    int64_t stride;           /* bytes per token: cols rounded up to 512/bits */
+};
+/* For w with 4 or 8 bits and gs of 32, 64 or 128 (kern_q8_supports). */
+bool kern_q8_supports(const struct wmat *w);
+/* The input in a buffer of kern_q8input_bytes(w, n) bytes the caller provides. */
+size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
+void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
+void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1);
+
+/* The prefill path of KERN_BLAS: dequantize a tile of rows, then sgemm
+ * (OpenBLAS, loaded at run time by kern_blas_init), in tiles of
+ * KERN_BLAS_ROWS rows (smaller steps take the fused kernels: sgemm pads
+ * every call to at least 144 columns). kern_matmul_blas_ws keeps its tile,
+ * padded input and output in ws; kern_blas_init loads OpenBLAS (once; false
+ * when it is not installed) and makes it single-threaded. */
+#define KERN_BLAS_ROWS 256
+void kern_matmul_blas_ws(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                         struct kern_ws *ws);
+bool kern_blas_init(void);
+
+/* ---- the blocked layout (kernels.h) ----
+ *
+ * Blocks of 16 rows, each block one run of the same bytes as its rows, group
+ * after group: group g's record holds its words (32-bit word k of the group
+ * of row 16B + l at byte 64k + 4l), then the 16 rows' scales of the group,
+ * then their biases (row l's at element l). One 64-byte load holds the same
+ * word of 16 rows, so the kernels keep one row per lane (the exact ones,
+ * reading by rows, transpose 16 rows' words); and a thread's rows are one
+ * stream (codes, scales and biases in separate arrays, three streams, were
+ * slower from RAM). A blocked view's w, s and b point at block 0's first
+ * word, scale and bias; block B's are KERN_BLOCK_ROWS·(row_bytes +
+ * 2·srow_bytes)·B bytes further, and group g's a cols/gs-th of a block past
+ * its block's: kern_block_off, from a blocked view's w (s, b) to block B's
+ * group g's first word (scale, bias). */
+static inline size_t kern_block_off(const struct wmat *w, int64_t B, int64_t g)
+{
+    const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes);
+    return (size_t)B * block + (size_t)g * (block / (size_t)(w->cols / w->gs));
+}
+
+/* ---- vector and element-wise definitions ---- */
+
+/* Σ a[i]·b[i] in a fixed order: sixteen lanes, lane l accumulating
+ * a[i]·b[i] for i ≡ l (mod 16) in increasing i with fused multiply-adds, then
+ * lanes l and l + w added for w = 8, 4, 2, 1. The SIMD versions are that
+ * order exactly, so every level gives the same bits. */
+float kern_dot_ref(const float *a, const float *b, int64_t n);
+
+/* out[j] = the dot product of a and b[j] (that order) for j < m: attention's
+ * scores of one query against a block of keys, the keys' chains side by side. */
+void kern_dots_ref(const float *a, const float *const *b, int m, int64_t n, float *out);
+
+/* y[i] += a[j]·x[j][i] for j = 0 .. m−1 in order, each a multiply, then an
+ * add (every path gives the same bits): attention's weighted values, y kept
+ * in registers across a block of them. */
+void kern_axpy_ref(float *y, const float *a, const float *const *x, int m, int64_t n);
+
+/* kern_exp and its twins: v clamped to ±87 (2^n stays a finite normal
+ * number; NaN stays NaN), v = n·ln2 + r with n an integer, e^r − 1 by its
+ * Taylor polynomial of degree 7 (|r| ≤ ln2/2: error < 1e-8), e^v = 2^n·(1 +
+ * that). Every step is one IEEE multiply, add, divide or compare, no fused
+ * multiply-add, so the SIMD twins give the same bits (tests/test_kernels.c);
+ * libm's expf does not promise that. */
+#define KERN_EXP_VMAX 87.0f
+#define KERN_LOG2E 1.44269504088896341f
+#define KERN_LN2_HI 0.693359375f /* 355/512: n·KERN_LN2_HI is exact */
+#define KERN_LN2_LO -2.12194440054690583e-4f
+#define KERN_EXP_C2 (1.0f / 2.0f)
+#define KERN_EXP_C3 (1.0f / 6.0f)
+#define KERN_EXP_C4 (1.0f / 24.0f)
+#define KERN_EXP_C5 (1.0f / 120.0f)
+#define KERN_EXP_C6 (1.0f / 720.0f)
+#define KERN_EXP_C7 (1.0f / 5040.0f)
+
+/* tanh-approximated GELU, 0.5·x·(1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³),
+ * computed as x / (1 + e^(−2u)): the same function, without the tanh form's
+ * cancellation for negative x. Past the clamp (−2u > 87, x < −9.7) the
+ * result is a zero of x's sign (|gelu| < |x|·e^−87 there). */
+#define KERN_GELU_K 0.7978845608028654f /* √(2/π) */
+#define KERN_GELU_C 0.044715f
+float kern_gelu(float x);
+
+/* g[i] = gelu(g[i])·u[i]: the definition of the table's gelu_mul. */
+void kern_gelu_mul_ref(float *g, const float *u, int64_t n);
+
+/* Logit soft-cap cap·tanh(x/cap), tanh(z) computed as (e^(2z) − 1)/(e^(2z) + 1)
+ * with e^(2z) − 1 = 2^n·(1 + P) − 1 = 2^n·P + (2^n − 1) (P = e^r − 1: no
+ * cancellation for small z). */
+float kern_softcap(float x, float cap);
+
+/* x[i] = kern_softcap(x[i], cap): the definition of the table's softcap. */
+void kern_softcap_ref(float *x, float cap, int64_t n);
 
 /* n scale bytes of an MX-quantized row as float32 (mx_scale_value). */
 static inline void kern_mx_scales(enum qmode m, const uint8_t *src, float *dst, int64_t n)
@@ -13,7 +220,7 @@ static inline void kern_mx_scales(enum qmode m, const uint8_t *src, float *dst, 
 }
 
 /* Where 32-bit word k of row r sits in w->w, and group g's scale or bias of
- * row r in w->s or w->b: by rows, or in blocks of 16 (kernels.h). */
+ * row r in w->s or w->b: by rows, or in blocks of 16. */
 static inline size_t kern_code_off(const struct wmat *w, int64_t r, int64_t k)
 {
     if (!w->blocked)
@@ -71,10 +278,10 @@ static inline float kern_lanes_sum16(float lane[16])
     return lane[0];
 }
 
-/* Tokens of a panel of the blocked GEMM (avx512.c; its workspace: input.c). */
+/* Tokens of a panel of the blocked GEMM (x86/avx512.c; its workspace: input.c). */
 #define GEMM_TP 16
 
-/* Tokens of a panel of the affine GEMM (avx512.c), its input laid out so
+/* Tokens of a panel of the affine GEMM (x86/avx512.c), its input laid out so
  * (input.c); sets of 16 rows it runs side by side (its workspace: input.c). */
 #define AGEMM_T 12
 #define AGEMM_KC 2048 /* columns of a tile decoded at a time (a multiple of every group size) */

@@ -1,4 +1,4 @@
-/* q8.c - the int8-activation kernels' definition (KERN_Q8, kernels.h): the
+/* q8.c - the int8-activation kernels' definition (KERN_Q8, internal.h): the
  * dot product kern_q8dot_ref, and the blocked layout of rows they read. */
 #include <math.h>
 #include <string.h>

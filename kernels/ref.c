@@ -1,5 +1,5 @@
-/* ref.c - the scalar definition of every op. The SIMD twins (avx2.c,
- * avx512.c, q8_avx512.c) and the dispatch (dispatch.c) give these bits. */
+/* ref.c - the scalar definition of every op (internal.h). The SIMD twins
+ * (x86/, arm/) and the dispatch (dispatch.c) give these bits. */
 #include <math.h>
 #include <string.h>
 
@@ -19,34 +19,46 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
     return v;
 }
 
-/* Group g of row r dequantized into out[gs] (a group's codes are whole words:
- * gs·bits is a multiple of 32 for every supported layout). */
-static void group_f32(const struct wmat *w, int64_t r, int64_t g, float *out)
-{
-    uint8_t codes[128]; /* gs·bits/8 <= 128·8/8 */
-    const int64_t words = w->gs * w->bits / 32;
-    for (int64_t k = 0; k < words; k++)
-        memcpy(codes + 4 * k, w->w + kern_code_off(w, r, g * words + k), 4);
-    dequant_affine_row(codes, w->s + kern_param_off(w, r, g), w->b + kern_param_off(w, r, g), w->dtype,
-                       (size_t)w->gs, w->gs, w->bits, out);
-}
+#define ROW_GROUPS 16 /* groups of a blocked row gathered for one dequantization */
 
-/* Up to 128 values of row r from column j (a whole group when quantized). */
-static void row_chunk(const struct wmat *w, int64_t r, int64_t j, int64_t len, float *out)
+/* Values [j, j + len) of row r as float32 (quantized: whole groups) on the
+ * fastest path, bit-identical to dequant_affine_row, dequant_mx_row and
+ * dtype_to_f32; a blocked row's groups gathered ROW_GROUPS at a time (a
+ * group's codes are whole words: gs·bits is a multiple of 32). */
+static void row_f32(const struct wmat *w, int64_t r, int64_t j, int64_t len, float *out)
 {
     const uint8_t *row = w->w + (size_t)r * w->row_stride;
+    const size_t psize = dtype_table[w->dtype].bits / 8;
     if (w->blocked) {
-        group_f32(w, r, j / w->gs, out);
+        uint8_t codes[ROW_GROUPS * 128], s[ROW_GROUPS * 4], b[ROW_GROUPS * 4]; /* gs·bits/8 <= 128; params <= 4 bytes */
+        const int64_t words = w->gs * w->bits / 32, g1 = (j + len) / w->gs;
+        const size_t l = (size_t)(r % KERN_BLOCK_ROWS);
+        for (int64_t g0 = j / w->gs; g0 < g1; g0 += ROW_GROUPS) {
+            const int64_t G = g1 - g0 < ROW_GROUPS ? g1 - g0 : ROW_GROUPS;
+            for (int64_t g = 0; g < G; g++) {
+                const size_t rec = kern_block_off(w, r / KERN_BLOCK_ROWS, g0 + g);
+                for (int64_t k = 0; k < words; k++) /* word k of row l at 64k + 4l of the group's record */
+                    memcpy(codes + 4 * (g * words + k), w->w + rec + (size_t)(KERN_BLOCK_ROWS * 4 * k) + 4 * l, 4);
+                memcpy(s + (size_t)g * psize, w->s + rec + l * psize, psize);
+                memcpy(b + (size_t)g * psize, w->b + rec + l * psize, psize);
+            }
+            quant_dequant_row(codes, s, b, w->dtype, (size_t)(G * w->gs), w->gs, w->bits, out + g0 * w->gs - j);
+        }
     } else if (w->quantized && w->mode != QM_AFFINE) {
         dequant_mx_row(w->mode, row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + (size_t)(j / w->gs),
                        (size_t)len, out);
     } else if (w->quantized) {
-        size_t sb = dtype_table[w->dtype].bits / 8, g = (size_t)(j / w->gs);
-        dequant_affine_row(row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + g * sb,
-                           w->b + (size_t)r * w->srow_bytes + g * sb, w->dtype, (size_t)len, w->gs, w->bits, out);
+        const size_t g = (size_t)(j / w->gs) * psize;
+        quant_dequant_row(row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + g,
+                          w->b + (size_t)r * w->srow_bytes + g, w->dtype, (size_t)len, w->gs, w->bits, out);
     } else {
-        dtype_to_f32(w->dtype, row + (size_t)j * (dtype_table[w->dtype].bits / 8), out, (size_t)len);
+        quant_to_f32(w->dtype, row + (size_t)j * psize, out, (size_t)len);
     }
+}
+
+void kern_row_f32(const struct wmat *w, int64_t r, float *out)
+{
+    row_f32(w, r, 0, w->cols, out);
 }
 
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
@@ -59,7 +71,7 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
             float acc = 0.0f;
             for (int64_t j = 0; j < w->cols; j += step) {
                 int64_t len = w->cols - j < step ? w->cols - j : step;
-                row_chunk(w, r, j, len, chunk);
+                row_f32(w, r, j, len, chunk);
                 for (int64_t k = 0; k < len; k++)
                     acc += xt[j + k] * chunk[k];
             }
@@ -67,7 +79,7 @@ void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, 
         }
 }
 
-/* The fused kernels' definition (kernels.h): per row and token, lane l of
+/* The fused kernels' definition (internal.h): per row and token, lane l of
  * block b (16 code words) holds word 16b + l; its codes k, each times its
  * place value, against the rearranged input in two product chains, summed,
  * times the lane's group scale into A[l]; the bias terms into B[g % 16]. */
@@ -83,7 +95,7 @@ static float code_value(const struct wmat *w, uint32_t v, int k)
 
 /* Affine: per group two chains of products in column order, the even and
  * the odd words', added and folded with the group's scale into A; its bias
- * term into B (kernels.h). */
+ * term into B (internal.h). */
 static void qdot_affine_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                             int64_t row1)
 {
@@ -136,7 +148,7 @@ void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n
         }
 }
 
-/* bf16 rows (kernels.h): column j in chain (j / 16) % 2, lane j % 16. */
+/* bf16 rows (internal.h): column j in chain (j / 16) % 2, lane j % 16. */
 void kern_matvec_bf16_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
     for (int64_t r = row0; r < row1; r++) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # layering.sh SRCDIR NAME:ALLOWED... - every #include "X/..." in folder NAME
-# names NAME itself or one of the folders it may use (meson.build's
-# `layers`); prints each violation.
+# (or a folder inside it) names NAME itself or one of the folders it may use
+# (meson.build's `layers`); prints each violation.
 set -u
 src=$1
 shift
@@ -17,7 +17,7 @@ for rule in "$@"; do
         *" $dir "*) ;;
         *) echo "FAIL: $file:$line includes $dir/, which $name may not use (allowed:$allowed)"; bad=$((bad + 1)) ;;
         esac
-    done < <(cd "$src" && grep -Hn '#include "' "$name"/*.c "$name"/*.h 2>/dev/null)
+    done < <(cd "$src" && grep -Hn '#include "' "$name"/*.c "$name"/*.h "$name"/*/*.c "$name"/*/*.h 2>/dev/null)
 done
 echo "layering: $bad violations"
 [ $bad = 0 ]

@@ -57,7 +57,8 @@
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "quant/quant.h"
-#include "kernels/kernels.h"
+#include "kernels/arm/arm.h"
+#include "kernels/x86/x86.h"
 #include "tests/helpers.h"
 
 #define KERN_REL_TOL 4e-6
@@ -372,7 +373,7 @@ static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int6
 static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
                                          int64_t r1)
 {
-    void *ws = aligned_alloc(64, (kern_bf16gemm_ws_bytes(w, r1 - r0) + 63) / 64 * 64);
+    void *ws = aligned_alloc(64, (kern_bf16gemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
     cr_assert(ws);
     kern_bf16gemm_avx512(w, x, n, y, r0, r1, ws);
     free(ws);
@@ -381,7 +382,7 @@ static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, i
 static void kern_matmul_ref_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
                                         int64_t r1)
 {
-    void *ws = aligned_alloc(64, (kern_refgemm_ws_bytes(w) + 63) / 64 * 64);
+    void *ws = aligned_alloc(64, (kern_refgemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
     cr_assert(ws);
     kern_refgemm_avx512(w, x, n, y, r0, r1, ws);
     free(ws);
@@ -917,7 +918,7 @@ static size_t tables(struct kern_table *t, const char **label)
                                      .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
                                      .gelu_mul = kern_gelu_mul_avx2,
                                      .softcap = kern_softcap_avx2,
-                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
+                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
     }
     if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
@@ -928,7 +929,7 @@ static size_t tables(struct kern_table *t, const char **label)
                                      .dot = kern_dot_avx512, .dots = kern_dots_avx512, .axpy = kern_axpy_avx512,
                                      .gelu_mul = kern_gelu_mul_avx512,
                                      .softcap = kern_softcap_avx512,
-                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_scratch))};
+                                     .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
     }
 #endif
     label[k] = "KERN_BEST";
@@ -944,7 +945,8 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= KERN_GEMM_MIN_TOKENS && t->blas)
         return kern_matmul_blas;
 #if GP_X86
-    if (n >= kern_qgemm_min_tokens(w) && t->qgemm == kern_qgemm_avx512 && w->quantized && (w->bits == 4 || w->bits == 8))
+    if (n >= (w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS) && t->qgemm == kern_qgemm_avx512 &&
+        w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx512;

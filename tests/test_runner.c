@@ -19,6 +19,7 @@
 #include "converter/convert.h"
 #include "core/npz.h"
 #include "golden/check.h"
+#include "kernels/internal.h"
 #include "runner/forward.h"
 #include "runner/tokens.h"
 #include "tests/helpers.h"

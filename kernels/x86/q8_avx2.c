@@ -6,8 +6,8 @@
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/internal.h"
-#include "kernels/simd.h"
+#include "kernels/x86/x86.h"
+#include "kernels/x86/simd.h"
 
 #define ATTR AVX2
 #define SFX avx2
@@ -22,7 +22,7 @@
     (s = _mm256_add_epi16(_mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v, nib), xe)),                  \
                           _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xo)))
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))))
-#include "kernels/q8_avx2.h"
+#include "kernels/x86/q8_avx2.h"
 #undef ATTR
 #undef SFX
 #undef DOT
@@ -36,4 +36,4 @@
 #define DOT8(lo, hi, v, x) (lo = DOT(lo, v, x))
 #define NIBBLES(s, v, nib, xe, xo) (s = DOT(DOT(s, _mm256_and_si256(v, nib), xe), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xo))
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, s))
-#include "kernels/q8_avx2.h"
+#include "kernels/x86/q8_avx2.h"

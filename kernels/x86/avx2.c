@@ -5,8 +5,8 @@
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/internal.h"
-#include "kernels/simd.h"
+#include "kernels/x86/x86.h"
+#include "kernels/x86/simd.h"
 
 /* Lanes l and l + w added for w = 8, 4, 2, 1 (kern_lanes_sum16), lo holding lanes 0-7, hi 8-15. */
 AVX2 INLINE float sum16_256(__m256 lo, __m256 hi)

@@ -4,13 +4,13 @@
  * The definitions' 16 lanes are four 4-lane registers here; every step is
  * the definition's IEEE operation (vfmaq_f32 is one fused multiply-add), so a
  * result is the same on x86 and arm64. The scheme of the fused kernels is
- * described in avx512.c. */
+ * described in x86/avx512.c. */
 #include <arm_neon.h>
 #include <string.h>
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/internal.h"
+#include "kernels/arm/arm.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #if defined(__clang__)

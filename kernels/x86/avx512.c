@@ -1,6 +1,6 @@
 /* avx512.c - AVX-512 fused dequantize + dot products; avx2.c and neon.c
  * have their twins, all giving the bits of kern_qdot_ref and
- * kern_matvec_bf16_ref (kernels.h).
+ * kern_matvec_bf16_ref (kernels/internal.h).
  *
  * MLX affine weights: each output is Σ_g scale_g·(Σ x·q)_g + Σ_g bias_g·(Σx)_g,
  * the form MLX's own kernels use; the bias terms use per-group input sums
@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "kernels/internal.h"
-#include "kernels/simd.h"
+#include "kernels/x86/x86.h"
+#include "kernels/x86/simd.h"
 #include "quant/quant.h"
 
 /* kern_dot_ref's order for K products side by side (a's vector loaded once

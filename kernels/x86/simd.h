@@ -1,4 +1,4 @@
-/* simd.h - what the x86 SIMD kernels share (kernels/avx2.c, avx512.c,
+/* simd.h - what the x86 SIMD kernels share (kernels/x86/: avx2.c, avx512.c,
  * q8_avx512.c, q8_avx2.c): their tuning constants and the vector templates of the
  * scalar definitions (one instantiation per vector width). Internal to
  * kernels/. */

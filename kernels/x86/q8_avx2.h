@@ -5,7 +5,7 @@
  * 8-bit codes (any byte); NIBBLES(s, v, nib, xe, xo) adds to s the products
  * of one 4-bit word's low and high nibbles with their xq (xe, xo), for up
  * to four words, and FLUSH(acc, s) adds s to acc's int32 lanes. The bits of
- * kern_q8dot_ref (kernels.h). */
+ * kern_q8dot_ref (kernels/internal.h). */
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)

@@ -6,10 +6,10 @@
 
 #include "core/bytes.h"
 #include "core/dtype.h"
-#include "kernels/internal.h"
-#include "kernels/simd.h"
+#include "kernels/x86/x86.h"
+#include "kernels/x86/simd.h"
 
-/* ---- AVX-512 VNNI: int8 activations (kernels.h, kern_q8dot_ref) ---- */
+/* ---- AVX-512 VNNI: int8 activations (kern_q8dot_ref, kernels/internal.h) ---- */
 
 #define Q8_WINDOW 16 /* groups whose scales and biases sit in one register */
 
