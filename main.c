@@ -138,9 +138,8 @@ static int cmd_fixture(int argc, char **argv)
     for (int c; (c = next_opt(argc, argv, &o, &code)) != -1;) {
         if (c != 'Q')
             return c == -2 ? code : common_opt(c);
-        if (qmode_from_name(optarg, &o.quant_mode) && o.quant_mode != QM_AFFINE) {
-            int gs;
-            qmode_defaults(o.quant_mode, &gs, &o.quant_bits);
+        if (qmode_from_name(optarg, &o.quant_mode) && qformat_fixed(qformat_of(o.quant_mode))) {
+            o.quant_bits = qformat_of(o.quant_mode)->default_bits;
         } else if (!strcmp(optarg, "none") || !strcmp(optarg, "4") || !strcmp(optarg, "8")) {
             o.quant_mode = QM_AFFINE;
             o.quant_bits = atoi(optarg);
@@ -148,10 +147,8 @@ static int cmd_fixture(int argc, char **argv)
             return usage_error("fixture", "--quant %s: expected one of none|4|8|mxfp4|nvfp4|mxfp8", optarg);
         }
     }
-    if (!o.group_size) { /* affine's default, or the MX mode's own group */
-        int bits;
-        qmode_defaults(o.quant_mode, &o.group_size, &bits);
-    }
+    if (!o.group_size) /* affine's default, or the MX mode's own group */
+        o.group_size = qformat_of(o.quant_mode)->default_gs;
     if (optind != argc)
         return usage_error("fixture", "unexpected argument '%s'", argv[optind]);
     if (!o.out_dir)

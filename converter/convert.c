@@ -23,10 +23,10 @@ static struct json_object *options_json(const struct convert_opts *o)
     struct json_object *q = json_object_new_array(), *d = json_object_new_array();
     for (size_t i = 0; i < p->n_quantize; i++) {
         char s[600];
-        if (p->quantize[i].mode == QM_AFFINE)
-            snprintf(s, sizeof s, "%s=%d:%d", p->quantize[i].pattern, p->quantize[i].bits, p->quantize[i].group_size);
-        else
+        if (qformat_fixed(qformat_of(p->quantize[i].mode)))
             snprintf(s, sizeof s, "%s=%s", p->quantize[i].pattern, qmode_name(p->quantize[i].mode));
+        else
+            snprintf(s, sizeof s, "%s=%d:%d", p->quantize[i].pattern, p->quantize[i].bits, p->quantize[i].group_size);
         json_object_array_add(q, json_object_new_string(s));
     }
     for (size_t i = 0; i < p->n_keep_dense; i++)
@@ -118,10 +118,9 @@ static struct json_object *quantized_entry(const struct plan_item *it)
     json_object_object_add(q, "group_size", json_object_new_int(it->group_size));
     json_object_object_add(q, "in_features", json_object_new_int64((int64_t)t->shape[t->rank - 1]));
     json_object_object_add(q, "out_features", json_object_new_int64((int64_t)t->shape[t->rank - 2]));
-    static const char *const part[] = {"weight", "scales", "biases"};
-    for (int k = 0; k < (it->mode == QM_AFFINE ? 3 : 2); k++) {
-        snprintf(name, sizeof name, "%s.%s", t->module, part[k]);
-        json_object_object_add(q, part[k], json_object_new_string(name));
+    for (int k = 0; k < qformat_of(it->mode)->parts; k++) {
+        snprintf(name, sizeof name, "%s.%s", t->module, qpart_names[k]);
+        json_object_object_add(q, qpart_names[k], json_object_new_string(name));
     }
     json_object_object_add(q, "action", json_object_new_string(plan_action_name(it->act)));
     json_object_object_add(q, "why", json_object_new_string(it->why));
@@ -208,14 +207,12 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
         json_object_object_add(f, "qat_lattice", l);
     }
     /* one feature per quantization mode the pack uses */
-    const char *qfeat[4];
+    const char *qfeat[QM_COUNT];
     size_t n_feat = 0;
-    static const char *const mode_feature[] = {[QM_AFFINE] = "quant:affine", [QM_MXFP4] = "quant:mxfp4",
-                                               [QM_NVFP4] = "quant:nvfp4", [QM_MXFP8] = "quant:mxfp8"};
-    for (int m = QM_AFFINE; m <= QM_MXFP8; m++)
+    for (int m = 0; m < QM_COUNT; m++)
         for (size_t i = 0; i < r->plan.n; i++)
             if (r->plan.items[i].quantized_out && (int)r->plan.items[i].mode == m) {
-                qfeat[n_feat++] = mode_feature[m];
+                qfeat[n_feat++] = quant_formats[m].feature;
                 break;
             }
     rc = pack_writer_finish(&w, f, qfeat, n_feat, e);
@@ -233,9 +230,10 @@ static void mlx_name(const char *prefix, const char *canon, char *out, size_t le
         snprintf(out, len, "%s%s", prefix, canon);
 }
 
-/* config.json of the MLX export: the quantization block holds the global
- * bits/group and a per-module entry for every quantizable module that
- * differs: a dict for other bits/group, false for a module kept dense. */
+/* config.json of the MLX export (NULL: out of memory): the quantization
+ * block (quant_mlx_block) holds the global bits/group and a per-module entry
+ * for every quantizable module that differs: a dict for other bits/group,
+ * false for a module kept dense. */
 static struct json_object *mlx_config(const struct convert_report *r, const struct convert_opts *o, const char *prefix)
 {
     struct json_object *root = NULL;
@@ -252,50 +250,26 @@ static struct json_object *mlx_config(const struct convert_report *r, const stru
     }
     json_object_object_del(root, "quantization");
     json_object_object_del(root, "quantization_config");
-    /* global: the most common (mode, bits, group) among quantized outputs */
-    int best_bits = 0, best_gs = 0;
-    enum qmode best_mode = QM_AFFINE;
-    size_t best = 0;
-    for (size_t i = 0; i < r->plan.n; i++) {
-        const struct plan_item *a = &r->plan.items[i];
-        if (!a->quantized_out)
-            continue;
-        size_t count = 0;
-        for (size_t j = 0; j < r->plan.n; j++)
-            count += r->plan.items[j].quantized_out && r->plan.items[j].mode == a->mode &&
-                     r->plan.items[j].bits == a->bits && r->plan.items[j].group_size == a->group_size;
-        if (count > best) {
-            best = count;
-            best_mode = a->mode;
-            best_bits = a->bits;
-            best_gs = a->group_size;
-        }
+    struct qmodule *m = calloc(r->plan.n + 1, sizeof *m);
+    size_t n = 0, n_quantized = 0;
+    if (!m) {
+        json_object_put(root);
+        return NULL;
     }
-    if (!best)
-        return root;
-    struct json_object *q = json_object_new_object();
-    json_object_object_add(q, "group_size", json_object_new_int(best_gs));
-    json_object_object_add(q, "bits", json_object_new_int(best_bits));
-    json_object_object_add(q, "mode", json_object_new_string(qmode_name(best_mode)));
-    char path[NORM_NAME_MAX + 64];
     for (size_t i = 0; i < r->plan.n; i++) {
         const struct plan_item *it = &r->plan.items[i];
         if (!it->nt->module[0])
             continue;
-        mlx_name(prefix, it->nt->module, path, sizeof path);
-        if (!it->quantized_out) {
-            json_object_object_add(q, path, json_object_new_boolean(false));
-        } else if (it->mode != best_mode || it->bits != best_bits || it->group_size != best_gs) {
-            /* mlx-lm reads a module's dict with mode affine unless it says otherwise */
-            struct json_object *d = json_object_new_object();
-            json_object_object_add(d, "group_size", json_object_new_int(it->group_size));
-            json_object_object_add(d, "bits", json_object_new_int(it->bits));
-            if (it->mode != QM_AFFINE)
-                json_object_object_add(d, "mode", json_object_new_string(qmode_name(it->mode)));
-            json_object_object_add(q, path, d);
-        }
+        m[n] = (struct qmodule){.quantized = it->quantized_out, .mode = it->mode, .bits = it->bits,
+                                .gs = it->group_size};
+        mlx_name(prefix, it->nt->module, m[n].path, sizeof m[n].path);
+        n++;
+        n_quantized += it->quantized_out;
     }
-    struct json_object *copy = NULL;
+    struct json_object *q = n_quantized ? quant_mlx_block(m, n, false) : NULL, *copy = NULL;
+    free(m);
+    if (!q)
+        return root;
     json_object_deep_copy(q, &copy, NULL);
     json_object_object_add(root, "quantization", q);
     json_object_object_add(root, "quantization_config", copy);
@@ -435,9 +409,10 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
     }
     if (rc == ERR_OK) {
         cfg = mlx_config(r, o, prefix);
-        const char *s = json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
-        char *path = fio_join(o->out, "config.json");
+        const char *s = cfg ? json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                                                      JSON_C_TO_STRING_NOSLASHESCAPE)
+                            : NULL;
+        char *path = s ? fio_join(o->out, "config.json") : NULL;
         rc = path ? fio_write_file(path, s, strlen(s), e) : err_set(e, ERR_NOMEM, "out of memory");
         free(path);
     }
@@ -473,29 +448,30 @@ static int write_mlx_dir(struct convert_report *r, const struct convert_opts *o,
 
 /* ---- the command ---- */
 
-/* The options as they apply: group size 0 means 64; --qat-lattice is 4 bits
- * group 32 (other values given with it are refused); --text-only is for MLX. */
+/* The options as they apply: group size 0 means the mode's default;
+ * --qat-lattice is the mode's lattice variant, affine 4 bits group 32 (other
+ * values given with it are refused); --text-only is for MLX. */
 static int resolve(const struct convert_opts *given, struct convert_opts *o, struct err *e)
 {
     *o = *given;
     struct plan_opts *p = &o->plan;
+    const struct qformat *f = qformat_of(p->mode);
     if (p->qat_lattice) {
-        if ((p->bits && p->bits != 4) || (p->group_size && p->group_size != 32) || p->mode != QM_AFFINE)
+        if ((p->bits && p->bits != f->lattice_bits) || (p->group_size && p->group_size != f->lattice_gs) ||
+            !f->lattice)
             return err_set(e, ERR_USAGE, "--qat-lattice emits affine 4-bit group 32 (the q4_0 grid)");
-        p->bits = 4;
-        p->group_size = 32;
+        p->bits = f->lattice_bits;
+        p->group_size = f->lattice_gs;
     }
-    if (p->mode != QM_AFFINE) { /* an MX mode fixes its bits and group */
-        int gs, bits;
-        qmode_defaults(p->mode, &gs, &bits);
-        if ((p->bits && p->bits != bits) || (p->group_size && p->group_size != gs))
+    if (qformat_fixed(f)) { /* a mode with one pair fixes its bits and group */
+        if ((p->bits && p->bits != f->default_bits) || (p->group_size && p->group_size != f->default_gs))
             return err_set(e, ERR_USAGE, "--mode %s is %d-bit group %d: drop --bits and --group-size, or give those",
-                           qmode_name(p->mode), bits, gs);
-        p->bits = bits;
-        p->group_size = gs;
+                           f->name, f->default_bits, f->default_gs);
+        p->bits = f->default_bits;
+        p->group_size = f->default_gs;
     }
     if (!p->group_size)
-        p->group_size = 64;
+        p->group_size = f->default_gs;
     if (o->text_only && !o->format_mlx)
         return err_set(e, ERR_USAGE, "--text-only applies to --format mlx (a pack is always text-only)");
     if (!o->dry_run && (!o->out || !*o->out))

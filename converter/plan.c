@@ -90,8 +90,7 @@ static uint64_t item_bytes(const struct plan_item *it)
     uint64_t n = numel(it->nt);
     if (!it->quantized_out)
         return n * dtype_table[it->dtype].bits / 8;
-    uint64_t groups = n / (uint64_t)it->group_size;
-    return n * (uint64_t)it->bits / 8 + (it->mode == QM_AFFINE ? 2 : 1) * groups * dtype_table[it->dtype].bits / 8;
+    return qformat_bytes(qformat_of(it->mode), n, it->bits, it->group_size, it->dtype);
 }
 
 __attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, const char *fmt, ...)
@@ -100,6 +99,16 @@ __attribute__((format(printf, 2, 3))) static void why(struct plan_item *it, cons
     va_start(ap, fmt);
     vsnprintf(it->why, sizeof it->why, fmt, ap);
     va_end(ap);
+}
+
+/* The float type a source row is exact in, which MLX would quantize it in:
+ * the weight's, a source's float scales', bf16 for a source with byte
+ * scales (MLX dequantizes those to bf16). */
+static enum dtype source_type(const struct norm_tensor *t)
+{
+    if (!t->q.quantized)
+        return t->w->t->dtype;
+    return qformat_of(t->q.mode)->scales == QF_FLOAT ? t->s->t->dtype : DT_BF16;
 }
 
 /* Decides one quantizable tensor. */
@@ -168,17 +177,14 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
                                      "rounding error. Pass --allow-requantize to dequantize and requantize anyway, or "
                                      "convert the original float checkpoint",
                        t->name, qmode_describe(t->q.mode, t->q.bits, t->q.group_size, a, sizeof a), qmode_describe(mode, bits, gs, b, sizeof b));
+    const struct qformat *f = qformat_of(mode);
     it->act = src_q ? ACT_REQUANTIZE : ACT_QUANTIZE;
-    it->lattice = o->qat_lattice && mode == QM_AFFINE && bits == 4 && gs == 32;
+    it->lattice = o->qat_lattice && f->lattice && bits == f->lattice_bits && gs == f->lattice_gs;
     it->quantized_out = true;
     it->mode = mode;
     it->bits = bits;
     it->group_size = gs;
-    /* affine scales in the source's float type; the MX modes' are bytes */
-    if (mode != QM_AFFINE)
-        it->dtype = DT_U8;
-    else if (src_q && t->q.mode != QM_AFFINE)
-        it->dtype = DT_BF16;
+    it->dtype = qformat_part_dtype(f, QP_SCALES, source_type(t)); /* float scales: the source's type */
     return ERR_OK;
 }
 
@@ -276,8 +282,8 @@ int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struc
     for (size_t i = 0; i < p->n; i++) {
         struct plan_item *it = &p->items[i];
         const struct norm_tensor *t = it->nt;
-        int parts = !it->quantized_out ? 1 : it->mode == QM_AFFINE ? 3 : 2;
-        for (int part = 0; part < parts; part++) {
+        const struct qformat *f = qformat_of(it->mode);
+        for (int part = 0; part < (it->quantized_out ? f->parts : 1); part++) {
             struct out_tensor *o = &(*out)[k++];
             o->item = it;
             o->part = (enum out_part)part;
@@ -287,11 +293,10 @@ int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struc
                 snprintf(o->name, sizeof o->name, "%s", t->name);
                 o->dtype = it->dtype;
             } else {
-                static const char *const suffix[] = {"weight", "scales", "biases"};
-                snprintf(o->name, sizeof o->name, "%s.%s", t->module, suffix[part]);
-                uint64_t in = t->shape[t->rank - 1];
-                o->shape[t->rank - 1] = part == 0 ? in * (uint64_t)it->bits / 32 : in / (uint64_t)it->group_size;
-                o->dtype = part == 0 ? DT_U32 : it->dtype;
+                snprintf(o->name, sizeof o->name, "%s.%s", t->module, qpart_names[part]);
+                o->shape[t->rank - 1] =
+                    qformat_part_cols((enum qpart)part, t->shape[t->rank - 1], it->bits, it->group_size);
+                o->dtype = qformat_part_dtype(f, (enum qpart)part, it->dtype);
             }
             if (dtype_nbytes(o->dtype, o->shape, o->rank, &o->nbytes, e) != ERR_OK)
                 return err_prefix(e, "%s", o->name);
@@ -338,11 +343,9 @@ static void source_row_f32(const struct source *src, uint64_t r, float *row)
     }
     uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
     unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
-    if (t->q.mode != QM_AFFINE)
-        dequant_mx_row(t->q.mode, src->w + r * words * 4, src->s + r * ng, (size_t)cols, row);
-    else
-        dequant_affine_row(src->w + r * words * 4, src->s + r * ng * ssz, src->b + r * ng * ssz, t->s->t->dtype,
-                           (size_t)cols, t->q.group_size, t->q.bits, row);
+    qformat_of(t->q.mode)->dequant(t->q.mode, src->w + r * words * 4, src->s + r * ng * ssz,
+                                   src->b ? src->b + r * ng * ssz : NULL, t->s->t->dtype, (size_t)cols,
+                                   t->q.group_size, t->q.bits, row);
 }
 
 void plan_stream_free(struct stream_state *st)
@@ -415,28 +418,16 @@ static void quant_task(void *arg, int64_t task, int worker)
     source_row_f32(b->src, r, row);
     b->groups[task] = b->exact[task] = 0;
     b->bad[task] = -1;
-    if (b->it->mode != QM_AFFINE)
-        b->bad[task] = quant_mx_row(b->it->mode, b->t, row, b->cols, words, b->st->scales + r * b->ng);
-    else if (b->it->lattice)
-        quant_lattice_row(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
+    const struct qformat *f = qformat_of(b->it->mode);
+    if (b->it->lattice)
+        f->lattice(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
-        quant_row(row, b->cols, b->it->group_size, b->it->bits, b->it->dtype, words, sc, bi);
-    if (b->it->mode != QM_AFFINE)
-        dequant_mx_row(b->it->mode, (const uint8_t *)words, b->st->scales + r * b->ng, b->cols, deq);
-    else
-        quant_dequant_row((const uint8_t *)words, sc, bi, b->it->dtype, b->cols, b->it->group_size, b->it->bits, deq);
+        b->bad[task] = f->quantize(b->it->mode, b->t, row, b->cols, b->it->group_size, b->it->bits, b->it->dtype,
+                                   words, sc, bi);
+    f->dequant_fast(b->it->mode, (const uint8_t *)words, sc, bi, b->it->dtype, b->cols, b->it->group_size,
+                    b->it->bits, deq);
     b->sq[task] = 0.0;
     b->err[task] = b->bad[task] >= 0 ? 0.0 : max_diff(row, deq, b->cols, &b->sq[task]);
-}
-
-/* The float type a source row is exact in, which MLX would quantize it in:
- * the weight's, an affine source's scales', bf16 for an MX source (MLX
- * dequantizes those to bf16). */
-static enum dtype source_type(const struct norm_tensor *t)
-{
-    if (!t->q.quantized)
-        return t->w->t->dtype;
-    return t->q.mode == QM_AFFINE ? t->s->t->dtype : DT_BF16;
 }
 
 static int stream_quantized(const struct source *src, struct plan_item *it, struct stream_state *st, uint64_t rows,

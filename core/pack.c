@@ -308,63 +308,6 @@ static int parse_record(struct pack *p, size_t i, struct json_object *r, struct 
     return ERR_OK;
 }
 
-/* A "quantized" entry names existing tensors whose dtypes and shapes agree
- * with its mode, bits and group size (INPUTS.md §3.4). */
-static int check_quantized(struct pack *p, const char *module, struct json_object *q, struct err *e)
-{
-    struct json_object *v;
-    uint64_t bits, gs, in, out;
-    enum qmode mode;
-    if (json_object_get_type(q) != json_type_object || !json_object_object_get_ex(q, "mode", &v) ||
-        json_object_get_type(v) != json_type_string || !qmode_from_name(json_object_get_string(v), &mode) ||
-        !json_object_object_get_ex(q, "bits", &v) || !jsonx_u64(v, &bits) ||
-        !json_object_object_get_ex(q, "group_size", &v) || !jsonx_u64(v, &gs) ||
-        !json_object_object_get_ex(q, "in_features", &v) || !jsonx_u64(v, &in) ||
-        !json_object_object_get_ex(q, "out_features", &v) || !jsonx_u64(v, &out))
-        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: needs mode, bits, group_size, in_features, out_features",
-                       p->path, module);
-    if (bits > 8 || gs > 128 || !quant_params_valid(mode, (int)bits, (int)gs))
-        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s bits %llu group %llu is not supported (affine: bits "
-                                      "2-6, 8; group 32, 64, 128; mxfp4 4/32, nvfp4 4/16, mxfp8 8/32)",
-                       p->path, module, qmode_name(mode), (unsigned long long)bits, (unsigned long long)gs);
-    if (in == 0 || in % gs || (in * bits) % 32)
-        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: in_features %llu is not a multiple of group %llu",
-                       p->path, module, (unsigned long long)in, (unsigned long long)gs);
-    /* affine: weight, scales, biases; the MX modes: weight and U8 scales only */
-    const bool affine = mode == QM_AFFINE;
-    const char *role[3] = {"weight", "scales", "biases"};
-    const struct pack_tensor *t[3] = {NULL, NULL, NULL};
-    if (!affine && json_object_object_get_ex(q, "biases", NULL))
-        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s quantization has no biases", p->path, module,
-                       qmode_name(mode));
-    for (int k = 0; k < (affine ? 3 : 2); k++) {
-        /* the triplet is MODULE.weight/.scales/.biases: readers find it by those names */
-        char want[PACK_MAX_NAME + 16];
-        snprintf(want, sizeof want, "%s.%s", module, role[k]);
-        if (!json_object_object_get_ex(q, role[k], &v) || json_object_get_type(v) != json_type_string ||
-            strcmp(json_object_get_string(v), want) || !(t[k] = pack_find(p, want)))
-            return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"].%s must name the pack's tensor %s", p->path, module,
-                           role[k], want);
-    }
-    if (!affine)
-        t[2] = t[1]; /* the checks below then hold for the absent biases */
-    int r = t[0]->rank;
-    bool ok = t[0]->dtype == DT_U32 && r >= 2 && t[1]->rank == r && t[2]->rank == r &&
-              (affine ? dtype_is_weight_float(t[1]->dtype) : t[1]->dtype == DT_U8) && t[2]->dtype == t[1]->dtype &&
-              t[0]->shape[r - 2] == out && t[0]->shape[r - 1] == in * bits / 32 && t[1]->shape[r - 1] == in / gs;
-    for (int d = 0; ok && d < r - 1; d++)
-        ok = t[1]->shape[d] == t[0]->shape[d] && t[2]->shape[d] == t[0]->shape[d];
-    ok = ok && t[2]->shape[r - 1] == t[1]->shape[r - 1];
-    if (!ok)
-        return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: weight/scales/biases dtypes or shapes disagree with %llu "
-                                      "bits, group %llu, [%llu, %llu]",
-                       p->path, module, (unsigned long long)bits, (unsigned long long)gs, (unsigned long long)out,
-                       (unsigned long long)in);
-    struct pack_tensor *w = &p->tensors[t[0] - p->tensors];
-    w->qmode = mode, w->qbits = (int)bits, w->qgroup = (int)gs;
-    return ERR_OK;
-}
-
 static int validate(struct pack *p, struct err *e)
 {
     const uint8_t *h = p->map;
@@ -459,16 +402,6 @@ static int validate(struct pack *p, struct err *e)
     for (size_t i = 1; i < n; i++)
         if (!strcmp(p->tensors[p->by_name[i]].name, p->tensors[p->by_name[i - 1]].name))
             return err_set(e, ERR_FORMAT, "%s: tensor '%s' is listed twice", p->path, p->tensors[p->by_name[i]].name);
-    struct json_object *q;
-    if (json_object_object_get_ex(m, "quantized", &q)) {
-        if (json_object_get_type(q) != json_type_object)
-            return err_set(e, ERR_FORMAT, "%s: manifest \"quantized\" is not an object", p->path);
-        json_object_object_foreach(q, module, entry) {
-            int rc = check_quantized(p, module, entry, e);
-            if (rc != ERR_OK)
-                return rc;
-        }
-    }
     return ERR_OK;
 }
 

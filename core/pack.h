@@ -16,7 +16,7 @@
  * the manifest, writes the header last, then fsyncs and renames a temporary
  * file into place. The reader validates every header field, the manifest CRC,
  * and every manifest record before use; tensor CRCs are checked by
- * pack_verify. */
+ * pack_verify, the "quantized" entries by quant_check_pack (quant/format.h). */
 #ifndef GP_PACK_H
 #define GP_PACK_H
 
@@ -47,7 +47,7 @@ struct pack_tensor {
     uint64_t offset;                /* relative to data_offset */
     uint64_t nbytes;
     uint32_t crc32;
-    enum qmode qmode;               /* a quantized module's weight: its manifest "quantized" entry (qbits 0: none) */
+    enum qmode qmode;               /* a quantized module's weight: its "quantized" entry (quant_check_pack) */
     int qbits, qgroup;
 };
 

@@ -238,17 +238,16 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
         return;
     }
     const struct st_tensor *wt = w->ct->t, *st = s->ct->t, *bt = b ? b->ct->t : NULL;
-    bool affine = q.mode == QM_AFFINE;
+    const struct qformat *f = qformat_of(q.mode);
     if (wt->dtype != DT_U32)
         finding(r, CHK_DTYPE, le->name, le->layer, "U32", dtype_name(wt->dtype), "packed codes of a quantized module");
-    if (affine && !dtype_is_weight_float(st->dtype))
-        finding(r, CHK_DTYPE, s->rel, le->layer, float_dtypes, dtype_name(st->dtype), "affine scales");
-    if (!affine && st->dtype != DT_U8)
-        finding(r, CHK_DTYPE, s->rel, le->layer, "U8", dtype_name(st->dtype), "%s scales", qmode_name(q.mode));
-    if (affine && !b)
-        finding(r, CHK_MISSING, s->rel, le->layer, "", "", "affine quantization needs .biases next to .scales");
-    if (!affine && b)
-        finding(r, CHK_UNEXPECTED, b->rel, le->layer, "", "", "%s quantization has no biases", qmode_name(q.mode));
+    if (!qformat_scales_ok(f, st->dtype))
+        finding(r, CHK_DTYPE, s->rel, le->layer, f->scales == QF_FLOAT ? float_dtypes : dtype_name(f->scales),
+                dtype_name(st->dtype), "%s scales", f->name);
+    if (f->parts > QP_BIASES && !b)
+        finding(r, CHK_MISSING, s->rel, le->layer, "", "", "%s quantization needs .biases next to .scales", f->name);
+    if (f->parts <= QP_BIASES && b)
+        finding(r, CHK_UNEXPECTED, b->rel, le->layer, "", "", "%s quantization has no biases", f->name);
     if (bt && st && (bt->dtype != st->dtype || bt->rank != st->rank ||
                      memcmp(bt->shape, st->shape, (size_t)st->rank * sizeof *st->shape)))
         finding(r, CHK_SHAPE, b->rel, le->layer, "same dtype and shape as .scales", "", NULL);

@@ -42,7 +42,7 @@ struct ctx {
     size_t n_tg;
     struct json_object *ignore;
     struct tshard mem, *views; /* views[i]: codes of file shard i */
-    struct qrec *q;
+    struct qmodule *q;         /* the MLX quantization block's modules */
     size_t n_q;
     char **drop;               /* source keys replaced (sorted before use) */
     size_t n_drop;
@@ -588,14 +588,13 @@ static int record(struct ctx *c, const char *path, const struct mod *m, enum dty
     snprintf(from, sizeof from, "int%d %s%llu %s", m->bits, m->channel ? "channel, group " : "group ",
              (unsigned long long)m->group, m->zp ? "asymmetric" : "symmetric");
     snprintf(to, sizeof to, "affine %d-bit group %d, %s scales", m->bits, m->gs, dtype_name(adt));
-    struct qrec *q = realloc(c->q, (c->n_q + 1) * sizeof *q);
+    struct qmodule *q = realloc(c->q, (c->n_q + 1) * sizeof *q);
     snprintf(key, sizeof key, "%s.weight", path);
     if (!q || !(*rec = src_module(c->s, path, key, from, to)))
         return err_set(e, ERR_NOMEM, "out of memory");
     c->q = q;
+    q[c->n_q] = (struct qmodule){.quantized = true, .mode = QM_AFFINE, .bits = m->bits, .gs = m->gs};
     snprintf(q[c->n_q].path, sizeof q[c->n_q].path, "%s", path);
-    q[c->n_q].bits = m->bits;
-    q[c->n_q].gs = m->gs;
     c->n_q++;
     return ERR_OK;
 }
@@ -876,7 +875,7 @@ static int rewrite_config(struct ctx *c, struct json_object *root, struct err *e
         json_object_object_del(root, "quantization_config");
     else if (t)
         json_object_object_del(t, "quantization_config");
-    json_object_object_add(root, "quantization", quant_block(c->q, c->n_q));
+    json_object_object_add(root, "quantization", quant_mlx_block(c->q, c->n_q, true));
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *copy = strdup(text);
     if (!copy)

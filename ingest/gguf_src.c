@@ -19,7 +19,7 @@ struct gctx {
     struct source *s;
     unsigned flags;
     struct tshard mem, view;
-    struct qrec *q;
+    struct qmodule *q;
     size_t n_q;
     int64_t n_layers;
 };
@@ -114,13 +114,13 @@ static int emit(struct gctx *c, const char *name, const struct gguf_tensor *t, i
     snprintf(from, sizeof from, "%s", tname);
     snprintf(to, sizeof to, "affine %d-bit group 32, %s scales", bits, dtype_name(adt));
     struct source_module *rec = src_module(s, t->name, name, from, to);
-    struct qrec *q = realloc(c->q, (c->n_q + 1) * sizeof *q);
+    struct qmodule *q = realloc(c->q, (c->n_q + 1) * sizeof *q);
     if (!rec || !q)
         return err_set(e, ERR_NOMEM, "out of memory");
     c->q = q;
+    q[c->n_q] = (struct qmodule){.quantized = true, .mode = QM_AFFINE, .bits = bits, .gs = 32};
     snprintf(q[c->n_q].path, sizeof q[c->n_q].path, "%s", module);
-    q[c->n_q].bits = bits;
-    q[c->n_q++].gs = 32;
+    c->n_q++;
     uint64_t shw[3], shs[3];
     memcpy(shw, shape, (size_t)rank * sizeof *shape);
     memcpy(shs, shape, (size_t)rank * sizeof *shape);
@@ -384,7 +384,7 @@ static int add_quant(struct gctx *c, struct err *e)
     if (rc != ERR_OK)
         return rc;
     if (c->n_q)
-        json_object_object_add(root, "quantization", quant_block(c->q, c->n_q));
+        json_object_object_add(root, "quantization", quant_mlx_block(c->q, c->n_q, true));
     char *text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     if (!text)

@@ -11,9 +11,9 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 #include "core/pack.h"
-#include "core/qmode.h"
 #include "core/safetensors.h"
 #include "ingest/source.h"
+#include "quant/format.h"
 
 static struct json_object *tensor_json(const struct st_tensor *t, const char *file)
 {
@@ -54,6 +54,8 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
 {
     struct pack p;
     int rc = pack_open(&p, path, e);
+    if (rc == ERR_OK && (rc = quant_check_pack(&p, e)) != ERR_OK)
+        pack_close(&p);
     if (rc != ERR_OK)
         return rc;
     fprintf(out, "%s: gempack pack v%d.%u, alignment %u, %zu bytes\n", path, PACK_VERSION_MAJOR, p.version_minor,
@@ -62,7 +64,7 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
             (unsigned long long)p.data_size);
     fprintf(out, "  manifest  offset %llu, %llu bytes\n", (unsigned long long)p.manifest_offset,
             (unsigned long long)p.manifest_size);
-    struct json_object *v, *q = NULL;
+    struct json_object *v;
     if (json_object_object_get_ex(p.manifest, "required_features", &v))
         fprintf(out, "  features  %s\n", json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
     if (json_object_object_get_ex(p.manifest, "options", &v))
@@ -71,22 +73,13 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
         fprintf(out, "  normalization log: %zu entries\n", json_object_array_length(v));
     if (json_object_object_get_ex(p.manifest, "quality", &v))
         print_card(out, v);
-    json_object_object_get_ex(p.manifest, "quantized", &q);
     fprintf(out, "  %-56s %-5s %-22s %12s %10s  %s\n", "tensor", "dtype", "shape", "bytes", "crc32", "quantization");
     for (size_t i = 0; i < p.n_tensors; i++) {
         const struct pack_tensor *t = &p.tensors[i];
-        char shape[160], module[PACK_MAX_NAME + 1], quant[64] = "";
+        char shape[160], quant[64] = "";
         shape_format(shape, sizeof shape, t->shape, t->rank);
-        snprintf(module, sizeof module, "%s", t->name);
-        char *dot = strrchr(module, '.');
-        struct json_object *entry;
-        if (dot && !strcmp(dot, ".weight") && (*dot = 0, q && json_object_object_get_ex(q, module, &entry)))
-        {
-            enum qmode m = QM_AFFINE;
-            qmode_from_name(json_object_get_string(json_object_object_get(entry, "mode")), &m);
-            qmode_describe(m, json_object_get_int(json_object_object_get(entry, "bits")),
-                           json_object_get_int(json_object_object_get(entry, "group_size")), quant, sizeof quant);
-        }
+        if (t->qbits) /* a quantized module's weight, as quant_check_pack read its entry */
+            qmode_describe(t->qmode, t->qbits, t->qgroup, quant, sizeof quant);
         fprintf(out, "  %-56s %-5s %-22s %12llu 0x%08x  %s\n", t->name, dtype_name(t->dtype), shape,
                 (unsigned long long)t->nbytes, t->crc32, quant);
     }

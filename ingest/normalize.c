@@ -175,7 +175,7 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
             t->q = cfg_quant_lookup(&c->quant, key, NULL);
             t->s = s;
             t->b = b;
-            if (!t->q.quantized || (t->q.mode == QM_AFFINE) != (b != NULL)) {
+            if (!t->q.quantized || (qformat_of(t->q.mode)->parts > QP_BIASES) != (b != NULL)) {
                 rc = err_set(e, ERR_FORMAT, "%s: %s: %s quantization %s .biases (run gempack check for the full report)",
                              ck->dir, key, qmode_name(t->q.mode), b ? "has no" : "needs");
                 break;

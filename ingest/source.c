@@ -1,6 +1,5 @@
 #include "ingest/source.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,46 +146,17 @@ const struct source_module *source_find_module(const struct source *s, const cha
 
 void verify_group(struct source_module *m, float sa, float ba, int bits, double ss, double shift)
 {
+    double d = qformat_of(QM_AFFINE)->verify(sa, ba, bits, ss, shift);
     m->verified = true;
-    for (int u = 0; u < 1 << bits; u++) {
-        float got = sa * (float)u + ba; /* MLX's dequantization, two fp32 roundings */
-        double want = ss * ((double)u - shift);
-        if ((double)got != want) {
-            double d = fabs((double)got - want);
-            m->exact = false;
-            m->max_abs_err = d > m->max_abs_err || d != d ? d : m->max_abs_err;
-        }
+    if (d != 0.0) {
+        m->exact = false;
+        m->max_abs_err = d > m->max_abs_err || d != d ? d : m->max_abs_err;
     }
 }
 
 int affine_group_for(uint64_t g)
 {
     return g % 128 == 0 ? 128 : g % 64 == 0 ? 64 : g % 32 == 0 ? 32 : 0;
-}
-
-struct json_object *quant_block(const struct qrec *r, size_t n)
-{
-    int best = 0, best_count = -1;
-    for (size_t i = 0; i < n; i++) {
-        int count = 0;
-        for (size_t j = 0; j < n; j++)
-            count += r[j].bits == r[i].bits && r[j].gs == r[i].gs;
-        if (count > best_count)
-            best = (int)i, best_count = count;
-    }
-    struct json_object *q = json_object_new_object();
-    json_object_object_add(q, "group_size", json_object_new_int(n ? r[best].gs : 64));
-    json_object_object_add(q, "bits", json_object_new_int(n ? r[best].bits : 4));
-    json_object_object_add(q, "mode", json_object_new_string("affine"));
-    for (size_t i = 0; i < n; i++)
-        if (r[i].bits != r[best].bits || r[i].gs != r[best].gs) {
-            struct json_object *o = json_object_new_object();
-            json_object_object_add(o, "group_size", json_object_new_int(r[i].gs));
-            json_object_object_add(o, "bits", json_object_new_int(r[i].bits));
-            json_object_object_add(o, "mode", json_object_new_string("affine"));
-            json_object_object_add(q, r[i].path, o);
-        }
-    return q;
 }
 
 /* ---- opening ---- */
@@ -245,11 +215,14 @@ enum input_kind input_kind(const char *path)
          : !memcmp(magic, "PK\x03\x04", 4) ? IN_NPZ : IN_OTHER;
 }
 
-/* A pack: validated by core/pack.c; its config is the manifest's model.config. */
+/* A pack: validated by core/pack.c, its "quantized" entries by the format
+ * table (quant_check_pack); its config is the manifest's model.config. */
 static int open_pack(struct source *s, const char *path, struct err *e)
 {
     s->kind = SRC_PACK;
     int rc = pack_open(&s->pack, path, e);
+    if (rc == ERR_OK)
+        rc = quant_check_pack(&s->pack, e);
     if (rc != ERR_OK)
         return rc;
     struct json_object *model, *cfg, *rt, *v;

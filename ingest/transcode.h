@@ -1,7 +1,7 @@
 /* transcode.h - what the compressed-tensors and GGUF transcoders share
  * (ingest/source.c): building shards, recording modules and problems,
- * verifying a group's affine form against the source's values, and the
- * MLX quantization block of the rewritten config. Internal to ingest/. */
+ * verifying a group's affine form against the source's values (the format
+ * table's check, quant/format.h). Internal to ingest/. */
 #ifndef GP_TRANSCODE_H
 #define GP_TRANSCODE_H
 
@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "ingest/source.h"
+#include "quant/format.h"
 
 /* A shard being built: a memory shard owns growing bytes (none with
  * SRC_HEADERS), a view shard points into an existing file map. */
@@ -37,21 +38,14 @@ struct source_module *src_module(struct source *s, const char *name, const char 
                                  const char *to);
 
 /* A group's affine form (scale sa, bias ba, each read from its stored dtype)
- * against the source's values ss·(u − shift) for every code u of `bits`:
- * folds the largest |difference| into m (exact stays true only for none). */
+ * against the source's values ss·(u − shift) for every code u of `bits`
+ * (the affine row's verify): folds the largest |difference| into m (exact
+ * stays true only for none). */
 void verify_group(struct source_module *m, float sa, float ba, int bits, double ss, double shift);
 
 /* The MLX affine group size an exact mapping of a group of `g` uses: the
  * largest of 128, 64, 32 dividing g; 0 if none. */
 int affine_group_for(uint64_t g);
-
-/* The `quantization` block of MLX affine modules {path, bits, group}: the most
- * common pair on top, every other module as an explicit override. */
-struct qrec {
-    char path[200];
-    int bits, gs;
-};
-struct json_object *quant_block(const struct qrec *r, size_t n);
 
 /* Transcoders (ingest/ct.c, ingest/gguf_src.c). ct_open takes the parsed
  * config (its quantization_config block is read, then replaced). */

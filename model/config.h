@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
-#include "core/qmode.h"
+#include "quant/format.h"
 
 #define CFG_MAX_LAYERS 1024
 #define CFG_MAX_BYTES (16u << 20) /* config.json read whole, at most this */

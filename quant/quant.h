@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
-#include "core/qmode.h"
+#include "quant/format.h"
 
 /* Number of uint32 words holding k codes of `bits` bits (k*bits/32; callers
  * guarantee k is a multiple of the group size, so this is exact). */

@@ -47,7 +47,7 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     if (!lookup(m, name, &ws))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
     int rank = experts ? 3 : 2;
-    uint64_t wcols = q.bits ? (uint64_t)cols * (uint64_t)q.bits / 32 : (uint64_t)cols;
+    uint64_t wcols = q.bits ? qformat_part_cols(QP_WEIGHT, (uint64_t)cols, q.bits, q.gs) : (uint64_t)cols;
     uint64_t expect[3] = {(uint64_t)experts, (uint64_t)rows, wcols};
     const uint64_t *ex = experts ? expect : expect + 1;
     if (ws.rank != rank || memcmp(ws.shape, ex, (size_t)rank * sizeof *ex) ||
@@ -65,25 +65,27 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     w->row_bytes = (size_t)wcols * dtype_table[ws.dtype].bits / 8;
     w->row_stride = ws.row_stride ? ws.row_stride : w->row_bytes;
     w->expert_bytes = ws.expert_stride ? ws.expert_stride : (size_t)rows * w->row_bytes;
-    if (q.bits) { /* affine: float scales and biases; MX: U8 scales, no biases */
-        const bool affine = q.mode == QM_AFFINE;
+    if (q.bits) { /* the format's scales, and biases where it has them */
+        const struct qformat *f = qformat_of(q.mode);
+        const bool biases = f->parts > QP_BIASES;
         snprintf(name, sizeof name, "%s.scales", module);
         bool have_s = lookup(m, name, &ss);
         snprintf(name, sizeof name, "%s.biases", module);
         bool have_b = lookup(m, name, &bs);
         uint64_t sexp[3] = {(uint64_t)experts, (uint64_t)rows, (uint64_t)(cols / q.gs)};
         const uint64_t *se = experts ? sexp : sexp + 1;
-        if (!affine)
+        if (!biases)
             bs = ss; /* the checks below then hold for the absent biases */
-        if (!have_s || have_b != affine || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
+        if (!have_s || have_b != biases || ss.rank != rank || memcmp(ss.shape, se, (size_t)rank * sizeof *se) ||
             bs.rank != rank || memcmp(bs.shape, se, (size_t)rank * sizeof *se) || bs.dtype != ss.dtype ||
-            (affine ? !dtype_is_weight_float(ss.dtype) : ss.dtype != DT_U8))
-            return err_set(e, ERR_FORMAT, "%s: %s scales%s missing, or not %s [.., %lld, %lld]", module,
-                           qmode_name(q.mode), affine ? "/biases" : " (and no biases)", affine ? "float" : "U8",
-                           (long long)rows, (long long)(cols / q.gs));
+            !qformat_scales_ok(f, ss.dtype))
+            return err_set(e, ERR_FORMAT, "%s: %s scales%s missing, or not %s [.., %lld, %lld]", module, f->name,
+                           biases ? "/biases" : " (and no biases)",
+                           f->scales == QF_FLOAT ? "float" : dtype_name(f->scales), (long long)rows,
+                           (long long)(cols / q.gs));
         w->mode = q.mode;
         w->s = ss.data;
-        w->b = affine ? bs.data : NULL;
+        w->b = biases ? bs.data : NULL;
         w->dtype = ss.dtype;
         w->bits = q.bits;
         w->gs = q.gs;
@@ -442,6 +444,8 @@ int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err 
     size_t bad;
     *verdict = false;
     int rc = pack_open(&p, path, e);
+    if (rc == ERR_OK && (rc = quant_check_pack(&p, e)) != ERR_OK)
+        pack_close(&p);
     if (rc != ERR_OK) /* unreadable, a newer version, an unknown feature: no verdict; else a mismatch */
         return rc == ERR_FORMAT || rc == ERR_RANGE ? ERR_OK : rc;
     *n_tensors = p.n_tensors;

@@ -74,6 +74,7 @@ static void open_pack(struct pack *p, const char *path)
 {
     struct err e = {0};
     cr_assert_eq(pack_open(p, path, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(quant_check_pack(p, &e), ERR_OK, "%s", e.msg);
     size_t bad = 0;
     cr_assert_eq(pack_verify(p, &bad, &e), ERR_OK, "%s", e.msg);
 }

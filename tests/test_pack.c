@@ -7,7 +7,8 @@
  * header CRC (bytes [0, 60) at offset 60) and/or the manifest CRC (offset 56)
  * so that the check under test is the one that fires; every entry of that
  * table must be rejected with the expected code and a message naming the
- * problem, through pack_open_mem and through pack_open on a real file. A
+ * problem, through pack_open_mem and through pack_open on a real file (the
+ * "quantized" entries by quant_check_pack after them, as readers do). A
  * single flipped byte anywhere in a pack must be caught by pack_open (header,
  * manifest) or pack_verify (tensor bytes, padding). */
 #include <criterion/criterion.h>
@@ -27,6 +28,7 @@
 #include "core/err.h"
 #include "core/fileio.h"
 #include "core/pack.h"
+#include "quant/format.h"
 #include "tests/helpers.h"
 
 /* ------------------------------------------------------------------ the sample pack */
@@ -700,6 +702,8 @@ Test(pack, corrupt_table)
         struct pack p;
         struct err e = {0};
         int rc = pack_open_mem(&p, im.b, im.n, "bad.gpk", &e);
+        if (rc == ERR_OK && (rc = quant_check_pack(&p, &e)) != ERR_OK)
+            pack_close(&p);
         cr_expect_eq(rc, c->code, "%s: code %s, expected %s (%s)", c->name, err_code_name((enum err_code)rc),
                      err_code_name((enum err_code)c->code), e.msg);
         cr_expect(strstr(e.msg, "bad.gpk"), "%s: message names the file: %s", c->name, e.msg);
@@ -715,6 +719,8 @@ Test(pack, corrupt_table)
         char *path = th_write(dir, "bad.gpk", im.b, im.n);
         struct err e2 = {0};
         rc = pack_open(&p, path, &e2);
+        if (rc == ERR_OK && (rc = quant_check_pack(&p, &e2)) != ERR_OK)
+            pack_close(&p);
         cr_expect_eq(rc, c->code, "%s (file): code %s (%s)", c->name, err_code_name((enum err_code)rc), e2.msg);
         cr_expect(strstr(e2.msg, c->want), "%s (file): '%s' not in: %s", c->name, c->want, e2.msg);
         cr_expect(strstr(e2.msg, path), "%s (file): message names the path: %s", c->name, e2.msg);

@@ -1,6 +1,7 @@
 /* test_quant.c - quant/: MLX affine quantization against INPUTS.md §2.5
- * (V1-V5) and the properties of MLX's own tests (§2.5); the mode table; the
- * AVX-512 twins bit for bit against the definitions; the QAT lattice. */
+ * (V1-V5) and the properties of MLX's own tests (§2.5); the AVX-512 twins
+ * bit for bit against the definitions; the QAT lattice; the format table,
+ * row by row, and the MLX quantization block. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -691,4 +692,113 @@ Test(quant, lattice_exact_groups_and_the_rest)
     quant_affine_row(w + 64, 32, 32, 4, DT_BF16, ref_words, ref_sc, ref_bi);
     cr_assert(!memcmp(words + 8, ref_words, 16) && sc[2] == ref_sc[0] && bi[2] == ref_bi[0],
               "the group off the grid differs from the affine quantizer's");
+}
+
+/* ---------------------------------------------------------------- the format table */
+
+/* Every row of quant/format.h: its names read back as its mode; at every
+ * allowed (bits, group), its quantizer writes exactly the bytes its parts
+ * and qformat_bytes say (run over two fillings: every byte of a part is
+ * written, nothing past it, no biases where it has none),
+ * its definition and fast twin read back the same bits, and those are the
+ * values within half a group's largest magnitude (groups 2^4 apart, so a
+ * misplaced scale shows); its lattice variant and transcoding check where
+ * it has them. */
+Test(quant, format_rows)
+{
+    enum { K = 256, GUARD = 64 };
+    for (int m = 0; m < QM_COUNT; m++) {
+        const struct qformat *f = &quant_formats[m];
+        enum qmode back;
+        cr_assert(qmode_from_name(f->name, &back) && back == (enum qmode)m, "%s", f->name);
+        cr_assert_str_eq(qmode_name((enum qmode)m), f->name);
+        cr_assert(!f->mlx || (qmode_from_name(f->mlx, &back) && back == (enum qmode)m), "%s: MLX name", f->name);
+        cr_assert(!strncmp(f->feature, "quant:", 6) && !strcmp(f->feature + 6, f->name), "%s", f->feature);
+        cr_assert(f->parts == 2 || f->parts == 3, "%s: %d parts", f->name, f->parts);
+        for (int bits = 1; bits <= 8; bits++)
+            for (int gs = 16; gs <= 128; gs *= 2) {
+                if (!quant_params_valid((enum qmode)m, bits, gs))
+                    continue;
+                float w[K], def[K], fast[K];
+                uint64_t seed = (uint64_t)(m * 100 + bits * 10 + gs);
+                for (int i = 0; i < K; i++) /* exact in bf16, the type the quantizer is told */
+                    w[i] = bf16_to_f32(f32_to_bf16(th_rng_float(&seed) * (float)(1 << (i / gs % 4 * 4))));
+                enum dtype sdt = qformat_part_dtype(f, QP_SCALES, DT_BF16);
+                uint64_t cb = qformat_part_cols(QP_WEIGHT, K, bits, gs) * 4,
+                         sb = qformat_part_cols(QP_SCALES, K, bits, gs) * dtype_table[sdt].bits / 8;
+                cr_assert_eq(cb + (uint64_t)(f->parts - 1) * sb, qformat_bytes(f, K, bits, gs, sdt), "%s %d/%d",
+                             f->name, bits, gs);
+                uint32_t words[2][K / 4 + GUARD / 4];
+                uint8_t sc[2][K * 4 + GUARD], bi[2][K * 4 + GUARD];
+                for (int r = 0; r < 2; r++) {
+                    memset(words[r], r ? 0x5A : 0xA5, sizeof words[r]);
+                    memset(sc[r], r ? 0x5A : 0xA5, sizeof sc[r]);
+                    memset(bi[r], r ? 0x5A : 0xA5, sizeof bi[r]);
+                    cr_assert_eq(f->quantize((enum qmode)m, DT_BF16, w, K, gs, bits, sdt, words[r], sc[r], bi[r]), -1);
+                }
+                const uint8_t *part[3][2] = {
+                    {(uint8_t *)words[0], (uint8_t *)words[1]}, {sc[0], sc[1]}, {bi[0], bi[1]}};
+                for (int p = 0; p < 3; p++) {
+                    uint64_t n = p >= f->parts ? 0 : p == QP_WEIGHT ? cb : sb;
+                    for (uint64_t i = 0; i < n + GUARD; i++)
+                        cr_assert(i < n ? part[p][0][i] == part[p][1][i]
+                                        : part[p][0][i] == 0xA5 && part[p][1][i] == 0x5A,
+                                  "%s %d/%d: %s byte %llu %s", f->name, bits, gs, qpart_names[p], (unsigned long long)i,
+                                  i < n ? "not written" : "written");
+                }
+                f->dequant((enum qmode)m, (const uint8_t *)words[0], sc[0], bi[0], sdt, K, gs, bits, def);
+                f->dequant_fast((enum qmode)m, (const uint8_t *)words[0], sc[0], bi[0], sdt, K, gs, bits, fast);
+                for (int i = 0; i < K; i++) {
+                    float amax = 0.0f;
+                    for (int j = i / gs * gs; j < (i / gs + 1) * gs; j++)
+                        amax = fmaxf(amax, fabsf(w[j]));
+                    cr_assert_eq(f32_bits(fast[i]), f32_bits(def[i]), "%s %d/%d: value %d", f->name, bits, gs, i);
+                    cr_assert(fabsf(def[i] - w[i]) <= 0.5f * amax, "%s %d/%d: value %d is %g, expected %g",
+                              f->name, bits, gs, i, (double)def[i], (double)w[i]);
+                }
+            }
+        if (f->lattice) { /* the q4_0 grid d·q comes back exactly */
+            float w[K], out[K];
+            uint32_t words[K / 4];
+            uint16_t sc[K / 16], bi[K / 16];
+            uint64_t groups = 0, exact = 0;
+            for (int i = 0; i < K; i++)
+                w[i] = 0.015625f * (float)(i * 7 % 16 - 8);
+            f->lattice(w, K, DT_BF16, words, sc, bi, &groups, &exact);
+            cr_assert(groups == K / (uint64_t)f->lattice_gs && exact == groups, "%s lattice: %llu of %llu", f->name,
+                      (unsigned long long)exact, (unsigned long long)groups);
+            f->dequant((enum qmode)m, (const uint8_t *)words, sc, bi, DT_BF16, K, f->lattice_gs, f->lattice_bits, out);
+            cr_assert(!memcmp(out, w, sizeof w), "%s lattice: values differ", f->name);
+        }
+        if (f->verify) { /* scale d, bias -8d against d·(u - 8): exact; a bias one step off: d */
+            cr_assert_eq(f->verify(0.25f, -2.0f, 4, 0.25, 8.0), 0.0, "%s", f->name);
+            cr_assert_eq(f->verify(0.25f, -1.75f, 4, 0.25, 8.0), 0.25, "%s", f->name);
+            cr_assert(isnan(f->verify(NAN, 0.0f, 4, 0.25, 8.0)), "%s: NaN wins", f->name);
+        }
+    }
+}
+
+/* The MLX quantization block: the most common (mode, bits, group) on top,
+ * the first of a tie; the others and the dense modules as entries. */
+Test(quant, mlx_block)
+{
+    const struct qmodule m[] = {
+        {"a", true, QM_AFFINE, 4, 64}, {"b", true, QM_MXFP4, 4, 32}, {"c", false, QM_AFFINE, 0, 0},
+        {"d", true, QM_MXFP4, 4, 32},  {"e", true, QM_AFFINE, 4, 64}, {"f", true, QM_AFFINE, 8, 64},
+    };
+    struct json_object *q = quant_mlx_block(m, 6, false);
+    cr_assert_str_eq(json_object_to_json_string_ext(q, JSON_C_TO_STRING_PLAIN),
+                     "{\"group_size\":64,\"bits\":4,\"mode\":\"affine\",\"b\":{\"group_size\":32,\"bits\":4,\"mode\":"
+                     "\"mxfp4\"},\"c\":false,\"d\":{\"group_size\":32,\"bits\":4,\"mode\":\"mxfp4\"},\"f\":{"
+                     "\"group_size\":64,\"bits\":8}}");
+    json_object_put(q);
+    q = quant_mlx_block(m + 4, 2, true); /* a tie: the first; its entry names the mode */
+    cr_assert_str_eq(json_object_to_json_string_ext(q, JSON_C_TO_STRING_PLAIN),
+                     "{\"group_size\":64,\"bits\":4,\"mode\":\"affine\",\"f\":{\"group_size\":64,\"bits\":8,"
+                     "\"mode\":\"affine\"}}");
+    json_object_put(q);
+    q = quant_mlx_block(m, 0, true);
+    cr_assert_str_eq(json_object_to_json_string_ext(q, JSON_C_TO_STRING_PLAIN),
+                     "{\"group_size\":64,\"bits\":4,\"mode\":\"affine\"}");
+    json_object_put(q);
 }

@@ -1,4 +1,5 @@
-/* Fuzz harness: a .gpk pack (header, manifest, tensors, CRCs).
+/* Fuzz harness: a .gpk pack (header, manifest, tensors, CRCs, the
+ * "quantized" entries).
  * Each input is opened twice: as given (the header and manifest CRCs turn
  * away almost every mutation there), then with the header's file size, the
  * manifest size and both CRCs recomputed, so mutations of the manifest and
@@ -9,6 +10,7 @@
 #include "core/bytes.h"
 #include "core/crc.h"
 #include "core/pack.h"
+#include "quant/format.h"
 #include "tests/fuzz/fuzz.h"
 
 static void open_and_walk(uint8_t *buf, size_t size)
@@ -17,6 +19,7 @@ static void open_and_walk(uint8_t *buf, size_t size)
     struct err e;
     if (pack_open_mem(&p, buf, size, "fuzz", &e) != ERR_OK)
         return;
+    quant_check_pack(&p, &e);
     size_t bad;
     pack_verify(&p, &bad, &e);
     for (size_t i = 0; i < p.n_tensors; i++)
