@@ -9,9 +9,40 @@
 
 #include "cli.h"
 
+/* The current command's option whose name is field[0, len) with dashes for
+ * underscores; NULL if none. */
+static const struct opt *opt_of_field(const char *field, size_t len)
+{
+    for (const struct opt *o = current ? current->opts : NULL; o && o->name; o++) {
+        size_t i = 0;
+        while (i < len && (o->name[i] == field[i] || (o->name[i] == '-' && field[i] == '_')))
+            i++;
+        if (i == len && !o->name[len])
+            return o;
+    }
+    return NULL;
+}
+
 int fail(const struct err *e)
 {
-    fprintf(stderr, "gempack: error: %s\n", e->msg);
+    char msg[ERR_MSG_MAX + 256];
+    size_t n = 0;
+    bool flag_first = false;
+    for (const char *p = e->msg; *p && n < sizeof msg - 64;) {
+        size_t len = *p == '\'' ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_") : 0;
+        const struct opt *o = len && p[len + 1] == '\'' ? opt_of_field(p + 1, len) : NULL;
+        if (o && strlen(o->name) < 60) {
+            n += (size_t)sprintf(msg + n, "--%s", o->name);
+            flag_first |= p == e->msg;
+            p += len + 2;
+        } else {
+            msg[n++] = *p++;
+        }
+    }
+    msg[n] = 0;
+    if (e->code == ERR_USAGE && flag_first)
+        return usage_error(current->name, "%s", msg);
+    fprintf(stderr, "gempack: error: %s\n", msg);
     return e->code == ERR_NOT_TARGET ? EXIT_VERDICT : EXIT_ERROR;
 }
 
@@ -184,6 +215,17 @@ int next_opt(int argc, char **argv, void *base, int *code)
             return -2;
     }
     return -1;
+}
+
+void opt_field(int code, char field[static 32])
+{
+    const struct opt *o = current->opts;
+    while (o->name && o->code != code)
+        o++;
+    size_t i = 0;
+    for (; o->name && o->name[i] && i < 31; i++)
+        field[i] = o->name[i] == '-' ? '_' : o->name[i];
+    field[i] = 0;
 }
 
 int common_opt(int c)

@@ -15,7 +15,11 @@
 
 enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
 
-/* Prints e; the exit code: another model's checkpoint is a verdict (1), any other failure 2. */
+/* Prints a library error as the command line says it: each 'field' the
+ * message quotes that is an option of the current command shown as its flag
+ * (--field, underscores as dashes); a usage error that begins with one as a
+ * usage error of the command, anything else as "gempack: error: ...". The
+ * exit code: another model's checkpoint is a verdict (1), any other failure 2. */
 int fail(const struct err *e);
 
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
@@ -90,6 +94,10 @@ void command_help(const struct command *c, FILE *out);
  * on the way. -1: no more; -2: a bad value (*code is the exit code). 'h'
  * is --help. */
 int next_opt(int argc, char **argv, void *base, int *code);
+
+/* The field the current command's option `code` sets: its name with
+ * underscores for dashes (fail() shows such a field as the flag). */
+void opt_field(int code, char field[static 32]);
 
 /* -h and an unknown option, the same way in every command: the exit code. */
 int common_opt(int c);

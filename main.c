@@ -18,6 +18,7 @@
 #include "converter/convert.h"
 #include "core/cpu.h"
 #include "fixtures/fixture.h"
+#include "golden/card.h"
 #include "golden/check.h"
 #include "golden/compare.h"
 #include "golden/report.h"
@@ -42,13 +43,24 @@ static bool parse_mode(const char *s, int64_t *chunk)
 }
 
 #define MODE_USAGE "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824"
+#define THRESHOLD_OPTS "aNkpK1" /* --max-abs, --nmse, --kld-mean, --kld-p99, --kld-max, --top1 */
 
-/* --tokens / --tokens-file into seqs; -1 on success, else the exit code. */
-static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
+/* --tokens, --eval-tokens or --tokens-file (c 'T') into seqs; -1 on success, else the exit code. */
+static int parse_tokens_arg(int c, struct token_seqs *seqs)
 {
     struct err e = {0};
-    int rc = c == 't' ? tokens_add_csv(seqs, optarg, &e) : tokens_read_file(optarg, seqs, &e);
-    return rc == ERR_OK ? -1 : usage_error(cmd, "%s", e.msg);
+    int rc = c == 'T' ? tokens_read_file(optarg, seqs, &e)
+                      : tokens_add_csv(seqs, optarg, c == 'E' ? "--eval-tokens" : "--tokens", &e);
+    return rc == ERR_OK ? -1 : usage_error(current->name, "%s", e.msg);
+}
+
+/* A threshold option (--max-abs X, ...: golden_threshold_parse's key) into t; -1 on success, else the exit code. */
+static int parse_threshold(int c, struct golden_thresholds *t)
+{
+    char key[32];
+    struct err e = {0};
+    opt_field(c, key);
+    return golden_threshold_parse(t, key, optarg, &e) == ERR_OK ? -1 : fail(&e);
 }
 
 /* ---- check ---- */
@@ -215,84 +227,6 @@ static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense
     return rc;
 }
 
-/* Appends a copy of tok[0, T) to s as one more prompt. */
-static int seqs_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
-{
-    int32_t **seq = realloc(s->seq, (size_t)(s->n + 1) * sizeof *seq);
-    if (seq)
-        s->seq = seq;
-    int64_t *len = seq ? realloc(s->len, (size_t)(s->n + 1) * sizeof *len) : NULL;
-    if (len)
-        s->len = len;
-    if (!seq || !len || !(s->seq[s->n] = malloc((size_t)(T ? T : 1) * sizeof **s->seq)))
-        return err_set(e, ERR_NOMEM, "out of memory");
-    memcpy(s->seq[s->n], tok, (size_t)T * sizeof *tok);
-    s->len[s->n++] = T;
-    return ERR_OK;
-}
-
-/* The conversion's tensors for the report: each one's error against the source's values. */
-static struct report_tensor *report_tensors(const struct convert_report *cr)
-{
-    struct report_tensor *t = calloc(cr->plan.n + 1, sizeof *t);
-    for (size_t i = 0; t && i < cr->plan.n; i++) {
-        const struct plan_item *it = &cr->plan.items[i];
-        double n = 1.0;
-        for (int k = 0; k < it->nt->rank; k++)
-            n *= (double)it->nt->shape[k];
-        t[i] = (struct report_tensor){it->nt->name, plan_action_name(it->act),
-                                      it->quantized_out ? qmode_name(it->mode) : dtype_name(it->dtype),
-                                      it->quantized_out ? it->bits : 0, it->quantized_out ? it->group_size : 0,
-                                      sqrt(it->sq_err / n), it->max_err, it->measured};
-    }
-    return t;
-}
-
-/* --eval: the output against its source on the fixture prompt and the
- * user's, the card stored with the output (*card: a reference for --json). */
-static int convert_eval(struct convert_args *a, const char *src, const struct convert_report *cr,
-                        struct json_object **card, struct err *e)
-{
-    struct token_seqs p = {0};
-    int64_t T;
-    int32_t *fx = fixture_prompt(&cr->cfg, 0, &T);
-    int rc = fx ? seqs_push(&p, fx, T, e) : err_set(e, ERR_NOMEM, "out of memory");
-    for (int i = 0; rc == ERR_OK && i < a->eval_tokens.n; i++)
-        rc = seqs_push(&p, a->eval_tokens.seq[i], a->eval_tokens.len[i], e);
-    free(fx);
-    struct compare_result r = {0};
-    struct progress_line line;
-    struct compare_opts co = {.threads = a->o.threads, .th = {-1, -1, -1, -1, -1, -1},
-                              .progress = progress_on_tty(&line)};
-    if (rc == ERR_OK)
-        rc = compare_models(src, a->o.out, &p, &co, &r, e);
-    progress_end(&line);
-    struct report_tensor *rt = rc == ERR_OK && a->report ? report_tensors(cr) : NULL;
-    if (rc == ERR_OK && a->report)
-        rc = rt ? report_write(a->report, "gempack convert --eval", src, a->o.out, &r, rt, cr->plan.n, e)
-                : err_set(e, ERR_NOMEM, "out of memory");
-    free(rt);
-    if (rc == ERR_OK) {
-        *card = compare_card(&r, &p, GEMPACK_VERSION);
-        FILE *out = a->json ? stderr : stdout;
-        fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions",
-                r.m.kld_mean, 100.0 * r.m.topk[0], r.m.max_abs, (long long)r.n_pos);
-        if (a->o.format_mlx) {
-            char *path = fio_join(a->o.out, "gempack_quality.json");
-            const char *text = json_object_to_json_string_ext(*card, JSON_C_TO_STRING_PRETTY);
-            rc = path ? fio_write_file(path, text, strlen(text), e) : err_set(e, ERR_NOMEM, "out of memory");
-            if (rc == ERR_OK)
-                fprintf(out, "; card in %s\n", path);
-            free(path);
-        } else if ((rc = pack_set_field(a->o.out, "quality", json_object_get(*card), e)) == ERR_OK) {
-            fprintf(out, "; card in %s (manifest \"quality\")\n", a->o.out);
-        }
-    }
-    compare_free(&r);
-    tokens_free(&p);
-    return rc;
-}
-
 static int convert_with(int argc, char **argv, struct convert_args *a)
 {
     struct convert_opts *o = &a->o;
@@ -302,12 +236,12 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;) {
         if (c == 'E') {
             a->eval = true;
-            if ((code = parse_tokens_arg('t', "convert", &a->eval_tokens)) >= 0)
+            if ((code = parse_tokens_arg(c, &a->eval_tokens)) >= 0)
                 return code;
         } else if (c == 'q' || c == 'k') {
             if ((c == 'q' ? add_rule(&o->plan.quantize, &o->plan.n_quantize, optarg, false, &e)
                           : add_rule(&o->plan.keep_dense, &o->plan.n_keep_dense, optarg, true, &e)) != ERR_OK)
-                return usage_error("convert", "%s", e.msg);
+                return fail(&e);
         } else if (c == 'a') {
             if (!parse_u64(optarg, 65536, &v) || v < 64 || (v & (v - 1)))
                 return usage_error("convert", "--align %s: expected a power of two from 64 to 65536", optarg);
@@ -325,28 +259,34 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     if (a->report && !a->eval)
         return usage_error("convert", "%s", "--report shows --eval's comparison: give --eval too");
     struct convert_report r;
-    struct json_object *card = NULL;
+    struct card card = {0};
     struct progress_line line;
+    FILE *out = a->json ? stderr : stdout;
     o->progress = progress_on_tty(&line);
     o->check_out = a->report;
     int rc = convert_run(&r, argv[optind], o, &e);
     progress_end(&line);
-    if (rc == ERR_OK) {
-        convert_print(a->json ? stderr : stdout, &r, o->dry_run);
-        if (a->eval)
-            rc = convert_eval(a, argv[optind], &r, &card, &e);
-        if (rc == ERR_OK && a->json) {
-            struct json_object *jo = convert_json(&r);
-            if (card)
-                json_object_object_add(jo, "quality", json_object_get(card));
-            print_json(jo);
-            json_object_put(jo);
-        }
+    if (rc == ERR_OK)
+        convert_print(out, &r, o->dry_run);
+    if (rc == ERR_OK && a->eval) {
+        struct card_opts co = {&a->eval_tokens, o->threads, a->report, progress_on_tty(&line)};
+        rc = card_make(argv[optind], o, &r, &co, &card, &e);
+        progress_end(&line);
+        if (rc == ERR_OK)
+            fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions; "
+                         "card in %s%s\n", card.r.m.kld_mean, 100.0 * card.r.m.topk[0], card.r.m.max_abs,
+                    (long long)card.r.n_pos, card.path ? card.path : o->out, card.path ? "" : " (manifest \"quality\")");
     }
-    json_object_put(card);
+    if (rc == ERR_OK && a->json) {
+        struct json_object *jo = convert_json(&r);
+        if (card.json)
+            json_object_object_add(jo, "quality", json_object_get(card.json));
+        print_json(jo);
+        json_object_put(jo);
+    }
+    card_free(&card);
     convert_free(&r);
-    return rc == ERR_OK ? 0 : rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("convert", "%s", e.msg)
-                                                                          : fail(&e);
+    return rc == ERR_OK ? 0 : fail(&e);
 }
 
 static int cmd_convert(int argc, char **argv)
@@ -427,7 +367,7 @@ static int run_with(int argc, char **argv, struct token_seqs *seqs)
     int code;
     for (int ch; (ch = next_opt(argc, argv, &a, &code)) != -1;) {
         if (ch == 't' || ch == 'T') {
-            if ((code = parse_tokens_arg(ch, "run", seqs)) >= 0)
+            if ((code = parse_tokens_arg(ch, seqs)) >= 0)
                 return code;
         } else if (ch == 'm') {
             if (!parse_mode(optarg, &c->s.chunk))
@@ -463,7 +403,7 @@ static int run_with(int argc, char **argv, struct token_seqs *seqs)
     struct err e = {0};
     int rc = session_main(argv[optind], seqs, c, a.json ? stderr : stdout, stderr, &jo, &e);
     if (rc != ERR_OK)
-        return rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("run", "%s", e.msg) : fail(&e);
+        return fail(&e);
     if (a.json)
         print_json(jo);
     json_object_put(jo);
@@ -502,7 +442,7 @@ static int golden_make_with(int argc, char **argv, struct token_seqs *seqs)
     for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
         if (c != 't' && c != 'T')
             return c == -2 ? code : common_opt(c);
-        if ((code = parse_tokens_arg(c, "golden make", seqs)) >= 0)
+        if ((code = parse_tokens_arg(c, seqs)) >= 0)
             return code;
     }
     if (optind + 1 != argc || !a.out || seqs->n != 1 || seqs->len[0] == 0)
@@ -541,18 +481,14 @@ static const struct opt golden_check_opts[] = {
 static int cmd_golden_check(int argc, char **argv)
 {
     struct golden_args a = {.o = golden_check_defaults()};
-    double *over[] = {&a.o.over.max_abs, &a.o.over.nmse, &a.o.over.kld_mean, &a.o.over.kld_p99, &a.o.over.kld_max,
-                      &a.o.over.top1_min};
-    const char *threshold_opts = "aNkpK1";
     int code;
     for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
-        const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
         if (c == 'm') {
             if (!parse_mode(optarg, &a.o.chunk))
                 return usage_error("golden check", MODE_USAGE, optarg);
-        } else if (t) {
-            if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
-                return usage_error("golden check", "threshold %s: expected a number", optarg);
+        } else if (c > 0 && strchr(THRESHOLD_OPTS, c)) {
+            if ((code = parse_threshold(c, &a.o.over)) >= 0)
+                return code;
         } else {
             return c == -2 ? code : common_opt(c);
         }
@@ -603,18 +539,14 @@ static const struct opt compare_opts[] = {
 static int compare_with(int argc, char **argv, struct token_seqs *seqs)
 {
     struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
-    double *over[] = {&a.o.th.max_abs, &a.o.th.nmse, &a.o.th.kld_mean, &a.o.th.kld_p99, &a.o.th.kld_max,
-                      &a.o.th.top1_min};
-    const char *threshold_opts = "aNkpK1";
     int code;
     for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
-        const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
         if (c == 't' || c == 'T') {
-            if ((code = parse_tokens_arg(c, "compare", seqs)) >= 0)
+            if ((code = parse_tokens_arg(c, seqs)) >= 0)
                 return code;
-        } else if (t) {
-            if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
-                return usage_error("compare", "threshold %s: expected a number", optarg);
+        } else if (c > 0 && strchr(THRESHOLD_OPTS, c)) {
+            if ((code = parse_threshold(c, &a.o.th)) >= 0)
+                return code;
         } else {
             return c == -2 ? code : common_opt(c);
         }

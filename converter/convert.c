@@ -481,7 +481,7 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     struct plan_opts *p = &o->plan;
     if (p->qat_lattice) {
         if ((p->bits && p->bits != 4) || (p->group_size && p->group_size != 32) || p->mode != QM_AFFINE)
-            return err_set(e, ERR_USAGE, "--qat-lattice emits affine 4-bit group 32 (the q4_0 grid)");
+            return err_set(e, ERR_USAGE, "'qat_lattice' emits affine 4-bit group 32 (the q4_0 grid)");
         p->bits = 4;
         p->group_size = 32;
     }
@@ -489,7 +489,7 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
         int gs, bits;
         qmode_defaults(p->mode, &gs, &bits);
         if ((p->bits && p->bits != bits) || (p->group_size && p->group_size != gs))
-            return err_set(e, ERR_USAGE, "--mode %s is %d-bit group %d: drop --bits and --group-size, or give those",
+            return err_set(e, ERR_USAGE, "'mode' %s is %d-bit group %d: drop 'bits' and 'group_size', or give those",
                            qmode_name(p->mode), bits, gs);
         p->bits = bits;
         p->group_size = gs;
@@ -497,7 +497,7 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     if (!p->group_size)
         p->group_size = 64;
     if (o->text_only && !o->format_mlx)
-        return err_set(e, ERR_USAGE, "--text-only applies to --format mlx (a pack is always text-only)");
+        return err_set(e, ERR_USAGE, "'text_only' applies to 'format' mlx (a pack is always text-only)");
     if (!o->dry_run && (!o->out || !*o->out))
         return err_set(e, ERR_USAGE, "the output path is empty");
     return ERR_OK;

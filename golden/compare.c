@@ -181,7 +181,7 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
     if (rc == ERR_OK && o->check_out)
         rc = fio_check_output(o->check_out, e);
     if (rc == ERR_OK && (o->keep_a < 0 || o->keep_a > ca->n_layers))
-        rc = err_set(e, ERR_USAGE, "--keep-a %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
+        rc = err_set(e, ERR_USAGE, "'keep_a' %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
                      (long long)ca->n_layers);
     int64_t n_pos = 0, maxT = 0;
     for (int p = 0; p < prompts->n; p++) {

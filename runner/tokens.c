@@ -177,6 +177,15 @@ static int parse_text(const char *p, const char *end, const char *what, bool com
     return add_seq(s, ids, n, e);
 }
 
+int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
+{
+    int32_t *ids = malloc((size_t)(T ? T : 1) * sizeof *ids);
+    if (!ids)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    memcpy(ids, tok, (size_t)T * sizeof *tok);
+    return add_seq(s, ids, T, e);
+}
+
 int tokens_parse(const uint8_t *buf, size_t len, const char *what, struct token_seqs *s, struct err *e)
 {
     if (len >= 6 && !memcmp(buf, "\x93NUMPY", 6))
@@ -201,9 +210,9 @@ int tokens_read_file(const char *path, struct token_seqs *s, struct err *e)
     return rc;
 }
 
-int tokens_add_csv(struct token_seqs *s, const char *csv, struct err *e)
+int tokens_add_csv(struct token_seqs *s, const char *csv, const char *what, struct err *e)
 {
-    return parse_text(csv, csv + strlen(csv), "--tokens", true, s, e);
+    return parse_text(csv, csv + strlen(csv), what, true, s, e);
 }
 
 void tokens_free(struct token_seqs *s)
