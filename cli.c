@@ -2,12 +2,19 @@
  * help, value parsing, error messages and the progress line. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/cpu.h"
+#include "golden/golden.h"
+#include "gp_config.h"
+#include "runner/tokens.h"
+
+static const struct command *current; /* the command being run (cli_main sets it) */
 
 /* The current command's option whose name is field[0, len) with dashes for
  * underscores; NULL if none. */
@@ -58,6 +65,7 @@ void print_json(struct json_object *o)
 {
     puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
 }
 
 bool parse_u64(const char *s, unsigned long long max, unsigned long long *out)
@@ -125,7 +133,6 @@ void progress_end(const struct progress_line *line)
 
 /* ---- options and help ---- */
 
-const struct command *current;
 
 void command_help(const struct command *c, FILE *out)
 {
@@ -152,13 +159,55 @@ void command_help(const struct command *c, FILE *out)
         fprintf(out, "\n%s\n", c->after);
 }
 
+/* --mode: 0 prefill, 1 decode, N chunked:N. */
+static bool parse_mode(const char *s, unsigned long long *chunk)
+{
+    if (!strcmp(s, "prefill") || !strcmp(s, "decode"))
+        *chunk = !strcmp(s, "decode");
+    else if (strncmp(s, "chunked:", 8) || !parse_u64(s + 8, 1ull << 30, chunk) || *chunk == 0)
+        return false;
+    return true;
+}
+
+/* The field an option sets, as the library names it: its name, underscores for dashes. */
+static void field_of(const struct opt *o, char field[static 32])
+{
+    size_t i = 0;
+    for (; o->name[i] && i < 31; i++)
+        field[i] = o->name[i] == '-' ? '_' : o->name[i];
+    field[i] = 0;
+}
+
 /* Stores a typed option's value at base; false (with *code) on a bad value. */
 static bool set_opt(const struct opt *o, void *base, int *code)
 {
     unsigned long long v = 1;
+    void *at = (char *)base + o->off;
+    struct err e = {0};
+    char name[32];
     if (o->type == OPT_STR) {
-        memcpy((char *)base + o->off, &optarg, sizeof optarg);
+        memcpy(at, &optarg, sizeof optarg);
         return true;
+    }
+    if (o->type == OPT_TOKENS || o->type == OPT_TOKENS_FILE) {
+        snprintf(name, sizeof name, "--%s", o->name);
+        if ((o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e) : tokens_add_csv(at, optarg, name, &e)) ==
+            ERR_OK)
+            return true;
+        *code = usage_error(current->name, "%s", e.msg);
+        return false;
+    }
+    if (o->type == OPT_THRESHOLD) {
+        field_of(o, name);
+        if (golden_threshold_parse(at, name, optarg, &e) == ERR_OK)
+            return true;
+        *code = fail(&e);
+        return false;
+    }
+    if (o->type == OPT_MODE && !parse_mode(optarg, &v)) {
+        *code = usage_error(current->name, "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824",
+                            optarg);
+        return false;
     }
     if (o->type == OPT_UINT && !(parse_u64(optarg, o->hi, &v) && v >= o->lo)) {
         fprintf(stderr, "gempack %s: --%s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n",
@@ -183,7 +232,7 @@ static bool set_opt(const struct opt *o, void *base, int *code)
         }
         v = o->values ? (unsigned long long)o->values[k] : k;
     }
-    uint8_t *dst = (uint8_t *)base + o->off;
+    uint8_t *dst = at;
     if (o->size == 1)
         *dst = (uint8_t)v;
     else if (o->size == 4)
@@ -217,17 +266,6 @@ int next_opt(int argc, char **argv, void *base, int *code)
     return -1;
 }
 
-void opt_field(int code, char field[static 32])
-{
-    const struct opt *o = current->opts;
-    while (o->name && o->code != code)
-        o++;
-    size_t i = 0;
-    for (; o->name && o->name[i] && i < 31; i++)
-        field[i] = o->name[i] == '-' ? '_' : o->name[i];
-    field[i] = 0;
-}
-
 int common_opt(int c)
 {
     if (c == 'h') {
@@ -235,4 +273,56 @@ int common_opt(int c)
         return 0;
     }
     return usage_error(current->name, "%s", "invalid option");
+}
+
+static void main_help(const struct command *commands, size_t n, FILE *out)
+{
+    fputs("usage: gempack COMMAND [options]   (gempack COMMAND --help for each)\n\n"
+          "Toolkit for Gemma 4 text checkpoints.\n\n", out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n  --version      print the version\n", out);
+}
+
+int cli_main(const struct command *commands, size_t n_commands, int argc, char **argv)
+{
+    /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
+     * message and a removed temp file, not as a kill by SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        main_help(commands, n_commands, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_ERROR : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("gempack %s\n", GEMPACK_VERSION);
+        return 0;
+    }
+    if (!cpu_isa_valid()) {
+        fprintf(stderr, "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, neon or dotprod\n",
+                getenv("GEMPACK_ISA"));
+        return EXIT_ERROR;
+    }
+    bool sub = argc >= 3 && argv[2][0] != '-'; /* a two-word command: golden make, golden check */
+    for (size_t i = 0; i < n_commands; i++) {
+        size_t n = strlen(argv[1]);
+        const char *name = commands[i].name;
+        if (strncmp(name, argv[1], n) || (name[n] && !(sub && name[n] == ' ' && !strcmp(name + n + 1, argv[2]))))
+            continue;
+        current = &commands[i];
+        int skip = name[n] ? 2 : 1;
+        return current->fn(argc - skip, argv + skip);
+    }
+    for (size_t i = 0; i < n_commands; i++) /* a command's first word alone: its help */
+        if (!strncmp(commands[i].name, argv[1], strlen(argv[1])) && commands[i].name[strlen(argv[1])] == ' ') {
+            if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+                for (size_t j = i; j < n_commands; j++)
+                    if (!strncmp(commands[j].name, argv[1], strlen(argv[1])))
+                        command_help(&commands[j], stdout);
+                return 0;
+            }
+            return usage_error(argv[1], "%s", "expected 'make' or 'check'");
+        }
+    fprintf(stderr, "gempack: unknown command '%s'\n\n", argv[1]);
+    main_help(commands, n_commands, stderr);
+    return EXIT_ERROR;
 }

@@ -25,6 +25,7 @@ int fail(const struct err *e);
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
 int usage_error(const char *cmd, const char *fmt, const char *arg);
 
+/* Prints o on stdout and drops the reference. */
 void print_json(struct json_object *o);
 
 /* Strict decimal parse of a non-negative integer up to max. */
@@ -57,6 +58,10 @@ enum opt_type {
     OPT_STR,                   /* stores optarg (a const char *) */
     OPT_UINT,                  /* an integer in [lo, hi] */
     OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
+    OPT_MODE,                  /* an int64 chunk: prefill 0, decode 1, chunked:N N */
+    OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs */
+    OPT_TOKENS_FILE,           /* the prompts of a file (runner/tokens.h) into a struct token_seqs */
+    OPT_THRESHOLD,             /* into a struct golden_thresholds, the field the option names */
 };
 
 struct opt {
@@ -75,6 +80,12 @@ struct opt {
 #define FLAG(name, code, S, f, help) {name, NULL, code, help, OPT_FLAG, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
 #define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
 #define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
+#define TYPED(type, name, arg, code, S, f, help) {name, arg, code, help, type, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+/* The six thresholds (golden/golden.h), --max-abs described by help, the others with it. */
+#define THRESHOLDS(S, f, help) TYPED(OPT_THRESHOLD, "max-abs", "X", 'a', S, f, help), \
+    TYPED(OPT_THRESHOLD, "nmse", "X", 'N', S, f, NULL), TYPED(OPT_THRESHOLD, "kld-mean", "X", 'k', S, f, NULL), \
+    TYPED(OPT_THRESHOLD, "kld-p99", "X", 'p', S, f, NULL), TYPED(OPT_THRESHOLD, "kld-max", "X", 'K', S, f, NULL), \
+    TYPED(OPT_THRESHOLD, "top1", "X", '1', S, f, NULL)
 #define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {
@@ -85,9 +96,6 @@ struct command {
     int (*fn)(int, char **);
 };
 
-/* The command being run (main sets it). */
-extern const struct command *current;
-
 void command_help(const struct command *c, FILE *out);
 
 /* The next option the command handles itself; typed ones are stored at base
@@ -95,11 +103,11 @@ void command_help(const struct command *c, FILE *out);
  * is --help. */
 int next_opt(int argc, char **argv, void *base, int *code);
 
-/* The field the current command's option `code` sets: its name with
- * underscores for dashes (fail() shows such a field as the flag). */
-void opt_field(int code, char field[static 32]);
-
 /* -h and an unknown option, the same way in every command: the exit code. */
 int common_opt(int c);
+
+/* gempack's main: the top-level help and --version, then the command
+ * argv[1] (or the two words argv[1] argv[2]) of commands[n]; its exit code. */
+int cli_main(const struct command *commands, size_t n, int argc, char **argv);
 
 #endif
