@@ -30,24 +30,29 @@ static const struct opt *opt_of_field(const char *field, size_t len)
     return NULL;
 }
 
+/* A library message as the command line says it: each quoted 'field' that is
+ * an option of the running command as its flag. */
+static const char *flags_named(const char *msg, char out[static ERR_MSG_MAX + 256])
+{
+    size_t n = 0;
+    for (const char *p = msg; *p && n < ERR_MSG_MAX + 192;) {
+        size_t len = *p == '\'' ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_") : 0;
+        const struct opt *o = len && p[len + 1] == '\'' ? opt_of_field(p + 1, len) : NULL;
+        if (o)
+            n += (size_t)snprintf(out + n, 64, "--%s", o->name);
+        else
+            out[n++] = *p;
+        p += o ? len + 2 : 1;
+    }
+    out[n] = 0;
+    return out;
+}
+
 int fail(const struct err *e)
 {
     char msg[ERR_MSG_MAX + 256];
-    size_t n = 0;
-    bool flag_first = false;
-    for (const char *p = e->msg; *p && n < sizeof msg - 64;) {
-        size_t len = *p == '\'' ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_") : 0;
-        const struct opt *o = len && p[len + 1] == '\'' ? opt_of_field(p + 1, len) : NULL;
-        if (o && strlen(o->name) < 60) {
-            n += (size_t)sprintf(msg + n, "--%s", o->name);
-            flag_first |= p == e->msg;
-            p += len + 2;
-        } else {
-            msg[n++] = *p++;
-        }
-    }
-    msg[n] = 0;
-    if (e->code == ERR_USAGE && flag_first)
+    flags_named(e->msg, msg);
+    if (e->code == ERR_USAGE && e->msg[0] == '\'' && !strncmp(msg, "--", 2)) /* it begins with a flag */
         return usage_error(current->name, "%s", msg);
     fprintf(stderr, "gempack: error: %s\n", msg);
     return e->code == ERR_NOT_TARGET ? EXIT_VERDICT : EXIT_ERROR;
@@ -169,41 +174,30 @@ static bool parse_mode(const char *s, unsigned long long *chunk)
     return true;
 }
 
-/* The field an option sets, as the library names it: its name, underscores for dashes. */
-static void field_of(const struct opt *o, char field[static 32])
-{
-    size_t i = 0;
-    for (; o->name[i] && i < 31; i++)
-        field[i] = o->name[i] == '-' ? '_' : o->name[i];
-    field[i] = 0;
-}
-
 /* Stores a typed option's value at base; false (with *code) on a bad value. */
 static bool set_opt(const struct opt *o, void *base, int *code)
 {
     unsigned long long v = 1;
     void *at = (char *)base + o->off;
     struct err e = {0};
-    char name[32];
+    char field[32], msg[ERR_MSG_MAX + 256];
     if (o->type == OPT_STR) {
         memcpy(at, &optarg, sizeof optarg);
         return true;
     }
-    if (o->type == OPT_TOKENS || o->type == OPT_TOKENS_FILE) {
-        snprintf(name, sizeof name, "--%s", o->name);
-        if ((o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e) : tokens_add_csv(at, optarg, name, &e)) ==
-            ERR_OK)
-            return true;
-        *code = usage_error(current->name, "%s", e.msg);
-        return false;
-    }
-    if (o->type == OPT_THRESHOLD) {
-        field_of(o, name);
-        if (golden_threshold_parse(at, name, optarg, &e) == ERR_OK)
-            return true;
-        *code = fail(&e);
-        return false;
-    }
+    size_t i = 0; /* the field the library names: the option, underscores for dashes */
+    for (; o->name[i] && i + 1 < sizeof field; i++)
+        field[i] = o->name[i] == '-' ? '_' : o->name[i];
+    field[i] = 0;
+    snprintf(msg, sizeof msg, "'%.29s'", field);
+    int rc = o->type == OPT_TOKENS        ? tokens_add_csv(at, optarg, msg, &e)
+             : o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e)
+             : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, field, optarg, &e)
+                                          : ERR_OK;
+    if (rc != ERR_OK)
+        *code = usage_error(current->name, "%s", flags_named(e.msg, msg));
+    if (rc != ERR_OK || o->type >= OPT_TOKENS) /* the library's parsers store their own */
+        return rc == ERR_OK;
     if (o->type == OPT_MODE && !parse_mode(optarg, &v)) {
         *code = usage_error(current->name, "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824",
                             optarg);

@@ -59,6 +59,7 @@ enum opt_type {
     OPT_UINT,                  /* an integer in [lo, hi] */
     OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
     OPT_MODE,                  /* an int64 chunk: prefill 0, decode 1, chunked:N N */
+    /* parsed and stored by the library: */
     OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs */
     OPT_TOKENS_FILE,           /* the prompts of a file (runner/tokens.h) into a struct token_seqs */
     OPT_THRESHOLD,             /* into a struct golden_thresholds, the field the option names */

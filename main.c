@@ -15,7 +15,6 @@
 #include "cli.h"
 #include "converter/convert.h"
 #include "fixtures/fixture.h"
-#include "golden/card.h"
 #include "golden/check.h"
 #include "golden/compare.h"
 #include "golden/report.h"
@@ -224,8 +223,7 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     if (rc == ERR_OK)
         convert_print(out, &r, o->dry_run);
     if (rc == ERR_OK && a->eval) {
-        struct card_opts co = {&a->eval_tokens, o->threads, a->report, progress_on_tty(&line)};
-        rc = card_make(argv[optind], o, &r, &co, &card, &e);
+        rc = card_make(argv[optind], o, &r, &a->eval_tokens, a->report, progress_on_tty(&line), &card, &e);
         progress_end(&line);
         if (rc == ERR_OK)
             fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions; "
@@ -483,7 +481,7 @@ static int compare_with(int argc, char **argv, struct compare_args *a)
     int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a->o, &r, &e);
     progress_end(&line);
     if (rc == ERR_OK && a->report)
-        rc = report_write(a->report, "gempack compare", argv[optind], argv[optind + 1], &r, NULL, 0, &e);
+        rc = report_write(a->report, "gempack compare", argv[optind], argv[optind + 1], &r, NULL, &e);
     if (rc != ERR_OK) {
         compare_free(&r);
         return fail(&e);

@@ -109,32 +109,28 @@ static const struct {
                       {"kld_p99", offsetof(struct golden_thresholds, kld_p99), HUGE_VAL},
                       {"kld_max", offsetof(struct golden_thresholds, kld_max), HUGE_VAL},
                       {"top1", offsetof(struct golden_thresholds, top1_min), 1.0}};
-#define N_THRESHOLDS (sizeof threshold_keys / sizeof threshold_keys[0])
 
-/* The index of key in threshold_keys; N_THRESHOLDS if none. */
-static size_t threshold_index(const char *key)
+/* Where key's threshold is in t (*max: its largest value); NULL if key is none. */
+static double *threshold_at(struct golden_thresholds *t, const char *key, double *max)
 {
-    size_t i = 0;
-    while (i < N_THRESHOLDS && strcmp(threshold_keys[i].key, key))
-        i++;
-    return i;
-}
-
-static double *threshold_at(struct golden_thresholds *t, size_t i)
-{
-    return (double *)(void *)((char *)t + threshold_keys[i].off);
+    for (size_t i = 0; i < sizeof threshold_keys / sizeof threshold_keys[0]; i++)
+        if (!strcmp(threshold_keys[i].key, key)) {
+            *max = threshold_keys[i].max;
+            return (double *)(void *)((char *)t + threshold_keys[i].off);
+        }
+    return NULL;
 }
 
 int golden_threshold_parse(struct golden_thresholds *t, const char *key, const char *text, struct err *e)
 {
-    size_t i = threshold_index(key);
+    double max, *at = threshold_at(t, key, &max);
     char *end;
     double v = strtod(text, &end);
-    if (i == N_THRESHOLDS)
+    if (!at)
         return err_set(e, ERR_USAGE, "'%s': not a threshold (max_abs, nmse, kld_mean, kld_p99, kld_max, top1)", key);
     if (!*text || *end || isnan(v))
         return err_set(e, ERR_USAGE, "'%s' %s: expected a number", key, text);
-    *threshold_at(t, i) = v;
+    *at = v;
     return ERR_OK;
 }
 
@@ -150,19 +146,17 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
         return err_set(e, ERR_FORMAT, "%s: meta.json: \"tolerances\" is %s, expected an object of thresholds", path,
                        jsonx_type_name(tol));
     json_object_object_foreach(tol, key, val) {
-        size_t i = threshold_index(key);
-        if (i == N_THRESHOLDS)
+        double max, *dst = threshold_at(t, key, &max);
+        if (!dst)
             return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is not a threshold gempack knows (max_abs, "
                                           "nmse, kld_mean, kld_p99, kld_max, top1)", path, key);
-        double *dst = threshold_at(t, i);
         enum json_type ty = json_object_get_type(val);
         double x = ty == json_type_double || ty == json_type_int ? json_object_get_double(val) : (double)NAN;
         if (ty == json_type_null)
             *dst = -1; /* null disables the check */
-        else if (!isfinite(x) || x < 0 || x > threshold_keys[i].max)
+        else if (!isfinite(x) || x < 0 || x > max)
             return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is %s %s, expected a number in [0, %s] or null",
-                           path, key, jsonx_type_name(val), json_object_to_json_string(val),
-                           threshold_keys[i].max == 1.0 ? "1" : "inf");
+                           path, key, jsonx_type_name(val), json_object_to_json_string(val), max == 1.0 ? "1" : "inf");
         else
             *dst = x;
     }

@@ -8,25 +8,29 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 
-static int add_seq(struct token_seqs *s, int32_t *ids, int64_t n, struct err *e)
+int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
 {
-    if (s->n >= TOKENS_MAX_SEQS) {
-        free(ids);
+    if (s->n >= TOKENS_MAX_SEQS)
         return err_set(e, ERR_RANGE, "more than %d token sequences", TOKENS_MAX_SEQS);
-    }
     int32_t **seq = realloc(s->seq, (size_t)(s->n + 1) * sizeof *seq);
     int64_t *len = seq ? realloc(s->len, (size_t)(s->n + 1) * sizeof *len) : NULL;
     if (seq)
         s->seq = seq;
-    if (!seq || !len) {
-        free(ids);
+    if (len)
+        s->len = len;
+    if (!seq || !len || !(s->seq[s->n] = malloc((size_t)(T ? T : 1) * sizeof **s->seq)))
         return err_set(e, ERR_NOMEM, "out of memory");
-    }
-    s->len = len;
-    s->seq[s->n] = ids;
-    s->len[s->n] = n;
-    s->n++;
+    memcpy(s->seq[s->n], tok, (size_t)T * sizeof *tok);
+    s->len[s->n++] = T;
     return ERR_OK;
+}
+
+/* tokens_push, then frees ids (the parsers' working array). */
+static int add_seq(struct token_seqs *s, int32_t *ids, int64_t n, struct err *e)
+{
+    int rc = tokens_push(s, ids, n, e);
+    free(ids);
+    return rc;
 }
 
 static int64_t total(const struct token_seqs *s)
@@ -177,14 +181,6 @@ static int parse_text(const char *p, const char *end, const char *what, bool com
     return add_seq(s, ids, n, e);
 }
 
-int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
-{
-    int32_t *ids = malloc((size_t)(T ? T : 1) * sizeof *ids);
-    if (!ids)
-        return err_set(e, ERR_NOMEM, "out of memory");
-    memcpy(ids, tok, (size_t)T * sizeof *tok);
-    return add_seq(s, ids, T, e);
-}
 
 int tokens_parse(const uint8_t *buf, size_t len, const char *what, struct token_seqs *s, struct err *e)
 {
