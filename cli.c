@@ -180,27 +180,23 @@ static bool set_opt(const struct opt *o, void *base, int *code)
     unsigned long long v = 1;
     void *at = (char *)base + o->off;
     struct err e = {0};
-    char field[32], msg[ERR_MSG_MAX + 256];
+    char msg[ERR_MSG_MAX + 256];
     if (o->type == OPT_STR) {
         memcpy(at, &optarg, sizeof optarg);
         return true;
     }
-    size_t i = 0; /* the field the library names: the option, underscores for dashes */
-    for (; o->name[i] && i + 1 < sizeof field; i++)
-        field[i] = o->name[i] == '-' ? '_' : o->name[i];
-    field[i] = 0;
-    snprintf(msg, sizeof msg, "'%.29s'", field);
+    snprintf(msg, sizeof msg, "--%s", o->name);
     int rc = o->type == OPT_TOKENS        ? tokens_add_csv(at, optarg, msg, &e)
              : o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e)
-             : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, field, optarg, &e)
+             : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, o->choices, optarg, &e)
                                           : ERR_OK;
     if (rc != ERR_OK)
         *code = usage_error(current->name, "%s", flags_named(e.msg, msg));
     if (rc != ERR_OK || o->type >= OPT_TOKENS) /* the library's parsers store their own */
         return rc == ERR_OK;
     if (o->type == OPT_MODE && !parse_mode(optarg, &v)) {
-        *code = usage_error(current->name, "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824",
-                            optarg);
+        *code = usage_error(current->name, "--mode %s: expected prefill, decode or chunked:N with N from 1 to "
+                                           "1073741824", optarg);
         return false;
     }
     if (o->type == OPT_UINT && !(parse_u64(optarg, o->hi, &v) && v >= o->lo)) {
@@ -303,8 +299,7 @@ int cli_main(const struct command *commands, size_t n_commands, int argc, char *
         if (strncmp(name, argv[1], n) || (name[n] && !(sub && name[n] == ' ' && !strcmp(name + n + 1, argv[2]))))
             continue;
         current = &commands[i];
-        int skip = name[n] ? 2 : 1;
-        return current->fn(argc - skip, argv + skip);
+        return current->fn(argc - (name[n] ? 2 : 1), argv + (name[n] ? 2 : 1));
     }
     for (size_t i = 0; i < n_commands; i++) /* a command's first word alone: its help */
         if (!strncmp(commands[i].name, argv[1], strlen(argv[1])) && commands[i].name[strlen(argv[1])] == ' ') {

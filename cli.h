@@ -59,10 +59,9 @@ enum opt_type {
     OPT_UINT,                  /* an integer in [lo, hi] */
     OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
     OPT_MODE,                  /* an int64 chunk: prefill 0, decode 1, chunked:N N */
-    /* parsed and stored by the library: */
-    OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs */
+    OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs (this and below: by the library) */
     OPT_TOKENS_FILE,           /* the prompts of a file (runner/tokens.h) into a struct token_seqs */
-    OPT_THRESHOLD,             /* into a struct golden_thresholds, the field the option names */
+    OPT_THRESHOLD,             /* into a struct golden_thresholds, golden_threshold_parse's key in `choices` */
 };
 
 struct opt {
@@ -82,11 +81,11 @@ struct opt {
 #define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
 #define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
 #define TYPED(type, name, arg, code, S, f, help) {name, arg, code, help, type, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
-/* The six thresholds (golden/golden.h), --max-abs described by help, the others with it. */
-#define THRESHOLDS(S, f, help) TYPED(OPT_THRESHOLD, "max-abs", "X", 'a', S, f, help), \
-    TYPED(OPT_THRESHOLD, "nmse", "X", 'N', S, f, NULL), TYPED(OPT_THRESHOLD, "kld-mean", "X", 'k', S, f, NULL), \
-    TYPED(OPT_THRESHOLD, "kld-p99", "X", 'p', S, f, NULL), TYPED(OPT_THRESHOLD, "kld-max", "X", 'K', S, f, NULL), \
-    TYPED(OPT_THRESHOLD, "top1", "X", '1', S, f, NULL)
+/* The six thresholds (golden/golden.h); --max-abs described by help, the others with it. */
+#define TH(name, key, code, S, f, help) {name, "X", code, help, OPT_THRESHOLD, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, key, NULL}
+#define THRESHOLDS(S, f, help) TH("max-abs", "max_abs", 'a', S, f, help), TH("nmse", "nmse", 'N', S, f, NULL), \
+    TH("kld-mean", "kld_mean", 'k', S, f, NULL), TH("kld-p99", "kld_p99", 'p', S, f, NULL), \
+    TH("kld-max", "kld_max", 'K', S, f, NULL), TH("top1", "top1", '1', S, f, NULL)
 #define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {

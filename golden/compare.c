@@ -347,8 +347,8 @@ static void totals_json(struct json_object *o, const struct compare_result *r, b
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
                                  const struct compare_result *r)
 {
-    struct json_object *j = json_object_new_object(), *opt = json_object_new_object(), *t = json_object_new_object(),
-                       *bins = json_object_new_array(), *layers = json_object_new_array(), *pos = json_object_new_array();
+    struct json_object *j = json_object_new_object(), *opt = json_object_new_object(), *t = json_object_new_object();
+    struct json_object *bins = json_object_new_array(), *layers = json_object_new_array(), *pos = json_object_new_array();
     json_object_object_add(j, "schema", json_object_new_string("gempack.compare/1"));
     json_object_object_add(j, "a", json_object_new_string(a_path));
     json_object_object_add(j, "b", json_object_new_string(b_path));

@@ -90,11 +90,9 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
                                  const struct compare_result *r);
 
-/* The quality card of a conversion (convert --eval): the output o->out of
- * the conversion cr of src against src on the fixture prompt of its config
- * and `prompts`, stored in the pack's manifest ("quality") or as
- * OUT/gempack_quality.json; with `report` also the HTML page with every
- * tensor's error. c must be card_free'd in every case. */
+/* convert --eval: the output o->out of the conversion cr against its source src on the fixture prompt and
+ * `prompts`, the card stored in the pack's manifest ("quality") or as OUT/gempack_quality.json, and with
+ * `report` the HTML page with every tensor's error. c must be card_free'd in every case. */
 struct convert_opts;
 struct convert_report;
 struct card {

@@ -322,12 +322,9 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
     json_object_object_add(jm, "regret_max", json_object_new_double(m->regret_max));
     json_object_object_add(jm, "kl_direction", json_object_new_string("KL(golden || model): the golden is the reference"));
     json_object_object_add(o, "metrics", jm);
-    json_object_object_add(jt, "max_abs", num_or_null(t->max_abs));
-    json_object_object_add(jt, "nmse", num_or_null(t->nmse));
-    json_object_object_add(jt, "kld_mean", num_or_null(t->kld_mean));
-    json_object_object_add(jt, "kld_p99", num_or_null(t->kld_p99));
-    json_object_object_add(jt, "kld_max", num_or_null(t->kld_max));
-    json_object_object_add(jt, "top1", num_or_null(t->top1_min));
+    for (size_t i = 0; i < sizeof threshold_keys / sizeof threshold_keys[0]; i++)
+        json_object_object_add(jt, threshold_keys[i].key,
+                               num_or_null(*(const double *)(const void *)((const char *)t + threshold_keys[i].off)));
     json_object_object_add(o, "thresholds", jt);
     json_object_object_add(o, "failures", f);
     return o;

@@ -155,9 +155,8 @@ static void tensors_table(struct page *p, const struct plan *plan)
            "<th>bits</th><th>group</th><th>RMS error</th><th>max error</th></tr>\n");
     for (size_t i = 0; i < plan->n; i++) {
         const struct plan_item *it = &plan->items[i];
-        double n = 1.0;
-        for (int k = 0; k < it->nt->rank; k++)
-            n *= (double)it->nt->shape[k];
+        uint64_t n;
+        shape_numel(it->nt->shape, it->nt->rank, &n);
         put(p, "<tr><td>");
         put_text(p, it->nt->name);
         put(p, "</td><td>%s</td><td>%s</td>", plan_action_name(it->act),
@@ -167,7 +166,7 @@ static void tensors_table(struct page *p, const struct plan *plan)
         else
             put(p, "<td>-</td><td>-</td>");
         if (it->measured)
-            put(p, "<td>%.4g</td><td>%.4g</td></tr>\n", sqrt(it->sq_err / n), it->max_err);
+            put(p, "<td>%.4g</td><td>%.4g</td></tr>\n", sqrt(it->sq_err / (double)n), it->max_err);
         else
             put(p, "<td>-</td><td>-</td></tr>\n");
     }

@@ -25,22 +25,6 @@ int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err 
     return ERR_OK;
 }
 
-/* tokens_push, then frees ids (the parsers' working array). */
-static int add_seq(struct token_seqs *s, int32_t *ids, int64_t n, struct err *e)
-{
-    int rc = tokens_push(s, ids, n, e);
-    free(ids);
-    return rc;
-}
-
-static int64_t total(const struct token_seqs *s)
-{
-    int64_t t = 0;
-    for (int i = 0; i < s->n; i++)
-        t += s->len[i];
-    return t;
-}
-
 static int check_id(int64_t v, const char *what, int64_t at, struct err *e)
 {
     if (v < 0 || v > INT32_MAX)
@@ -52,7 +36,10 @@ static int check_id(int64_t v, const char *what, int64_t at, struct err *e)
 static int json_list(struct json_object *a, const char *what, struct token_seqs *s, struct err *e)
 {
     size_t n = json_object_array_length(a);
-    if ((int64_t)n + total(s) > TOKENS_MAX)
+    int64_t total = (int64_t)n; /* with the sequences before: a file's ids together */
+    for (int i = 0; i < s->n; i++)
+        total += s->len[i];
+    if (total > TOKENS_MAX)
         return err_set(e, ERR_RANGE, "%s: more than %d tokens", what, TOKENS_MAX);
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids)
@@ -72,7 +59,9 @@ static int json_list(struct json_object *a, const char *what, struct token_seqs 
         }
         ids[i] = (int32_t)x;
     }
-    return add_seq(s, ids, (int64_t)n, e);
+    int rc = tokens_push(s, ids, (int64_t)n, e);
+    free(ids);
+    return rc;
 }
 
 static int parse_json(const uint8_t *buf, size_t len, const char *what, struct token_seqs *s, struct err *e)
@@ -125,9 +114,8 @@ static int parse_npy(const uint8_t *buf, size_t len, const char *what, struct to
             ids[t] = (int32_t)v;
         }
         if (rc == ERR_OK)
-            rc = add_seq(s, ids, T, e);
-        else
-            free(ids);
+            rc = tokens_push(s, ids, T, e);
+        free(ids);
     }
     npy_free(&a);
     return rc;
@@ -178,7 +166,9 @@ static int parse_text(const char *p, const char *end, const char *what, bool com
         }
         ids[n++] = (int32_t)v;
     }
-    return add_seq(s, ids, n, e);
+    int rc = tokens_push(s, ids, n, e);
+    free(ids);
+    return rc;
 }
 
 
