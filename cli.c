@@ -16,8 +16,7 @@
 
 static const struct command *current; /* the command being run (cli_main sets it) */
 
-/* The current command's option whose name is field[0, len) with dashes for
- * underscores; NULL if none. */
+/* The running command's option named field[0, len), dashes as underscores; NULL if none. */
 static const struct opt *opt_of_field(const char *field, size_t len)
 {
     for (const struct opt *o = current ? current->opts : NULL; o && o->name; o++) {

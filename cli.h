@@ -1,7 +1,8 @@
 /* cli.h - the command line's machinery, shared by main.c's commands (cli.c):
  * one option table per command (parsed, stored and shown by --help), value
- * parsing, the error messages and exit codes, and a progress line on a
- * terminal. Only these two files print to the terminal or exit. */
+ * parsing, the error messages (a library's 'field' shown as its --flag) and
+ * exit codes, a progress line on a terminal, and the dispatch to a command.
+ * Only these two files print to the terminal or exit. */
 #ifndef GEMPACK_CLI_H
 #define GEMPACK_CLI_H
 

@@ -1,7 +1,7 @@
 /* main.c - the gempack command line: parse, call one library function per
- * command, print, exit. With cli.c (its option tables, messages and progress
- * line) the only code that prints to the terminal or exits; everything it
- * calls returns error codes with messages (core/err.h).
+ * command, print, exit. With cli.c (option parsing, messages, the progress
+ * line, the dispatch) the only code that prints to the terminal or exits;
+ * everything it calls returns error codes with messages (core/err.h).
  *
  * Exit codes: 0 success; 1 a negative verdict (check: not loadable; verify:
  * a mismatch; golden check: a regression); 2 usage error, unreadable input or
