@@ -2,6 +2,7 @@
  * help, value parsing, error messages and the progress line. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +11,73 @@
 
 #include "cli.h"
 #include "core/cpu.h"
+#include "core/text.h"
 #include "golden/golden.h"
 #include "gp_config.h"
 #include "runner/tokens.h"
+
+/* ---- the terminal guard ---- */
+
+static FILE *raw_out, *raw_err; /* the process's own streams, behind stdout and stderr once guarded */
+
+/* An escaping stream in front of `to` (core/text.h); holds a sequence cut
+ * between two writes until the next one shows whether it is valid. */
+struct guard {
+    FILE *to;
+    char held[4];
+    size_t n_held;
+};
+
+static ssize_t guard_write(void *cookie, const char *buf, size_t n)
+{
+    struct guard *g = cookie;
+    char in[256 + 4], out[5 * sizeof in + 1];
+    for (size_t done = 0; done < n;) {
+        size_t take = n - done < 256 ? n - done : 256, used;
+        memcpy(in, g->held, g->n_held);
+        memcpy(in + g->n_held, buf + done, take);
+        size_t len = g->n_held + take, w = text_escape(in, len, false, false, out, &used);
+        g->n_held = len - used;
+        memcpy(g->held, in + used, g->n_held);
+        if (fwrite(out, 1, w, g->to) != w)
+            return -1;
+        done += take;
+    }
+    return (ssize_t)n;
+}
+
+/* A mapped input cut short under a running command (a copy written in place
+ * over it) faults on the next read of its data: an error, not a signal. */
+static void on_sigbus(int sig)
+{
+    static const char msg[] = "gempack: error: an input file was cut short or rewritten in place while this command "
+                               "read it (its mapped data is gone); nothing was written. Replace a model by renaming a "
+                               "new file over it, never by writing into it.\n";
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_ERROR);
+}
+
+static void guard_streams(void)
+{
+    signal(SIGBUS, on_sigbus);
+    raw_out = stdout;
+    raw_err = stderr;
+#ifdef __GLIBC__ /* glibc's stdout and stderr are variables (its manual); elsewhere the streams stay unguarded */
+    static struct guard g_out, g_err;
+    g_out.to = raw_out;
+    g_err.to = raw_err;
+    setvbuf(raw_out, NULL, _IONBF, 0); /* the guard's own buffer is the only one */
+    FILE *o = fopencookie(&g_out, "w", (cookie_io_functions_t){.write = guard_write}),
+         *e = fopencookie(&g_err, "w", (cookie_io_functions_t){.write = guard_write});
+    if (o && e) {
+        setvbuf(e, NULL, _IONBF, 0);
+        stdout = o;
+        stderr = e;
+    }
+#endif
+}
 
 static const struct command *current; /* the command being run (cli_main sets it) */
 
@@ -65,10 +130,44 @@ int usage_error(const char *cmd, const char *fmt, const char *arg)
     return EXIT_ERROR;
 }
 
+/* Every NaN or infinite number in o becomes null: JSON has neither. */
+static void json_nulls(struct json_object *o)
+{
+    if (json_object_is_type(o, json_type_object)) {
+        json_object_object_foreach(o, k, v) {
+            if (json_object_is_type(v, json_type_double) && !isfinite(json_object_get_double(v)))
+                json_object_object_add(o, k, NULL);
+            else
+                json_nulls(v);
+        }
+    } else if (json_object_is_type(o, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(o); i++) {
+            struct json_object *v = json_object_array_get_idx(o, i);
+            if (json_object_is_type(v, json_type_double) && !isfinite(json_object_get_double(v)))
+                json_object_array_put_idx(o, i, NULL);
+            else
+                json_nulls(v);
+        }
+    }
+}
+
 void print_json(struct json_object *o)
 {
-    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                               JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_nulls(o);
+    const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
+    size_t n = strlen(text), used;
+    char *safe = malloc(5 * n + 1);
+    fflush(stdout);
+    if (!safe) { /* no room to escape: write nothing rather than something unchecked */
+        fputs("gempack: error: out of memory writing JSON\n", stderr);
+        json_object_put(o);
+        return;
+    }
+    size_t w = text_escape(text, n, true, true, safe, &used);
+    fwrite(safe, 1, w, raw_out ? raw_out : stdout);
+    fputc('\n', raw_out ? raw_out : stdout);
+    free(safe);
     json_object_put(o);
 }
 
@@ -115,7 +214,8 @@ static void progress_print(void *ctx, const char *what, uint64_t done, uint64_t 
     p->last = t;
     double rate = t > p->start ? (double)done / (t - p->start) : 0.0;
     bool bytes = !strcmp(unit, "B");
-    fprintf(stderr, "\r\033[K%.40s: %.1f%% (%llu of %llu %s), %.4g %s/s, %.0f s left", what,
+    fputs("\r\033[K", raw_err ? raw_err : stderr);
+    fprintf(stderr, "%.40s: %.1f%% (%llu of %llu %s), %.4g %s/s, %.0f s left", what,
             total ? 100.0 * (double)done / (double)total : 100.0, (unsigned long long)(bytes ? done >> 20 : done),
             (unsigned long long)(bytes ? total >> 20 : total), bytes ? "MiB" : unit, bytes ? rate / 1048576.0 : rate,
             bytes ? "MiB" : unit, rate > 0 ? (double)(total - done) / rate : 0.0);
@@ -132,7 +232,7 @@ struct progress progress_on_tty(struct progress_line *line)
 void progress_end(const struct progress_line *line)
 {
     if (line->shown)
-        fputs("\r\033[K", stderr);
+        fputs("\r\033[K", raw_err ? raw_err : stderr);
 }
 
 /* ---- options and help ---- */
@@ -278,6 +378,7 @@ int cli_main(const struct command *commands, size_t n_commands, int argc, char *
     /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
      * message and a removed temp file, not as a kill by SIGXFSZ. */
     signal(SIGXFSZ, SIG_IGN);
+    guard_streams();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         main_help(commands, n_commands, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_ERROR : 0;

@@ -26,7 +26,7 @@ int fail(const struct err *e);
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
 int usage_error(const char *cmd, const char *fmt, const char *arg);
 
-/* Prints o on stdout and drops the reference. */
+/* o on stdout, pretty: every NaN or infinite number as null, invalid UTF-8 as \\xNN text; drops the reference. */
 void print_json(struct json_object *o);
 
 /* Strict decimal parse of a non-negative integer up to max. */
@@ -108,7 +108,12 @@ int next_opt(int argc, char **argv, void *base, int *code);
 int common_opt(int c);
 
 /* gempack's main: the top-level help and --version, then the command
- * argv[1] (or the two words argv[1] argv[2]) of commands[n]; its exit code. */
+ * argv[1] (or the two words argv[1] argv[2]) of commands[n]; its exit code.
+ * Before the command, stdout and stderr are guarded: they spell out every
+ * byte a terminal could act on (core/text.h's text_escape; on glibc), so a
+ * file's strings cannot drive the terminal; print_json and the progress line
+ * write past the guard, JSON escaped as JSON. A mapped input cut short under
+ * the command (SIGBUS) ends it with an error (exit 2), not a signal. */
 int cli_main(const struct command *commands, size_t n, int argc, char **argv);
 
 #endif

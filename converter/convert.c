@@ -511,7 +511,7 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
     int rc = resolve(given, &opts, e);
     if (rc != ERR_OK)
         return rc;
-    rc = ingest_open(&r->in, &r->cfg, dir, e);
+    rc = ingest_open(&r->in, &r->cfg, dir, 0, e);
     /* the inputs are known now (opened): an output over one is refused before any work */
     if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
         rc = fio_check_output(o->out, e);

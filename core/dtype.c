@@ -165,3 +165,16 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
         break;
     }
 }
+
+int64_t dtype_first_nonfinite(enum dtype t, const uint8_t *p, uint64_t n)
+{
+    /* an all-ones exponent field: F32 bits 23..30, F16 10..14, BF16 7..14 */
+    uint32_t mask = t == DT_F32 ? 0x7F800000u : t == DT_F16 ? 0x7C00u : 0x7F80u;
+    size_t size = t == DT_F32 ? 4 : 2;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t v = size == 4 ? rd_u32le(p + 4 * i) : rd_u16le(p + 2 * i);
+        if ((v & mask) == mask)
+            return (int64_t)i;
+    }
+    return -1;
+}

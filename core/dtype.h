@@ -32,6 +32,10 @@ bool dtype_from_name(const char *s, size_t len, enum dtype *out);
 /* True for F32, F16, BF16: the float types weights and activations use. */
 bool dtype_is_weight_float(enum dtype t);
 
+/* The index of the first of n values of float dtype t (F32, F16 or BF16;
+ * raw little-endian bytes, any alignment) that is NaN or infinite, or -1. */
+int64_t dtype_first_nonfinite(enum dtype t, const uint8_t *p, uint64_t n);
+
 /* Number of bytes of a tensor of this dtype and shape; checked for overflow
  * and for a whole number of bytes. Returns ERR_OK or ERR_RANGE (message names
  * the problem; the caller prefixes the tensor name). */

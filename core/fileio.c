@@ -111,7 +111,7 @@ static bool is_input(const struct stat *st, char *buf, size_t cap)
 
 static const char *kind_of(mode_t m)
 {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
 }
 

@@ -569,18 +569,6 @@ void gguf_close(struct gguf_file *g)
     memset(g, 0, sizeof *g);
 }
 
-bool gguf_is_gguf(const char *path)
-{
-    int fd;
-    uint64_t size;
-    if (fio_open_read(path, 0, &fd, &size, NULL) != ERR_OK)
-        return false;
-    char magic[4];
-    bool yes = size >= 4 && fio_pread_all(fd, magic, 4, 0, path, NULL) == ERR_OK && memcmp(magic, "GGUF", 4) == 0;
-    close(fd);
-    return yes;
-}
-
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *g, const char *key)
 {
     if (!g->n_kv)

@@ -101,9 +101,6 @@ int gguf_open_mem(struct gguf_file *g, const uint8_t *buf, size_t len, const cha
 
 void gguf_close(struct gguf_file *g);
 
-/* True when the file at `path` starts with the GGUF magic. */
-bool gguf_is_gguf(const char *path);
-
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *g, const char *key);
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *g, const char *name);
 

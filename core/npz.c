@@ -318,7 +318,10 @@ int npz_open(struct npz *z, const char *path, struct err *e)
         close(fd);
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
-        rc = err_set(e, ERR_FORMAT, "%s: not a readable .npz: %s", path, zip_error_strerror(&ze));
+        rc = zerr == ZIP_ER_EXISTS /* libzip's word for a name that two members share */
+                 ? err_set(e, ERR_FORMAT, "%s: not a readable .npz: two members have the same name (which one "
+                                          "numpy reads depends on the reader)", path)
+                 : err_set(e, ERR_FORMAT, "%s: not a readable .npz: %s", path, zip_error_strerror(&ze));
         zip_error_fini(&ze);
         return rc;
     }

@@ -11,7 +11,6 @@
 #include "core/crc.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
-#include "core/qmode.h"
 
 /* ---- writer ---- */
 
@@ -361,6 +360,8 @@ static int check_quantized(struct pack *p, const char *module, struct json_objec
                                       "bits, group %llu, [%llu, %llu]",
                        p->path, module, (unsigned long long)bits, (unsigned long long)gs, (unsigned long long)out,
                        (unsigned long long)in);
+    struct pack_tensor *w = &p->tensors[t[0] - p->tensors];
+    w->qmode = mode, w->qbits = (int)bits, w->qgroup = (int)gs;
     return ERR_OK;
 }
 

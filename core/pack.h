@@ -28,6 +28,7 @@
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"
+#include "core/qmode.h"
 
 #define PACK_MAGIC "\x89GPK\r\n\x1a\n"
 #define PACK_HEADER_SIZE 64
@@ -46,6 +47,8 @@ struct pack_tensor {
     uint64_t offset;                /* relative to data_offset */
     uint64_t nbytes;
     uint32_t crc32;
+    enum qmode qmode;               /* a quantized module's weight: its manifest "quantized" entry (qbits 0: none) */
+    int qbits, qgroup;
 };
 
 /* ---- writer ---- */

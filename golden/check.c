@@ -69,6 +69,10 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
                      (long long)g.V, (long long)m.cfg.vocab_size);
     if (rc == ERR_OK && g.T == 0)
         rc = err_set(e, ERR_FORMAT, "%s: golden holds no positions", golden_path);
+    for (int64_t t = 0; rc == ERR_OK && t < g.T; t++) /* the golden's tokens are the golden's fault */
+        if (g.tokens[t] < 0 || g.tokens[t] >= g.V)
+            rc = err_set(e, ERR_FORMAT, "%s: tokens.npy[%lld] = %d: outside the model's vocabulary [0, %lld)",
+                         golden_path, (long long)t, g.tokens[t], (long long)g.V);
     if (rc == ERR_OK && o->report)
         rc = fio_check_output(o->report, e); /* before any work: not over an input */
     int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
@@ -118,6 +122,9 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
     }
     fprintf(out, "  %-16s %-14.6g\n  %-16s %-14.6g\n  %-16s %lld\n", "cosine", mt->cosine, "rms_dp", mt->rms_dp,
             "first_divergent", (long long)mt->first_divergent);
+    if (mt->nonfinite)
+        fprintf(out, "  %-16s %lld of %lld positions: the model's logits are not finite (a broken model)\n",
+                "non-finite", (long long)mt->nonfinite, (long long)mt->T);
     fprintf(out, "  %-16s", "top-1..5");
     for (int k = 0; k < GOLDEN_TOPK; k++)
         fprintf(out, " %.4g", mt->topk[k]);

@@ -81,6 +81,8 @@ static void add_sums(struct sums *s, const float *a, const float *b, size_t n)
 static struct compare_err err_of(const struct sums *s)
 {
     struct compare_err r;
+    if (!isfinite(s->dd) || !isfinite(s->bb)) /* B's values are not finite: the worst error, no agreement */
+        return (struct compare_err){(double)INFINITY, (double)NAN, -(double)INFINITY};
     r.rel = s->aa > 0 ? sqrt(s->dd / s->aa) : s->dd > 0 ? (double)INFINITY : 0.0;
     r.cosine = s->aa > 0 && s->bb > 0 ? s->ab / sqrt(s->aa * s->bb) : 1.0;
     r.sqnr_db = s->dd > 0 ? 10.0 * log10(s->aa / s->dd) : (double)INFINITY;
@@ -94,6 +96,15 @@ int compare_positions(const double *a, const float *b, int64_t n, int64_t V, str
         return ERR_NOMEM;
     for (int64_t t = 0; t < n; t++) {
         const double *wa = a + t * V;
+        struct compare_pos *p = &out[t];
+        if (golden_row_broken(b + t * V, V)) { /* the worst value of every metric, never agreement */
+            golden_log_softmax(wa, V, la);
+            p->kl_ab = p->kl_ba = p->regret = p->max_abs = p->nmse = (double)INFINITY;
+            p->cosine = (double)NAN;
+            p->p_top = exp(la[golden_argmax(wa, V)]);
+            p->rank = COMPARE_TOPK;
+            continue;
+        }
         double mx = 0.0, aa = 0.0, bb = 0.0, ab2 = 0.0, dd = 0.0;
         for (int64_t k = 0; k < V; k++) {
             wb[k] = (double)b[t * V + k];
@@ -113,7 +124,6 @@ int compare_positions(const double *a, const float *b, int64_t n, int64_t V, str
                 ba += exp(lb[k]) * (lb[k] - la[k]);
         }
         int64_t ia = golden_argmax(wa, V), ib = golden_argmax(wb, V);
-        struct compare_pos *p = &out[t];
         p->kl_ab = fmax(ab, 0.0);
         p->kl_ba = fmax(ba, 0.0);
         p->regret = la[ia] - la[ib];
@@ -285,6 +295,9 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
         fprintf(out, " %.1f%%", 100.0 * r->m.topk[k]);
     fprintf(out, "   argmax regret mean %.4g max %.4g nats\n", r->m.regret_mean, r->m.regret_max);
     fprintf(out, "  logits: max |d| %.4g  NMSE %.4g  cosine %.8f\n", m->max_abs, m->nmse, m->cosine);
+    if (m->nonfinite)
+        fprintf(out, "  B's logits are not finite at %lld of %lld positions (first: %lld): a broken model\n",
+                (long long)m->nonfinite, (long long)r->n_pos, (long long)m->first_divergent);
     static const char *const bins[] = {"p(A top) < 0.5", "0.5 .. 0.9", ">= 0.9"};
     for (int k = 0; k < COMPARE_BINS; k++)
         if (r->bins[k].n)
@@ -311,17 +324,13 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
     fprintf(out, "verdict: %s\n", r->pass ? "PASS" : "FAIL");
 }
 
-static struct json_object *num(double v)
-{
-    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no infinity: null */
-}
 
 static struct json_object *err_json(const struct compare_err *x)
 {
     struct json_object *o = json_object_new_object();
-    json_object_object_add(o, "relative_error", num(x->rel));
-    json_object_object_add(o, "cosine", num(x->cosine));
-    json_object_object_add(o, "sqnr_db", num(x->sqnr_db));
+    json_object_object_add(o, "relative_error", golden_num(x->rel));
+    json_object_object_add(o, "cosine", golden_num(x->cosine));
+    json_object_object_add(o, "sqnr_db", golden_num(x->sqnr_db));
     return o;
 }
 
@@ -329,19 +338,19 @@ static struct json_object *err_json(const struct compare_err *x)
 static void totals_json(struct json_object *o, const struct compare_result *r, bool with_regret_max)
 {
     struct json_object *topk = json_object_new_array();
-    json_object_object_add(o, "kl_ab_mean", num(r->m.kld_mean));
-    json_object_object_add(o, "kl_ab_p99", num(r->m.kld_p99));
-    json_object_object_add(o, "kl_ab_max", num(r->m.kld_max));
-    json_object_object_add(o, "kl_ba_mean", num(r->kl_ba_mean));
+    json_object_object_add(o, "kl_ab_mean", golden_num(r->m.kld_mean));
+    json_object_object_add(o, "kl_ab_p99", golden_num(r->m.kld_p99));
+    json_object_object_add(o, "kl_ab_max", golden_num(r->m.kld_max));
+    json_object_object_add(o, "kl_ba_mean", golden_num(r->kl_ba_mean));
     for (int k = 0; k < COMPARE_TOPK; k++)
-        json_object_array_add(topk, num(r->m.topk[k]));
+        json_object_array_add(topk, golden_num(r->m.topk[k]));
     json_object_object_add(o, "topk_agreement", topk);
-    json_object_object_add(o, "regret_mean", num(r->m.regret_mean));
+    json_object_object_add(o, "regret_mean", golden_num(r->m.regret_mean));
     if (with_regret_max)
-        json_object_object_add(o, "regret_max", num(r->m.regret_max));
-    json_object_object_add(o, "max_abs", num(r->m.max_abs));
-    json_object_object_add(o, "nmse", num(r->m.nmse));
-    json_object_object_add(o, "cosine", num(r->m.cosine));
+        json_object_object_add(o, "regret_max", golden_num(r->m.regret_max));
+    json_object_object_add(o, "max_abs", golden_num(r->m.max_abs));
+    json_object_object_add(o, "nmse", golden_num(r->m.nmse));
+    json_object_object_add(o, "cosine", golden_num(r->m.cosine));
 }
 
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
@@ -366,13 +375,13 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
         json_object_object_add(b, "p_top_from", json_object_new_double(lo[k]));
         json_object_object_add(b, "p_top_to", json_object_new_double(hi[k]));
         json_object_object_add(b, "positions", json_object_new_int64(r->bins[k].n));
-        json_object_object_add(b, "kl_ab_mean", num(r->bins[k].kl_ab));
-        json_object_object_add(b, "kl_ba_mean", num(r->bins[k].kl_ba));
-        json_object_object_add(b, "top1", num(r->bins[k].top1));
-        json_object_object_add(b, "regret_mean", num(r->bins[k].regret));
-        json_object_object_add(b, "max_abs_mean", num(r->bins[k].max_abs));
-        json_object_object_add(b, "nmse_mean", num(r->bins[k].nmse));
-        json_object_object_add(b, "cosine_mean", num(r->bins[k].cosine));
+        json_object_object_add(b, "kl_ab_mean", golden_num(r->bins[k].kl_ab));
+        json_object_object_add(b, "kl_ba_mean", golden_num(r->bins[k].kl_ba));
+        json_object_object_add(b, "top1", golden_num(r->bins[k].top1));
+        json_object_object_add(b, "regret_mean", golden_num(r->bins[k].regret));
+        json_object_object_add(b, "max_abs_mean", golden_num(r->bins[k].max_abs));
+        json_object_object_add(b, "nmse_mean", golden_num(r->bins[k].nmse));
+        json_object_object_add(b, "cosine_mean", golden_num(r->bins[k].cosine));
         json_object_array_add(bins, b);
     }
     json_object_object_add(j, "by_confidence", bins);
@@ -387,20 +396,20 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
     }
     json_object_object_add(j, "layers", layers);
     json_object_object_add(j, "jump_layer", r->jump_layer >= 0 ? json_object_new_int64(r->jump_layer) : NULL);
-    json_object_object_add(j, "jump_ratio", r->jump_layer >= 0 ? num(r->jump_ratio) : NULL);
+    json_object_object_add(j, "jump_ratio", r->jump_layer >= 0 ? golden_num(r->jump_ratio) : NULL);
     for (int64_t i = 0; i < r->n_pos; i++) {
         const struct compare_pos *p = &r->pos[i];
         struct json_object *q = json_object_new_object();
         json_object_object_add(q, "prompt", json_object_new_int(p->prompt));
         json_object_object_add(q, "t", json_object_new_int64(p->t));
-        json_object_object_add(q, "kl_ab", num(p->kl_ab));
-        json_object_object_add(q, "kl_ba", num(p->kl_ba));
+        json_object_object_add(q, "kl_ab", golden_num(p->kl_ab));
+        json_object_object_add(q, "kl_ba", golden_num(p->kl_ba));
         json_object_object_add(q, "rank", json_object_new_int(p->rank));
-        json_object_object_add(q, "regret", num(p->regret));
-        json_object_object_add(q, "max_abs", num(p->max_abs));
-        json_object_object_add(q, "nmse", num(p->nmse));
-        json_object_object_add(q, "cosine", num(p->cosine));
-        json_object_object_add(q, "p_top", num(p->p_top));
+        json_object_object_add(q, "regret", golden_num(p->regret));
+        json_object_object_add(q, "max_abs", golden_num(p->max_abs));
+        json_object_object_add(q, "nmse", golden_num(p->nmse));
+        json_object_object_add(q, "cosine", golden_num(p->cosine));
+        json_object_object_add(q, "p_top", golden_num(p->p_top));
         json_object_array_add(pos, q);
     }
     json_object_object_add(j, "positions", pos);
@@ -439,7 +448,7 @@ static struct json_object *card_json(const struct compare_result *r, const struc
     json_object_object_add(c, "kl_direction", json_object_new_string("kl_ab = KL(source||output)"));
     totals_json(c, r, false);
     for (int64_t i = 0; i < r->L; i++)
-        json_object_array_add(layers, num(r->layers[i].hidden.rel));
+        json_object_array_add(layers, golden_num(r->layers[i].hidden.rel));
     json_object_object_add(c, "layer_hidden_relative_error", layers);
     json_object_object_add(c, "jump_layer", r->jump_layer >= 0 ? json_object_new_int64(r->jump_layer) : NULL);
     return c;

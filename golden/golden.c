@@ -220,11 +220,20 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
     int64_t agree = 0, within[GOLDEN_TOPK] = {0};
     for (int64_t t = 0; t < T; t++) {
         const double *ref = g->logits + t * V;
+        if (golden_row_broken(got + t * V, V)) { /* a broken row: the worst value of every metric, never agreement */
+            m->nonfinite++;
+            m->max_abs = se = kl[t] = m->regret_max = (double)INFINITY;
+            m->regret_mean += (double)INFINITY;
+            dp2 += 1.0;
+            if (m->first_divergent < 0)
+                m->first_divergent = t;
+            continue;
+        }
         double row_max = 0.0;
         for (int64_t k = 0; k < V; k++) {
             double gv = (double)got[t * V + k], d = gv == ref[k] ? 0.0 : gv - ref[k];
             if (d != d)
-                d = HUGE_VAL; /* a NaN logit is infinitely wrong (fmax would drop it) */
+                d = HUGE_VAL; /* a NaN reference logit is infinitely wrong (fmax would drop it) */
             row_max = fmax(row_max, fabs(d));
             se += d * d;
             sr += ref[k] * ref[k];
@@ -239,7 +248,7 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
         for (int64_t k = 0; k < V; k++)
             if (lp[k] > -HUGE_VAL) /* p = 0 terms are 0, even where q = 0 too */
                 klt += exp(lp[k]) * (lp[k] - lq[k]);
-        kl[t] = klt != klt ? (double)INFINITY : fmax(klt, 0.0); /* NaN: the model's row is not a distribution */
+        kl[t] = klt != klt ? (double)INFINITY : fmax(klt, 0.0); /* NaN: the reference's row is not a distribution */
         int64_t a = golden_argmax(ref, V), b = golden_argmax(q, V);
         agree += a == b;
         int rank = golden_rank(q, V, a, GOLDEN_TOPK);
@@ -262,7 +271,7 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
     m->kld_mean = T ? kl_sum / (double)T : 0.0;
     m->kld_p99 = T ? kl[(int64_t)ceil(0.99 * (double)T) - 1] : 0.0; /* nearest rank */
     m->nmse = sr > 0 ? se / sr : 0.0;
-    m->cosine = sr > 0 && ng > 0 ? dot / sqrt(sr * ng) : 1.0;
+    m->cosine = m->nonfinite ? (double)NAN : sr > 0 && ng > 0 ? dot / sqrt(sr * ng) : 1.0;
     m->top1 = T ? (double)agree / (double)T : 1.0;
     m->rms_dp = T ? sqrt(dp2 / (double)T) : 0.0;
     m->regret_mean = T ? m->regret_mean / (double)T : 0.0;
@@ -280,9 +289,25 @@ static void fail_if(struct json_object *failures, const char *name, double value
         return;
     struct json_object *f = json_object_new_object();
     json_object_object_add(f, "metric", json_object_new_string(name));
-    json_object_object_add(f, "value", json_object_new_double(value));
+    json_object_object_add(f, "value", golden_num(value));
     json_object_object_add(f, "threshold", json_object_new_double(limit));
     json_object_array_add(failures, f);
+}
+
+bool golden_row_broken(const float *x, int64_t n)
+{
+    bool any = false;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i] || x[i] == INFINITY)
+            return true;
+        any |= x[i] > -INFINITY;
+    }
+    return !any;
+}
+
+struct json_object *golden_num(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no NaN or infinity */
 }
 
 static struct json_object *num_or_null(double v)
@@ -300,26 +325,28 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
     fail_if(f, "kld_p99", m->kld_p99, t->kld_p99, true);
     fail_if(f, "kld_max", m->kld_max, t->kld_max, true);
     fail_if(f, "top1", m->top1, t->top1_min, false);
+    fail_if(f, "nonfinite_positions", (double)m->nonfinite, 0.0, true);
     *pass = json_object_array_length(f) == 0;
     json_object_object_add(o, "schema", json_object_new_string("gempack.golden/1"));
     json_object_object_add(o, "verdict", json_object_new_string(*pass ? "pass" : "fail"));
     json_object_object_add(jm, "positions", json_object_new_int64(m->T));
     json_object_object_add(jm, "vocab", json_object_new_int64(m->V));
-    json_object_object_add(jm, "max_abs", json_object_new_double(m->max_abs));
-    json_object_object_add(jm, "nmse", json_object_new_double(m->nmse));
-    json_object_object_add(jm, "cosine", json_object_new_double(m->cosine));
-    json_object_object_add(jm, "kld_mean", json_object_new_double(m->kld_mean));
-    json_object_object_add(jm, "kld_p99", json_object_new_double(m->kld_p99));
-    json_object_object_add(jm, "kld_max", json_object_new_double(m->kld_max));
-    json_object_object_add(jm, "top1", json_object_new_double(m->top1));
-    json_object_object_add(jm, "rms_dp", json_object_new_double(m->rms_dp));
+    json_object_object_add(jm, "max_abs", golden_num(m->max_abs));
+    json_object_object_add(jm, "nmse", golden_num(m->nmse));
+    json_object_object_add(jm, "cosine", golden_num(m->cosine));
+    json_object_object_add(jm, "kld_mean", golden_num(m->kld_mean));
+    json_object_object_add(jm, "kld_p99", golden_num(m->kld_p99));
+    json_object_object_add(jm, "kld_max", golden_num(m->kld_max));
+    json_object_object_add(jm, "top1", golden_num(m->top1));
+    json_object_object_add(jm, "rms_dp", golden_num(m->rms_dp));
     json_object_object_add(jm, "first_divergent", json_object_new_int64(m->first_divergent));
+    json_object_object_add(jm, "nonfinite_positions", json_object_new_int64(m->nonfinite));
     struct json_object *topk = json_object_new_array();
     for (int k = 0; k < GOLDEN_TOPK; k++)
-        json_object_array_add(topk, json_object_new_double(m->topk[k]));
+        json_object_array_add(topk, golden_num(m->topk[k]));
     json_object_object_add(jm, "topk_agreement", topk);
-    json_object_object_add(jm, "regret_mean", json_object_new_double(m->regret_mean));
-    json_object_object_add(jm, "regret_max", json_object_new_double(m->regret_max));
+    json_object_object_add(jm, "regret_mean", golden_num(m->regret_mean));
+    json_object_object_add(jm, "regret_max", golden_num(m->regret_max));
     json_object_object_add(jm, "kl_direction", json_object_new_string("KL(golden || model): the golden is the reference"));
     json_object_object_add(o, "metrics", jm);
     for (size_t i = 0; i < sizeof threshold_keys / sizeof threshold_keys[0]; i++)

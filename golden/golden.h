@@ -51,6 +51,8 @@ struct golden_metrics {
     int64_t first_divergent;  /* first position whose top-1 differs or whose max |Δ| exceeds max_abs; -1 if none */
     double topk[GOLDEN_TOPK]; /* share of positions whose reference top token is among the model's K most likely */
     double regret_mean, regret_max; /* log p_ref of the reference's top token minus that of the model's top token */
+    int64_t nonfinite;        /* positions whose model logits are no distribution (golden_row_broken): each
+                               * the worst value of every metric */
     int64_t T, V;
 };
 
@@ -74,8 +76,16 @@ int golden_rank(const double *z, int64_t V, int64_t i, int cap);
 /* Compares model logits got[T, V] with the golden's. */
 void golden_compare(const struct golden *g, const float *got, struct golden_thresholds th, struct golden_metrics *m);
 
+/* True when a row of n logits is no distribution: a NaN or +inf in it, or
+ * every value -inf (-inf alone is a masked token, probability 0). */
+bool golden_row_broken(const float *x, int64_t n);
+
+/* v as a JSON number, or NULL (JSON null) when v is NaN or infinite. */
+struct json_object *golden_num(double v);
+
 /* Verdict object (schema gempack.golden/1): verdict, metrics, thresholds,
- * failures (a list of {metric, value, threshold}). *pass tells the verdict. */
+ * failures (a list of {metric, value, threshold}); positions with non-finite
+ * logits fail it whatever the thresholds. *pass tells the verdict. */
 struct json_object *golden_verdict(const struct golden_metrics *m, const struct golden_thresholds *t, bool *pass);
 
 /* A runner's progress after each layer (runner_opts.progress) told to

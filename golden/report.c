@@ -89,6 +89,11 @@ static void layers_svg(struct page *p, const struct compare_result *r)
     double lo = (double)INFINITY, hi = 0.0, h = 220.0;
     for (int64_t i = 0; i < r->L; i++) {
         const struct compare_err *e3[3] = {&r->layers[i].hidden, &r->layers[i].attn, &r->layers[i].mlp};
+        if (!isfinite(e3[0]->rel)) {
+            put(p, "<p style=\"color:" REPORT_FAIL "\">B's hidden state is not finite from layer %lld on: a broken "
+                   "model.</p>\n", (long long)i);
+            return;
+        }
         for (int k = 0; k < 3; k++)
             if (e3[k]->rel > 0 && isfinite(e3[k]->rel)) {
                 lo = fmin(lo, e3[k]->rel);

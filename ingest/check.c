@@ -346,13 +346,18 @@ static void unexpected(struct check_report *r, const struct tkey *k)
 
 int check_run(struct check_report *r, const char *dir, unsigned flags, struct err *e)
 {
-    memset(r, 0, sizeof *r);
-    if (!(r->dir = strdup(dir)))
-        return err_set(e, ERR_NOMEM, "cannot allocate a path");
+    memset(r, 0, sizeof *r); /* a source that fails to open stays in the report, for check_free */
     int rc = source_open(&r->src, dir, SRC_HEADERS | ((flags & CHECK_HEADERS_ONLY) ? SRC_TRUNCATED : 0), e);
-    if (rc != ERR_OK)
-        return rc;
-    rc = cfg_parse(&r->cfg, r->src.config_text, r->src.config_len, r->src.config_name, e);
+    struct source src = r->src;
+    return rc == ERR_OK ? check_source(r, &src, e) : rc;
+}
+
+int check_source(struct check_report *r, struct source *src, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    r->src = *src;
+    memset(src, 0, sizeof *src);
+    int rc = cfg_parse(&r->cfg, r->src.config_text, r->src.config_len, r->src.config_name, e);
     if (rc == ERR_CONFIG || rc == ERR_NOT_TARGET) {
         r->not_target = rc == ERR_NOT_TARGET;
         /* Each line of the message is one problem; keep going to read the headers. */
@@ -449,7 +454,6 @@ void check_free(struct check_report *r)
     free(r->index);
     cfg_free(&r->cfg);
     source_close(&r->src);
-    free(r->dir);
     memset(r, 0, sizeof *r);
 }
 
@@ -477,7 +481,7 @@ static int count_layers(const struct gp_config *c, enum layer_type t)
 void check_print_text(FILE *out, const struct check_report *r)
 {
     const struct gp_config *c = &r->cfg;
-    fprintf(out, "gempack check: %s\n", r->dir);
+    fprintf(out, "gempack check: %s\n", r->src.path);
     if (r->config_ok) {
         fprintf(out, "  config   %s%s: %lld layers (%d sliding, %d full), hidden %lld, vocab %lld", c->model_type,
                 c->nested ? " (text_config)" : "", (long long)c->n_layers, count_layers(c, LT_SLIDING),
@@ -496,6 +500,8 @@ void check_print_text(FILE *out, const struct check_report *r)
         fprintf(out, "  files    %zu shard%s%s, %zu tensors, %llu header bytes read\n", r->src.ck.n_shards,
                 r->src.ck.n_shards == 1 ? "" : "s", r->src.ck.indexed ? " via model.safetensors.index.json" : "",
                 r->src.ck.n_tensors, (unsigned long long)r->src.ck.bytes_read);
+        fprintf(out, "  values   not read: shapes, types and (transcoded sources) their small tensors only; convert, run "
+                     "and verify refuse a non-finite weight, scale or norm\n");
         fprintf(out, "  layout   %s (%s)%s\n", name_family_name(r->family), name_family_prefix(r->family),
                 r->config_ok && c->moe ? (r->experts_split ? ", experts split (MLX)" : ", experts fused (HF)") : "");
     }
@@ -575,7 +581,7 @@ struct json_object *check_to_json(const struct check_report *r)
     const struct gp_config *c = &r->cfg;
     struct json_object *o = json_object_new_object();
     json_object_object_add(o, "schema", json_object_new_string("gempack.check/1"));
-    json_object_object_add(o, "path", json_object_new_string(r->dir));
+    json_object_object_add(o, "path", json_object_new_string(r->src.path));
     json_object_object_add(o, "verdict", json_object_new_string(check_loadable(r) ? "loadable" : "not_loadable"));
     json_object_object_add(o, "loadable", json_object_new_boolean(check_loadable(r)));
     struct json_object *jc = NULL;
@@ -602,8 +608,11 @@ struct json_object *check_to_json(const struct check_report *r)
             struct json_object *s = json_object_new_object();
             json_object_object_add(s, "file", json_object_new_string(r->src.ck.shard_names[i]));
             json_object_object_add(s, "tensors", json_object_new_int64((int64_t)r->src.ck.shards[i].n_tensors));
-            json_object_object_add(s, "header_bytes", json_object_new_int64((int64_t)r->src.ck.shards[i].header_len));
-            json_object_object_add(s, "truncated", json_object_new_boolean(r->src.ck.shards[i].truncated));
+            bool file = i < r->src.ck.n_files; /* past them: what a transcoder made of them, no file of its own */
+            json_object_object_add(s, "transcoded", json_object_new_boolean(!file));
+            json_object_object_add(s, "header_bytes",
+                                   file ? json_object_new_int64((int64_t)r->src.ck.shards[i].header_len) : NULL);
+            json_object_object_add(s, "truncated", file ? json_object_new_boolean(r->src.ck.shards[i].truncated) : NULL);
             json_object_array_add(sh, s);
         }
         json_object_object_add(jf, "shards", sh);

@@ -1,8 +1,9 @@
 /* check.h - loadability check: does a checkpoint directory load as a Gemma 4
  * text model, and every reason why not.
  *
- * Reads config.json and safetensors HEADERS only. The expected text-model
- * tensor set comes from config semantics (core/layout.h); MLX-quantized
+ * check_run reads config.json and safetensors HEADERS only; check_source
+ * takes a source already open (ingest_open's). The expected text-model
+ * tensor set comes from config semantics (model/layout.h); MLX-quantized
  * modules are validated as triplets against their resolved bits and group
  * size; KV-shared layers' K/V are optional ("redundant; convert prunes
  * them"); tower, projector, clip-bound and rotary keys are listed as ignored.
@@ -44,7 +45,6 @@ struct check_group {
 };
 
 struct check_report {
-    char *dir;
     bool config_ok;
     bool not_target;                  /* config.json names an architecture gempack does not run */
     struct gp_config cfg;
@@ -69,6 +69,9 @@ enum check_flags { CHECK_HEADERS_ONLY = 1 };
  * malformed JSON, a corrupt safetensors header, a missing shard). The report
  * must be check_free'd in every case. */
 int check_run(struct check_report *r, const char *dir, unsigned flags, struct err *e);
+
+/* The same on an opened source, which the report takes (check_free closes it). */
+int check_source(struct check_report *r, struct source *src, struct err *e);
 
 bool check_loadable(const struct check_report *r);
 

@@ -22,7 +22,15 @@ struct scheme {
     struct json_object *targets;
     int bits;
     bool symmetric, channel, g_idx;
+    bool bad;                  /* a group gempack does not read (a problem names it) */
     uint64_t group;
+};
+
+/* A target string and the scheme it selects: the last config group that
+ * lists it (compressed-tensors' target_to_scheme). */
+struct target {
+    const char *t;
+    size_t sch;
 };
 
 struct ctx {
@@ -30,6 +38,8 @@ struct ctx {
     unsigned flags;
     struct scheme *sch;
     size_t n_sch;
+    struct target *tg;         /* exact names first, then regexes, each in byte order (utils/match.py) */
+    size_t n_tg;
     struct json_object *ignore;
     struct tshard mem, *views; /* views[i]: codes of file shard i */
     struct qrec *q;
@@ -50,27 +60,164 @@ struct mod {
                                 * width other than 4 or 8, columns reordered across groups) */
 };
 
-static bool name_match(const char *target, const char *module)
+/* Python's `re` syntax (what compressed-tensors matches `re:` targets with)
+ * as POSIX ERE, for the subset targets use: literals and escapes, `.`,
+ * `\\d \\w \\s` and their negations, sets, groups (`(?:` too), `|`, greedy
+ * and lazy repeats (laziness cannot change whether re.match matches), `^`
+ * and `$`. NULL, with *why, for anything else (look-arounds, backreferences,
+ * `\\b`, flags): such a target matches nothing and is a problem. */
+static char *py_to_ere(const char *py, const char **why)
 {
-    if (!strncmp(target, "re:", 3)) {
-        char pat[512];
-        regex_t re;
-        snprintf(pat, sizeof pat, "^(%s)", target + 3); /* Python's re.match: anchored at the start */
-        if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) != 0)
-            return false;
-        bool m = regexec(&re, module, 0, NULL, 0) == 0;
-        regfree(&re);
-        return m;
+    static const char *const cls[] = {['d'] = "0-9", ['w'] = "0-9A-Za-z_", ['s'] = " \t\n\r\f\v"};
+    size_t n = strlen(py), o = 0;
+    char *out = malloc(16 * n + 3);
+    if (!out) {
+        *why = "out of memory";
+        return NULL;
     }
-    /* a class name ("Linear") matches every quantized module */
-    return !strcmp(target, module) || (!strchr(target, '.') && target[0] >= 'A' && target[0] <= 'Z');
+    out[o++] = '^';
+    out[o++] = '(';
+    for (size_t i = 0; i < n; i++) {
+        char ch = py[i];
+        if (ch == '\\' && i + 1 < n) {
+            char x = py[++i], lo = (char)(x | 0x20);
+            if ((lo == 'd' || lo == 'w' || lo == 's') && lo != x) /* \D \W \S */
+                o += (size_t)sprintf(out + o, "[^%s]", cls[(unsigned char)lo]);
+            else if (lo == 'd' || lo == 'w' || lo == 's')
+                o += (size_t)sprintf(out + o, "[%s]", cls[(unsigned char)lo]);
+            else if ((x >= '0' && x <= '9') || (x >= 'A' && x <= 'Z') || (x >= 'a' && x <= 'z')) {
+                *why = "an escape other than \\d \\w \\s \\D \\W \\S";
+                free(out);
+                return NULL;
+            } else
+                o += (size_t)sprintf(out + o, strchr(".[](){}*+?|^$\\", x) ? "\\%c" : "%c", x);
+        } else if (ch == '[') { /* a set: its members, then ERE's order (] first, [ and - last) */
+            bool neg = py[i + 1] == '^', has[256] = {false};
+            size_t j = i + 1 + neg;
+            char ranges[1024];
+            size_t nr = 0;
+            for (bool first = true; j < n && (py[j] != ']' || first); first = false) {
+                unsigned char a = (unsigned char)py[j++];
+                if (a == '\\' && j < n) {
+                    char x = py[j++], lo = (char)(x | 0x20);
+                    if ((lo == 'd' || lo == 'w' || lo == 's') && lo == x) {
+                        for (const char *c2 = cls[(unsigned char)lo]; *c2; c2++)
+                            if (c2[1] == '-' && c2[2])
+                                nr += (size_t)snprintf(ranges + nr, sizeof ranges - nr, "%c-%c", c2[0], c2[2]), c2 += 2;
+                            else
+                                has[(unsigned char)*c2] = true;
+                        continue;
+                    }
+                    if ((x >= '0' && x <= '9') || (x >= 'A' && x <= 'Z') || (x >= 'a' && x <= 'z')) {
+                        *why = "an escape in a set other than \\d \\w \\s";
+                        free(out);
+                        return NULL;
+                    }
+                    a = (unsigned char)x;
+                }
+                if (j + 1 < n && py[j] == '-' && py[j + 1] != ']') { /* a range a-b of plain characters */
+                    unsigned char b = (unsigned char)py[j + 1];
+                    if (strchr("[]-^\\", a) || strchr("[]-^\\", b) || b < a || nr + 4 > sizeof ranges) {
+                        *why = "a set range that is not plain characters in order";
+                        free(out);
+                        return NULL;
+                    }
+                    nr += (size_t)snprintf(ranges + nr, sizeof ranges - nr, "%c-%c", a, b);
+                    j += 2;
+                } else
+                    has[a] = true;
+            }
+            if (j >= n) {
+                *why = "a set without its ]";
+                free(out);
+                return NULL;
+            }
+            size_t open = o; /* the set in ERE: ] first, ^ not first, [ and - last */
+            out[o++] = '[';
+            if (neg)
+                out[o++] = '^';
+            if (has[']'])
+                out[o++] = ']';
+            for (int c2 = 1; c2 < 256; c2++)
+                if (has[c2] && !strchr("[]-^", c2))
+                    out[o++] = (char)c2;
+            memcpy(out + o, ranges, nr);
+            o += nr;
+            if (has['['])
+                out[o++] = '[';
+            if (has['^'] && o == open + 1 && !has['-']) /* [\^] alone: ^ as a literal */
+                o = open, out[o++] = '\\', out[o++] = '^';
+            else {
+                if (has['^'] && o == open + 1) /* ^ must not come first: -^ */
+                    out[o++] = '-', has['-'] = false;
+                if (has['^'])
+                    out[o++] = '^';
+                if (has['-'])
+                    out[o++] = '-';
+                out[o++] = ']';
+            }
+            i = j;
+        } else if (ch == '(' && py[i + 1] == '?') {
+            if (py[i + 2] != ':') {
+                *why = "a group of the (?...) kinds other than (?:";
+                free(out);
+                return NULL;
+            }
+            out[o++] = '(';
+            i += 2;
+        } else if (ch == '?' && i > 0 && strchr("*+?}", py[i - 1]) && (i < 2 || py[i - 2] != '\\')) {
+            /* lazy: whether re.match matches does not depend on it */
+        } else if (ch == '{') { /* a repeat {m}, {m,}, {m,n}; any other { is a literal in Python */
+            size_t j = i + 1;
+            while (j < n && ((py[j] >= '0' && py[j] <= '9') || py[j] == ','))
+                j++;
+            bool rep = j < n && py[j] == '}' && j > i + 1 && py[i + 1] != ',';
+            out[o++] = rep ? '{' : '\\';
+            if (!rep)
+                out[o++] = '{';
+        } else
+            out[o++] = ch;
+    }
+    out[o++] = ')';
+    out[o] = 0;
+    return out;
+}
+
+/* (transcode.h) A target gempack cannot read matches nothing (pattern_readable reports it). */
+bool ct_py_match(const char *pattern, const char *module)
+{
+    const char *why;
+    char *ere = py_to_ere(pattern, &why);
+    regex_t re;
+    bool m = ere && regcomp(&re, ere, REG_EXTENDED | REG_NOSUB) == 0;
+    if (m) {
+        m = regexec(&re, module, 0, NULL, 0) == 0;
+        regfree(&re);
+    }
+    free(ere);
+    return m;
+}
+
+/* How a target selects a module: 1 by its name (exact, or a `re:` regex), 2
+ * by its class (a quantized module is a torch Linear, whose classes are
+ * Linear and Module), 0 not at all (utils/match.py's _match_name, _match_class). */
+static int target_match(const char *target, const char *module)
+{
+    if (!strncmp(target, "re:", 3))
+        return ct_py_match(target + 3, module) ? 1 : 0;
+    return !strcmp(target, module) ? 1 : !strcmp(target, "Linear") || !strcmp(target, "Module") ? 2 : 0;
+}
+
+static size_t arr_len(struct json_object *o)
+{
+    return json_object_get_type(o) == json_type_array ? json_object_array_length(o) : 0;
 }
 
 static bool list_match(struct json_object *list, const char *module)
 {
-    for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+    for (size_t i = 0; i < arr_len(list); i++) {
         struct json_object *v = json_object_array_get_idx(list, i);
-        if (json_object_get_type(v) == json_type_string && name_match(json_object_get_string(v), module))
+        if (json_object_get_type(v) == json_type_string && target_match(json_object_get_string(v), module))
             return true;
     }
     return false;
@@ -125,10 +272,11 @@ static void read_schemes(struct ctx *c, struct json_object *q)
         return;
     json_object_object_foreach(groups, name, g)
     {
-        struct scheme *k = &c->sch[c->n_sch];
+        struct scheme *k = &c->sch[c->n_sch++];
         struct json_object *w = get(g, "weights"), *v;
         k->name = name;
         k->targets = get(g, "targets");
+        k->bad = true; /* until read whole */
         const char *gfmt = json_object_get_string(get(g, "format"));
         if (mixed && gfmt && strcmp(gfmt, "pack-quantized")) {
             src_problem(s, "config_groups.%s.format: \"%s\", expected \"pack-quantized\"", name, gfmt);
@@ -144,6 +292,10 @@ static void read_schemes(struct ctx *c, struct json_object *q)
         uint64_t bits = 8, gsz = 0;
         if (!w || (type && strcmp(type, "int")) || ((v = get(w, "num_bits")) && !jsonx_u64(v, &bits))) {
             src_problem(s, "config_groups.%s.weights: expected int weights with num_bits", name);
+            continue;
+        }
+        if (bits < 1 || bits > 8) {
+            src_problem(s, "config_groups.%s.weights.num_bits: %s, expected 1..8", name, json_object_to_json_string(v));
             continue;
         }
         const char *strategy = json_object_get_string(get(w, "strategy"));
@@ -166,8 +318,69 @@ static void read_schemes(struct ctx *c, struct json_object *q)
         k->g_idx = act && (!strcmp(act, "group") || !strcmp(act, "dynamic"));
         k->bits = (int)bits;
         k->group = gsz;
-        c->n_sch++;
+        k->bad = false;
     }
+}
+
+/* A `re:` pattern gempack cannot read is a problem (it would match nothing). */
+static void pattern_readable(struct ctx *c, const char *where, const char *t)
+{
+    const char *why;
+    char *ere = t && !strncmp(t, "re:", 3) ? py_to_ere(t + 3, &why) : NULL;
+    if (t && !strncmp(t, "re:", 3) && !ere)
+        src_problem(c->s, "%s \"%s\": %s (gempack reads the part of Python's re that targets use)", where, t, why);
+    free(ere);
+}
+
+static int cmp_target(const void *a, const void *b)
+{
+    const struct target *x = a, *y = b;
+    int rx = !strncmp(x->t, "re:", 3), ry = !strncmp(y->t, "re:", 3);
+    return rx != ry ? rx - ry : strcmp(x->t, y->t);
+}
+
+/* Every target of every group, the last group listing it owning it, in
+ * the order compressed-tensors tries them; a `re:` target or ignore entry
+ * gempack cannot read is a problem. */
+static void order_targets(struct ctx *c)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < c->n_sch; i++)
+        cap += arr_len(c->sch[i].targets);
+    c->tg = calloc(cap + 1, sizeof *c->tg);
+    for (size_t i = 0; c->tg && i < c->n_sch; i++)
+        for (size_t j = 0; j < arr_len(c->sch[i].targets); j++) {
+            const char *t = json_object_get_string(json_object_array_get_idx(c->sch[i].targets, j));
+            size_t k = 0;
+            if (!t || json_object_get_type(json_object_array_get_idx(c->sch[i].targets, j)) != json_type_string)
+                continue;
+            while (k < c->n_tg && strcmp(c->tg[k].t, t))
+                k++;
+            c->tg[k] = (struct target){t, i};
+            c->n_tg += k == c->n_tg;
+        }
+    if (c->tg)
+        qsort(c->tg, c->n_tg, sizeof *c->tg, cmp_target);
+    for (size_t i = 0; i < c->n_tg; i++)
+        pattern_readable(c, "quantization_config: target", c->tg[i].t);
+    for (size_t j = 0; j < arr_len(c->ignore); j++)
+        pattern_readable(c, "quantization_config.ignore:", json_object_get_string(json_object_array_get_idx(c->ignore, j)));
+}
+
+/* The scheme compressed-tensors applies to a module (apply.py: the first
+ * target matching its name, exact before regex, else the first matching its
+ * class), or NULL. */
+static const struct scheme *scheme_of(const struct ctx *c, const char *module)
+{
+    const struct target *by_class = NULL;
+    for (size_t i = 0; i < c->n_tg; i++) {
+        int m = target_match(c->tg[i].t, module);
+        if (m == 1)
+            return &c->sch[c->tg[i].sch];
+        if (m == 2 && !by_class)
+            by_class = &c->tg[i];
+    }
+    return by_class ? &c->sch[by_class->sch] : NULL;
 }
 
 /* The tensor <m>.<part>, or NULL. */
@@ -184,7 +397,7 @@ static const uint8_t *data_of(const struct source *s, const struct ckpt_tensor *
     return st_data(&s->ck.shards[t->shard], t->t, &p, NULL) == ERR_OK ? p : NULL;
 }
 
-/* What a module's tensors say: bits, groups, the logical [out, in]. */
+/* What a module's tensors say: groups, the logical [out, in]. */
 static bool describe(struct ctx *c, struct mod *m)
 {
     struct source *s = c->s;
@@ -217,15 +430,6 @@ static bool describe(struct ctx *c, struct mod *m)
     }
     m->out = (uint64_t)o;
     m->in = (uint64_t)i;
-    m->bits = 0; /* the width whose packed rows take this many words (compressed-tensors packs 1..8 bits densely) */
-    for (int b = 8; b >= 1; b--)
-        if (pk->shape[1] == (m->in * (uint64_t)b + 31) / 32)
-            m->bits = b;
-    if (!m->bits) {
-        src_problem(s, "%s.weight_packed: %llu words per row for %llu inputs: no width of 1 to 8 bits", m->name,
-                    (unsigned long long)pk->shape[1], (unsigned long long)m->in);
-        return false;
-    }
     if (!dtype_is_weight_float(sc->dtype) || sc->rank != 2 || sc->shape[0] != m->out || !sc->shape[1] ||
         m->in % sc->shape[1]) {
         src_problem(s, "%s.weight_scale: %s rank %d, expected a float [%llu, groups] dividing %llu inputs", m->name,
@@ -235,44 +439,67 @@ static bool describe(struct ctx *c, struct mod *m)
     m->channel = sc->shape[1] == 1;
     m->group = m->in / sc->shape[1];
     m->gs = affine_group_for(m->group);
-    const struct st_tensor *z = m->zp ? m->zp->t : NULL, *g = m->gidx ? m->gidx->t : NULL;
-    uint64_t zrows = (m->out * (uint64_t)m->bits + 31) / 32;
-    if (z && ((z->dtype != DT_I32 && z->dtype != DT_U32) || z->rank != 2 || z->shape[0] != zrows ||
-              z->shape[1] != sc->shape[1])) {
-        src_problem(s, "%s.weight_zero_point: %s rank %d, expected I32 [%llu, %llu] (packed down the rows)", m->name,
-                    dtype_name(z->dtype), z->rank, (unsigned long long)zrows, (unsigned long long)sc->shape[1]);
-        return false;
-    }
+    const struct st_tensor *g = m->gidx ? m->gidx->t : NULL;
     if (g && ((g->dtype != DT_I32 && g->dtype != DT_I64) || g->rank != 1 || g->shape[0] != m->in)) {
         src_problem(s, "%s.weight_g_idx: %s rank %d, expected I32 [%llu]", m->name, dtype_name(g->dtype), g->rank,
                     (unsigned long long)m->in);
         return false;
     }
+    const uint8_t *gd = g ? data_of(s, m->gidx) : NULL; /* small: check reads it too */
+    for (uint64_t col = 0; gd && col < m->in; col++) {
+        int64_t v = g->dtype == DT_I32 ? (int32_t)rd_u32le(gd + 4 * col) : (int64_t)rd_u64le(gd + 8 * col);
+        if (v < 0 || (uint64_t)v >= m->in / m->group) {
+            src_problem(s, "%s.weight_g_idx[%llu] = %lld: not a group (0..%llu)", m->name, (unsigned long long)col,
+                        (long long)v, (unsigned long long)(m->in / m->group - 1));
+            return false;
+        }
+    }
     return true;
 }
 
-/* A scheme of the config that targets the module and agrees with its tensors. */
-static bool scheme_agrees(struct ctx *c, const struct mod *m)
+/* The scheme compressed-tensors applies to the module (not ignored; the
+ * most specific target), which its tensors must agree with: num_bits packs
+ * its inputs into weight_packed's words, strategy and group give its scales,
+ * symmetry its zero points, actorder its g_idx. The width is the config's. */
+static bool scheme_agrees(struct ctx *c, struct mod *m)
 {
     struct source *s = c->s;
     if (list_match(c->ignore, m->name)) {
         src_problem(s, "%s: quantized, but quantization_config.ignore keeps it dense", m->name);
         return false;
     }
-    bool targeted = false;
-    for (size_t i = 0; i < c->n_sch; i++) {
-        const struct scheme *k = &c->sch[i];
-        if (!list_match(k->targets, m->name))
-            continue;
-        targeted = true;
-        if (k->bits == m->bits && k->symmetric == !m->zp && k->g_idx == !!m->gidx &&
-            (k->channel ? m->channel : k->group == m->group))
-            return true;
+    const struct scheme *k = scheme_of(c, m->name);
+    if (!k) {
+        src_problem(s, "%s: quantized, but no config group targets it", m->name);
+        return false;
     }
-    src_problem(s, "%s: int%d %s%llu %s in its tensors, %s", m->name, m->bits, m->channel ? "channel (group " : "group ",
-                (unsigned long long)m->group, m->zp ? "asymmetric" : "symmetric",
-                targeted ? "but no config group targeting it says so" : "and no config group targets it");
-    return false;
+    if (k->bad) {
+        src_problem(s, "%s: quantized, but config group %s, which targets it, is not one gempack reads", m->name,
+                    k->name);
+        return false;
+    }
+    const struct st_tensor *pk = m->packed->t, *z = m->zp ? m->zp->t : NULL;
+    if (pk->shape[1] != (m->in * (uint64_t)k->bits + 31) / 32) {
+        src_problem(s, "%s.weight_packed: %llu words per row, but num_bits %d (config_groups.%s) packs %llu inputs in "
+                       "%llu", m->name, (unsigned long long)pk->shape[1], k->bits, k->name, (unsigned long long)m->in,
+                    (unsigned long long)((m->in * (uint64_t)k->bits + 31) / 32));
+        return false;
+    }
+    m->bits = k->bits;
+    uint64_t zrows = (m->out * (uint64_t)m->bits + 31) / 32;
+    if (z && ((z->dtype != DT_I32 && z->dtype != DT_U32) || z->rank != 2 || z->shape[0] != zrows ||
+              z->shape[1] != m->in / m->group)) {
+        src_problem(s, "%s.weight_zero_point: %s rank %d, expected I32 [%llu, %llu] (packed down the rows)", m->name,
+                    dtype_name(z->dtype), z->rank, (unsigned long long)zrows, (unsigned long long)(m->in / m->group));
+        return false;
+    }
+    if (k->symmetric != !m->zp || k->g_idx != !!m->gidx || (k->channel ? !m->channel : k->group != m->group)) {
+        src_problem(s, "%s: int%d %s%llu %s in its tensors, but config group %s, which targets it, says otherwise",
+                    m->name, m->bits, m->channel ? "channel, group " : "group ", (unsigned long long)m->group,
+                    m->zp ? "asymmetric" : "symmetric", k->name);
+        return false;
+    }
+    return true;
 }
 
 /* The value of code u in CT group g of row r: (u − shift)·scale. */
@@ -434,11 +661,8 @@ static int dense_module(struct ctx *c, const struct mod *m, struct err *e)
             uint64_t g = !gi ? col / m->group
                        : m->gidx->t->dtype == DT_I32 ? (uint64_t)(uint32_t)rd_u32le(gi + 4 * col)
                                                      : rd_u64le(gi + 8 * col);
-            if (g >= m->in / m->group) {
-                src_problem(s, "%s.weight_g_idx[%llu] = %llu: not a group", m->name, (unsigned long long)col,
-                            (unsigned long long)g);
-                return ERR_OK;
-            }
+            if (g >= m->in / m->group) /* describe() refused it already: never read past the scales */
+                return err_set(e, ERR_FORMAT, "%s.weight_g_idx[%llu]: not a group", m->name, (unsigned long long)col);
             double scale, shift;
             group_params(m, sc, zp, r, g, &scale, &shift);
             double want = scale * ((double)u - shift);
@@ -671,6 +895,7 @@ int ct_open(struct source *s, struct json_object *root, unsigned flags, struct e
         q = get(get(root, "text_config"), "quantization_config");
     c.ignore = get(q, "ignore");
     read_schemes(&c, q);
+    order_targets(&c);
     c.mem.data = !(flags & SRC_HEADERS);
     size_t nf = s->ck.n_files;
     c.views = calloc(nf ? nf : 1, sizeof *c.views);
@@ -708,5 +933,6 @@ int ct_open(struct source *s, struct json_object *root, unsigned flags, struct e
     free(c.drop);
     free(c.q);
     free(c.sch);
+    free(c.tg);
     return rc;
 }

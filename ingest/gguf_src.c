@@ -253,6 +253,12 @@ static int build_config(struct gctx *c, struct err *e)
         (rc = gguf_get_f64(g, KEY("rope.freq_base_swa"), false, &found, &th_swa, e)) ||
         (rc = gguf_get_f64(g, KEY("final_logit_softcapping"), true, &has_cap, &cap, e)))
         return err_prefix(e, "%s", s->path);
+    const char *fk[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.freq_base_swa",
+                        "final_logit_softcapping"};
+    const double fv[] = {eps, th, th_swa, has_cap ? cap : 0.0};
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(fv[i]))
+            return err_set(e, ERR_CONFIG, "%s: gemma4.%s is %g: expected a finite number", s->path, fk[i], fv[i]);
     if (L < 1 || L > 4096)
         return err_set(e, ERR_CONFIG, "%s: gemma4.block_count %llu, expected 1..4096", s->path, (unsigned long long)L);
     c->n_layers = (int64_t)L;

@@ -4,7 +4,6 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/checkpoint.h"
 #include "core/fileio.h"
@@ -14,6 +13,7 @@
 #include "core/pack.h"
 #include "core/qmode.h"
 #include "core/safetensors.h"
+#include "ingest/source.h"
 
 static struct json_object *tensor_json(const struct st_tensor *t, const char *file)
 {
@@ -111,17 +111,6 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
 }
 
 /* True when the file starts with `magic`. */
-static bool has_magic(const char *path, const char *magic, size_t len)
-{
-    char buf[8] = {0};
-    int fd;
-    if (len > sizeof buf || fio_open_read(path, 0, &fd, NULL, NULL) != ERR_OK)
-        return false;
-    bool yes = fio_pread_all(fd, buf, len, 0, path, NULL) == ERR_OK && !memcmp(buf, magic, len);
-    close(fd);
-    return yes;
-}
-
 #define INSPECT_META_MAX (1u << 20)
 
 /* An .npz: every member read once (CRC and size checked), with dtype and
@@ -264,14 +253,14 @@ static int inspect_gguf(const char *path, FILE *out, struct json_object **jo, st
 int inspect_path(const char *path, FILE *out, struct json_object **jo, struct err *e)
 {
     *jo = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0)
+    enum input_kind kind = input_kind(path);
+    if (kind == IN_MISSING)
         return err_set(e, ERR_IO, "%s: no such file or directory", path);
-    if (S_ISREG(st.st_mode) && has_magic(path, PACK_MAGIC, 8))
+    if (kind == IN_PACK)
         return inspect_pack(path, out, jo, e);
-    if (S_ISREG(st.st_mode) && has_magic(path, "PK\x03\x04", 4))
+    if (kind == IN_NPZ)
         return inspect_npz(path, out, jo, e);
-    if (S_ISREG(st.st_mode) && has_magic(path, "GGUF", 4))
+    if (kind == IN_GGUF)
         return inspect_gguf(path, out, jo, e);
     struct ckpt ck = {0};
     struct st_file one = {0};
@@ -279,7 +268,7 @@ int inspect_path(const char *path, FILE *out, struct json_object **jo, struct er
     const char *const *names;
     const char *single_name[1] = {path};
     size_t n_files;
-    bool dir = S_ISDIR(st.st_mode);
+    bool dir = kind == IN_DIR;
     if (dir) {
         int rc = ckpt_open(&ck, path, ST_HEADER_ONLY | ST_ALLOW_TRUNCATED, e);
         if (rc != ERR_OK)

@@ -46,25 +46,15 @@ static const struct ckpt_tensor *lookup(const struct ckpt *ck, enum name_family 
     return ckpt_find(ck, key);
 }
 
-/* Canonical name of an MLX split-expert module: drop "switch_glu.". */
-static void canonical_module(const char *module, char *out, size_t len)
-{
-    const char *sg = strstr(module, "experts.switch_glu.");
-    if (sg)
-        snprintf(out, len, "%.*sexperts.%s", (int)(sg - module), module, sg + strlen("experts.switch_glu."));
-    else
-        snprintf(out, len, "%s", module);
-}
-
-static struct norm_tensor *add_tensor(struct normalized *n, const struct layout_entry *le, const char *canon_module,
-                                      const char *canon_name, const struct ckpt_tensor *w)
+/* The canonical tensor of entry le (of the canonical form). */
+static struct norm_tensor *add_tensor(struct normalized *n, const struct layout_entry *le, const struct ckpt_tensor *w)
 {
     struct norm_tensor *t = &n->t[n->n++];
     memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", canon_name);
-    snprintf(t->module, sizeof t->module, "%s", canon_module);
+    snprintf(t->name, sizeof t->name, "%s", le->name);
+    snprintf(t->module, sizeof t->module, "%s", le->module);
     t->layer = le->layer;
-    t->router = le->router;
+    t->router = le->flags & TR_ROUTER;
     t->rank = le->rank;
     memcpy(t->shape, le->shape, sizeof t->shape);
     t->w = w;
@@ -140,7 +130,8 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
         free(le);
         return err_set(e, ERR_NOMEM, "cannot allocate %zu tensors", 2 * n_le);
     }
-    char key[320], rel[NORM_NAME_MAX + 16], canon[NORM_NAME_MAX];
+    char key[320], rel[NORM_NAME_MAX + 16];
+    struct layout_entry C;
     const char *prefix = name_family_prefix(n->family);
     for (size_t i = 0; i < n_le && rc == ERR_OK; i++) {
         const struct layout_entry *L = &le[i];
@@ -164,32 +155,21 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
             rc = err_set(e, ERR_FORMAT, "%s: tensor %s missing (run gempack check for the full report)", ck->dir, key);
             break;
         }
-        if (strstr(L->name, ".experts.gate_up_proj")) {
+        if (L->kind == TK_EX_GATE_UP_HF) {
             /* [E, 2M, H] -> gate [E, M, H] (rows 0..M-1) and up [E, M, H] (rows M..2M-1) */
             for (int half = 1; half <= 2; half++) {
-                struct layout_entry h = *L;
-                h.shape[1] /= 2;
-                snprintf(canon, sizeof canon, "layers.%d.experts.%s_proj", L->layer, half == 1 ? "gate" : "up");
-                snprintf(rel, sizeof rel, "%s.weight", canon);
-                add_tensor(n, &h, canon, rel, w)->split = half;
+                layout_entry(c, half == 1 ? TK_EX_GATE : TK_EX_UP, L->layer, &C);
+                add_tensor(n, &C, w)->split = half;
             }
             rc = log_add(n, e, w->name, "split",
                          "fused gate_up_proj [E, 2M, H] -> experts.gate_proj and experts.up_proj [E, M, H]");
             continue;
         }
-        if (strstr(L->name, ".experts.down_proj") && !L->module[0]) {
-            snprintf(canon, sizeof canon, "layers.%d.experts.down_proj", L->layer);
-            snprintf(rel, sizeof rel, "%s.weight", canon);
-            add_tensor(n, L, canon, rel, w);
-            rc = log_add(n, e, w->name, "renamed", "HF experts.down_proj -> %s", rel);
-            continue;
-        }
-        canonical_module(L->module, canon, sizeof canon);
-        if (L->module[0])
-            snprintf(rel, sizeof rel, "%s.weight", canon);
+        if (L->flags & (TR_HF | TR_MLX)) /* an expert tensor renamed */
+            layout_entry(c, tensor_table[L->kind].canon, L->layer, &C);
         else
-            snprintf(rel, sizeof rel, "%s", L->name);
-        struct norm_tensor *t = add_tensor(n, L, L->module[0] ? canon : "", rel, w);
+            C = *L;
+        struct norm_tensor *t = add_tensor(n, &C, w);
         if (s) {
             snprintf(key, sizeof key, "%s%s", prefix, L->module);
             t->q = cfg_quant_lookup(&c->quant, key, NULL);
@@ -201,8 +181,10 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
                 break;
             }
         }
-        if (strstr(L->module, "switch_glu"))
-            rc = log_add(n, e, w->name, "renamed", "MLX experts.switch_glu.* -> %s", canon);
+        if (L->flags & TR_HF)
+            rc = log_add(n, e, w->name, "renamed", "HF experts.down_proj -> %s", C.name);
+        else if (L->flags & TR_MLX)
+            rc = log_add(n, e, w->name, "renamed", "MLX experts.switch_glu.* -> %s", C.module);
     }
     free(le);
     if (rc == ERR_OK && lm_head && (rc = check_lm_head(ck, lm_head, &n->t[0], e)) == ERR_OK)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/bytes.h"
 #include "model/config.h"
@@ -227,13 +228,52 @@ static int open_dir(struct source *s, const char *dir, unsigned flags, struct er
     return rc;
 }
 
+enum input_kind input_kind(const char *path)
+{
+    struct stat st;
+    char magic[8] = {0};
+    int fd;
+    if (stat(path, &st) != 0)
+        return IN_MISSING;
+    if (S_ISDIR(st.st_mode))
+        return IN_DIR;
+    if (!S_ISREG(st.st_mode) || fio_open_read(path, 0, &fd, NULL, NULL) != ERR_OK)
+        return IN_OTHER;
+    bool read = pread(fd, magic, sizeof magic, 0) >= 4; /* a shorter file keeps zeros, which no magic holds */
+    close(fd);
+    return !read ? IN_OTHER : !memcmp(magic, "GGUF", 4) ? IN_GGUF : !memcmp(magic, PACK_MAGIC, 8) ? IN_PACK
+         : !memcmp(magic, "PK\x03\x04", 4) ? IN_NPZ : IN_OTHER;
+}
+
+/* A pack: validated by core/pack.c; its config is the manifest's model.config. */
+static int open_pack(struct source *s, const char *path, struct err *e)
+{
+    s->kind = SRC_PACK;
+    int rc = pack_open(&s->pack, path, e);
+    if (rc != ERR_OK)
+        return rc;
+    struct json_object *model, *cfg, *rt, *v;
+    if (!json_object_object_get_ex(s->pack.manifest, "model", &model) ||
+        !json_object_object_get_ex(model, "config", &cfg) || json_object_get_type(cfg) != json_type_object)
+        return err_set(e, ERR_FORMAT, "%s: manifest has no model.config object", path);
+    if (json_object_object_get_ex(s->pack.manifest, "runtime", &rt) &&
+        json_object_object_get_ex(rt, "kv_skip_last_full_attention", &v) && json_object_get_type(v) == json_type_boolean)
+        s->kv_skip_last_full = json_object_get_boolean(v);
+    if (!(s->config_text = strdup(json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PLAIN))) ||
+        asprintf(&s->config_name, "%s: manifest model.config", path) < 0)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    s->config_len = strlen(s->config_text);
+    return ERR_OK;
+}
+
 int source_open(struct source *s, const char *path, unsigned flags, struct err *e)
 {
     memset(s, 0, sizeof *s);
+    s->kv_skip_last_full = true;
     if (!(s->path = strdup(path)))
         return err_set(e, ERR_NOMEM, "out of memory");
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && gguf_is_gguf(path)) {
+    enum input_kind k = input_kind(path);
+    if (k == IN_GGUF) {
         s->kind = SRC_GGUF;
         if (!(s->config_name = strdup(path)))
             return err_set(e, ERR_NOMEM, "out of memory");
@@ -242,6 +282,8 @@ int source_open(struct source *s, const char *path, unsigned flags, struct err *
             rc = ckpt_init_empty(&s->ck, path, e);
         return rc == ERR_OK ? gguf_src_open(s, flags, e) : rc;
     }
+    if (k != IN_DIR && (flags & SRC_PACK_ANY))
+        return k == IN_MISSING ? err_set(e, ERR_IO, "%s: no such file or directory", path) : open_pack(s, path, e);
     int rc = fio_check_dir(path, e);
     return rc == ERR_OK ? open_dir(s, path, flags, e) : rc;
 }
@@ -252,6 +294,7 @@ void source_close(struct source *s)
         return;
     ckpt_close(&s->ck);
     gguf_close(&s->gguf);
+    pack_close(&s->pack);
     free(s->mem);
     free(s->mods);
     for (size_t i = 0; i < s->n_problems; i++)

@@ -1,6 +1,6 @@
-/* source.h - a checkpoint as gempack reads it (INPUTS.md §7): a directory
+/* source.h - an input as gempack reads it (INPUTS.md §7): a directory
  * of safetensors in any HF or MLX layout, a compressed-tensors
- * "pack-quantized" directory, or a GGUF file.
+ * "pack-quantized" directory, a GGUF file, or (for run) a .gpk pack.
  *
  * The last two are transcoded into gempack's own form, an MLX affine
  * checkpoint: codes are shared with the file where their bits already agree
@@ -20,12 +20,19 @@
 #include "core/checkpoint.h"
 #include "core/err.h"
 #include "core/gguf.h"
+#include "core/pack.h"
 
-enum source_kind { SRC_SAFETENSORS, SRC_CT, SRC_GGUF };
+/* What a path is, by stat and a regular file's magic: the one place an
+ * input's kind is decided (source_open, inspect). */
+enum input_kind { IN_MISSING, IN_DIR, IN_GGUF, IN_PACK, IN_NPZ, IN_OTHER };
+enum input_kind input_kind(const char *path);
+
+enum source_kind { SRC_SAFETENSORS, SRC_CT, SRC_GGUF, SRC_PACK };
 
 enum source_flags {
     SRC_HEADERS = 1,   /* shapes and config only: nothing is transcoded or verified */
     SRC_TRUNCATED = 2, /* with SRC_HEADERS: safetensors shards may hold only their headers */
+    SRC_PACK_ANY = 4,  /* a path that is neither a directory nor a GGUF file is opened as a pack */
 };
 
 /* How one quantized module of a CT or GGUF source became MLX affine. */
@@ -41,12 +48,14 @@ struct source_module {
 
 struct source {
     enum source_kind kind;
-    char *path;                /* the directory or the .gguf file */
-    char *config_name;         /* DIR/config.json, or FILE.gguf for metadata */
+    char *path;                /* the directory, the .gguf or the .gpk file */
+    char *config_name;         /* DIR/config.json, FILE.gguf for metadata, "FILE.gpk: manifest model.config" */
     char *config_text;         /* config.json as gempack reads it (transcoded sources: rewritten) */
     size_t config_len;
-    struct ckpt ck;            /* every tensor, in the MLX affine form */
+    struct ckpt ck;            /* every tensor, in the MLX affine form (not a pack's) */
     struct gguf_file gguf;     /* GGUF: the file (owns its map) */
+    struct pack pack;          /* a pack: validated, every module's quantization parsed (core/pack.h) */
+    bool kv_skip_last_full;    /* a pack's recorded cache choice (manifest runtime), else true */
     uint8_t *mem;              /* transcoded tensors' bytes (the ckpt's memory shard) */
     struct source_module *mods;
     size_t n_mods;

@@ -58,4 +58,8 @@ struct json_object *quant_block(const struct qrec *r, size_t n);
 int ct_open(struct source *s, struct json_object *config, unsigned flags, struct err *e);
 int gguf_src_open(struct source *s, unsigned flags, struct err *e);
 
+/* Python's re.match(pattern, name) for the part of Python's regex syntax that
+ * compressed-tensors targets use (ingest/ct.c); false for a pattern outside it. */
+bool ct_py_match(const char *pattern, const char *name);
+
 #endif

@@ -6,6 +6,7 @@
 #include "runner/forward.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- attention (MODEL.md §5) ---- */
@@ -345,6 +346,15 @@ static void commit(struct runner *r, int n_items)
     }
 }
 
+/* Index of the first value of x[0 .. n) that is NaN or infinite, or -1. */
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (!isfinite(x[k]))
+            return k;
+    return -1;
+}
+
 static int step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
                 struct err *e)
 {
@@ -364,6 +374,7 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
     }
     if (P)
         per_layer_inputs(r, s->tokens, x, N, s->ple);                            /* [N, L, P] */
+    int64_t broken = first_nonfinite(x, N * H) >= 0 ? 0 : -1;                   /* first non-finite: 0 embedding, i+1 layer i */
     for (int64_t i = 0; i < Lc; i++) {
         const struct layer_weights *L = &m->layers[i];
         norm_rows(r, N, a, x, L->ln_in, NULL);                                  /* 1. input_layernorm */
@@ -382,11 +393,13 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             norm_rows(r, N, a, a, L->ln_post_ple, x);                            /* its post-norm, residual */
         }
         for (int64_t k = 0; k < N * H; k++)
-            x[k] *= L->layer_scalar;                                              /* 9. layer_scalar */
+            x[k] *= *L->layer_scalar;                                             /* 9. layer_scalar */
         if (r->probe && i < r->probe->inject_layers)
             memcpy(x, r->probe->inject + i * N * H, (size_t)(N * H) * sizeof *x);
         if (r->probe && r->probe->hidden)
             memcpy(r->probe->hidden + i * N * H, x, (size_t)(N * H) * sizeof *x);
+        if (broken < 0 && first_nonfinite(x, N * H) >= 0)
+            broken = i + 1;
         progress_report(&r->o.progress, "layers", (uint64_t)(i + 1), (uint64_t)c->n_layers, "layers");
     }
     if (logits) {                           /* final norm, tied head, soft-cap: every row, or each item's last */
@@ -398,6 +411,18 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
         if (c->has_softcap)
             elementwise(r, &(struct ew_job){.softcap = r->kt.softcap, .x = logits, .cap = (float)c->softcap,
                                             .n = rows * V});                      /* cap·tanh(logits/cap) */
+        int64_t bad = first_nonfinite(logits, rows * V);                          /* never silent NaN logits */
+        if (bad >= 0) {
+            char where[96];
+            if (broken < 0)
+                snprintf(where, sizeof where, "every layer's output is finite: the final norm or the head is broken");
+            else if (broken == 0)
+                snprintf(where, sizeof where, "the embedded input is already non-finite");
+            else
+                snprintf(where, sizeof where, "the hidden state is first non-finite after layer %lld", (long long)broken - 1);
+            return err_set(e, ERR_RANGE, "logit %lld of output row %lld is %g, not finite: %s", (long long)(bad % V),
+                           (long long)(bad / V), (double)logits[bad], where);
+        }
     }
     commit(r, n_items);
     return ERR_OK;

@@ -1,105 +1,31 @@
 #include "runner/model.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
-#include "core/bytes.h"
-#include "core/crc.h"
-#include "core/fileio.h"
-#include "core/jsonx.h"
-#include "core/sha256.h"
+#include "model/layout.h"
 
-/* A named tensor as stored, wherever it comes from. */
-struct src {
-    enum dtype dtype;
-    int rank;
-    uint64_t shape[ST_MAX_RANK];
-    const uint8_t *data;
-    size_t row_stride, expert_stride; /* 0: contiguous */
-};
-
-/* Quantization of a module (bits 0: not quantized). */
-struct srcq {
-    enum qmode mode;
-    int bits, gs;
-};
-
-static bool lookup(const struct model *m, const char *name, struct src *out)
+/* The stored tensor `name` (ingest's view of the pack or checkpoint), marked used. */
+static bool lookup(const struct model *m, const char *name, struct ingest_part *out)
 {
-    memset(out, 0, sizeof *out);
-    if (m->from_pack) {
-        const struct pack_tensor *t = pack_find(&m->pack, name);
-        if (!t)
-            return false;
-        m->pack_used[t - m->pack.tensors] = true;
-        out->dtype = t->dtype;
-        out->rank = t->rank;
-        memcpy(out->shape, t->shape, sizeof out->shape);
-        out->data = pack_data(&m->pack, t);
-        return true;
-    }
-    /* directory: the normalized tensors, and the scales/biases of quantized sources */
-    size_t len = strlen(name);
-    for (size_t i = 0; i < m->src.norm.n; i++) {
-        const struct norm_tensor *t = &m->src.norm.t[i];
-        const struct ckpt_tensor *ct = NULL;
-        if (!strcmp(t->name, name)) {
-            ct = t->w;
-        } else if (t->q.quantized && len > 7 && len - 7 < NORM_NAME_MAX && !strncmp(name, t->module, len - 7) && t->module[len - 7] == 0) {
-            if (!strcmp(name + len - 7, ".scales"))
-                ct = t->s;
-            else if (!strcmp(name + len - 7, ".biases"))
-                ct = t->b;
-        }
-        if (!ct)
-            continue;
-        const uint8_t *base;
-        if (st_data(&m->src.source.ck.shards[ct->shard], ct->t, &base, NULL) != ERR_OK)
-            return false;
-        out->dtype = ct->t->dtype;
-        if (ct == t->w && !t->q.quantized) {
-            out->rank = t->rank; /* logical shape: a split half of a fused tensor */
-            memcpy(out->shape, t->shape, sizeof t->shape);
-        } else {
-            out->rank = ct->t->rank;
-            memcpy(out->shape, ct->t->shape, sizeof ct->t->shape);
-        }
-        out->data = base;
-        if (t->split) {
-            size_t esz = dtype_table[out->dtype].bits / 8, M = (size_t)t->shape[1], H = (size_t)t->shape[2];
-            out->data = base + (t->split == 2 ? M * H * esz : 0);
-            out->row_stride = H * esz;
-            out->expert_stride = 2 * M * H * esz;
-        }
-        return true;
-    }
-    return false;
+    const struct ingest_part *p = ingest_find(&m->src, name);
+    *out = p ? *p : (struct ingest_part){0};
+    if (p)
+        m->used[p - m->src.parts] = true;
+    return p != NULL;
 }
 
-static struct srcq quant_of(const struct model *m, const char *module)
+/* The quantization of a module: its weight's (bits 0: not quantized). */
+static struct ingest_quant quant_of(const struct model *m, const char *module)
 {
-    struct srcq q = {QM_AFFINE, 0, 0};
-    if (m->from_pack) { /* the pack validated its entries on open (core/pack.c) */
-        struct json_object *qs, *entry;
-        if (json_object_object_get_ex(m->pack.manifest, "quantized", &qs) &&
-            json_object_object_get_ex(qs, module, &entry)) {
-            q.bits = json_object_get_int(json_object_object_get(entry, "bits"));
-            q.gs = json_object_get_int(json_object_object_get(entry, "group_size"));
-            qmode_from_name(json_object_get_string(json_object_object_get(entry, "mode")), &q.mode);
-        }
-        return q;
-    }
-    for (size_t i = 0; i < m->src.norm.n; i++)
-        if (m->src.norm.t[i].q.quantized && !strcmp(m->src.norm.t[i].module, module)) {
-            q.mode = m->src.norm.t[i].q.mode;
-            q.bits = m->src.norm.t[i].q.bits;
-            q.gs = m->src.norm.t[i].q.group_size;
-        }
-    return q;
+    char name[NORM_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s.weight", module);
+    const struct ingest_part *p = ingest_find(&m->src, name);
+    return p ? p->q : (struct ingest_quant){QM_AFFINE, 0, 0};
 }
 
 /* A matrix [experts?, rows, cols] under module path `module`. */
@@ -112,11 +38,11 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     vsnprintf(module, sizeof module, fmt, ap);
     va_end(ap);
     memset(w, 0, sizeof *w);
-    struct srcq q = quant_of(m, module);
+    struct ingest_quant q = quant_of(m, module);
     if (q.bits && (q.gs <= 0 || cols % q.gs || (cols * q.bits) % 32))
         return err_set(e, ERR_FORMAT, "%s: %d-bit group %d cannot hold %lld input features", module, q.bits, q.gs,
                        (long long)cols);
-    struct src ws, ss, bs;
+    struct ingest_part ws, ss, bs;
     snprintf(name, sizeof name, "%s.weight", module);
     if (!lookup(m, name, &ws))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
@@ -178,7 +104,7 @@ __attribute__((format(printf, 5, 6))) static int get_vec(struct model *m, float 
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    struct src s;
+    struct ingest_part s;
     uint64_t numel = 0;
     if (!lookup(m, name, &s))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
@@ -202,150 +128,64 @@ __attribute__((format(printf, 5, 6))) static int get_vec(struct model *m, float 
     return ERR_OK;
 }
 
-static int bind_layer(struct model *m, int i, struct err *e)
+/* Where each row of the canonical form binds: a field of the layer's struct
+ * layer_weights (per-layer rows) or of struct model (global rows); a struct
+ * wmat for a quantizable row, a float vector for the others. */
+#define LW(f) offsetof(struct layer_weights, f)
+static const size_t bind_at[TENSOR_KINDS] = {
+    [TK_EMBED] = offsetof(struct model, embed), [TK_PLE_EMBED] = offsetof(struct model, ple_embed),
+    [TK_PLE_MODEL_PROJ] = offsetof(struct model, ple_model_proj),
+    [TK_PLE_PROJ_NORM] = offsetof(struct model, ple_proj_norm), [TK_NORM] = offsetof(struct model, final_norm),
+    [TK_LN_IN] = LW(ln_in), [TK_Q] = LW(q), [TK_Q_NORM] = LW(q_norm), [TK_K] = LW(k), [TK_K_NORM] = LW(k_norm),
+    [TK_V] = LW(v), [TK_O] = LW(o), [TK_LN_POST_ATTN] = LW(ln_post_attn), [TK_LN_PRE_FF] = LW(ln_pre_ff),
+    [TK_GATE] = LW(gate), [TK_UP] = LW(up), [TK_DOWN] = LW(down), [TK_LN_POST_FF1] = LW(ln_post_ff1),
+    [TK_ROUTER] = LW(router), [TK_ROUTER_SCALE] = LW(router_scale), [TK_PER_EXPERT_SCALE] = LW(per_expert_scale),
+    [TK_LN_PRE_FF2] = LW(ln_pre_ff2), [TK_EX_GATE] = LW(ex_gate), [TK_EX_UP] = LW(ex_up), [TK_EX_DOWN] = LW(ex_down),
+    [TK_LN_POST_FF2] = LW(ln_post_ff2), [TK_LN_POST_FF] = LW(ln_post_ff), [TK_PLE_GATE] = LW(ple_gate),
+    [TK_PLE_PROJ] = LW(ple_proj), [TK_LN_POST_PLE] = LW(ln_post_ple), [TK_LAYER_SCALAR] = LW(layer_scalar),
+};
+#undef LW
+
+/* Where row t binds: in layer `layer`'s weights, or the model's (-1). */
+static void *bound(struct model *m, int t, int layer)
 {
-    const struct gp_config *c = &m->cfg;
-    const struct cfg_layer *ly = &c->layers[i];
-    struct layer_weights *L = &m->layers[i];
-    int64_t H = c->hidden_size, d = ly->head_dim, G = ly->kv_heads, Nq = c->n_heads, I = ly->mlp_width;
-    int rc = ERR_OK;
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if ((rc = (x)) != ERR_OK)                                                                                      \
-            return rc;                                                                                                 \
-    } while (0)
-    TRY(get_vec(m, &L->ln_in, H, e, "layers.%d.input_layernorm.weight", i));
-    TRY(get_mat(m, &L->q, 0, Nq * d, H, e, "layers.%d.self_attn.q_proj", i));
-    TRY(get_vec(m, &L->q_norm, d, e, "layers.%d.self_attn.q_norm.weight", i));
-    if (!ly->shared) {
-        TRY(get_mat(m, &L->k, 0, G * d, H, e, "layers.%d.self_attn.k_proj", i));
-        TRY(get_vec(m, &L->k_norm, d, e, "layers.%d.self_attn.k_norm.weight", i));
-        if (!ly->k_eq_v)
-            TRY(get_mat(m, &L->v, 0, G * d, H, e, "layers.%d.self_attn.v_proj", i));
-    }
-    TRY(get_mat(m, &L->o, 0, H, Nq * d, e, "layers.%d.self_attn.o_proj", i));
-    TRY(get_vec(m, &L->ln_post_attn, H, e, "layers.%d.post_attention_layernorm.weight", i));
-    TRY(get_vec(m, &L->ln_pre_ff, H, e, "layers.%d.pre_feedforward_layernorm.weight", i));
-    TRY(get_mat(m, &L->gate, 0, I, H, e, "layers.%d.mlp.gate_proj", i));
-    TRY(get_mat(m, &L->up, 0, I, H, e, "layers.%d.mlp.up_proj", i));
-    TRY(get_mat(m, &L->down, 0, H, I, e, "layers.%d.mlp.down_proj", i));
-    TRY(get_vec(m, &L->ln_post_ff, H, e, "layers.%d.post_feedforward_layernorm.weight", i));
-    if (c->moe) {
-        int64_t E = c->n_experts, M = c->moe_intermediate;
-        TRY(get_vec(m, &L->ln_post_ff1, H, e, "layers.%d.post_feedforward_layernorm_1.weight", i));
-        TRY(get_mat(m, &L->router, 0, E, H, e, "layers.%d.router.proj", i));
-        TRY(get_vec(m, &L->router_scale, H, e, "layers.%d.router.scale", i));
-        TRY(get_vec(m, &L->per_expert_scale, E, e, "layers.%d.router.per_expert_scale", i));
-        TRY(get_vec(m, &L->ln_pre_ff2, H, e, "layers.%d.pre_feedforward_layernorm_2.weight", i));
-        TRY(get_mat(m, &L->ex_gate, E, M, H, e, "layers.%d.experts.gate_proj", i));
-        TRY(get_mat(m, &L->ex_up, E, M, H, e, "layers.%d.experts.up_proj", i));
-        TRY(get_mat(m, &L->ex_down, E, H, M, e, "layers.%d.experts.down_proj", i));
-        TRY(get_vec(m, &L->ln_post_ff2, H, e, "layers.%d.post_feedforward_layernorm_2.weight", i));
-    }
-    if (c->ple_dim > 0) {
-        int64_t P = c->ple_dim;
-        TRY(get_mat(m, &L->ple_gate, 0, P, H, e, "layers.%d.per_layer_input_gate", i));
-        TRY(get_mat(m, &L->ple_proj, 0, H, P, e, "layers.%d.per_layer_projection", i));
-        TRY(get_vec(m, &L->ln_post_ple, H, e, "layers.%d.post_per_layer_input_norm.weight", i));
-    }
-    float *scalar;
-    TRY(get_vec(m, &scalar, 1, e, "layers.%d.layer_scalar", i));
-    L->layer_scalar = scalar[0];
-#undef TRY
-    return ERR_OK;
+    return (layer < 0 ? (uint8_t *)m : (uint8_t *)&m->layers[layer]) + bind_at[t];
 }
 
 static int bind(struct model *m, struct err *e)
 {
     const struct gp_config *c = &m->cfg;
-    int rc = get_mat(m, &m->embed, 0, c->vocab_size, c->hidden_size, e, "embed_tokens");
-    if (rc == ERR_OK && c->ple_dim > 0) {
-        uint64_t before = m->weight_bytes;
-        rc = get_mat(m, &m->ple_embed, 0, c->ple_vocab, c->n_layers * c->ple_dim, e, "embed_tokens_per_layer");
-        m->weight_bytes = before; /* a decode step reads one row of it, not the table */
-        if (rc == ERR_OK)
-            rc = get_mat(m, &m->ple_model_proj, 0, c->n_layers * c->ple_dim, c->hidden_size, e,
-                         "per_layer_model_projection");
-        if (rc == ERR_OK)
-            rc = get_vec(m, &m->ple_proj_norm, c->ple_dim, e, "per_layer_projection_norm.weight");
-    }
-    if (rc == ERR_OK)
-        rc = get_vec(m, &m->final_norm, c->hidden_size, e, "norm.weight");
+    struct layout_entry *le = NULL;
+    size_t n = 0;
+    int rc = layout_build(c, EXPERTS_CANON, &le, &n, e);
     m->layers = rc == ERR_OK ? calloc((size_t)c->n_layers, sizeof *m->layers) : NULL;
     if (rc == ERR_OK && !m->layers)
         rc = err_set(e, ERR_NOMEM, "cannot allocate %lld layers", (long long)c->n_layers);
-    for (int i = 0; rc == ERR_OK && i < c->n_layers; i++)
-        rc = bind_layer(m, i, e);
+    for (size_t i = 0; rc == ERR_OK && i < n; i++) {
+        const struct layout_entry *t = &le[i];
+        void *at = bound(m, t->kind, t->layer);
+        uint64_t before = m->weight_bytes;
+        if (t->redundant) /* K/V of a KV-shared layer: it reads its source layer's cache */
+            continue;
+        if (t->flags & TR_QUANT)
+            rc = get_mat(m, at, t->rank == 3 ? (int64_t)t->shape[0] : 0, (int64_t)t->shape[t->rank - 2],
+                         (int64_t)t->shape[t->rank - 1], e, "%s", t->module);
+        else
+            rc = get_vec(m, at, (int64_t)t->shape[0], e, "%s", t->name);
+        if (t->kind == TK_PLE_EMBED)
+            m->weight_bytes = before; /* a decode step reads one row of it, not the table */
+    }
+    free(le);
     /* a pack holds exactly the tensors its config uses (as check requires of a directory) */
     size_t unused = 0, first = 0;
-    for (size_t i = m->from_pack && rc == ERR_OK ? m->pack.n_tensors : 0; i-- > 0;)
-        if (!m->pack_used[i]) {
-            unused++;
+    for (size_t i = m->src.source.kind == SRC_PACK && rc == ERR_OK ? m->src.n_parts : 0; i-- > 0;)
+        if (!m->used[i] && (!unused++ || m->src.parts[i].order < m->src.parts[first].order))
             first = i;
-        }
     if (unused)
         rc = err_set(e, ERR_FORMAT, "%zu tensor%s (first: %s) not used by the model the manifest's config describes "
                                     "(%lld layers): the pack and its config disagree",
-                     unused, unused == 1 ? " is" : "s are", m->pack.tensors[first].name, (long long)c->n_layers);
+                     unused, unused == 1 ? " is" : "s are", m->src.parts[first].name, (long long)c->n_layers);
     return rc;
-}
-
-static int open_pack(struct model *m, const char *path, struct err *e)
-{
-    int rc = pack_open(&m->pack, path, e);
-    if (rc != ERR_OK)
-        return rc;
-    m->from_pack = true;
-    if (!(m->pack_used = calloc(m->pack.n_tensors ? m->pack.n_tensors : 1, sizeof *m->pack_used)))
-        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu flags", path, m->pack.n_tensors);
-    struct json_object *model, *cfg;
-    if (!json_object_object_get_ex(m->pack.manifest, "model", &model) ||
-        !json_object_object_get_ex(model, "config", &cfg) || json_object_get_type(cfg) != json_type_object)
-        return err_set(e, ERR_FORMAT, "%s: manifest has no model.config object", path);
-    const char *text = json_object_to_json_string_ext(cfg, JSON_C_TO_STRING_PLAIN);
-    char where[300];
-    snprintf(where, sizeof where, "%s: manifest model.config", path);
-    if ((rc = cfg_parse(&m->cfg, text, strlen(text), where, e)) != ERR_OK)
-        return rc;
-    sha256_hex(m->pack.map + m->pack.manifest_offset, (size_t)m->pack.manifest_size, m->fingerprint);
-    return ERR_OK;
-}
-
-static int open_dir(struct model *m, const char *dir, struct err *e)
-{
-    int rc = ingest_open(&m->src, &m->cfg, dir, e);
-    if (rc == ERR_OK) {
-        struct sha256 h;
-        uint8_t d[32];
-        sha256_init(&h);
-        for (size_t i = 0; i < m->src.source.ck.n_shards; i++)
-            sha256_update(&h, m->src.source.ck.shards[i].map, (size_t)m->src.source.ck.shards[i].data_start);
-        sha256_final(&h, d);
-        for (int i = 0; i < 32; i++)
-            snprintf(m->fingerprint + 2 * i, 3, "%02x", d[i]);
-    }
-    return rc;
-}
-
-void model_weights_fingerprint(const struct model *m, char out[65])
-{
-    if (m->from_pack) {
-        memcpy(out, m->fingerprint, 65);
-        return;
-    }
-    struct sha256 h;
-    uint8_t d[32];
-    sha256_init(&h);
-    for (size_t i = 0; i < m->src.source.ck.n_shards; i++) {
-        const struct st_file *f = &m->src.source.ck.shards[i];
-        uint8_t crc[4];
-        wr_u32le(crc, crc32_update(0, f->map + f->data_start, f->file_size - f->data_start));
-        sha256_update(&h, f->map, (size_t)f->data_start);
-        sha256_update(&h, crc, 4);
-    }
-    sha256_final(&h, d);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 /* ---- weights in anonymous memory ---- */
@@ -364,23 +204,20 @@ static int span_cmp(const void *a, const void *b)
 
 /* The matrices the forward reads whole (all but the PLE table, of which a
  * step reads one row), with their expert counts (0: a plain matrix): the
- * embedding and PLE projection, and MATS_PER_LAYER per layer, as many as
- * w and experts must hold. */
-#define MATS_FIXED 2
-#define MATS_PER_LAYER 13
+ * quantizable rows of the canonical form, globals then layer by layer, bound
+ * or not (at most TENSOR_KINDS per layer and for the globals). */
 static size_t model_mats(struct model *m, struct wmat **w, int64_t *experts)
 {
     size_t k = 0;
-#define MAT(x, e) (w[k] = &(x), experts[k++] = (e))
-    MAT(m->embed, 0);
-    MAT(m->ple_model_proj, 0);
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        struct layer_weights *L = &m->layers[i];
-        MAT(L->q, 0), MAT(L->k, 0), MAT(L->v, 0), MAT(L->o, 0), MAT(L->gate, 0), MAT(L->up, 0), MAT(L->down, 0);
-        MAT(L->router, 0), MAT(L->ple_gate, 0), MAT(L->ple_proj, 0);
-        MAT(L->ex_gate, m->cfg.n_experts), MAT(L->ex_up, m->cfg.n_experts), MAT(L->ex_down, m->cfg.n_experts);
-    }
-#undef MAT
+    for (int i = -1; i < m->cfg.n_layers; i++)
+        for (int t = 0; t < TENSOR_KINDS; t++) {
+            const struct tensor_row *r = &tensor_table[t];
+            if (!(r->flags & TR_QUANT) || r->flags & (TR_HF | TR_MLX) || t == TK_PLE_EMBED ||
+                !(r->flags & TR_LAYER) != (i < 0))
+                continue;
+            w[k] = bound(m, t, i);
+            experts[k++] = r->dim[2] ? m->cfg.n_experts : 0;
+        }
     return k;
 }
 
@@ -505,7 +342,7 @@ static int block_matrices(struct wmat **w, const int64_t *ex, const bool *blk, s
 
 static int load_weights(struct model *m, int threads, struct err *e)
 {
-    size_t cap = MATS_FIXED + MATS_PER_LAYER * (size_t)m->cfg.n_layers;
+    size_t cap = TENSOR_KINDS * ((size_t)m->cfg.n_layers + 1);
     struct wmat **w = malloc(cap * sizeof *w);
     int64_t *ex = malloc(cap * sizeof *ex);
     bool *blk = malloc(cap * sizeof *blk);
@@ -616,28 +453,19 @@ int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err 
     return rc == ERR_OK || rc == ERR_FORMAT || rc == ERR_RANGE ? ERR_OK : rc;
 }
 
-bool model_kv_skip_default(const struct model *m)
-{
-    struct json_object *rt, *v;
-    if (m->from_pack && json_object_object_get_ex(m->pack.manifest, "runtime", &rt) &&
-        json_object_object_get_ex(rt, "kv_skip_last_full_attention", &v) &&
-        json_object_get_type(v) == json_type_boolean)
-        return json_object_get_boolean(v);
-    return true;
-}
-
 const char *model_name(const struct model *m)
 {
-    return m->from_pack ? m->pack.path : m->src.source.ck.dir ? m->src.source.ck.dir : "model";
+    return m->src.source.path ? m->src.source.path : "model";
 }
 
 int model_open(struct model *m, const char *path, struct err *e)
 {
     memset(m, 0, sizeof *m);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return err_set(e, ERR_IO, "%s: no such file or directory", path);
-    int rc = S_ISDIR(st.st_mode) || gguf_is_gguf(path) ? open_dir(m, path, e) : open_pack(m, path, e);
+    int rc = ingest_open(&m->src, &m->cfg, path, SRC_PACK_ANY, e);
+    if (rc == ERR_OK && !(m->used = calloc(m->src.n_parts ? m->src.n_parts : 1, sizeof *m->used)))
+        rc = err_set(e, ERR_NOMEM, "%s: cannot allocate %zu flags", path, m->src.n_parts);
+    if (rc == ERR_OK)
+        ingest_fingerprint(&m->src, false, m->fingerprint);
     if (rc == ERR_OK && (rc = bind(m, e)) != ERR_OK)
         err_prefix(e, "%s", path);
     if (rc != ERR_OK)
@@ -653,11 +481,10 @@ void model_close(struct model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
-    free(m->pack_used);
+    free(m->used);
     if (m->arena)
         munmap(m->arena, m->arena_size);
     ingest_close(&m->src);
-    pack_close(&m->pack);
     cfg_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }

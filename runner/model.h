@@ -1,7 +1,7 @@
 /* model.h - a Gemma 4 text model ready to run: config + weight views.
  *
- * Opened from a .gpk pack (mapped read-only, validated) or from a checkpoint
- * directory (checked, normalized in memory, never requantized). Matrices are
+ * Opened through ingest_open from a .gpk pack (mapped read-only, validated)
+ * or a checkpoint (checked, normalized in memory, never requantized). Matrices are
  * views into the mapped file in their stored form (F32/F16/BF16 or MLX affine
  * codes + scales + biases), or into model_load_weights' copy of them; only
  * vectors (norm weights, scalars) are converted to float. Shapes are checked against the config before anything runs. */
@@ -13,10 +13,10 @@
 
 #include "model/config.h"
 #include "core/err.h"
-#include "core/pack.h"
 #include "ingest/ingest.h"
 #include "kernels/kernels.h"
 
+/* Bound from model/layout's rows of the canonical form (runner/model.c bind_at). */
 struct layer_weights {
     float *ln_in;                 /* [H] input_layernorm */
     struct wmat q;                /* [Nq·d, H] */
@@ -42,15 +42,13 @@ struct layer_weights {
     struct wmat ple_gate;         /* [P, H] per_layer_input_gate */
     struct wmat ple_proj;         /* [H, P] per_layer_projection */
     float *ln_post_ple;           /* [H] post_per_layer_input_norm */
-    float layer_scalar;
+    float *layer_scalar;          /* [1] */
 };
 
 struct model {
     struct gp_config cfg;
-    bool from_pack;
-    struct pack pack;             /* from a .gpk */
-    bool *pack_used;              /* [pack.n_tensors]: bound to a weight (every one must be) */
-    struct ingested src;          /* from a directory */
+    struct ingested src;          /* the pack or checkpoint: its tensors by name (ingest/ingest.h) */
+    bool *used;                   /* [src.n_parts]: bound to a weight (of a pack, every one must be) */
     struct wmat embed;            /* [V, H] embed_tokens (also the tied head) */
     struct wmat ple_embed;        /* [V_ple, L·P] embed_tokens_per_layer */
     struct wmat ple_model_proj;   /* [L·P, H] per_layer_model_projection */
@@ -69,20 +67,11 @@ struct model {
                                      which identifies the layout only */
 };
 
-/* A fingerprint of the weights themselves: the pack's (its manifest holds
- * every tensor's CRC), or for a directory SHA-256 over the headers and the
- * CRC-32 of each shard's data (reads every byte once). */
-void model_weights_fingerprint(const struct model *m, char out[65]);
-
 /* `gempack verify`: every CRC of the pack at path and its padding
  * (pack_verify), and its tensors exactly those its config uses (model_open).
  * ERR_OK intact, *verdict false for a mismatch (e names it), an error code
  * for a file that cannot be judged (unreadable, a newer version or feature). */
 int model_verify(const char *path, bool *verdict, size_t *n_tensors, struct err *e);
-
-/* The cache choice convert recorded (a pack's manifest runtime
- * kv_skip_last_full_attention), else true. */
-bool model_kv_skip_default(const struct model *m);
 
 /* The pack's path or the directory: what messages about the model name. */
 const char *model_name(const struct model *m);

@@ -65,7 +65,7 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
      * each machine; and a build whose kernels round differently
      * (KERN_NUMERICS) must not restore an older build's state. */
     if (o->cold_dir)
-        model_weights_fingerprint(r->m, weights);
+        ingest_fingerprint(&r->m->src, true, weights);
     else
         memcpy(weights, r->m->fingerprint, sizeof weights); /* one process, one model */
     snprintf(ns, sizeof ns, "gempack prefix v%d|%s|bits=%d|group=%d|start=%lld|skip_last=%d|block=%lld|kernels=%s%s|numerics=%d",

@@ -210,7 +210,7 @@ int session_main(const char *model_path, const struct token_seqs *s, const struc
         return rc;
     struct runner_opts ro = {.threads = c->threads, .kernels = c->kernels, .kv = c->kv, .n_seq = s->n};
     if (!c->kv_skip_given)
-        ro.kv.skip_last_full = model_kv_skip_default(&m);
+        ro.kv.skip_last_full = m.src.source.kv_skip_last_full;
     session_limits(s, &so, c->prefix ? c->prefix_o.block : 0, &ro.max_step, &ro.max_context);
     rc = c->dump ? fio_check_output(c->dump, e) : ERR_OK; /* before any work: not over an input */
     bool int8 = c->kernels == KERN_Q8 && kern_has_q8();

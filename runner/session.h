@@ -50,7 +50,7 @@ void session_result_free(struct session_result *res);
 struct run_config {
     struct session_opts s;
     struct kv_opts kv;
-    bool kv_skip_given;        /* else the pack's recorded choice (model_kv_skip_default) */
+    bool kv_skip_given;        /* else the pack's recorded choice (source.kv_skip_last_full) */
     bool prefix;               /* through a prefix cache (prefix_o) */
     struct prefix_opts prefix_o;
     int threads;

@@ -43,6 +43,7 @@ Cflags: -I$deps/root/usr/include
 PC
 if [ ! -d build-arm64 ]; then
     meson setup build-arm64 --cross-file "$deps/cross.ini" -Dpkg_config_path="$deps/pkgconfig" -Dblas=disabled \
+        -Dc_args=-DTH_TIME_SCALE=5 \
         >/dev/null || exit 1
 fi
 ninja -C build-arm64 >/dev/null || exit 1
@@ -51,7 +52,7 @@ status=0
 suites=(--suite core --suite quant --suite kernels --suite ingest --suite converter --suite runner --suite golden
     --suite fixtures)
 rm -f build-arm64/meson-logs/retry.*
-if ! meson test -C build-arm64 --print-errorlogs --timeout-multiplier 3 "${suites[@]}"; then
+if ! meson test -C build-arm64 --print-errorlogs --timeout-multiplier 5 "${suites[@]}"; then
     # qemu-user can deadlock in the child of a fork from a multi-threaded
     # process, which is how Criterion starts each test's worker: the test
     # executable then hangs until its timeout, or Criterion gives up with
@@ -69,7 +70,7 @@ PY
     if [ -n "$again" ]; then
         echo "arm64: $again hung or could not spawn a worker under qemu-user; running it once more" >&2
         # shellcheck disable=SC2086
-        meson test -C build-arm64 --print-errorlogs --timeout-multiplier 3 --logbase retry $again || status=1
+        meson test -C build-arm64 --print-errorlogs --timeout-multiplier 5 --logbase retry $again || status=1
     else
         status=1
     fi

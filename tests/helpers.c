@@ -1,6 +1,7 @@
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "core/err.h"
 #include "core/fileio.h"
+#include "core/safetensors.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TH_ASAN 1
@@ -109,6 +111,27 @@ char *th_fixture(const char *dir, const char *sub, struct fixture_opts o)
     int rc = fixture_make(&o, &s, &e);
     cr_assert_eq(rc, ERR_OK, "fixture %s: %s", sub, e.msg);
     return out;
+}
+
+void th_edit_bf16(const char *dir, const char *key, void (*edit)(uint16_t *w, uint64_t n))
+{
+    char *path = fio_join(dir, "model.safetensors");
+    struct st_file f;
+    struct err e = {0};
+    cr_assert_eq(st_open(&f, path, ST_HEADER_ONLY, &e), ERR_OK, "%s", e.msg);
+    const struct st_tensor *t = st_find(&f, key);
+    cr_assert(t && t->dtype == DT_BF16, "%s: no bf16 %s", path, key);
+    uint64_t off = f.data_start + t->begin, n = (t->end - t->begin) / 2;
+    st_close(&f);
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    uint16_t *w = malloc((size_t)n * 2);
+    cr_assert_eq(pread(fd, w, (size_t)n * 2, (off_t)off), (ssize_t)(n * 2));
+    edit(w, n);
+    cr_assert_eq(pwrite(fd, w, (size_t)n * 2, (off_t)off), (ssize_t)(n * 2));
+    close(fd);
+    free(w);
+    free(path);
 }
 
 char *th_external_golden(const char *name)

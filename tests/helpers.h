@@ -10,6 +10,15 @@
 
 #include "fixtures/fixture.h"
 
+/* A Criterion test's timeout of s seconds on this machine. The arm64 build
+ * runs under qemu-user, several times slower and slower still on a busy
+ * machine: tests/arm64.sh builds it with TH_TIME_SCALE=5 and gives meson's
+ * per-executable timeouts the same factor. */
+#ifndef TH_TIME_SCALE
+#define TH_TIME_SCALE 1
+#endif
+#define TH_TIMEOUT(s) ((s) * TH_TIME_SCALE)
+
 /* A fresh directory under $TMPDIR (or /tmp), removed by th_rmtree. The
  * returned string is malloc'ed. Aborts the test (cr_assert) on failure. */
 char *th_mkdtemp(void);
@@ -35,6 +44,10 @@ float th_rng_float(uint64_t *s);
 /* Makes a fixture in dir/sub with the given options (out_dir is set here).
  * Returns the malloc'ed output path; asserts success. */
 char *th_fixture(const char *dir, const char *sub, struct fixture_opts o);
+
+/* Edits the bf16 tensor `key` of dir/model.safetensors in place: edit(w, n)
+ * gets its n values (bf16 bits). Asserts that it exists and is bf16. */
+void th_edit_bf16(const char *dir, const char *key, void (*edit)(uint16_t *w, uint64_t n));
 
 /* Path of ../shared/external-goldens/<name> relative to the source tree, or
  * NULL when that folder is absent (tests then skip). malloc'ed. */

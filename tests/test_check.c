@@ -22,6 +22,7 @@
 
 #include "converter/convert.h"
 #include "ingest/check.h"
+#include "ingest/transcode.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"
@@ -1129,8 +1130,8 @@ Test(check, broken_ct)
     check_broken(&r, dir);
     source_problem(&r, "model.language_model.layers.1.mlp.up_proj: weight_packed without weight_scale");
     source_problem(&r, "layers.2.mlp.up_proj.weight_scale: BF16 rank 2, expected a float [256, groups] dividing 128");
-    source_problem(&r, "layers.3.mlp.up_proj: int6 group 32 symmetric in its tensors, but no config group targeting "
-                       "it says so");
+    source_problem(&r, "layers.3.mlp.up_proj.weight_packed: 24 words per row, but num_bits 4 (config_groups.group_0) "
+                       "packs 128 inputs in 16");
     source_problem(&r, "layers.4.mlp.gate_proj: quantized, but quantization_config.ignore keeps it dense");
     check_free(&r);
 
@@ -1507,6 +1508,108 @@ Test(check, json_config_problem)
     cr_assert_eq(json_object_array_length(jget(p, "layers")), 0);
     cr_assert(strstr(json_object_get_string(jget(p, "message")), "hidden_size"));
     json_object_put(o);
+    check_free(&r);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* The kind of a path, by stat and magic: what source_open and inspect take it for. */
+Test(check, input_kind)
+{
+    char *dir = th_mkdtemp(), missing[4200];
+    char *gguf = th_write(dir, "model.gguf", "GGUF\3\0\0\0", 8), *pack = th_write(dir, "m.gpk", PACK_MAGIC, 8),
+         *npz = th_write(dir, "g.npz", "PK\3\4", 4), *st = th_write(dir, "model.safetensors", "\x08\0\0\0\0\0\0\0{}", 10),
+         *empty = th_write(dir, "empty.gguf", "", 0), *short_pack = th_write(dir, "short.gpk", PACK_MAGIC, 7);
+    snprintf(missing, sizeof missing, "%s/nope.gguf", dir);
+    cr_assert_eq(input_kind(dir), IN_DIR);
+    cr_assert_eq(input_kind(gguf), IN_GGUF);
+    cr_assert_eq(input_kind(pack), IN_PACK);
+    cr_assert_eq(input_kind(npz), IN_NPZ);
+    cr_assert_eq(input_kind(st), IN_OTHER);
+    cr_assert_eq(input_kind(empty), IN_OTHER);
+    cr_assert_eq(input_kind(short_pack), IN_OTHER);
+    cr_assert_eq(input_kind(missing), IN_MISSING);
+    cr_assert_eq(input_kind("/dev/null"), IN_OTHER, "a character device");
+    free(gguf), free(pack), free(npz), free(st), free(empty), free(short_pack);
+    th_rmtree(dir);
+}
+
+/* compressed-tensors matches `re:` targets with Python's re.match: gempack
+ * agrees with it on tests/ct_regex_cases.json (whose expected results
+ * tests/ct_regex_cases.py checks against Python itself): \d, sets such as
+ * [[:digit:]] read as Python reads them, (?: groups, lazy repeats, a
+ * 600-byte pattern. */
+Test(check, ct_targets_as_python_reads_them)
+{
+    char *path = fio_join(GP_SOURCE_DIR, "tests/ct_regex_cases.json");
+    struct json_object *cases = json_object_from_file(path);
+    cr_assert(cases && json_object_get_type(cases) == json_type_array, "%s", path);
+    size_t n = json_object_array_length(cases);
+    cr_assert_geq(n, 20);
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *c = json_object_array_get_idx(cases, i);
+        const char *p = json_object_get_string(json_object_object_get(c, "pattern")),
+                   *name = json_object_get_string(json_object_object_get(c, "name"));
+        bool want = json_object_get_boolean(json_object_object_get(c, "match"));
+        cr_expect_eq(ct_py_match(p, name), want, "re.match(%s, %s) is %s in Python", p, name, want ? "a match" : "None");
+    }
+    json_object_put(cases);
+    free(path);
+}
+
+/* compressed-tensors' own semantics (utils/match.py, lifecycle/apply.py): a
+ * module takes the scheme of its most specific target (an exact name before
+ * a regex before a class), whatever group order says; an `ignore` regex is
+ * read whole however long; num_bits is a number from 1 to 8, not its low
+ * 32 bits. */
+Test(check, ct_most_specific_group_wins)
+{
+    char *tmp, *dir = format_fixture(&tmp, "e2b", FXF_CT_W4A16);
+    const char *up3 = "model.language_model.layers.3.mlp.up_proj";
+    struct json_object *c = load_config(dir), *q = obj(c, "quantization_config"), *groups = obj(q, "config_groups");
+    /* a later group whose class target would also select every module: the regex of group_0 still wins */
+    struct json_object *g1 = NULL, *t = json_object_new_array();
+    cr_assert_eq(json_object_deep_copy(obj(groups, "group_0"), &g1, NULL), 0);
+    json_object_array_add(t, json_object_new_string("Linear"));
+    json_object_object_add(g1, "targets", t);
+    json_object_object_add(obj(g1, "weights"), "num_bits", json_object_new_int(8));
+    json_object_object_add(groups, "group_1", g1);
+    save_config(dir, c);
+    struct check_report r;
+    run_check(&r, dir, 0);
+    expect_loadable(&r, dir);
+    check_free(&r);
+
+    /* an exact name in an earlier group beats group_0's regex: its int8 is not the tensors' int4 */
+    c = load_config(dir);
+    groups = obj(obj(c, "quantization_config"), "config_groups");
+    json_object_object_del(groups, "group_1");
+    struct json_object *g2 = NULL;
+    cr_assert_eq(json_object_deep_copy(obj(groups, "group_0"), &g2, NULL), 0);
+    t = json_object_new_array();
+    json_object_array_add(t, json_object_new_string(up3));
+    json_object_object_add(g2, "targets", t);
+    json_object_object_add(obj(g2, "weights"), "num_bits", json_object_new_int(8));
+    json_object_object_add(groups, "a_first", g2);
+    save_config(dir, c);
+    check_broken(&r, dir);
+    source_problem(&r, "layers.3.mlp.up_proj.weight_packed: 16 words per row, but num_bits 8 (config_groups.a_first) "
+                       "packs 128 inputs in 32");
+    check_free(&r);
+
+    /* num_bits 2^32 + 4 is not 4; an ignore regex of 600 bytes is read whole */
+    c = load_config(dir);
+    q = obj(c, "quantization_config");
+    groups = obj(q, "config_groups");
+    json_object_object_del(groups, "a_first");
+    json_object_object_add(obj(obj(groups, "group_0"), "weights"), "num_bits", json_object_new_int64(4294967300LL));
+    char long_re[700];
+    snprintf(long_re, sizeof long_re, "re:%0600d|.*layers\\.4\\.mlp\\.gate_proj$", 0);
+    json_object_array_add(obj(q, "ignore"), json_object_new_string(long_re));
+    save_config(dir, c);
+    check_broken(&r, dir);
+    source_problem(&r, "config_groups.group_0.weights.num_bits: 4294967300, expected 1..8");
+    source_problem(&r, "layers.4.mlp.gate_proj: quantized, but quantization_config.ignore keeps it dense");
     check_free(&r);
     free(dir);
     th_rmtree(tmp);

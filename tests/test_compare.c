@@ -3,16 +3,13 @@
  * pack, on the fixture prompt. An error planted in one layer's weights must
  * be found at that layer, and --keep-a must isolate it. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "converter/convert.h"
 #include "core/fileio.h"
-#include "core/safetensors.h"
 #include "golden/compare.h"
 #include "tests/helpers.h"
 
@@ -40,29 +37,18 @@ static char *pack4(const char *tmp, const char *src, const char *name)
     return out;
 }
 
-/* Negates every other weight of `key` in dir/model.safetensors (the bf16
- * sign bit): an error in that one layer that no norm after it undoes (a
- * uniform scale would be: the block's post-norm removes it). */
-static void plant(const char *dir, const char *key)
+/* Negates every other weight (the bf16 sign bit): an error in that one layer
+ * that no norm after it undoes (a uniform scale would be: the block's
+ * post-norm removes it). */
+static void negate_odd(uint16_t *w, uint64_t n)
 {
-    char *path = fio_join(dir, "model.safetensors");
-    struct st_file f;
-    struct err e = {0};
-    cr_assert_eq(st_open(&f, path, ST_HEADER_ONLY, &e), ERR_OK, "%s", e.msg);
-    const struct st_tensor *t = st_find(&f, key);
-    cr_assert(t && t->dtype == DT_BF16, "%s: no bf16 %s", path, key);
-    uint64_t off = f.data_start + t->begin, n = (t->end - t->begin) / 2;
-    st_close(&f);
-    int fd = open(path, O_RDWR);
-    cr_assert(fd >= 0);
-    uint16_t *w = malloc((size_t)n * 2);
-    cr_assert_eq(pread(fd, w, (size_t)n * 2, (off_t)off), (ssize_t)(n * 2));
     for (uint64_t i = 1; i < n; i += 2)
         w[i] ^= 0x8000;
-    cr_assert_eq(pwrite(fd, w, (size_t)n * 2, (off_t)off), (ssize_t)(n * 2));
-    close(fd);
-    free(w);
-    free(path);
+}
+
+static void plant(const char *dir, const char *key)
+{
+    th_edit_bf16(dir, key, negate_odd);
 }
 
 static struct compare_opts opts(int64_t keep_a)
@@ -107,10 +93,32 @@ Test(compare, identical)
     th_rmtree(tmp);
 }
 
+/* A position whose B logits are NaN is the worst on every measure: no
+ * top-K agreement, infinite KL both ways, regret and error, no cosine. */
+Test(compare, broken_positions_are_the_worst_value)
+{
+    const int64_t n = 3, V = 12;
+    double a[36];
+    float b[36];
+    for (int64_t i = 0; i < n * V; i++) {
+        a[i] = (double)((i * 7919) % 23) * 0.25;
+        b[i] = (float)a[i];
+    }
+    for (int64_t k = 0; k < V; k++)
+        b[V + k] = NAN;
+    struct compare_pos pos[3];
+    cr_assert_eq(compare_positions(a, b, n, V, pos), ERR_OK);
+    cr_assert(pos[0].kl_ab == 0.0 && pos[0].rank == 0 && pos[2].kl_ab == 0.0 && pos[2].rank == 0);
+    cr_assert(isinf(pos[1].kl_ab) && isinf(pos[1].kl_ba) && isinf(pos[1].regret) && isinf(pos[1].max_abs) &&
+              isinf(pos[1].nmse) && isnan(pos[1].cosine));
+    cr_assert_eq(pos[1].rank, COMPARE_TOPK);
+    cr_assert(pos[1].p_top > 0.0 && pos[1].p_top <= 1.0, "A's top probability %g", pos[1].p_top);
+}
+
 /* Every topology: the 4-bit pack's cost is nonzero and bounded, per position
  * consistent with the totals; a layer broken in the source is where the
  * 4-bit pack's per-layer error jumps, and --keep-a shows it alone. */
-Test(compare, four_bit_packs_and_a_planted_error, .timeout = 300)
+Test(compare, four_bit_packs_and_a_planted_error, .timeout = TH_TIMEOUT(300))
 {
     for (size_t v = 0; v < N_VARIANTS; v++) {
         char *tmp = th_mkdtemp();

@@ -548,6 +548,56 @@ Test(golden, nan_logits_fail)
     free(got);
 }
 
+/* A model whose logits are all NaN (or hold +inf) is the worst on every
+ * metric, fails the verdict with no thresholds set, and the verdict's JSON
+ * holds null where a value is not a number (JSON has no NaN or Infinity). */
+Test(golden, broken_rows_are_the_worst_value)
+{
+    const int64_t T = 4, V = 16;
+    float *ref = rand_logits(T, V, 7), *got = malloc((size_t)(T * V) * sizeof *got);
+    cr_assert(got);
+    memcpy(got, ref, (size_t)(T * V) * sizeof *got);
+    for (int64_t k = 0; k < V; k++)
+        got[V + k] = NAN; /* row 1: all NaN */
+    got[3 * V + 5] = INFINITY; /* row 3: one +inf */
+    struct golden g = mem_golden(ref, T, V);
+    struct golden_metrics m;
+    golden_compare(&g, got, no_thresholds(), &m);
+    cr_assert_eq(m.nonfinite, 2);
+    cr_assert(isinf(m.max_abs) && isinf(m.nmse) && isinf(m.kld_mean) && isinf(m.kld_max) && isinf(m.regret_max));
+    cr_assert(isnan(m.cosine), "cosine %g", m.cosine);
+    cr_assert_eq(m.top1, 0.5);
+    for (int k = 0; k < GOLDEN_TOPK; k++)
+        cr_assert_eq(m.topk[k], 0.5, "top-%d %g", k + 1, m.topk[k]);
+    cr_assert_eq(m.first_divergent, 1);
+    struct golden_thresholds none = no_thresholds();
+    bool pass = true;
+    struct json_object *v = golden_verdict(&m, &none, &pass);
+    cr_assert_not(pass);
+    const char *js = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+    cr_assert(!strstr(js, "NaN") && !strstr(js, "nan") && !strstr(js, "Infinity") && !strstr(js, "inf"), "%s", js);
+    cr_assert(strstr(js, "\"cosine\":null") && strstr(js, "\"kld_mean\":null") &&
+                  strstr(js, "{\"metric\":\"nonfinite_positions\",\"value\":2.0,\"threshold\":0.0}"),
+              "%s", js);
+    struct json_tokener *tok = json_tokener_new();
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    struct json_object *back = json_tokener_parse_ex(tok, js, (int)strlen(js));
+    cr_assert(back, "not strict JSON: %s", js);
+    json_object_put(back);
+    json_tokener_free(tok);
+    json_object_put(v);
+    /* -inf alone is a masked token, not a broken row; a row of -inf only is */
+    memcpy(got, ref, (size_t)(T * V) * sizeof *got);
+    got[2] = -INFINITY;
+    cr_assert_not(golden_row_broken(got, V));
+    for (int64_t k = 0; k < V; k++)
+        got[k] = -INFINITY;
+    cr_assert(golden_row_broken(got, V));
+    golden_free(&g);
+    free(ref);
+    free(got);
+}
+
 /* Masked logits (-inf in both) are equal, and a zero-probability entry adds
  * nothing to KL (0·log 0 = 0, not NaN). */
 Test(golden, masked_logits_compare_equal)

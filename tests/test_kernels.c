@@ -699,7 +699,7 @@ Test(kernels, bf16_neon) { run_path("bf16_neon"); }
 Test(kernels, mx_neon) { run_path("mx_neon"); }
 #endif
 /* 25 s under qemu-user on an idle 2-core machine (tests/arm64.sh): room for a loaded one */
-Test(kernels, blas, .timeout = 240) { run_path("blas"); }
+Test(kernels, blas, .timeout = TH_TIMEOUT(240)) { run_path("blas"); }
 
 /* Runs every available path that serves w on a view (plus the reference). */
 static void all_paths_on_view(const struct wmat *w, const double *wd, const double *mag, int64_t pitch, int64_t r0,
@@ -973,7 +973,7 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     return kern_matmul_ref;
 }
 
-Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
+Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = TH_TIMEOUT(60))
 {
     struct kern_table tab[5];
     const char *label[5];
@@ -1043,7 +1043,7 @@ Test(kernels, matmul_threads_bitwise_and_dispatch, .timeout = 60)
  * it alone, on every table (KERN_Q8 too), for 1-3 threads, whether the
  * matrices share an input preparation (same bits, group size, columns) or not,
  * and past KERN_MANY matrices. */
-Test(kernels, matmul_many_bitwise_equal_one_by_one, .timeout = 60)
+Test(kernels, matmul_many_bitwise_equal_one_by_one, .timeout = TH_TIMEOUT(60))
 {
     struct kern_table tab[6];
     const char *label[6];
@@ -1094,7 +1094,7 @@ Test(kernels, matmul_many_bitwise_equal_one_by_one, .timeout = 60)
  * other tokens of the call (prefill, chunked and decode give the same bits):
  * y[t] of a 131-token call (TB = 4 blocks with a remainder; sgemm's wide
  * call, where a single token takes the narrow one) must equal, bit for bit, the single-token call on x[t] — on every path. */
-Test(kernels, token_independent_bits, .timeout = 60)
+Test(kernels, token_independent_bits, .timeout = TH_TIMEOUT(60))
 {
     struct tmat mats[7];
     make_quant(&mats[0], 65, 192, 4, 64, DT_BF16, 21);
@@ -1591,7 +1591,7 @@ static const struct q8twin {
     {NULL, NULL, CPU_AVX2},
 };
 
-Test(kernels_q8, twins_bitwise_equal_reference, .timeout = 120)
+Test(kernels_q8, twins_bitwise_equal_reference, .timeout = TH_TIMEOUT(120))
 {
     for (const struct q8twin *tw = q8twins; tw->name; tw++) {
         if (!cpu_has(tw->need)) {
@@ -1644,7 +1644,7 @@ static struct wmat block_copy(const struct wmat *w, uint8_t **buf)
     return kern_blocked_view(w, *buf + 1);
 }
 
-Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = 120)
+Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = TH_TIMEOUT(120))
 {
     static const int64_t brows[] = {16, 48, 80}, bgroups[] = {1, 3, 17, 24};
     struct kern_table q8;
@@ -1856,7 +1856,7 @@ Test(kernels_q8, reference_within_int8_error)
 /* kern_matmul with KERN_Q8: the q8 dot on every supported matrix, bitwise the
  * same for 1, 2 and 3 threads and for a token alone or in a 131-token call;
  * other matrices (3-bit, bf16) exactly as KERN_BEST computes them. */
-Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = 60)
+Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = TH_TIMEOUT(60))
 {
     struct kern_table q8, best;
     kern_init(&q8, KERN_Q8);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/helpers.h"
 #include "tests/run_helpers.h"
 
 /* The bar for 8-bit caches. */
@@ -91,9 +92,9 @@ static void kv_kld(const char *variant, int want_float_layer)
     fx_close(&f);
 }
 
-Test(kvcache, kld_e2b_shared_kv, .timeout = 120) { kv_kld("e2b", 4); }
-Test(kvcache, kld_26b_moe, .timeout = 120) { kv_kld("26b-a4b", 5); }
-Test(kvcache, kld_31b_k_eq_v, .timeout = 120) { kv_kld("31b", 11); }
+Test(kvcache, kld_e2b_shared_kv, .timeout = TH_TIMEOUT(120)) { kv_kld("e2b", 4); }
+Test(kvcache, kld_26b_moe, .timeout = TH_TIMEOUT(120)) { kv_kld("26b-a4b", 5); }
+Test(kvcache, kld_31b_k_eq_v, .timeout = TH_TIMEOUT(120)) { kv_kld("31b", 11); }
 
 /* The stored representation: KV-shared layers own nothing (they read their
  * source); quantized layers hold codes only, no float copy; the float
@@ -333,7 +334,7 @@ Test(kvcache, test9_kv8_long) { test9("kv-bits 8 long", 8, true, 96, KV8_KLD_MEA
 /* Alternating quantized and float runs against one cold prefix cache: every
  * run equals its own no-cache reference bitwise (states never mix), and
  * hits come only from runs of the same representation. */
-Test(kvcache, test9_alternating_cold_prefix_cache, .timeout = 120)
+Test(kvcache, test9_alternating_cold_prefix_cache, .timeout = TH_TIMEOUT(120))
 {
     struct fx f;
     fx_open(&f, "e2b");

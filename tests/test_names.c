@@ -1,9 +1,11 @@
 /* test_names.c - checkpoint key classification (MODEL.md §2.1
- * prefix families, §2.6 tensors to drop and the tower-collision hazard). */
+ * prefix families, §2.6 tensors to drop and the tower-collision hazard);
+ * llama.cpp's names. */
 #include <criterion/criterion.h>
 
 #include <string.h>
 
+#include "model/gguf_names.h"
 #include "model/names.h"
 
 struct name_case {
@@ -197,4 +199,39 @@ Test(names, names_class_names_distinct)
             cr_assert_str_neq(name_class_name(all[i]), name_class_name(all[j]));
     cr_assert_str_eq(name_class_name(NC_TEXT), "text");
     cr_assert_str_eq(name_class_name(NC_UNKNOWN), "unknown");
+}
+
+/* llama.cpp's names (INPUTS.md §7.2), from the tensor table: both ways, the
+ * experts in the forms GGUF stores them, the tied head, and names with none. */
+Test(names, gguf_names_both_ways)
+{
+    static const char *const pairs[][2] = {
+        {"blk.0.attn_q.weight", "layers.0.self_attn.q_proj.weight"},
+        {"blk.12.attn_norm.weight", "layers.12.input_layernorm.weight"},
+        {"blk.3.ffn_gate_inp.scale", "layers.3.router.scale"},
+        {"blk.3.ffn_down_exps.scale", "layers.3.router.per_expert_scale"},
+        {"blk.3.ffn_gate_up_exps.weight", "layers.3.experts.gate_up_proj"},
+        {"blk.3.ffn_gate_exps.weight", "layers.3.experts.switch_glu.gate_proj.weight"},
+        {"blk.3.ffn_down_exps.weight", "layers.3.experts.down_proj"},
+        {"blk.7.layer_output_scale.weight", "layers.7.layer_scalar"},
+        {"blk.7.proj.weight", "layers.7.per_layer_projection.weight"},
+        {"token_embd.weight", "embed_tokens.weight"},
+        {"per_layer_proj_norm.weight", "per_layer_projection_norm.weight"},
+        {"output_norm.weight", "norm.weight"},
+        {"output.weight", "lm_head.weight"},
+    };
+    char out[128];
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        cr_assert(gguf_name_to_text(pairs[i][0], out, sizeof out), "%s", pairs[i][0]);
+        cr_assert_str_eq(out, pairs[i][1]);
+        cr_assert(gguf_name_from_text(pairs[i][1], out, sizeof out), "%s", pairs[i][1]);
+        cr_assert_str_eq(out, pairs[i][0]);
+    }
+    static const char *const none[] = {"rope_freqs.weight", "blk.x.attn_q.weight", "blk.3", "blk.1.token_embd.weight",
+                                       "layers.0.experts.gate_proj.weight", "layers.0.experts.switch_glu.down_proj.weight",
+                                       "layers.2.norm.weight", "attn_q.weight"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        cr_assert(!gguf_name_to_text(none[i], out, sizeof out) && !gguf_name_from_text(none[i], out, sizeof out),
+                  "%s", none[i]);
+    cr_assert(!gguf_name_to_text("blk.0.attn_q.weight", out, 8), "a name longer than the buffer");
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "core/pool.h"
+#include "tests/helpers.h"
 
 struct counts {
     atomic_int seen[64];
@@ -92,7 +93,7 @@ static void steal_task(void *arg, int64_t task, int worker)
 
 /* Two participants, 100 tasks: every task runs once, the caller's share
  * (0-49) on the caller, and the caller takes the helper's last task. */
-Test(pool, takes_from_the_back_of_other_shares, .timeout = 30)
+Test(pool, takes_from_the_back_of_other_shares, .timeout = TH_TIMEOUT(30))
 {
     for (int round = 0; round < 20; round++) {
         struct steal st = {0};

@@ -227,7 +227,7 @@ Test(prefix, hot_only_writes_nothing)
 
 /* Corrupt or stale cold entries are discarded with a warning (and replaced
  * by a recomputed, identical entry); the result stays bitwise correct. */
-Test(prefix, cold_corrupt, .timeout = 120)
+Test(prefix, cold_corrupt, .timeout = TH_TIMEOUT(120))
 {
     struct fx f;
     fx_open(&f, "e2b");
@@ -337,7 +337,7 @@ Test(prefix, cold_corrupt, .timeout = 120)
 /* Namespaces: bits, group, start, skip-last and block each get their own
  * entries; a float run after quantized runs on one directory gets no hit
  * and so never restores quantized state. */
-Test(prefix, namespaces, .timeout = 120)
+Test(prefix, namespaces, .timeout = TH_TIMEOUT(120))
 {
     struct fx f;
     fx_open(&f, "e2b");
@@ -509,8 +509,8 @@ static void prefix_memory(int bits, double limit_entries)
     fx_close(&f);
 }
 
-Test(prefix, memory_bound_float, .timeout = 120) { prefix_memory(0, 3.5); }
-Test(prefix, memory_bound_kv4, .timeout = 120) { prefix_memory(4, 3.5); }
+Test(prefix, memory_bound_float, .timeout = TH_TIMEOUT(120)) { prefix_memory(0, 3.5); }
+Test(prefix, memory_bound_kv4, .timeout = TH_TIMEOUT(120)) { prefix_memory(4, 3.5); }
 /* A hot tier of barely one entry: restoring must not lose the entry being
  * restored to the eviction the look-ahead at the next block causes. */
-Test(prefix, memory_bound_one_entry, .timeout = 120) { prefix_memory(0, 1.5); }
+Test(prefix, memory_bound_one_entry, .timeout = TH_TIMEOUT(120)) { prefix_memory(0, 1.5); }

@@ -126,7 +126,7 @@ static struct layout_case cases[] = {
 INDEX_PARAMS(goldens, cases)
 
 /* Every topology and layout, from the checkpoint directory and from its pack. */
-ParameterizedTest(size_t *i, runner, goldens, .timeout = 120)
+ParameterizedTest(size_t *i, runner, goldens, .timeout = TH_TIMEOUT(120))
 {
     const struct layout_case *c = &cases[*i];
     char *tmp = th_mkdtemp();
@@ -203,7 +203,7 @@ static void convert_exact(const char *src, const char *out, bool mlx)
     convert_free(&rep);
 }
 
-ParameterizedTest(size_t *i, runner, qat_formats, .timeout = 120)
+ParameterizedTest(size_t *i, runner, qat_formats, .timeout = TH_TIMEOUT(120))
 {
     const struct format_case *c = &formats[*i];
     char *tmp = th_mkdtemp();
@@ -452,7 +452,7 @@ Test(runner, loaded_weights_blocked_26b_q8_dir_q8) { loaded_weights("26b-a4b", 8
  * bitwise independent of chunking (chunks that are all long enough: the whole
  * prompt takes the wide call, its chunks the narrow one) and of the thread
  * count. */
-Test(runner, blas_prefill_close_and_chunk_independent, .timeout = 120)
+Test(runner, blas_prefill_close_and_chunk_independent, .timeout = TH_TIMEOUT(120))
 {
     struct kern_table kt;
     kern_init(&kt, KERN_BLAS);
@@ -607,12 +607,12 @@ Test(runner, gemm_workspace_reserved)
     th_rmtree(tmp);
 }
 
-Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = 120) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
-Test(runner, gemm_prefill_bitwise_e2b_bf16, .timeout = 120) { gemm_prefill_bitwise("e2b", 0, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_e2b_bf16, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("e2b", 0, KERN_BEST); }
 /* 6-bit weights have no fused kernel: the default runs kern_matmul_ref's
  * sums 16 rows at a time (kern_refgemm_avx512 where there is AVX-512): the
  * scalar reference's bits, in one step, in chunks and on any thread count. */
-Test(runner, q6_best_equals_scalar, .timeout = 120)
+Test(runner, q6_best_equals_scalar, .timeout = TH_TIMEOUT(120))
 {
     char *tmp = th_mkdtemp();
     char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_HF});
@@ -638,9 +638,9 @@ Test(runner, q6_best_equals_scalar, .timeout = 120)
     free(dir);
     th_rmtree(tmp);
 }
-Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = 120) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
-Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
-Test(runner, gemm_prefill_bitwise_26b_q4_int8, .timeout = 120) { gemm_prefill_bitwise("26b-a4b", 4, KERN_Q8); }
+Test(runner, gemm_prefill_bitwise_31b_q8, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("31b", 8, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_26b_q4, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("26b-a4b", 4, KERN_BEST); }
+Test(runner, gemm_prefill_bitwise_26b_q4_int8, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("26b-a4b", 4, KERN_Q8); }
 
 /* An explicit all-true attention mask and no mask: bitwise identical (seed 03). */
 Test(runner, all_true_mask_equals_no_mask)
@@ -684,7 +684,7 @@ Test(runner, all_true_mask_equals_no_mask)
 
 /* A 4-bit pack of the bf16 fixture against the float golden: KLD nonzero and
  * bounded; a threshold set below it fails the verdict. */
-Test(runner, q4_pack_kld_vs_float_golden, .timeout = 120)
+Test(runner, q4_pack_kld_vs_float_golden, .timeout = TH_TIMEOUT(120))
 {
     char *tmp = th_mkdtemp();
     struct fixture_opts o = {.variant = "e2b", .layout = FX_HF};
@@ -744,7 +744,7 @@ static struct q8_case q8_cases[] = {{"e2b", 4}, {"e2b", 8}, {"e4b", 4}, {"26b-a4
 
 INDEX_PARAMS(q8_kernels_vs_golden, q8_cases)
 
-ParameterizedTest(size_t *i, runner, q8_kernels_vs_golden, .timeout = 120)
+ParameterizedTest(size_t *i, runner, q8_kernels_vs_golden, .timeout = TH_TIMEOUT(120))
 {
     const struct q8_case *c = &q8_cases[*i];
     char *tmp = th_mkdtemp(), gname[64];
@@ -775,6 +775,38 @@ ParameterizedTest(size_t *i, runner, q8_kernels_vs_golden, .timeout = 120)
     free(chunked);
     golden_free(&g);
     free(gp);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* Weights that are finite but overflow the hidden state (every one the
+ * largest bf16) are never silent: the step fails, naming the logit and the
+ * first layer whose output is not finite. */
+static void huge(uint16_t *w, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        w[i] = 0x7F7F; /* 3.39e38 */
+}
+
+Test(runner, nonfinite_logits_name_the_layer)
+{
+    char *tmp = th_mkdtemp();
+    char *dir = th_fixture(tmp, "ckpt", (struct fixture_opts){.variant = "e2b", .layout = FX_HF});
+    th_edit_bf16(dir, "model.language_model.layers.3.mlp.down_proj.weight", huge);
+    struct model m;
+    struct err e = {0};
+    cr_assert_eq(model_open(&m, dir, &e), ERR_OK, "%s", e.msg);
+    struct runner r;
+    cr_assert_eq(runner_init(&r, &m, TH_RUNNER(1, KERN_BEST, 8), &e), ERR_OK, "%s", e.msg);
+    int32_t tok[5] = {2, 3, 4, 5, 6};
+    float *logits = malloc((size_t)(5 * m.cfg.vocab_size) * sizeof *logits);
+    cr_assert(logits);
+    cr_assert_eq(runner_forward(&r, tok, 5, logits, true, NULL, &e), ERR_RANGE, "non-finite logits returned: %s",
+                 e.msg);
+    cr_expect(strstr(e.msg, "not finite: the hidden state is first non-finite after layer 3"), "%s", e.msg);
+    free(logits);
+    runner_free(&r);
+    model_close(&m);
     free(dir);
     th_rmtree(tmp);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/helpers.h"
 #include "tests/run_helpers.h"
 
 /* Batched vs single sequence: the bar; the runner is bitwise. */
@@ -74,10 +75,10 @@ static void batch_session(const char *variant, int bits)
     fx_close(&f);
 }
 
-Test(session, batch_session_e2b_shared_kv, .timeout = 120) { batch_session("e2b", 0); }
-Test(session, batch_session_26b_moe, .timeout = 120) { batch_session("26b-a4b", 0); }
-Test(session, batch_session_e2b_kv4, .timeout = 120) { batch_session("e2b", 4); }
-Test(session, batch_session_31b_kv8, .timeout = 120) { batch_session("31b", 8); }
+Test(session, batch_session_e2b_shared_kv, .timeout = TH_TIMEOUT(120)) { batch_session("e2b", 0); }
+Test(session, batch_session_26b_moe, .timeout = TH_TIMEOUT(120)) { batch_session("26b-a4b", 0); }
+Test(session, batch_session_e2b_kv4, .timeout = TH_TIMEOUT(120)) { batch_session("e2b", 4); }
+Test(session, batch_session_31b_kv8, .timeout = TH_TIMEOUT(120)) { batch_session("31b", 8); }
 
 /* runner_step directly: items in another order than their sequences,
  * chunks of 5 (items drop out as their prompts end), then a joint decode

@@ -65,6 +65,15 @@ with zipfile.ZipFile(z, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr(zi, data)
 put("npy", "golden.npz", z.getvalue())
 
+# round three (docs/TESTING.md hardening3.sh): strings that would drive a terminal, a duplicate member
+put("safetensors", "escape-names", safetensors([("a\x1b]0;t\x07.weight", "BF16", [2], bytes(4)),
+                                                 ("b\u009b31m", "F32", [1], struct.pack("<f", float("nan")))]))
+z = io.BytesIO()
+with zipfile.ZipFile(z, "w", zipfile.ZIP_STORED) as zf:
+    for name, data in [("tokens.npy", tok), ("tokens.npy", tok), ("logits.npy", logits)]:
+        zf.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
+put("npy", "duplicate-member.npz", z.getvalue())
+
 put("index", "valid.json", json.dumps({"metadata": {"total_size": 2},
                                        "weight_map": {"a": "model-00001-of-00002.safetensors",
                                                       "b": "model-00002-of-00002.safetensors"}}))
@@ -102,7 +111,7 @@ GGUF_FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 
 
 def gguf_str(s):
-    b = s.encode()
+    b = s if isinstance(s, bytes) else s.encode()
     return struct.pack("<Q", len(b)) + b
 
 
@@ -150,3 +159,7 @@ put("gguf", "metadata-v2.gguf", gguf(
      ("f32", 6, 1.5), ("bool", 7, True), ("str", 8, "x"), ("u64", 10, 2 ** 40), ("i64", 11, -2 ** 40),
      ("f64", 12, 0.1), ("nested", 9, (9, [(2, [1, 2]), (8, ["a"])]))], [], version=2))
 put("gguf", "header-only.gguf", gguf([], []))
+put("gguf", "nonfinite-and-escapes.gguf", gguf(
+    [("general.architecture", 8, "gemma4"), ("general.name", 8, b"\x1b]0;pwn\x07\x1b[2J\xff\xfe"),
+     ("gemma4.attention.layer_norm_rms_epsilon", 6, float("nan")), ("gemma4.rope.freq_base", 12, float("inf"))],
+    [("blk.0.attn_q.weight", [32, 1], 2, struct.pack("<H", 0x7E00) + q4_0[2:])]))
