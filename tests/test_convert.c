@@ -1620,7 +1620,7 @@ Test(convert, mx_modes_from_bf16)
 }
 
 /* The MX options: --mode with other bits, requantizing without leave, and a
- * tensor MLX's quantizer leaves undefined (an inf) are refused; per tensor
+ * tensor holding an inf (refused at load, before MLX's quantizer would leave it undefined) are refused; per tensor
  * --quantize REGEX=MODE mixes modes, which the MLX export writes as
  * mlx-lm reads them (a module's dict without "mode" is affine). */
 Test(convert, mx_options_and_refusals)
@@ -1699,8 +1699,10 @@ Test(convert, mx_options_and_refusals)
     o.plan.group_size = 0;
     char *badout = fio_join(dir, "inf.gpk");
     o.out = badout;
-    cr_assert_eq(convert_run(&r, bad, &o, &e), ERR_UNSUPPORTED);
-    cr_assert(strstr(e.msg, "layers.1.mlp.up_proj.weight: row 3, group 1") && strstr(e.msg, "mxfp4"), "%s", e.msg);
+    /* refused when the source is opened, before any quantizer sees it (quant_mx_row's own refusal: test_quant) */
+    cr_assert_eq(convert_run(&r, bad, &o, &e), ERR_FORMAT);
+    cr_assert(strstr(e.msg, "layers.1.mlp.up_proj.weight element ") && strstr(e.msg, " is +inf: every weight"), "%s",
+              e.msg);
     cr_assert_not(exists(badout), "no partial pack");
     convert_free(&r);
     free(badout);
