@@ -2,15 +2,19 @@
  * help, value parsing, error messages and the progress line. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/cpu.h"
 #include "core/text.h"
+#include "golden/golden.h"
+#include "gp_config.h"
+#include "runner/tokens.h"
 
 /* ---- the terminal guard ---- */
 
@@ -55,7 +59,7 @@ static void on_sigbus(int sig)
     _exit(EXIT_ERROR);
 }
 
-void cli_guard(void)
+static void guard_streams(void)
 {
     signal(SIGBUS, on_sigbus);
     raw_out = stdout;
@@ -75,9 +79,46 @@ void cli_guard(void)
 #endif
 }
 
+static const struct command *current; /* the command being run (cli_main sets it) */
+
+/* The running command's option named field[0, len), dashes as underscores; NULL if none. */
+static const struct opt *opt_of_field(const char *field, size_t len)
+{
+    for (const struct opt *o = current ? current->opts : NULL; o && o->name; o++) {
+        size_t i = 0;
+        while (i < len && (o->name[i] == field[i] || (o->name[i] == '-' && field[i] == '_')))
+            i++;
+        if (i == len && !o->name[len])
+            return o;
+    }
+    return NULL;
+}
+
+/* A library message as the command line says it: each quoted 'field' that is
+ * an option of the running command as its flag. */
+static const char *flags_named(const char *msg, char out[static ERR_MSG_MAX + 256])
+{
+    size_t n = 0;
+    for (const char *p = msg; *p && n < ERR_MSG_MAX + 192;) {
+        size_t len = *p == '\'' ? strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_") : 0;
+        const struct opt *o = len && p[len + 1] == '\'' ? opt_of_field(p + 1, len) : NULL;
+        if (o)
+            n += (size_t)snprintf(out + n, 64, "--%s", o->name);
+        else
+            out[n++] = *p;
+        p += o ? len + 2 : 1;
+    }
+    out[n] = 0;
+    return out;
+}
+
 int fail(const struct err *e)
 {
-    fprintf(stderr, "gempack: error: %s\n", e->msg);
+    char msg[ERR_MSG_MAX + 256];
+    flags_named(e->msg, msg);
+    if (e->code == ERR_USAGE && e->msg[0] == '\'' && !strncmp(msg, "--", 2)) /* it begins with a flag */
+        return usage_error(current->name, "%s", msg);
+    fprintf(stderr, "gempack: error: %s\n", msg);
     return e->code == ERR_NOT_TARGET ? EXIT_VERDICT : EXIT_ERROR;
 }
 
@@ -120,12 +161,14 @@ void print_json(struct json_object *o)
     fflush(stdout);
     if (!safe) { /* no room to escape: write nothing rather than something unchecked */
         fputs("gempack: error: out of memory writing JSON\n", stderr);
+        json_object_put(o);
         return;
     }
     size_t w = text_escape(text, n, true, true, safe, &used);
     fwrite(safe, 1, w, raw_out ? raw_out : stdout);
     fputc('\n', raw_out ? raw_out : stdout);
     free(safe);
+    json_object_put(o);
 }
 
 bool parse_u64(const char *s, unsigned long long max, unsigned long long *out)
@@ -194,7 +237,6 @@ void progress_end(const struct progress_line *line)
 
 /* ---- options and help ---- */
 
-const struct command *current;
 
 void command_help(const struct command *c, FILE *out)
 {
@@ -221,13 +263,40 @@ void command_help(const struct command *c, FILE *out)
         fprintf(out, "\n%s\n", c->after);
 }
 
+/* --mode: 0 prefill, 1 decode, N chunked:N. */
+static bool parse_mode(const char *s, unsigned long long *chunk)
+{
+    if (!strcmp(s, "prefill") || !strcmp(s, "decode"))
+        *chunk = !strcmp(s, "decode");
+    else if (strncmp(s, "chunked:", 8) || !parse_u64(s + 8, 1ull << 30, chunk) || *chunk == 0)
+        return false;
+    return true;
+}
+
 /* Stores a typed option's value at base; false (with *code) on a bad value. */
 static bool set_opt(const struct opt *o, void *base, int *code)
 {
     unsigned long long v = 1;
+    void *at = (char *)base + o->off;
+    struct err e = {0};
+    char msg[ERR_MSG_MAX + 256];
     if (o->type == OPT_STR) {
-        memcpy((char *)base + o->off, &optarg, sizeof optarg);
+        memcpy(at, &optarg, sizeof optarg);
         return true;
+    }
+    snprintf(msg, sizeof msg, "--%s", o->name);
+    int rc = o->type == OPT_TOKENS        ? tokens_add_csv(at, optarg, msg, &e)
+             : o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e)
+             : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, o->choices, optarg, &e)
+                                          : ERR_OK;
+    if (rc != ERR_OK)
+        *code = usage_error(current->name, "%s", flags_named(e.msg, msg));
+    if (rc != ERR_OK || o->type >= OPT_TOKENS) /* the library's parsers store their own */
+        return rc == ERR_OK;
+    if (o->type == OPT_MODE && !parse_mode(optarg, &v)) {
+        *code = usage_error(current->name, "--mode %s: expected prefill, decode or chunked:N with N from 1 to "
+                                           "1073741824", optarg);
+        return false;
     }
     if (o->type == OPT_UINT && !(parse_u64(optarg, o->hi, &v) && v >= o->lo)) {
         fprintf(stderr, "gempack %s: --%s %s: expected an integer from %llu to %llu\nTry 'gempack %s --help'.\n",
@@ -252,7 +321,7 @@ static bool set_opt(const struct opt *o, void *base, int *code)
         }
         v = o->values ? (unsigned long long)o->values[k] : k;
     }
-    uint8_t *dst = (uint8_t *)base + o->off;
+    uint8_t *dst = at;
     if (o->size == 1)
         *dst = (uint8_t)v;
     else if (o->size == 4)
@@ -293,4 +362,56 @@ int common_opt(int c)
         return 0;
     }
     return usage_error(current->name, "%s", "invalid option");
+}
+
+static void main_help(const struct command *commands, size_t n, FILE *out)
+{
+    fputs("usage: gempack COMMAND [options]   (gempack COMMAND --help for each)\n\n"
+          "Toolkit for Gemma 4 text checkpoints.\n\n", out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n  --version      print the version\n", out);
+}
+
+int cli_main(const struct command *commands, size_t n_commands, int argc, char **argv)
+{
+    /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
+     * message and a removed temp file, not as a kill by SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
+    guard_streams();
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        main_help(commands, n_commands, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_ERROR : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("gempack %s\n", GEMPACK_VERSION);
+        return 0;
+    }
+    if (!cpu_isa_valid()) {
+        fprintf(stderr, "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, neon or dotprod\n",
+                getenv("GEMPACK_ISA"));
+        return EXIT_ERROR;
+    }
+    bool sub = argc >= 3 && argv[2][0] != '-'; /* a two-word command: golden make, golden check */
+    for (size_t i = 0; i < n_commands; i++) {
+        size_t n = strlen(argv[1]);
+        const char *name = commands[i].name;
+        if (strncmp(name, argv[1], n) || (name[n] && !(sub && name[n] == ' ' && !strcmp(name + n + 1, argv[2]))))
+            continue;
+        current = &commands[i];
+        return current->fn(argc - (name[n] ? 2 : 1), argv + (name[n] ? 2 : 1));
+    }
+    for (size_t i = 0; i < n_commands; i++) /* a command's first word alone: its help */
+        if (!strncmp(commands[i].name, argv[1], strlen(argv[1])) && commands[i].name[strlen(argv[1])] == ' ') {
+            if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+                for (size_t j = i; j < n_commands; j++)
+                    if (!strncmp(commands[j].name, argv[1], strlen(argv[1])))
+                        command_help(&commands[j], stdout);
+                return 0;
+            }
+            return usage_error(argv[1], "%s", "expected 'make' or 'check'");
+        }
+    fprintf(stderr, "gempack: unknown command '%s'\n\n", argv[1]);
+    main_help(commands, n_commands, stderr);
+    return EXIT_ERROR;
 }

@@ -1,7 +1,8 @@
 /* cli.h - the command line's machinery, shared by main.c's commands (cli.c):
  * one option table per command (parsed, stored and shown by --help), value
- * parsing, the error messages and exit codes, and a progress line on a
- * terminal. Only these two files print to the terminal or exit. */
+ * parsing, the error messages (a library's 'field' shown as its --flag) and
+ * exit codes, a progress line on a terminal, and the dispatch to a command.
+ * Only these two files print to the terminal or exit. */
 #ifndef GEMPACK_CLI_H
 #define GEMPACK_CLI_H
 
@@ -15,20 +16,17 @@
 
 enum { EXIT_VERDICT = 1, EXIT_ERROR = 2 };
 
-/* From here on stdout and stderr spell out every byte a terminal could act
- * on (core/text.h's text_escape; on glibc): whatever a file's strings hold,
- * they cannot drive the terminal. print_json and the progress line write
- * past the guard, JSON escaped as JSON. A mapped input cut short under the
- * command (SIGBUS) ends it with an error (exit 2), not a signal. */
-void cli_guard(void);
-
-/* Prints e; the exit code: another model's checkpoint is a verdict (1), any other failure 2. */
+/* Prints a library error as the command line says it: each 'field' the
+ * message quotes that is an option of the current command shown as its flag
+ * (--field, underscores as dashes); a usage error that begins with one as a
+ * usage error of the command, anything else as "gempack: error: ...". The
+ * exit code: another model's checkpoint is a verdict (1), any other failure 2. */
 int fail(const struct err *e);
 
 /* "gempack CMD: " fmt (with arg) and the hint to --help on stderr; EXIT_ERROR. */
 int usage_error(const char *cmd, const char *fmt, const char *arg);
 
-/* o on stdout, pretty: every NaN or infinite number as null, invalid UTF-8 as \\xNN text. */
+/* o on stdout, pretty: every NaN or infinite number as null, invalid UTF-8 as \\xNN text; drops the reference. */
 void print_json(struct json_object *o);
 
 /* Strict decimal parse of a non-negative integer up to max. */
@@ -61,6 +59,10 @@ enum opt_type {
     OPT_STR,                   /* stores optarg (a const char *) */
     OPT_UINT,                  /* an integer in [lo, hi] */
     OPT_CHOICE,                /* one of `choices` ("a|b|c"): its index, or values[index] */
+    OPT_MODE,                  /* an int64 chunk: prefill 0, decode 1, chunked:N N */
+    OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs (this and below: by the library) */
+    OPT_TOKENS_FILE,           /* the prompts of a file (runner/tokens.h) into a struct token_seqs */
+    OPT_THRESHOLD,             /* into a struct golden_thresholds, golden_threshold_parse's key in `choices` */
 };
 
 struct opt {
@@ -79,6 +81,12 @@ struct opt {
 #define FLAG(name, code, S, f, help) {name, NULL, code, help, OPT_FLAG, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
 #define STR(name, arg, code, S, f, help) {name, arg, code, help, OPT_STR, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
 #define UINT(name, arg, code, S, f, lo, hi, help) {name, arg, code, help, OPT_UINT, offsetof(S, f), sizeof(((S *)0)->f), lo, hi, NULL, NULL}
+#define TYPED(type, name, arg, code, S, f, help) {name, arg, code, help, type, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, NULL, NULL}
+/* The six thresholds (golden/golden.h); --max-abs described by help, the others with it. */
+#define TH(name, key, code, S, f, help) {name, "X", code, help, OPT_THRESHOLD, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, key, NULL}
+#define THRESHOLDS(S, f, help) TH("max-abs", "max_abs", 'a', S, f, help), TH("nmse", "nmse", 'N', S, f, NULL), \
+    TH("kld-mean", "kld_mean", 'k', S, f, NULL), TH("kld-p99", "kld_p99", 'p', S, f, NULL), \
+    TH("kld-max", "kld_max", 'K', S, f, NULL), TH("top1", "top1", '1', S, f, NULL)
 #define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {
@@ -89,9 +97,6 @@ struct command {
     int (*fn)(int, char **);
 };
 
-/* The command being run (main sets it). */
-extern const struct command *current;
-
 void command_help(const struct command *c, FILE *out);
 
 /* The next option the command handles itself; typed ones are stored at base
@@ -101,5 +106,14 @@ int next_opt(int argc, char **argv, void *base, int *code);
 
 /* -h and an unknown option, the same way in every command: the exit code. */
 int common_opt(int c);
+
+/* gempack's main: the top-level help and --version, then the command
+ * argv[1] (or the two words argv[1] argv[2]) of commands[n]; its exit code.
+ * Before the command, stdout and stderr are guarded: they spell out every
+ * byte a terminal could act on (core/text.h's text_escape; on glibc), so a
+ * file's strings cannot drive the terminal; print_json and the progress line
+ * write past the guard, JSON escaped as JSON. A mapped input cut short under
+ * the command (SIGBUS) ends it with an error (exit 2), not a signal. */
+int cli_main(const struct command *commands, size_t n, int argc, char **argv);
 
 #endif

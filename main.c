@@ -1,22 +1,19 @@
 /* main.c - the gempack command line: parse, call one library function per
- * command, print, exit. With cli.c (its option tables, messages and progress
- * line) the only code that prints to the terminal or exits; everything it
- * calls returns error codes with messages (core/err.h).
+ * command, print, exit. With cli.c (option parsing, messages, the progress
+ * line, the dispatch) the only code that prints to the terminal or exits;
+ * everything it calls returns error codes with messages (core/err.h).
  *
  * Exit codes: 0 success; 1 a negative verdict (check: not loadable; verify:
  * a mismatch; golden check: a regression); 2 usage error, unreadable input or
  * any other failure. */
 #include <getopt.h>
 #include <json-c/json.h>
-#include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "converter/convert.h"
-#include "core/cpu.h"
 #include "fixtures/fixture.h"
 #include "golden/check.h"
 #include "golden/compare.h"
@@ -24,32 +21,6 @@
 #include "ingest/check.h"
 #include "ingest/inspect.h"
 #include "runner/session.h"
-#include "gp_config.h"
-
-/* --mode: 0 prefill, 1 decode, N chunked:N. */
-static bool parse_mode(const char *s, int64_t *chunk)
-{
-    unsigned long long v;
-    if (!strcmp(s, "prefill"))
-        *chunk = 0;
-    else if (!strcmp(s, "decode"))
-        *chunk = 1;
-    else if (!strncmp(s, "chunked:", 8) && parse_u64(s + 8, 1ull << 30, &v) && v > 0)
-        *chunk = (int64_t)v;
-    else
-        return false;
-    return true;
-}
-
-#define MODE_USAGE "--mode %s: expected prefill, decode or chunked:N with N from 1 to 1073741824"
-
-/* --tokens / --tokens-file into seqs; -1 on success, else the exit code. */
-static int parse_tokens_arg(int c, const char *cmd, struct token_seqs *seqs)
-{
-    struct err e = {0};
-    int rc = c == 't' ? tokens_add_csv(seqs, optarg, &e) : tokens_read_file(optarg, seqs, &e);
-    return rc == ERR_OK ? -1 : usage_error(cmd, "%s", e.msg);
-}
 
 /* ---- check ---- */
 
@@ -77,11 +48,8 @@ static int cmd_check(int argc, char **argv)
         return fail(&e);
     }
     check_print_text(a.json ? stderr : stdout, &r);
-    if (a.json) {
-        struct json_object *o = check_to_json(&r);
-        print_json(o);
-        json_object_put(o);
-    }
+    if (a.json)
+        print_json(check_to_json(&r));
     code = check_loadable(&r) ? 0 : EXIT_VERDICT;
     check_free(&r);
     return code;
@@ -106,7 +74,8 @@ static int cmd_inspect(int argc, char **argv)
         return fail(&e);
     if (a.json)
         print_json(jo);
-    json_object_put(jo);
+    else
+        json_object_put(jo);
     return 0;
 }
 
@@ -195,7 +164,7 @@ static const struct opt convert_opts[] = {
     UINT("threads", "N", 'n', CV, o.threads, 1, 64, "quantization threads, 1..64 (default 1; the output\nbytes are identical for any N)"),
     FLAG("dry-run", 'd', CV, o.dry_run, "print the per-tensor plan and totals; write nothing"),
     FLAG("eval", 'e', CV, eval, "compare the output with the source (gempack compare)\non the fixture prompt and store the quality card in\nthe pack's manifest or OUT/gempack_quality.json"),
-    OWN("eval-tokens", "IDS", 'E', "one more prompt for --eval (repeatable; implies it)"),
+    TYPED(OPT_TOKENS, "eval-tokens", "IDS", 'E', CV, eval_tokens, "one more prompt for --eval (repeatable; implies it)"),
     STR("report", "OUT.html", 'R', CV, report, "with --eval: one self-contained HTML page of the\ncomparison and every tensor's quantization error"),
     FLAG("json", 'j', CV, json, "the report as JSON on stdout"),
     {0}};
@@ -212,84 +181,6 @@ static int add_rule(struct plan_rule **v, size_t *n, const char *arg, bool dense
     return rc;
 }
 
-/* Appends a copy of tok[0, T) to s as one more prompt. */
-static int seqs_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
-{
-    int32_t **seq = realloc(s->seq, (size_t)(s->n + 1) * sizeof *seq);
-    if (seq)
-        s->seq = seq;
-    int64_t *len = seq ? realloc(s->len, (size_t)(s->n + 1) * sizeof *len) : NULL;
-    if (len)
-        s->len = len;
-    if (!seq || !len || !(s->seq[s->n] = malloc((size_t)(T ? T : 1) * sizeof **s->seq)))
-        return err_set(e, ERR_NOMEM, "out of memory");
-    memcpy(s->seq[s->n], tok, (size_t)T * sizeof *tok);
-    s->len[s->n++] = T;
-    return ERR_OK;
-}
-
-/* The conversion's tensors for the report: each one's error against the source's values. */
-static struct report_tensor *report_tensors(const struct convert_report *cr)
-{
-    struct report_tensor *t = calloc(cr->plan.n + 1, sizeof *t);
-    for (size_t i = 0; t && i < cr->plan.n; i++) {
-        const struct plan_item *it = &cr->plan.items[i];
-        double n = 1.0;
-        for (int k = 0; k < it->nt->rank; k++)
-            n *= (double)it->nt->shape[k];
-        t[i] = (struct report_tensor){it->nt->name, plan_action_name(it->act),
-                                      it->quantized_out ? qmode_name(it->mode) : dtype_name(it->dtype),
-                                      it->quantized_out ? it->bits : 0, it->quantized_out ? it->group_size : 0,
-                                      sqrt(it->sq_err / n), it->max_err, it->measured};
-    }
-    return t;
-}
-
-/* --eval: the output against its source on the fixture prompt and the
- * user's, the card stored with the output (*card: a reference for --json). */
-static int convert_eval(struct convert_args *a, const char *src, const struct convert_report *cr,
-                        struct json_object **card, struct err *e)
-{
-    struct token_seqs p = {0};
-    int64_t T;
-    int32_t *fx = fixture_prompt(&cr->cfg, 0, &T);
-    int rc = fx ? seqs_push(&p, fx, T, e) : err_set(e, ERR_NOMEM, "out of memory");
-    for (int i = 0; rc == ERR_OK && i < a->eval_tokens.n; i++)
-        rc = seqs_push(&p, a->eval_tokens.seq[i], a->eval_tokens.len[i], e);
-    free(fx);
-    struct compare_result r = {0};
-    struct progress_line line;
-    struct compare_opts co = {.threads = a->o.threads, .th = {-1, -1, -1, -1, -1, -1},
-                              .progress = progress_on_tty(&line)};
-    if (rc == ERR_OK)
-        rc = compare_models(src, a->o.out, &p, &co, &r, e);
-    progress_end(&line);
-    struct report_tensor *rt = rc == ERR_OK && a->report ? report_tensors(cr) : NULL;
-    if (rc == ERR_OK && a->report)
-        rc = rt ? report_write(a->report, "gempack convert --eval", src, a->o.out, &r, rt, cr->plan.n, e)
-                : err_set(e, ERR_NOMEM, "out of memory");
-    free(rt);
-    if (rc == ERR_OK) {
-        *card = compare_card(&r, &p, GEMPACK_VERSION);
-        FILE *out = a->json ? stderr : stdout;
-        fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions",
-                r.m.kld_mean, 100.0 * r.m.topk[0], r.m.max_abs, (long long)r.n_pos);
-        if (a->o.format_mlx) {
-            char *path = fio_join(a->o.out, "gempack_quality.json");
-            const char *text = json_object_to_json_string_ext(*card, JSON_C_TO_STRING_PRETTY);
-            rc = path ? fio_write_file(path, text, strlen(text), e) : err_set(e, ERR_NOMEM, "out of memory");
-            if (rc == ERR_OK)
-                fprintf(out, "; card in %s\n", path);
-            free(path);
-        } else if ((rc = pack_set_field(a->o.out, "quality", json_object_get(*card), e)) == ERR_OK) {
-            fprintf(out, "; card in %s (manifest \"quality\")\n", a->o.out);
-        }
-    }
-    compare_free(&r);
-    tokens_free(&p);
-    return rc;
-}
-
 static int convert_with(int argc, char **argv, struct convert_args *a)
 {
     struct convert_opts *o = &a->o;
@@ -297,14 +188,10 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     struct err e = {0};
     int code;
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;) {
-        if (c == 'E') {
-            a->eval = true;
-            if ((code = parse_tokens_arg('t', "convert", &a->eval_tokens)) >= 0)
-                return code;
-        } else if (c == 'q' || c == 'k') {
+        if (c == 'q' || c == 'k') {
             if ((c == 'q' ? add_rule(&o->plan.quantize, &o->plan.n_quantize, optarg, false, &e)
                           : add_rule(&o->plan.keep_dense, &o->plan.n_keep_dense, optarg, true, &e)) != ERR_OK)
-                return usage_error("convert", "%s", e.msg);
+                return fail(&e);
         } else if (c == 'a') {
             if (!parse_u64(optarg, 65536, &v) || v < 64 || (v & (v - 1)))
                 return usage_error("convert", "--align %s: expected a power of two from 64 to 65536", optarg);
@@ -313,6 +200,7 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
             return c == -2 ? code : common_opt(c);
         }
     }
+    a->eval |= a->eval_tokens.n > 0;
     if (optind + 1 != argc)
         return usage_error("convert", "%s", "expected exactly one checkpoint directory");
     if (!o->out && !o->dry_run)
@@ -322,28 +210,32 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
     if (a->report && !a->eval)
         return usage_error("convert", "%s", "--report shows --eval's comparison: give --eval too");
     struct convert_report r;
-    struct json_object *card = NULL;
+    struct card card = {0};
     struct progress_line line;
+    FILE *out = a->json ? stderr : stdout;
     o->progress = progress_on_tty(&line);
     o->check_out = a->report;
     int rc = convert_run(&r, argv[optind], o, &e);
     progress_end(&line);
-    if (rc == ERR_OK) {
-        convert_print(a->json ? stderr : stdout, &r, o->dry_run);
-        if (a->eval)
-            rc = convert_eval(a, argv[optind], &r, &card, &e);
-        if (rc == ERR_OK && a->json) {
-            struct json_object *jo = convert_json(&r);
-            if (card)
-                json_object_object_add(jo, "quality", json_object_get(card));
-            print_json(jo);
-            json_object_put(jo);
-        }
+    if (rc == ERR_OK)
+        convert_print(out, &r, o->dry_run);
+    if (rc == ERR_OK && a->eval) {
+        rc = card_make(argv[optind], o, &r, &a->eval_tokens, a->report, progress_on_tty(&line), &card, &e);
+        progress_end(&line);
+        if (rc == ERR_OK)
+            fprintf(out, "quality: KL(source||output) mean %.4g, top-1 %.1f%%, max |dlogit| %.4g over %lld positions; "
+                         "card in %s%s\n", card.r.m.kld_mean, 100.0 * card.r.m.topk[0], card.r.m.max_abs,
+                    (long long)card.r.n_pos, card.path ? card.path : o->out, card.path ? "" : " (manifest \"quality\")");
     }
-    json_object_put(card);
+    if (rc == ERR_OK && a->json) {
+        struct json_object *jo = convert_json(&r);
+        if (card.json)
+            json_object_object_add(jo, "quality", json_object_get(card.json));
+        print_json(jo);
+    }
+    card_free(&card);
     convert_free(&r);
-    return rc == ERR_OK ? 0 : rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("convert", "%s", e.msg)
-                                                                          : fail(&e);
+    return rc == ERR_OK ? 0 : fail(&e);
 }
 
 static int cmd_convert(int argc, char **argv)
@@ -387,14 +279,15 @@ static int cmd_verify(int argc, char **argv)
 
 struct run_args {
     struct run_config c;
+    struct token_seqs seqs;
     bool json;
 };
 #define RA struct run_args
 
 static const struct opt run_opts[] = {
-    OWN("tokens", "2,17,99", 't', "a prompt's token ids; repeat for a batch"),
-    OWN("tokens-file", "F", 'T', "ids from a JSON list, {\"tokens\": [...]}, a JSON list of\nlists (a batch), an .npy [T] or [B, T], or\nwhitespace-separated integers"),
-    OWN("mode", "M", 'm', "prefill (default: each prompt as one chunk), decode (one\ntoken at a time) or chunked:N; a batch advances together"),
+    TYPED(OPT_TOKENS, "tokens", "2,17,99", 't', RA, seqs, "a prompt's token ids; repeat for a batch"),
+    TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', RA, seqs, "ids from a JSON list, {\"tokens\": [...]}, a JSON list of\nlists (a batch), an .npy [T] or [B, T], or\nwhitespace-separated integers"),
+    TYPED(OPT_MODE, "mode", "M", 'm', RA, c.s.chunk, "prefill (default: each prompt as one chunk), decode (one\ntoken at a time) or chunked:N; a batch advances together"),
     STR("dump-logits", "OUT.npz", 'd', RA, c.dump, "tokens.npy int32 and logits.npy float32, one row per\nprompt position after the soft-cap: [T] and [T, V] for\none prompt; [B, Tmax], [B, Tmax, V] and lengths.npy [B]\nfor a batch (rows past a prompt's end are zero)"),
     UINT("generate", "N", 'g', RA, c.s.generate, 0, 1u << 20, "then generate N tokens per prompt (greedy unless\n--temperature)"),
     OWN("temperature", "X", 'x', "sampling temperature 0..100 (0: greedy)"),
@@ -415,21 +308,14 @@ static const struct opt run_opts[] = {
     FLAG("json", 'j', RA, json, "one JSON object on stdout (tokens, timings, caches)"),
     {0}};
 
-static int run_with(int argc, char **argv, struct token_seqs *seqs)
+static int run_with(int argc, char **argv, struct run_args *a)
 {
-    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
-                               .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
-    struct run_config *c = &a.c;
+    struct run_config *c = &a->c;
+    const struct token_seqs *seqs = &a->seqs;
     double x;
     int code;
-    for (int ch; (ch = next_opt(argc, argv, &a, &code)) != -1;) {
-        if (ch == 't' || ch == 'T') {
-            if ((code = parse_tokens_arg(ch, "run", seqs)) >= 0)
-                return code;
-        } else if (ch == 'm') {
-            if (!parse_mode(optarg, &c->s.chunk))
-                return usage_error("run", MODE_USAGE, optarg);
-        } else if (ch == 'x') {
+    for (int ch; (ch = next_opt(argc, argv, a, &code)) != -1;) {
+        if (ch == 'x') {
             if (!parse_float(optarg, 0.0, 100.0, &x))
                 return usage_error("run", "--temperature %s: expected 0..100", optarg);
             c->s.temperature = (float)x;
@@ -458,20 +344,21 @@ static int run_with(int argc, char **argv, struct token_seqs *seqs)
             return usage_error("run", "%s", "every prompt needs at least one token");
     struct json_object *jo;
     struct err e = {0};
-    int rc = session_main(argv[optind], seqs, c, a.json ? stderr : stdout, stderr, &jo, &e);
-    if (rc != ERR_OK)
-        return rc == ERR_USAGE && !strncmp(e.msg, "--", 2) ? usage_error("run", "%s", e.msg) : fail(&e);
-    if (a.json)
+    if (session_main(argv[optind], seqs, c, a->json ? stderr : stdout, stderr, &jo, &e) != ERR_OK)
+        return fail(&e);
+    if (a->json)
         print_json(jo);
-    json_object_put(jo);
+    else
+        json_object_put(jo);
     return 0;
 }
 
 static int cmd_run(int argc, char **argv)
 {
-    struct token_seqs seqs = {0};
-    int code = run_with(argc, argv, &seqs);
-    tokens_free(&seqs);
+    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
+                               .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
+    int code = run_with(argc, argv, &a);
+    tokens_free(&a.seqs);
     return code;
 }
 
@@ -481,56 +368,51 @@ struct golden_args {
     const char *out;
     int threads;
     bool json;
+    struct token_seqs seqs;
     struct golden_check_opts o;
 };
 #define GA struct golden_args
 
 static const struct opt golden_make_opts[] = {
-    OWN("tokens", "IDS", 't', "the prompt's token ids"),
-    OWN("tokens-file", "F", 'T', "or a file of them (as run takes)"),
+    TYPED(OPT_TOKENS, "tokens", "IDS", 't', GA, seqs, "the prompt's token ids"),
+    TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', GA, seqs, "or a file of them (as run takes)"),
     STR("output", "G.npz", 'o', GA, out, "the golden to write"),
     UINT("threads", "N", 'n', GA, threads, 1, 64, "worker threads (the logits are identical for any N)"),
     {0}};
 
-static int golden_make_with(int argc, char **argv, struct token_seqs *seqs)
+static int golden_make_with(int argc, char **argv, struct golden_args *a)
 {
-    struct golden_args a = {.threads = 1};
+    const struct token_seqs *seqs = &a->seqs;
     int code;
-    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
-        if (c != 't' && c != 'T')
-            return c == -2 ? code : common_opt(c);
-        if ((code = parse_tokens_arg(c, "golden make", seqs)) >= 0)
-            return code;
-    }
-    if (optind + 1 != argc || !a.out || seqs->n != 1 || seqs->len[0] == 0)
+    for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
+    if (optind + 1 != argc || !a->out || seqs->n != 1 || seqs->len[0] == 0)
         return usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens or --tokens-file) and -o G.npz");
     int64_t V;
     struct err e = {0};
     struct progress_line line;
     struct progress progress = progress_on_tty(&line);
-    int rc = golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a.threads, a.out, &progress, &V, &e);
+    int rc = golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a->threads, a->out, &progress, &V, &e);
     progress_end(&line);
     if (rc != ERR_OK)
         return fail(&e);
-    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", a.out, (long long)seqs->len[0],
+    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", a->out, (long long)seqs->len[0],
             (long long)V);
     return 0;
 }
 
 static int cmd_golden_make(int argc, char **argv)
 {
-    struct token_seqs seqs = {0};
-    int code = golden_make_with(argc, argv, &seqs);
-    tokens_free(&seqs);
+    struct golden_args a = {.threads = 1};
+    int code = golden_make_with(argc, argv, &a);
+    tokens_free(&a.seqs);
     return code;
 }
 
 static const struct opt golden_check_opts[] = {
     FLAG("json", 'j', GA, json, "print the verdict (schema gempack.golden/1) on stdout"),
-    OWN("max-abs", "X", 'a', "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\na negative value disables that check"),
-    OWN("nmse", "X", 'N', NULL), OWN("kld-mean", "X", 'k', NULL), OWN("kld-p99", "X", 'p', NULL),
-    OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
-    OWN("mode", "M", 'm', "prefill (default), decode or chunked:N"),
+    THRESHOLDS(GA, o.over, "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\na negative value disables that check"),
+    TYPED(OPT_MODE, "mode", "M", 'm', GA, o.chunk, "prefill (default), decode or chunked:N"),
     UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (the logits are identical for any N)"),
     STR("report", "OUT.html", 'R', GA, o.report, "also one self-contained HTML page (per-position KL\nand top-1 against the golden)"),
     {0}};
@@ -538,22 +420,9 @@ static const struct opt golden_check_opts[] = {
 static int cmd_golden_check(int argc, char **argv)
 {
     struct golden_args a = {.o = golden_check_defaults()};
-    double *over[] = {&a.o.over.max_abs, &a.o.over.nmse, &a.o.over.kld_mean, &a.o.over.kld_p99, &a.o.over.kld_max,
-                      &a.o.over.top1_min};
-    const char *threshold_opts = "aNkpK1";
     int code;
-    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
-        const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
-        if (c == 'm') {
-            if (!parse_mode(optarg, &a.o.chunk))
-                return usage_error("golden check", MODE_USAGE, optarg);
-        } else if (t) {
-            if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
-                return usage_error("golden check", "threshold %s: expected a number", optarg);
-        } else {
-            return c == -2 ? code : common_opt(c);
-        }
-    }
+    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind + 2 != argc)
         return usage_error("golden check", "%s", "expected MODEL and G.npz");
     struct golden_result res;
@@ -565,12 +434,9 @@ static int cmd_golden_check(int argc, char **argv)
     if (rc != ERR_OK)
         return fail(&e);
     golden_print(stderr, argv[optind], argv[optind + 1], &res);
-    if (a.json) {
-        bool pass;
-        struct json_object *verdict = golden_verdict(&res.m, &res.th, &pass);
-        print_json(verdict);
-        json_object_put(verdict);
-    }
+    bool pass;
+    if (a.json)
+        print_json(golden_verdict(&res.m, &res.th, &pass));
     return res.pass ? 0 : EXIT_VERDICT;
 }
 
@@ -578,68 +444,48 @@ static int cmd_golden_check(int argc, char **argv)
 
 struct compare_args {
     struct compare_opts o;
+    struct token_seqs seqs;
     bool json;
     const char *report;
 };
 #define CA struct compare_args
 
 static const struct opt compare_opts[] = {
-    OWN("tokens", "IDS", 't', "a prompt's token ids; repeat for several prompts"),
-    OWN("tokens-file", "F", 'T', "prompts from a file (as run takes, a batch too)"),
+    TYPED(OPT_TOKENS, "tokens", "IDS", 't', CA, seqs, "a prompt's token ids; repeat for several prompts"),
+    TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', CA, seqs, "prompts from a file (as run takes, a batch too)"),
     UINT("keep-a", "N", 'A', CA, o.keep_a, 0, CFG_MAX_LAYERS, "B takes A's hidden state after each of its first N\nlayers: layer N's own error, alone"),
     CHOICE("kv-bits", 'b', CA, o.kv_b.bits, "4|8", kv_bits, "B's KV cache quantized (A's stays float)"),
     CHOICE("kv-group-size", 'G', CA, o.kv_b.group_size, "32|64|128", group_sizes, "its group size (default 64)"),
-    OWN("max-abs", "X", 'a', "thresholds on the totals, also --nmse X, --kld-mean X,\n--kld-p99 X, --kld-max X (KL(A||B)), --top1 X;\nnone by default"),
-    OWN("nmse", "X", 'N', NULL), OWN("kld-mean", "X", 'k', NULL), OWN("kld-p99", "X", 'p', NULL),
-    OWN("kld-max", "X", 'K', NULL), OWN("top1", "X", '1', NULL),
+    THRESHOLDS(CA, o.th, "thresholds on the totals, also --nmse X, --kld-mean X,\n--kld-p99 X, --kld-max X (KL(A||B)), --top1 X;\nnone by default"),
     UINT("threads", "N", 'n', CA, o.threads, 1, 64, "worker threads (the results are identical for any N)"),
     FLAG("json", 'j', CA, json, "the report (schema gempack.compare/1) on stdout"),
     STR("report", "OUT.html", 'R', CA, report, "also one self-contained HTML page of the comparison"),
     {0}};
 
-static int compare_with(int argc, char **argv, struct token_seqs *seqs)
+static int compare_with(int argc, char **argv, struct compare_args *a)
 {
-    struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
-    double *over[] = {&a.o.th.max_abs, &a.o.th.nmse, &a.o.th.kld_mean, &a.o.th.kld_p99, &a.o.th.kld_max,
-                      &a.o.th.top1_min};
-    const char *threshold_opts = "aNkpK1";
+    const struct token_seqs *seqs = &a->seqs;
     int code;
-    for (int c; (c = next_opt(argc, argv, &a, &code)) != -1;) {
-        const char *t = c > 0 ? strchr(threshold_opts, c) : NULL;
-        if (c == 't' || c == 'T') {
-            if ((code = parse_tokens_arg(c, "compare", seqs)) >= 0)
-                return code;
-        } else if (t) {
-            if (!parse_float(optarg, -(double)INFINITY, (double)INFINITY, over[t - threshold_opts]))
-                return usage_error("compare", "threshold %s: expected a number", optarg);
-        } else {
-            return c == -2 ? code : common_opt(c);
-        }
-    }
+    for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
     if (optind + 2 != argc || seqs->n == 0)
         return usage_error("compare", "%s", "expected A, B and prompts (--tokens or --tokens-file)");
     struct compare_result r;
     struct err e = {0};
     struct progress_line line;
-    a.o.progress = progress_on_tty(&line);
-    a.o.check_out = a.report;
-    int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a.o, &r, &e);
+    a->o.progress = progress_on_tty(&line);
+    a->o.check_out = a->report;
+    int rc = compare_models(argv[optind], argv[optind + 1], seqs, &a->o, &r, &e);
     progress_end(&line);
+    if (rc == ERR_OK && a->report)
+        rc = report_write(a->report, "gempack compare", argv[optind], argv[optind + 1], &r, NULL, &e);
     if (rc != ERR_OK) {
         compare_free(&r);
         return fail(&e);
     }
-    if (a.report && (rc = report_write(a.report, "gempack compare", argv[optind], argv[optind + 1], &r, NULL, 0, &e)) !=
-                        ERR_OK) {
-        compare_free(&r);
-        return fail(&e);
-    }
-    compare_print(a.json ? stderr : stdout, argv[optind], argv[optind + 1], &a.o, &r);
-    if (a.json) {
-        struct json_object *j = compare_json(argv[optind], argv[optind + 1], &a.o, &r);
-        print_json(j);
-        json_object_put(j);
-    }
+    compare_print(a->json ? stderr : stdout, argv[optind], argv[optind + 1], &a->o, &r);
+    if (a->json)
+        print_json(compare_json(argv[optind], argv[optind + 1], &a->o, &r));
     bool pass = r.pass;
     compare_free(&r);
     return pass ? 0 : EXIT_VERDICT;
@@ -647,9 +493,9 @@ static int compare_with(int argc, char **argv, struct token_seqs *seqs)
 
 static int cmd_compare(int argc, char **argv)
 {
-    struct token_seqs seqs = {0};
-    int code = compare_with(argc, argv, &seqs);
-    tokens_free(&seqs);
+    struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
+    int code = compare_with(argc, argv, &a);
+    tokens_free(&a.seqs);
     return code;
 }
 
@@ -724,57 +570,8 @@ static const struct command commands[] = {
      "k_eq_v, MoE. The same arguments give the same bytes on every machine.\n",
      fixture_opts, NULL, cmd_fixture},
 };
-#define N_COMMANDS (sizeof commands / sizeof commands[0])
-
-static void main_help(FILE *out)
-{
-    fputs("usage: gempack COMMAND [options]   (gempack COMMAND --help for each)\n\n"
-          "Toolkit for Gemma 4 text checkpoints.\n\n", out);
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
-    fputs("\n  --version      print the version\n", out);
-}
 
 int main(int argc, char **argv)
 {
-    /* A file-size limit (RLIMIT_FSIZE) surfaces as a failed write (EFBIG) with a
-     * message and a removed temp file, not as a kill by SIGXFSZ. */
-    signal(SIGXFSZ, SIG_IGN);
-    cli_guard();
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        main_help(argc < 2 ? stderr : stdout);
-        return argc < 2 ? EXIT_ERROR : 0;
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("gempack %s\n", GEMPACK_VERSION);
-        return 0;
-    }
-    if (!cpu_isa_valid()) {
-        fprintf(stderr, "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, neon or dotprod\n",
-                getenv("GEMPACK_ISA"));
-        return EXIT_ERROR;
-    }
-    bool sub = argc >= 3 && argv[2][0] != '-'; /* a two-word command: golden make, golden check */
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        size_t n = strlen(argv[1]);
-        const char *name = commands[i].name;
-        if (strncmp(name, argv[1], n) || (name[n] && !(sub && name[n] == ' ' && !strcmp(name + n + 1, argv[2]))))
-            continue;
-        current = &commands[i];
-        int skip = name[n] ? 2 : 1;
-        return current->fn(argc - skip, argv + skip);
-    }
-    for (size_t i = 0; i < N_COMMANDS; i++) /* a command's first word alone: its help */
-        if (!strncmp(commands[i].name, argv[1], strlen(argv[1])) && commands[i].name[strlen(argv[1])] == ' ') {
-            if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-                for (size_t j = i; j < N_COMMANDS; j++)
-                    if (!strncmp(commands[j].name, argv[1], strlen(argv[1])))
-                        command_help(&commands[j], stdout);
-                return 0;
-            }
-            return usage_error(argv[1], "%s", "expected 'make' or 'check'");
-        }
-    fprintf(stderr, "gempack: unknown command '%s'\n\n", argv[1]);
-    main_help(stderr);
-    return EXIT_ERROR;
+    return cli_main(commands, sizeof commands / sizeof commands[0], argc, argv);
 }

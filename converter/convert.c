@@ -459,13 +459,13 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     if (p->qat_lattice) {
         if ((p->bits && p->bits != f->lattice_bits) || (p->group_size && p->group_size != f->lattice_gs) ||
             !f->lattice)
-            return err_set(e, ERR_USAGE, "--qat-lattice emits affine 4-bit group 32 (the q4_0 grid)");
+            return err_set(e, ERR_USAGE, "'qat_lattice' emits affine 4-bit group 32 (the q4_0 grid)");
         p->bits = f->lattice_bits;
         p->group_size = f->lattice_gs;
     }
     if (qformat_fixed(f)) { /* a mode with one pair fixes its bits and group */
         if ((p->bits && p->bits != f->default_bits) || (p->group_size && p->group_size != f->default_gs))
-            return err_set(e, ERR_USAGE, "--mode %s is %d-bit group %d: drop --bits and --group-size, or give those",
+            return err_set(e, ERR_USAGE, "'mode' %s is %d-bit group %d: drop 'bits' and 'group_size', or give those",
                            f->name, f->default_bits, f->default_gs);
         p->bits = f->default_bits;
         p->group_size = f->default_gs;
@@ -473,7 +473,7 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     if (!p->group_size)
         p->group_size = f->default_gs;
     if (o->text_only && !o->format_mlx)
-        return err_set(e, ERR_USAGE, "--text-only applies to --format mlx (a pack is always text-only)");
+        return err_set(e, ERR_USAGE, "'text_only' applies to 'format' mlx (a pack is always text-only)");
     if (!o->dry_run && (!o->out || !*o->out))
         return err_set(e, ERR_USAGE, "the output path is empty");
     return ERR_OK;

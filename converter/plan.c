@@ -14,7 +14,7 @@ int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct 
     const char *eq = is_dense ? NULL : strrchr(arg, '=');
     if (!is_dense) {
         if (!eq || eq == arg)
-            return err_set(e, ERR_USAGE, "--quantize %s: expected REGEX=BITS[:GROUP] or REGEX=MODE", arg);
+            return err_set(e, ERR_USAGE, "'quantize' %s: expected REGEX=BITS[:GROUP] or REGEX=MODE", arg);
         if (qmode_from_name(eq + 1, &r->mode)) {
             qmode_defaults(r->mode, &r->group_size, &r->bits);
         } else {
@@ -24,7 +24,7 @@ int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct 
                 gs = strtol(end + 1, &end, 10);
             if (*end || !quant_params_valid(QM_AFFINE, (int)bits, (int)gs))
                 return err_set(e, ERR_USAGE,
-                               "--quantize %s: expected BITS 2, 3, 4, 5, 6 or 8 with GROUP 32, 64 or 128, or a mode: "
+                               "'quantize' %s: expected BITS 2, 3, 4, 5, 6 or 8 with GROUP 32, 64 or 128, or a mode: "
                                "affine, mxfp4, nvfp4, mxfp8",
                                arg);
             r->mode = QM_AFFINE;
@@ -42,7 +42,7 @@ int plan_rule_parse(struct plan_rule *r, const char *arg, bool is_dense, struct 
         regerror(rc, &r->re, msg, sizeof msg);
         free(r->pattern);
         r->pattern = NULL;
-        return err_set(e, ERR_USAGE, "%s %s: invalid regular expression: %s", is_dense ? "--keep-dense" : "--quantize",
+        return err_set(e, ERR_USAGE, "'%s' %s: invalid regular expression: %s", is_dense ? "keep_dense" : "quantize",
                        arg, msg);
     }
     return ERR_OK;

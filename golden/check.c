@@ -41,7 +41,7 @@ static int report(const struct golden *g, const float *logits, const struct gold
         for (int64_t t = 0; t < g->T; t++)
             cr.pos[t].t = t;
         compare_totals(&cr);
-        rc = report_write(path, "gempack golden check", golden_path, model_path, &cr, NULL, 0, e);
+        rc = report_write(path, "gempack golden check", golden_path, model_path, &cr, NULL, e);
     } else {
         rc = err_set(e, ERR_NOMEM, "%s: cannot hold the report's positions", path);
     }

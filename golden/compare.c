@@ -5,9 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "converter/convert.h"
 #include "core/bytes.h"
 #include "core/fileio.h"
+#include "core/pack.h"
 #include "core/sha256.h"
+#include "fixtures/fixture.h"
+#include "golden/report.h"
+#include "gp_config.h"
 #include "runner/model.h"
 
 /* One model on one prompt, in one prefill: logits [T, V] and, with a probe,
@@ -191,7 +196,7 @@ int compare_models(const char *a_path, const char *b_path, const struct token_se
     if (rc == ERR_OK && o->check_out)
         rc = fio_check_output(o->check_out, e);
     if (rc == ERR_OK && (o->keep_a < 0 || o->keep_a > ca->n_layers))
-        rc = err_set(e, ERR_USAGE, "--keep-a %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
+        rc = err_set(e, ERR_USAGE, "'keep_a' %lld: expected 0..%lld (the layers)", (long long)o->keep_a,
                      (long long)ca->n_layers);
     int64_t n_pos = 0, maxT = 0;
     for (int p = 0; p < prompts->n; p++) {
@@ -329,12 +334,30 @@ static struct json_object *err_json(const struct compare_err *x)
     return o;
 }
 
+/* The totals, into o (regret_max where with_regret_max). */
+static void totals_json(struct json_object *o, const struct compare_result *r, bool with_regret_max)
+{
+    struct json_object *topk = json_object_new_array();
+    json_object_object_add(o, "kl_ab_mean", golden_num(r->m.kld_mean));
+    json_object_object_add(o, "kl_ab_p99", golden_num(r->m.kld_p99));
+    json_object_object_add(o, "kl_ab_max", golden_num(r->m.kld_max));
+    json_object_object_add(o, "kl_ba_mean", golden_num(r->kl_ba_mean));
+    for (int k = 0; k < COMPARE_TOPK; k++)
+        json_object_array_add(topk, golden_num(r->m.topk[k]));
+    json_object_object_add(o, "topk_agreement", topk);
+    json_object_object_add(o, "regret_mean", golden_num(r->m.regret_mean));
+    if (with_regret_max)
+        json_object_object_add(o, "regret_max", golden_num(r->m.regret_max));
+    json_object_object_add(o, "max_abs", golden_num(r->m.max_abs));
+    json_object_object_add(o, "nmse", golden_num(r->m.nmse));
+    json_object_object_add(o, "cosine", golden_num(r->m.cosine));
+}
+
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
                                  const struct compare_result *r)
 {
-    struct json_object *j = json_object_new_object(), *opt = json_object_new_object(), *t = json_object_new_object(),
-                       *topk = json_object_new_array(), *bins = json_object_new_array(),
-                       *layers = json_object_new_array(), *pos = json_object_new_array();
+    struct json_object *j = json_object_new_object(), *opt = json_object_new_object(), *t = json_object_new_object();
+    struct json_object *bins = json_object_new_array(), *layers = json_object_new_array(), *pos = json_object_new_array();
     json_object_object_add(j, "schema", json_object_new_string("gempack.compare/1"));
     json_object_object_add(j, "a", json_object_new_string(a_path));
     json_object_object_add(j, "b", json_object_new_string(b_path));
@@ -344,18 +367,7 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
     json_object_object_add(j, "options", opt);
     json_object_object_add(j, "prompts", json_object_new_int(r->n_prompts));
     json_object_object_add(t, "positions", json_object_new_int64(r->n_pos));
-    json_object_object_add(t, "kl_ab_mean", golden_num(r->m.kld_mean));
-    json_object_object_add(t, "kl_ab_p99", golden_num(r->m.kld_p99));
-    json_object_object_add(t, "kl_ab_max", golden_num(r->m.kld_max));
-    json_object_object_add(t, "kl_ba_mean", golden_num(r->kl_ba_mean));
-    for (int k = 0; k < COMPARE_TOPK; k++)
-        json_object_array_add(topk, golden_num(r->m.topk[k]));
-    json_object_object_add(t, "topk_agreement", topk);
-    json_object_object_add(t, "regret_mean", golden_num(r->m.regret_mean));
-    json_object_object_add(t, "regret_max", golden_num(r->m.regret_max));
-    json_object_object_add(t, "max_abs", golden_num(r->m.max_abs));
-    json_object_object_add(t, "nmse", golden_num(r->m.nmse));
-    json_object_object_add(t, "cosine", golden_num(r->m.cosine));
+    totals_json(t, r, true);
     json_object_object_add(j, "totals", t);
     static const double lo[] = {0.0, 0.5, 0.9}, hi[] = {0.5, 0.9, 1.0};
     for (int k = 0; k < COMPARE_BINS; k++) {
@@ -406,10 +418,11 @@ struct json_object *compare_json(const char *a_path, const char *b_path, const s
     return j;
 }
 
-struct json_object *compare_card(const struct compare_result *r, const struct token_seqs *prompts, const char *version)
+/* The card (schema gempack.quality/1): the totals on `prompts` (their SHA-256 as length-prefixed
+ * little-endian ids) and each layer's hidden relative error. */
+static struct json_object *card_json(const struct compare_result *r, const struct token_seqs *prompts)
 {
-    struct json_object *c = json_object_new_object(), *p = json_object_new_object(), *topk = json_object_new_array(),
-                       *layers = json_object_new_array();
+    struct json_object *c = json_object_new_object(), *p = json_object_new_object(), *layers = json_object_new_array();
     struct sha256 h;
     uint8_t d[32];
     char hex[65];
@@ -427,26 +440,51 @@ struct json_object *compare_card(const struct compare_result *r, const struct to
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
     json_object_object_add(c, "schema", json_object_new_string("gempack.quality/1"));
-    json_object_object_add(c, "gempack_version", json_object_new_string(version));
+    json_object_object_add(c, "gempack_version", json_object_new_string(GEMPACK_VERSION));
     json_object_object_add(p, "count", json_object_new_int(prompts->n));
     json_object_object_add(p, "positions", json_object_new_int64(r->n_pos));
     json_object_object_add(p, "sha256", json_object_new_string(hex));
     json_object_object_add(c, "prompts", p);
     json_object_object_add(c, "kl_direction", json_object_new_string("kl_ab = KL(source||output)"));
-    json_object_object_add(c, "kl_ab_mean", golden_num(r->m.kld_mean));
-    json_object_object_add(c, "kl_ab_p99", golden_num(r->m.kld_p99));
-    json_object_object_add(c, "kl_ab_max", golden_num(r->m.kld_max));
-    json_object_object_add(c, "kl_ba_mean", golden_num(r->kl_ba_mean));
-    for (int k = 0; k < COMPARE_TOPK; k++)
-        json_object_array_add(topk, golden_num(r->m.topk[k]));
-    json_object_object_add(c, "topk_agreement", topk);
-    json_object_object_add(c, "regret_mean", golden_num(r->m.regret_mean));
-    json_object_object_add(c, "max_abs", golden_num(r->m.max_abs));
-    json_object_object_add(c, "nmse", golden_num(r->m.nmse));
-    json_object_object_add(c, "cosine", golden_num(r->m.cosine));
+    totals_json(c, r, false);
     for (int64_t i = 0; i < r->L; i++)
         json_object_array_add(layers, golden_num(r->layers[i].hidden.rel));
     json_object_object_add(c, "layer_hidden_relative_error", layers);
     json_object_object_add(c, "jump_layer", r->jump_layer >= 0 ? json_object_new_int64(r->jump_layer) : NULL);
     return c;
+}
+
+int card_make(const char *src, const struct convert_opts *o, const struct convert_report *cr,
+              const struct token_seqs *prompts, const char *report, struct progress progress, struct card *c,
+              struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    struct token_seqs p = {0};
+    int64_t T;
+    int32_t *fx = fixture_prompt(&cr->cfg, 0, &T);
+    int rc = fx ? tokens_push(&p, fx, T, e) : err_set(e, ERR_NOMEM, "out of memory");
+    for (int i = 0; rc == ERR_OK && i < prompts->n; i++)
+        rc = tokens_push(&p, prompts->seq[i], prompts->len[i], e);
+    free(fx);
+    struct compare_opts cmp = {.threads = o->threads, .th = {-1, -1, -1, -1, -1, -1}, .progress = progress};
+    if (rc == ERR_OK)
+        rc = compare_models(src, o->out, &p, &cmp, &c->r, e);
+    if (rc == ERR_OK && report)
+        rc = report_write(report, "gempack convert --eval", src, o->out, &c->r, &cr->plan, e);
+    if (rc == ERR_OK)
+        c->json = card_json(&c->r, &p);
+    tokens_free(&p);
+    if (rc != ERR_OK || !o->format_mlx)
+        return rc == ERR_OK ? pack_set_field(o->out, "quality", json_object_get(c->json), e) : rc;
+    const char *text = json_object_to_json_string_ext(c->json, JSON_C_TO_STRING_PRETTY);
+    c->path = fio_join(o->out, "gempack_quality.json");
+    return c->path ? fio_write_file(c->path, text, strlen(text), e) : err_set(e, ERR_NOMEM, "out of memory");
+}
+
+void card_free(struct card *c)
+{
+    compare_free(&c->r);
+    json_object_put(c->json);
+    free(c->path);
+    memset(c, 0, sizeof *c);
 }

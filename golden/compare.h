@@ -90,10 +90,19 @@ void compare_print(FILE *out, const char *a_path, const char *b_path, const stru
 struct json_object *compare_json(const char *a_path, const char *b_path, const struct compare_opts *o,
                                  const struct compare_result *r);
 
-/* The quality card of an artifact (schema gempack.quality/1): the output B
- * of a conversion against its source A on `prompts` (their SHA-256 as
- * length-prefixed little-endian ids), the totals and each layer's hidden
- * relative error. */
-struct json_object *compare_card(const struct compare_result *r, const struct token_seqs *prompts, const char *version);
+/* convert --eval: the output o->out of the conversion cr against its source src on the fixture prompt and
+ * `prompts`, the card stored in the pack's manifest ("quality") or as OUT/gempack_quality.json, and with
+ * `report` the HTML page with every tensor's error. c must be card_free'd in every case. */
+struct convert_opts;
+struct convert_report;
+struct card {
+    struct compare_result r;
+    struct json_object *json;     /* schema gempack.quality/1 */
+    char *path;                   /* the card's file, or NULL: in the pack's manifest */
+};
+int card_make(const char *src, const struct convert_opts *o, const struct convert_report *cr,
+              const struct token_seqs *prompts, const char *report, struct progress progress, struct card *c,
+              struct err *e);
+void card_free(struct card *c);
 
 #endif

@@ -97,6 +97,43 @@ void golden_free(struct golden *g)
     memset(g, 0, sizeof *g);
 }
 
+/* The thresholds by name (meta.json's keys, the fields a caller names) and
+ * the largest value each may hold. */
+static const struct {
+    const char *key;
+    size_t off;
+    double max;
+} threshold_keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs), HUGE_VAL},
+                      {"nmse", offsetof(struct golden_thresholds, nmse), HUGE_VAL},
+                      {"kld_mean", offsetof(struct golden_thresholds, kld_mean), HUGE_VAL},
+                      {"kld_p99", offsetof(struct golden_thresholds, kld_p99), HUGE_VAL},
+                      {"kld_max", offsetof(struct golden_thresholds, kld_max), HUGE_VAL},
+                      {"top1", offsetof(struct golden_thresholds, top1_min), 1.0}};
+
+/* Where key's threshold is in t (*max: its largest value); NULL if key is none. */
+static double *threshold_at(struct golden_thresholds *t, const char *key, double *max)
+{
+    for (size_t i = 0; i < sizeof threshold_keys / sizeof threshold_keys[0]; i++)
+        if (!strcmp(threshold_keys[i].key, key)) {
+            *max = threshold_keys[i].max;
+            return (double *)(void *)((char *)t + threshold_keys[i].off);
+        }
+    return NULL;
+}
+
+int golden_threshold_parse(struct golden_thresholds *t, const char *key, const char *text, struct err *e)
+{
+    double max, *at = threshold_at(t, key, &max);
+    char *end;
+    double v = strtod(text, &end);
+    if (!at)
+        return err_set(e, ERR_USAGE, "'%s': not a threshold (max_abs, nmse, kld_mean, kld_p99, kld_max, top1)", key);
+    if (!*text || *end || isnan(v))
+        return err_set(e, ERR_USAGE, "'%s' %s: expected a number", key, text);
+    *at = v;
+    return ERR_OK;
+}
+
 int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
                                 struct err *e)
 {
@@ -108,32 +145,18 @@ int golden_thresholds_from_meta(const struct golden *g, const char *path, struct
     if (json_object_get_type(tol) != json_type_object)
         return err_set(e, ERR_FORMAT, "%s: meta.json: \"tolerances\" is %s, expected an object of thresholds", path,
                        jsonx_type_name(tol));
-    static const struct {
-        const char *key;
-        size_t off;
-        double max;
-    } keys[] = {{"max_abs", offsetof(struct golden_thresholds, max_abs), HUGE_VAL},
-                {"nmse", offsetof(struct golden_thresholds, nmse), HUGE_VAL},
-                {"kld_mean", offsetof(struct golden_thresholds, kld_mean), HUGE_VAL},
-                {"kld_p99", offsetof(struct golden_thresholds, kld_p99), HUGE_VAL},
-                {"kld_max", offsetof(struct golden_thresholds, kld_max), HUGE_VAL},
-                {"top1", offsetof(struct golden_thresholds, top1_min), 1.0}};
     json_object_object_foreach(tol, key, val) {
-        size_t i = 0;
-        while (i < sizeof keys / sizeof keys[0] && strcmp(keys[i].key, key))
-            i++;
-        if (i == sizeof keys / sizeof keys[0])
+        double max, *dst = threshold_at(t, key, &max);
+        if (!dst)
             return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is not a threshold gempack knows (max_abs, "
                                           "nmse, kld_mean, kld_p99, kld_max, top1)", path, key);
-        double *dst = (double *)(void *)((char *)t + keys[i].off);
         enum json_type ty = json_object_get_type(val);
         double x = ty == json_type_double || ty == json_type_int ? json_object_get_double(val) : (double)NAN;
         if (ty == json_type_null)
             *dst = -1; /* null disables the check */
-        else if (!isfinite(x) || x < 0 || x > keys[i].max)
+        else if (!isfinite(x) || x < 0 || x > max)
             return err_set(e, ERR_FORMAT, "%s: meta.json: tolerances.%s is %s %s, expected a number in [0, %s] or null",
-                           path, key, jsonx_type_name(val), json_object_to_json_string(val),
-                           keys[i].max == 1.0 ? "1" : "inf");
+                           path, key, jsonx_type_name(val), json_object_to_json_string(val), max == 1.0 ? "1" : "inf");
         else
             *dst = x;
     }
@@ -326,12 +349,9 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
     json_object_object_add(jm, "regret_max", golden_num(m->regret_max));
     json_object_object_add(jm, "kl_direction", json_object_new_string("KL(golden || model): the golden is the reference"));
     json_object_object_add(o, "metrics", jm);
-    json_object_object_add(jt, "max_abs", num_or_null(t->max_abs));
-    json_object_object_add(jt, "nmse", num_or_null(t->nmse));
-    json_object_object_add(jt, "kld_mean", num_or_null(t->kld_mean));
-    json_object_object_add(jt, "kld_p99", num_or_null(t->kld_p99));
-    json_object_object_add(jt, "kld_max", num_or_null(t->kld_max));
-    json_object_object_add(jt, "top1", num_or_null(t->top1_min));
+    for (size_t i = 0; i < sizeof threshold_keys / sizeof threshold_keys[0]; i++)
+        json_object_object_add(jt, threshold_keys[i].key,
+                               num_or_null(*(const double *)(const void *)((const char *)t + threshold_keys[i].off)));
     json_object_object_add(o, "thresholds", jt);
     json_object_object_add(o, "failures", f);
     return o;

@@ -63,6 +63,10 @@ struct golden_metrics {
 int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
                                 struct err *e);
 
+/* Sets threshold `key` (max_abs, nmse, kld_mean, kld_p99, kld_max, top1) to the number `text` (negative: not
+ * checked); anything else is ERR_USAGE naming the key. The one parser of a caller's threshold. */
+int golden_threshold_parse(struct golden_thresholds *t, const char *key, const char *text, struct err *e);
+
 /* log-softmax of z[V] in float64; the first index of the largest value. */
 void golden_log_softmax(const double *z, int64_t V, double *out);
 int64_t golden_argmax(const double *z, int64_t V);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "converter/plan.h"
 #include "core/fileio.h"
 
 /* A growing page. */
@@ -153,20 +154,24 @@ static void totals_table(struct page *p, const struct compare_result *r)
         m->regret_max, m->max_abs, m->nmse, m->cosine);
 }
 
-static void tensors_table(struct page *p, const struct report_tensor *t, size_t n)
+static void tensors_table(struct page *p, const struct plan *plan)
 {
     put(p, "<h2>Quantization error per tensor</h2>\n<table><tr><th>tensor</th><th>action</th><th>mode</th>"
            "<th>bits</th><th>group</th><th>RMS error</th><th>max error</th></tr>\n");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < plan->n; i++) {
+        const struct plan_item *it = &plan->items[i];
+        uint64_t n;
+        shape_numel(it->nt->shape, it->nt->rank, &n);
         put(p, "<tr><td>");
-        put_text(p, t[i].name);
-        put(p, "</td><td>%s</td><td>%s</td>", t[i].action, t[i].mode);
-        if (t[i].bits)
-            put(p, "<td>%d</td><td>%d</td>", t[i].bits, t[i].group);
+        put_text(p, it->nt->name);
+        put(p, "</td><td>%s</td><td>%s</td>", plan_action_name(it->act),
+            it->quantized_out ? qmode_name(it->mode) : dtype_name(it->dtype));
+        if (it->quantized_out && it->bits)
+            put(p, "<td>%d</td><td>%d</td>", it->bits, it->group_size);
         else
             put(p, "<td>-</td><td>-</td>");
-        if (t[i].measured)
-            put(p, "<td>%.4g</td><td>%.4g</td></tr>\n", t[i].rms, t[i].max);
+        if (it->measured)
+            put(p, "<td>%.4g</td><td>%.4g</td></tr>\n", sqrt(it->sq_err / (double)n), it->max_err);
         else
             put(p, "<td>-</td><td>-</td></tr>\n");
     }
@@ -174,7 +179,7 @@ static void tensors_table(struct page *p, const struct report_tensor *t, size_t 
 }
 
 int report_write(const char *path, const char *title, const char *a, const char *b, const struct compare_result *r,
-                 const struct report_tensor *t, size_t n_t, struct err *e)
+                 const struct plan *plan, struct err *e)
 {
     struct page p = {0};
     put(&p, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>");
@@ -204,8 +209,8 @@ int report_write(const char *path, const char *title, const char *a, const char 
     if (r->jump_layer >= 0)
         put(&p, "<p>Jump: layer %lld, hidden error %.3gx the layer before.</p>\n", (long long)r->jump_layer,
             r->jump_ratio);
-    if (n_t)
-        tensors_table(&p, t, n_t);
+    if (plan && plan->n)
+        tensors_table(&p, plan);
     put(&p, "<p style=\"color:#888;font-size:11px\">gempack compare; KL(A||B) with A the reference.</p>\n"
             "</body></html>\n");
     int rc = p.oom ? err_set(e, ERR_NOMEM, "%s: cannot hold the report", path) : fio_write_file(path, p.s, p.len, e);

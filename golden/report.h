@@ -6,19 +6,10 @@
 #ifndef GP_REPORT_H
 #define GP_REPORT_H
 
-#include <stdbool.h>
-#include <stddef.h>
-
 #include "core/err.h"
 #include "golden/compare.h"
 
-/* One output tensor of a conversion. */
-struct report_tensor {
-    const char *name, *action, *mode;
-    int bits, group;            /* 0: float */
-    double rms, max;            /* error against the source's values */
-    bool measured;
-};
+struct plan;
 
 /* The colors the page draws with (tests look for them in a render). */
 #define REPORT_PASS "#2e7d32"
@@ -28,7 +19,8 @@ struct report_tensor {
 #define REPORT_TOP1_MISS "#e53935"
 #define REPORT_HIDDEN "#ef6c00"
 
+/* plan: the conversion's, whose every tensor's error against the source's values the page lists; or NULL. */
 int report_write(const char *path, const char *title, const char *a, const char *b, const struct compare_result *r,
-                 const struct report_tensor *t, size_t n_t, struct err *e);
+                 const struct plan *plan, struct err *e);
 
 #endif

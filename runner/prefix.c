@@ -49,7 +49,7 @@ int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct pr
 {
     memset(pc, 0, sizeof *pc);
     if (o->block <= 0)
-        return err_set(e, ERR_USAGE, "--prefix-block %lld: expected a positive block size", (long long)o->block);
+        return err_set(e, ERR_USAGE, "'prefix_block' %lld: expected a positive block size", (long long)o->block);
     pc->o = *o;
     if (o->cold_dir) {
         int rc = fio_mkdirs(o->cold_dir, e);

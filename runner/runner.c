@@ -9,11 +9,11 @@
 int kv_opts_validate(const struct kv_opts *o, struct err *e)
 {
     if (o->bits != 0 && o->bits != 4 && o->bits != 8)
-        return err_set(e, ERR_USAGE, "--kv-bits %d: accepted values are 4 and 8", o->bits);
+        return err_set(e, ERR_USAGE, "'kv_bits' %d: accepted values are 4 and 8", o->bits);
     if (o->group_size != 32 && o->group_size != 64 && o->group_size != 128)
-        return err_set(e, ERR_USAGE, "--kv-group-size %d: accepted values are 32, 64 and 128", o->group_size);
+        return err_set(e, ERR_USAGE, "'kv_group_size' %d: accepted values are 32, 64 and 128", o->group_size);
     if (o->start < 0)
-        return err_set(e, ERR_USAGE, "--kv-start %lld: expected a non-negative position", (long long)o->start);
+        return err_set(e, ERR_USAGE, "'kv_start' %lld: expected a non-negative position", (long long)o->start);
     return ERR_OK;
 }
 
@@ -129,7 +129,7 @@ static int init(struct runner *r, const struct model *m, const struct runner_opt
     for (int64_t i = 0; r->o.kv.bits && i < c->first_shared; i++) {
         int64_t d = c->layers[i].head_dim, gs = r->o.kv.group_size < d ? r->o.kv.group_size : d;
         if ((gs != 32 && gs != 64 && gs != 128) || d % gs)
-            return err_set(e, ERR_UNSUPPORTED, "--kv-group-size %d: layer %lld's head dim %lld has no MLX group size "
+            return err_set(e, ERR_UNSUPPORTED, "'kv_group_size' %d: layer %lld's head dim %lld has no MLX group size "
                                                "(32, 64, 128) that divides it",
                            r->o.kv.group_size, (long long)i, (long long)d);
     }

@@ -198,7 +198,7 @@ int session_main(const char *model_path, const struct token_seqs *s, const struc
 {
     *jo = NULL;
     if (c->dump && c->prefix)
-        return err_set(e, ERR_USAGE, "--dump-logits needs every position's logits, which a prefix-cache hit skips; "
+        return err_set(e, ERR_USAGE, "'dump_logits' needs every position's logits, which a prefix-cache hit skips; "
                                      "use one or the other");
     struct model m;
     struct runner r = {0};

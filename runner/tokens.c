@@ -8,33 +8,21 @@
 #include "core/jsonx.h"
 #include "core/npz.h"
 
-static int add_seq(struct token_seqs *s, int32_t *ids, int64_t n, struct err *e)
+int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e)
 {
-    if (s->n >= TOKENS_MAX_SEQS) {
-        free(ids);
+    if (s->n >= TOKENS_MAX_SEQS)
         return err_set(e, ERR_RANGE, "more than %d token sequences", TOKENS_MAX_SEQS);
-    }
     int32_t **seq = realloc(s->seq, (size_t)(s->n + 1) * sizeof *seq);
     int64_t *len = seq ? realloc(s->len, (size_t)(s->n + 1) * sizeof *len) : NULL;
     if (seq)
         s->seq = seq;
-    if (!seq || !len) {
-        free(ids);
+    if (len)
+        s->len = len;
+    if (!seq || !len || !(s->seq[s->n] = malloc((size_t)(T ? T : 1) * sizeof **s->seq)))
         return err_set(e, ERR_NOMEM, "out of memory");
-    }
-    s->len = len;
-    s->seq[s->n] = ids;
-    s->len[s->n] = n;
-    s->n++;
+    memcpy(s->seq[s->n], tok, (size_t)T * sizeof *tok);
+    s->len[s->n++] = T;
     return ERR_OK;
-}
-
-static int64_t total(const struct token_seqs *s)
-{
-    int64_t t = 0;
-    for (int i = 0; i < s->n; i++)
-        t += s->len[i];
-    return t;
 }
 
 static int check_id(int64_t v, const char *what, int64_t at, struct err *e)
@@ -48,7 +36,10 @@ static int check_id(int64_t v, const char *what, int64_t at, struct err *e)
 static int json_list(struct json_object *a, const char *what, struct token_seqs *s, struct err *e)
 {
     size_t n = json_object_array_length(a);
-    if ((int64_t)n + total(s) > TOKENS_MAX)
+    int64_t total = (int64_t)n; /* with the sequences before: a file's ids together */
+    for (int i = 0; i < s->n; i++)
+        total += s->len[i];
+    if (total > TOKENS_MAX)
         return err_set(e, ERR_RANGE, "%s: more than %d tokens", what, TOKENS_MAX);
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids)
@@ -68,7 +59,9 @@ static int json_list(struct json_object *a, const char *what, struct token_seqs 
         }
         ids[i] = (int32_t)x;
     }
-    return add_seq(s, ids, (int64_t)n, e);
+    int rc = tokens_push(s, ids, (int64_t)n, e);
+    free(ids);
+    return rc;
 }
 
 static int parse_json(const uint8_t *buf, size_t len, const char *what, struct token_seqs *s, struct err *e)
@@ -121,9 +114,8 @@ static int parse_npy(const uint8_t *buf, size_t len, const char *what, struct to
             ids[t] = (int32_t)v;
         }
         if (rc == ERR_OK)
-            rc = add_seq(s, ids, T, e);
-        else
-            free(ids);
+            rc = tokens_push(s, ids, T, e);
+        free(ids);
     }
     npy_free(&a);
     return rc;
@@ -174,8 +166,11 @@ static int parse_text(const char *p, const char *end, const char *what, bool com
         }
         ids[n++] = (int32_t)v;
     }
-    return add_seq(s, ids, n, e);
+    int rc = tokens_push(s, ids, n, e);
+    free(ids);
+    return rc;
 }
+
 
 int tokens_parse(const uint8_t *buf, size_t len, const char *what, struct token_seqs *s, struct err *e)
 {
@@ -201,9 +196,9 @@ int tokens_read_file(const char *path, struct token_seqs *s, struct err *e)
     return rc;
 }
 
-int tokens_add_csv(struct token_seqs *s, const char *csv, struct err *e)
+int tokens_add_csv(struct token_seqs *s, const char *csv, const char *what, struct err *e)
 {
-    return parse_text(csv, csv + strlen(csv), "--tokens", true, s, e);
+    return parse_text(csv, csv + strlen(csv), what, true, s, e);
 }
 
 void tokens_free(struct token_seqs *s)

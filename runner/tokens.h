@@ -24,8 +24,10 @@ struct token_seqs {
 
 int tokens_parse(const uint8_t *buf, size_t len, const char *what, struct token_seqs *out, struct err *e);
 int tokens_read_file(const char *path, struct token_seqs *out, struct err *e);
-/* Appends one sequence parsed from "2,17,99". */
-int tokens_add_csv(struct token_seqs *s, const char *csv, struct err *e);
+/* Appends one sequence parsed from "2,17,99"; messages name it `what`. */
+int tokens_add_csv(struct token_seqs *s, const char *csv, const char *what, struct err *e);
+/* Appends a copy of tok[0, T) as one more sequence (at most TOKENS_MAX_SEQS). */
+int tokens_push(struct token_seqs *s, const int32_t *tok, int64_t T, struct err *e);
 void tokens_free(struct token_seqs *s);
 
 #endif

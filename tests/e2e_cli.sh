@@ -99,6 +99,11 @@ ok "inspect names the mode per tensor" -- grep -q "layers.0.mlp.down_proj.weight
 expect 0 "run the nvfp4 pack" -- "$G" run "$T/e2b-nv.gpk" --tokens 2,3,4 --generate 2
 expect 2 "--mode mxfp4 --bits 8 refused" -- "$G" convert "$T/e2b" --mode mxfp4 --bits 8 -o "$T/x.gpk"
 ok "the refusal names the mode's bits" -- grep -q "mxfp4 is 4-bit group 32" "$T/err"
+# the library names a field ('mode', 'bits'); the command line names the flag, as a usage error
+ok "... a usage error naming the flags" -- grep -qx -- "gempack convert: --mode mxfp4 is 4-bit group 32: drop --bits and --group-size, or give those" "$T/err"
+ok "... with the hint to --help" -- grep -qx "Try 'gempack convert --help'." "$T/err"
+expect 2 "fixture --variant unknown" -- "$G" fixture --variant e3b -o "$T/x-fx"
+ok "... a usage error naming the flag" -- grep -qx -- "gempack fixture: --variant e3b: expected e2b, e4b, 12b, 26b-a4b or 31b" "$T/err"
 expect 2 "--mode unknown" -- "$G" convert "$T/e2b" --mode fp4 -o "$T/x.gpk"
 expect 0 "--quantize REGEX=MODE" -- "$G" convert "$T/e2b" --quantize 'mlp=mxfp8' --bits 4 --dry-run --json
 ok "the rule's mode in the plan" -- test "$(json_field "$T/out" "[t['mode'] for t in d['plan']['tensors'] if t['tensor']=='layers.0.mlp.up_proj.weight'][0]")" = mxfp8
@@ -213,6 +218,9 @@ ok "two prompts, five positions" -- test "$(json_field "$T/out" "(d['prompts'], 
 ok "layers 0..2 are A's" -- test "$(json_field "$T/out" "[l['hidden']['relative_error'] for l in d['layers'][:3]]")" = "[0.0, 0.0, 0.0]"
 expect 2 "compare without prompts" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk"
 expect 2 "compare --keep-a beyond the layers" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,3 --keep-a 11
+ok "... a usage error naming the flag" -- grep -qx -- "gempack compare: --keep-a 11: expected 0..10 (the layers)" "$T/err"
+expect 2 "compare --max-abs not a number" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,3 --max-abs 1e-3x
+ok "... names the threshold's flag" -- grep -qx -- "gempack compare: --max-abs 1e-3x: expected a number" "$T/err"
 
 # run and golden: logit dumps, regression baselines, the committed float64 reference
 SRC=$(cd "$(dirname "$0")/.." && pwd)

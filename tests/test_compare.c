@@ -240,7 +240,7 @@ Test(compare, thresholds)
     compare_free(&r);
     o = opts(99);
     cr_assert_eq(compare_models(a, pa, &s, &o, &r, &e), ERR_USAGE);
-    cr_expect(strstr(e.msg, "--keep-a 99: expected 0..10"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "'keep_a' 99: expected 0..10"), "%s", e.msg);
     compare_free(&r);
     tokens_free(&s);
     free(a);

@@ -1108,7 +1108,7 @@ Test(convert, rule_parsing)
     cr_assert(r.mode == QM_NVFP4 && r.bits == 4 && r.group_size == 16, "a mode brings its bits and group");
     plan_rule_free(&r);
     cr_assert_eq(plan_rule_parse(&r, "([", true, &e), ERR_USAGE);
-    cr_assert(strstr(e.msg, "--keep-dense") && strstr(e.msg, "regular expression"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "'keep_dense'") && strstr(e.msg, "regular expression"), "%s", e.msg);
 }
 
 Test(convert, dry_run_writes_nothing)
@@ -1636,7 +1636,7 @@ Test(convert, mx_options_and_refusals)
     o.plan.group_size = 0;
     o.plan.bits = 8;
     cr_assert_eq(convert_run(&r, hf, &o, &e), ERR_USAGE);
-    cr_assert(strstr(e.msg, "--mode mxfp4 is 4-bit group 32"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "'mode' mxfp4 is 4-bit group 32"), "%s", e.msg);
     convert_free(&r);
 
     struct fixture_opts fo = fx("e2b", FX_MLX, 9);

@@ -32,8 +32,8 @@ Test(tokens, csv)
 {
     struct token_seqs s = {0};
     struct err e = {0};
-    cr_assert_eq(tokens_add_csv(&s, "2,17,99", &e), ERR_OK, "%s", e.msg);
-    cr_assert_eq(tokens_add_csv(&s, " 5 , 6,,2147483647 ", &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(tokens_add_csv(&s, "2,17,99", "--tokens", &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(tokens_add_csv(&s, " 5 , 6,,2147483647 ", "--tokens", &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(s.n, 2, "each call appends one sequence");
     expect_seq(&s, 0, (const int32_t[]){2, 17, 99}, 3, "2,17,99");
     expect_seq(&s, 1, (const int32_t[]){5, 6, 2147483647}, 3, "spaces and empty fields");
@@ -42,6 +42,26 @@ Test(tokens, csv)
     cr_expect_null(s.seq);
     cr_expect_null(s.len);
     tokens_free(&s); /* twice: nothing left to free */
+}
+
+/* tokens_push appends a copy (the caller's array may change after), and
+ * refuses the sequence past TOKENS_MAX_SEQS as the parsers do. */
+Test(tokens, push)
+{
+    struct token_seqs s = {0};
+    struct err e = {0};
+    int32_t ids[3] = {2, 17, 99};
+    cr_assert_eq(tokens_push(&s, ids, 3, &e), ERR_OK, "%s", e.msg);
+    ids[1] = 5;
+    cr_assert_eq(tokens_push(&s, ids, 0, &e), ERR_OK, "%s", e.msg);
+    expect_seq(&s, 0, (const int32_t[]){2, 17, 99}, 3, "a copy");
+    expect_seq(&s, 1, ids, 0, "an empty sequence");
+    while (s.n < TOKENS_MAX_SEQS)
+        cr_assert_eq(tokens_push(&s, ids, 1, &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(tokens_push(&s, ids, 1, &e), ERR_RANGE);
+    cr_expect(strstr(e.msg, "more than 4096 token sequences"), "%s", e.msg);
+    cr_expect_eq(s.n, TOKENS_MAX_SEQS);
+    tokens_free(&s);
 }
 
 /* Inputs a parser must refuse: through tokens_add_csv (--tokens) or
@@ -85,8 +105,8 @@ static void expect_refusals(bool csv)
         struct token_seqs s = {0};
         struct err e = {0};
         if (csv)
-            cr_assert_eq(tokens_add_csv(&s, "1", &e), ERR_OK);
-        int rc = csv ? tokens_add_csv(&s, r->text, &e) : parse_str(r->text, &s, &e);
+            cr_assert_eq(tokens_add_csv(&s, "1", "--tokens", &e), ERR_OK);
+        int rc = csv ? tokens_add_csv(&s, r->text, "--tokens", &e) : parse_str(r->text, &s, &e);
         cr_expect_eq(rc, r->code, "%s '%s': accepted or wrong code: %s", name, r->text, e.msg);
         cr_expect(strstr(e.msg, name) && strstr(e.msg, r->says), "%s '%s': message '%s' should say '%s'", name,
                   r->text, e.msg, r->says);
