@@ -20,6 +20,20 @@
 
 static FILE *raw_out, *raw_err; /* the process's own streams, behind stdout and stderr once guarded */
 
+/* A mapped input cut short under a running command (a copy written in place
+ * over it) faults on the next read of its data: an error, not a signal. */
+static void on_sigbus(int sig)
+{
+    static const char msg[] = "gempack: error: an input file was cut short or rewritten in place while this command "
+                               "read it (its mapped data is gone); nothing was written. Replace a model by renaming a "
+                               "new file over it, never by writing into it.\n";
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_ERROR);
+}
+
+#ifdef __GLIBC__ /* the guard: glibc's stdout and stderr are variables */
 /* An escaping stream in front of `to` (core/text.h); holds a sequence cut
  * between two writes until the next one shows whether it is valid. */
 struct guard {
@@ -46,18 +60,27 @@ static ssize_t guard_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;
 }
 
-/* A mapped input cut short under a running command (a copy written in place
- * over it) faults on the next read of its data: an error, not a signal. */
-static void on_sigbus(int sig)
+
+/* A sequence still held at the end was cut for good: spelled out. */
+static int guard_close(void *cookie)
 {
-    static const char msg[] = "gempack: error: an input file was cut short or rewritten in place while this command "
-                               "read it (its mapped data is gone); nothing was written. Replace a model by renaming a "
-                               "new file over it, never by writing into it.\n";
-    (void)sig;
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    _exit(EXIT_ERROR);
+    struct guard *g = cookie;
+    char out[5 * sizeof g->held + 1];
+    size_t used, w = text_escape(g->held, g->n_held, false, true, out, &used);
+    g->n_held = 0;
+    return fwrite(out, 1, w, g->to) == w ? 0 : EOF;
 }
+
+/* At exit: the guards flushed and closed (nothing of them left allocated), the process's own streams back. */
+static void unguard_streams(void)
+{
+    FILE *o = stdout, *e = stderr;
+    stdout = raw_out;
+    stderr = raw_err;
+    fclose(o);
+    fclose(e);
+}
+#endif
 
 static void guard_streams(void)
 {
@@ -69,12 +92,15 @@ static void guard_streams(void)
     g_out.to = raw_out;
     g_err.to = raw_err;
     setvbuf(raw_out, NULL, _IONBF, 0); /* the guard's own buffer is the only one */
-    FILE *o = fopencookie(&g_out, "w", (cookie_io_functions_t){.write = guard_write}),
-         *e = fopencookie(&g_err, "w", (cookie_io_functions_t){.write = guard_write});
+    FILE *o = fopencookie(&g_out, "w", (cookie_io_functions_t){.write = guard_write, .close = guard_close}),
+         *e = fopencookie(&g_err, "w", (cookie_io_functions_t){.write = guard_write, .close = guard_close});
     if (o && e) {
         setvbuf(e, NULL, _IONBF, 0);
         stdout = o;
         stderr = e;
+        atexit(unguard_streams);
+    } else if (o || e) {
+        fclose(o ? o : e);
     }
 #endif
 }
