@@ -411,7 +411,7 @@ static int cmd_golden_make(int argc, char **argv)
 
 static const struct opt golden_check_opts[] = {
     FLAG("json", 'j', GA, json, "print the verdict (schema gempack.golden/1) on stdout"),
-    THRESHOLDS(GA, o.over, "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\na negative value disables that check"),
+    THRESHOLDS(GA, o.over, "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\noff disables that check"),
     TYPED(OPT_MODE, "mode", "M", 'm', GA, o.chunk, "prefill (default), decode or chunked:N"),
     UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (the logits are identical for any N)"),
     STR("report", "OUT.html", 'R', GA, o.report, "also one self-contained HTML page (per-position KL\nand top-1 against the golden)"),

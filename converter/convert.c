@@ -493,6 +493,8 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         rc = fio_check_output(o->out, e);
     if (rc == ERR_OK && o->check_out)
         rc = fio_check_output(o->check_out, e);
+    if (rc == ERR_OK && o->check_out && o->out && fio_same_output(o->check_out, o->out))
+        rc = err_set(e, ERR_USAGE, "'report' %s is the output too", o->check_out);
     if (rc == ERR_OK)
         rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
     if (rc == ERR_OK && !o->dry_run) {

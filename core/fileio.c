@@ -245,6 +245,24 @@ int fio_read_file(const char *path, unsigned flags, size_t max_bytes, char **out
     return ERR_OK;
 }
 
+/* path's directory resolved (realpath of "." for a bare name), then "/" and its name; false if unresolvable. */
+static bool resolved(const char *path, char out[PATH_MAX])
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    char *r = realpath(dir, NULL);
+    bool ok = r && (size_t)snprintf(out, PATH_MAX, "%s/%s", r, slash ? slash + 1 : path) < PATH_MAX;
+    free(r);
+    return ok;
+}
+
+bool fio_same_output(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return !strcmp(a, b) || (resolved(a, ra) && resolved(b, rb) && !strcmp(ra, rb));
+}
+
 char *fio_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);

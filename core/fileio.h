@@ -45,6 +45,10 @@ int fio_check_dir(const char *path, struct err *e);
  * special file or directory, not a file this process reads as an input. */
 int fio_check_output(const char *path, struct err *e);
 
+/* Whether two output paths name one file (the same directory, resolved, and
+ * the same name), whether or not it exists yet. */
+bool fio_same_output(const char *a, const char *b);
+
 /* Drops path's file from the recorded inputs: its owner replaces it as a
  * whole, atomically (pack_set_field). */
 void fio_forget_input(const char *path);

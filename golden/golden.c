@@ -128,8 +128,12 @@ int golden_threshold_parse(struct golden_thresholds *t, const char *key, const c
     double v = strtod(text, &end);
     if (!at)
         return err_set(e, ERR_USAGE, "'%s': not a threshold (max_abs, nmse, kld_mean, kld_p99, kld_max, top1)", key);
-    if (!*text || *end || isnan(v))
-        return err_set(e, ERR_USAGE, "'%s' %s: expected a number", key, text);
+    if (!strcmp(text, "off")) { /* as meta.json's null: not checked */
+        *at = -1;
+        return ERR_OK;
+    }
+    if (!*text || *end || !isfinite(v) || v < 0 || v > max)
+        return err_set(e, ERR_USAGE, "'%s' %s: expected a number in %s, or off", key, text, max == 1.0 ? "[0, 1]" : "[0, inf)");
     *at = v;
     return ERR_OK;
 }

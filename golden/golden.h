@@ -63,8 +63,9 @@ struct golden_metrics {
 int golden_thresholds_from_meta(const struct golden *g, const char *path, struct golden_thresholds *t,
                                 struct err *e);
 
-/* Sets threshold `key` (max_abs, nmse, kld_mean, kld_p99, kld_max, top1) to the number `text` (negative: not
- * checked); anything else is ERR_USAGE naming the key. The one parser of a caller's threshold. */
+/* Sets threshold `key` (max_abs, nmse, kld_mean, kld_p99, kld_max, top1) to the number `text` (finite, at
+ * least 0, top1 at most 1), or to not checked for "off" (meta.json: null); anything else is ERR_USAGE
+ * naming the key. The one parser of a caller's threshold. */
 int golden_threshold_parse(struct golden_thresholds *t, const char *key, const char *text, struct err *e);
 
 /* log-softmax of z[V] in float64; the first index of the largest value. */

@@ -220,7 +220,7 @@ expect 2 "compare without prompts" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk"
 expect 2 "compare --keep-a beyond the layers" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,3 --keep-a 11
 ok "... a usage error naming the flag" -- grep -qx -- "gempack compare: --keep-a 11: expected 0..10 (the layers)" "$T/err"
 expect 2 "compare --max-abs not a number" -- "$G" compare "$T/e2b" "$T/e2b-q4.gpk" --tokens 2,3 --max-abs 1e-3x
-ok "... names the threshold's flag" -- grep -qx -- "gempack compare: --max-abs 1e-3x: expected a number" "$T/err"
+ok "... names the threshold's flag" -- grep -qxF -- "gempack compare: --max-abs 1e-3x: expected a number in [0, inf), or off" "$T/err"
 
 # run and golden: logit dumps, regression baselines, the committed float64 reference
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -270,7 +270,9 @@ ok "perturbed: failures name max_abs" -- test "$(json_field "$T/out" "[f['metric
 ok "perturbed: first divergent position 5" -- test "$(json_field "$T/out" "d['metrics']['first_divergent']")" = 5
 ok "perturbed: max_abs 0.01" -- test "$(json_field "$T/out" "abs(d['metrics']['max_abs'] - 0.01) < 1e-6")" = True
 expect 0 "perturbed passes with --max-abs 0.02" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs 0.02
-expect 0 "perturbed passes with the check disabled" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs -1
+expect 0 "perturbed passes with the check off" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs off
+expect 2 "a negative threshold is refused, not a disabled check" -- "$G" golden check "$E" "$T/perturbed.npz" --max-abs -1
+ok "... naming the flag and the range" -- grep -qF -- "--max-abs -1: expected a number in [0, inf), or off" "$T/err"
 expect 2 "golden check: other vocabulary" -- "$G" golden check "$E" "$T/v256.npz"
 ok "vocabulary message" -- grep -q "vocabulary 256, model 512" "$T/err"
 expect 2 "golden check: tokens/logits lengths disagree" -- "$G" golden check "$E" "$T/short.npz"

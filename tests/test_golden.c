@@ -284,26 +284,30 @@ Test(golden, thresholds_invalid_are_errors)
 }
 
 /* A threshold a caller gives by name (the command line's --max-abs X ...):
- * each key sets its own field, any number is taken (negative: unchecked),
- * anything else is ERR_USAGE naming the key and the text. */
+ * each key sets its own field from a number in its range or "off" (not
+ * checked, as meta.json's null); anything else, a negative number too, is
+ * ERR_USAGE naming the key and the text. */
 Test(golden, threshold_parse)
 {
     struct golden_thresholds th = {0};
     struct err e = {0};
     static const char *const keys[] = {"max_abs", "nmse", "kld_mean", "kld_p99", "kld_max", "top1"};
-    static const char *const texts[] = {"1e-4", "0.5", "-1", "2", "inf", "0.875"};
+    static const char *const texts[] = {"1e-4", "0.5", "off", "2", "0", "0.875"};
     for (int i = 0; i < 6; i++)
         cr_assert_eq(golden_threshold_parse(&th, keys[i], texts[i], &e), ERR_OK, "%s: %s", keys[i], e.msg);
     cr_expect_eq(th.max_abs, 1e-4);
     cr_expect_eq(th.nmse, 0.5);
     cr_expect_eq(th.kld_mean, -1.0);
     cr_expect_eq(th.kld_p99, 2.0);
-    cr_expect(isinf(th.kld_max) && th.kld_max > 0);
+    cr_expect_eq(th.kld_max, 0.0);
     cr_expect_eq(th.top1_min, 0.875);
     static const struct {
         const char *key, *text, *says;
     } bad[] = {{"max_abs", "x", "'max_abs' x: expected a number"},
                {"top1", "nan", "'top1' nan: expected a number"},
+               {"max_abs", "-1", "'max_abs' -1: expected a number in [0, inf), or off"},
+               {"kld_max", "inf", "'kld_max' inf: expected a number"},
+               {"top1", "1.5", "'top1' 1.5: expected a number in [0, 1], or off"},
                {"nmse", "", "'nmse' : expected a number"},
                {"kld_mean", "1e-3 ", "'kld_mean' 1e-3 : expected a number"},
                {"top_1", "1", "'top_1': not a threshold"}};
