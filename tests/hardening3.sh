@@ -192,6 +192,9 @@ expect 2 "a golden with two members of one name" -- "$G" golden check "$T/ok" "$
 ok "... says so" -- said "dup.npz: not a readable .npz: two members have the same name"
 expect 2 "a golden whose token is outside the vocabulary" -- "$G" golden check "$T/ok" "$T/oov.npz"
 ok "... blames the golden, not the model" -- said "oov.npz: tokens.npy[1] = 9999: outside the model's vocabulary [0, 512)"
+expect 2 "convert --eval --report X -o X" -- "$G" convert "$T/ok" --bits 4 --eval --report "$T/same.gpk" -o "$T/same.gpk"
+ok "... refused before any work" -- test ! -e "$T/same.gpk"
+ok "... naming the flag" -- said "--report $T/same.gpk is the output too"
 expect 2 "check a regular file that is no checkpoint" -- "$G" check "$T/oov.npz"
 ok "... called a regular file" -- said "oov.npz: is a regular file, expected a directory"
 "$G" fixture --variant e2b --format ct-w4a16 -o "$T/ct" >/dev/null 2>&1
