@@ -36,6 +36,9 @@ static int read_gguf(struct tokenizer *t, const struct gguf_file *g, struct err 
     if (types && (types->type != GGUF_ARRAY || types->n != tok->n))
         return err_set(e, ERR_FORMAT, "%s: tokenizer.ggml.token_type must be an array of %llu integers", g->path,
                        (unsigned long long)tok->n);
+    const struct gguf_kv *merges = string_array(g, "tokenizer.ggml.merges", e);
+    if (!merges || tok_reserve(t, tok->n, merges->n, e))
+        return e->code;
     const uint8_t *q = tok->arr;
     for (uint64_t i = 0; i < tok->n; i++) {
         uint64_t n = rd_u64le(q);
@@ -55,9 +58,6 @@ static int read_gguf(struct tokenizer *t, const struct gguf_file *g, struct err 
             return e->code;
         q += 8 + n;
     }
-    const struct gguf_kv *merges = string_array(g, "tokenizer.ggml.merges", e);
-    if (!merges)
-        return e->code;
     q = merges->arr;
     for (uint64_t i = 0; i < merges->n; i++) {
         uint64_t n = rd_u64le(q);

@@ -19,7 +19,7 @@ struct tok_slot {
 
 struct tok_map {
     struct tok_slot *slot;
-    size_t cap, n;  /* cap a power of two, n ≤ cap / 2 */
+    size_t cap, n;  /* cap a power of two, n ≤ 3/4 cap */
 };
 
 struct tok_piece {
@@ -84,6 +84,8 @@ struct tokenizer {
 
 /* A new, empty tokenizer named `name`. */
 int tok_new(struct tokenizer **out, const char *name, struct err *e);
+/* Room for this many pieces and merges (a reader that knows them up front). */
+int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e);
 /* Model vocabulary: piece `s` is token `id` (each id and piece once). */
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e);
 /* The model's id of a piece, TOK_NONE when absent. */

@@ -74,7 +74,7 @@ static bool map_get(const struct tok_map *m, uint64_t key, uint64_t *val)
 /* Sets key → val (replacing). */
 static int map_put(struct tok_map *m, uint64_t key, uint64_t val, struct err *e)
 {
-    if ((m->n + 1) * 2 > m->cap && map_grow(m, e))
+    if ((m->n + 1) * 4 > m->cap * 3 && map_grow(m, e))
         return e->code;
     size_t j = map_slot(m, key);
     if (m->slot[j].key == UINT64_MAX) {
@@ -171,23 +171,38 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
         return e->code;
     if (t->piece[id].off != UINT64_MAX)
         return err_set(e, ERR_FORMAT, "%s: token id %u appears twice in the vocabulary", t->name, id);
-    if (tok_lookup(t, s, len) != TOK_NONE)
-        return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
-                       (int)(len > 64 ? 64 : len), s, tok_lookup(t, s, len), id);
-    if (pool_add(t, s, len, &t->piece[id].off, e))
-        return e->code;
-    t->piece[id].len = (uint32_t)len;
     struct tok_map *m = &t->vocab;
-    if ((m->n + 1) * 2 > m->cap && map_grow(m, e))
+    if ((m->n + 1) * 4 > m->cap * 3 && map_grow(m, e))
         return e->code;
     uint64_t h = hash_bytes(s, len);
     size_t j = mix64(h) & (m->cap - 1);
-    while (m->slot[j].key != UINT64_MAX)
-        j = (j + 1) & (m->cap - 1);
+    for (; m->slot[j].key != UINT64_MAX; j = (j + 1) & (m->cap - 1)) {
+        uint32_t other = (uint32_t)m->slot[j].val;
+        if (m->slot[j].key == h && t->piece[other].len == len && !memcmp(t->pool + t->piece[other].off, s, len))
+            return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
+                           (int)(len > 64 ? 64 : len), s, other, id);
+    }
+    if (pool_add(t, s, len, &t->piece[id].off, e))
+        return e->code;
+    t->piece[id].len = (uint32_t)len;
     m->slot[j].key = h;
     m->slot[j].val = id;
     m->n++;
     return ERR_OK;
+}
+
+int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e)
+{
+    if (n_pieces > TOK_MAX_VOCAB || n_merges > 4ull * TOK_MAX_VOCAB)
+        return err_set(e, ERR_RANGE, "%s: %llu pieces and %llu merges: at most %u and %u", t->name,
+                       (unsigned long long)n_pieces, (unsigned long long)n_merges, TOK_MAX_VOCAB, 4 * TOK_MAX_VOCAB);
+    while ((n_pieces + 1) * 4 > t->vocab.cap * 3)
+        if (map_grow(&t->vocab, e))
+            return e->code;
+    while ((n_merges + 1) * 4 > t->merges.cap * 3)
+        if (map_grow(&t->merges, e))
+            return e->code;
+    return n_pieces ? ensure_id(t, (uint32_t)n_pieces - 1, e) : ERR_OK;
 }
 
 int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
