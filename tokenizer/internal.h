@@ -59,6 +59,8 @@ struct tokenizer {
     struct tok_map vocab;          /* model piece hash → candidates (see tokenizer.c) */
     struct tok_map merges;         /* (left id << 32 | right id) → (rank << 32 | merged id) */
     uint64_t n_merges;
+    uint32_t *merge_id;            /* by rank: the merged id (the heap's entries hold only rank and position) */
+    size_t merge_id_cap;
     /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */
     struct tok_map trie;
     uint32_t *node_added;

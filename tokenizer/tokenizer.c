@@ -191,6 +191,19 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
     return ERR_OK;
 }
 
+static int grow_merge_ids(struct tokenizer *t, uint64_t need, struct err *e)
+{
+    size_t cap = t->merge_id_cap ? t->merge_id_cap : 1024;
+    while (cap < need)
+        cap *= 2;
+    uint32_t *m = realloc(t->merge_id, cap * sizeof *m);
+    if (!m)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merges", t->name, cap);
+    t->merge_id = m;
+    t->merge_id_cap = cap;
+    return ERR_OK;
+}
+
 int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e)
 {
     if (n_pieces > TOK_MAX_VOCAB || n_merges > 4ull * TOK_MAX_VOCAB)
@@ -202,6 +215,8 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
     while ((n_merges + 1) * 4 > t->merges.cap * 3)
         if (map_grow(&t->merges, e))
             return e->code;
+    if (n_merges > t->merge_id_cap && grow_merge_ids(t, n_merges, e))
+        return e->code;
     return n_pieces ? ensure_id(t, (uint32_t)n_pieces - 1, e) : ERR_OK;
 }
 
@@ -223,8 +238,11 @@ int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r
     if (c == TOK_NONE)
         return err_set(e, ERR_FORMAT, "%s: merge %llu: '%.*s' + '%.*s' is not in the vocabulary", t->name,
                        (unsigned long long)rank, (int)(llen > 64 ? 64 : llen), l, (int)(rlen > 64 ? 64 : rlen), r);
-    if (rank > UINT32_MAX - 1)
-        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, UINT32_MAX - 1);
+    if (rank >= 4ull * TOK_MAX_VOCAB)
+        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, 4 * TOK_MAX_VOCAB);
+    if (rank >= t->merge_id_cap && grow_merge_ids(t, rank + 1, e))
+        return e->code;
+    t->merge_id[rank] = c;
     t->n_merges = rank + 1;
     return map_put(&t->merges, (uint64_t)a << 32 | b, rank << 32 | c, e);
 }
@@ -392,6 +410,7 @@ void tok_free(struct tokenizer *t)
     map_free(&t->merges);
     map_free(&t->trie);
     free(t->node_added);
+    free(t->merge_id);
     free(t->added);
     for (size_t i = 0; i < t->n_replace; i++) {
         free(t->replace[i].from);
@@ -519,50 +538,51 @@ struct sym {
     int32_t prev, next;
 };
 
-struct hent {
-    uint32_t rank, pos, id;
-};
-
 struct scratch {
     struct sym *sym;
-    struct hent *heap;
+    uint64_t *heap;
     size_t sym_cap, heap_cap;
     char *norm[2];
     size_t norm_cap[2];
 };
 
-static bool hless(const struct hent *a, const struct hent *b)
+/* The merge queue: a 4-ary min-heap of rank << 32 | position (lowest rank,
+ * then leftmost: HF's order); the merged id is merge_id[rank]. */
+static void sift_down(uint64_t *h, size_t n, size_t i)
 {
-    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
-}
-
-static void heap_push(struct hent *h, size_t *n, struct hent v)
-{
-    size_t i = (*n)++;
-    while (i && hless(&v, &h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
+    uint64_t v = h[i];
+    for (;;) {
+        size_t c = 4 * i + 1, best = c;
+        if (c >= n)
+            break;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (h[k] < h[best])
+                best = k;
+        if (h[best] >= v)
+            break;
+        h[i] = h[best];
+        i = best;
     }
     h[i] = v;
 }
 
-static struct hent heap_pop(struct hent *h, size_t *n)
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
 {
-    struct hent top = h[0], v = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n)
-            break;
-        if (c + 1 < *n && hless(&h[c + 1], &h[c]))
-            c++;
-        if (!hless(&h[c], &v))
-            break;
-        h[i] = h[c];
-        i = c;
+    size_t i = (*n)++;
+    while (i && v < h[(i - 1) / 4]) {
+        h[i] = h[(i - 1) / 4];
+        i = (i - 1) / 4;
     }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0];
+    h[0] = h[--*n];
     if (*n)
-        h[i] = v;
+        sift_down(h, *n, 0);
     return top;
 }
 
@@ -586,12 +606,14 @@ static void add_sym(struct sym *s, size_t *n, uint32_t id, uint32_t len)
     (*n)++;
 }
 
-/* Pushes the merge of symbol pos with the one after it, if the pair merges. */
-static void queue_pair(const struct tokenizer *t, const struct sym *s, size_t pos, struct hent *h, size_t *nh)
+/* The queue entry of symbol pos and the one after it, false when the pair does not merge. */
+static bool pair_entry(const struct tokenizer *t, const struct sym *s, size_t pos, uint64_t *entry)
 {
     uint64_t v;
-    if (map_get(&t->merges, (uint64_t)s[pos].id << 32 | s[s[pos].next].id, &v))
-        heap_push(h, nh, (struct hent){(uint32_t)(v >> 32), (uint32_t)pos, (uint32_t)v});
+    if (!map_get(&t->merges, (uint64_t)s[pos].id << 32 | s[s[pos].next].id, &v))
+        return false;
+    *entry = (v >> 32) << 32 | pos;
+    return true;
 }
 
 /* HF's BPE::merge_word and Word::merge_all over one word. */
@@ -634,29 +656,35 @@ static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct
     }
     if (unk_len)
         add_sym(s, &n, t->unk_id, unk_len);
-    struct hent *h = sc->heap;
+    uint64_t *h = sc->heap, entry;
     size_t nh = 0;
     for (size_t i = 0; i + 1 < n; i++)
-        queue_pair(t, s, i, h, &nh);
+        if (pair_entry(t, s, i, &entry))
+            h[nh++] = entry;
+    for (size_t i = nh / 4 + 1; i-- > 0;) /* heapify */
+        if (i < nh)
+            sift_down(h, nh, i);
     while (nh) {
-        struct hent top = heap_pop(h, &nh);
-        struct sym *a = &s[top.pos];
+        uint64_t top = heap_pop(h, &nh);
+        size_t pos = (uint32_t)top;
+        uint32_t id = t->merge_id[top >> 32];
+        struct sym *a = &s[pos];
         if (!a->len || a->next < 0)
             continue;
         struct sym *b = &s[a->next];
         uint64_t v;
-        if (!map_get(&t->merges, (uint64_t)a->id << 32 | b->id, &v) || (uint32_t)v != top.id)
-            continue; /* stale */
-        a->id = top.id;
+        if (!map_get(&t->merges, (uint64_t)a->id << 32 | b->id, &v) || (uint32_t)v != id)
+            continue; /* stale (HF compares the merged id) */
+        a->id = id;
         a->len += b->len;
         a->next = b->next;
         b->len = 0;
         if (a->next >= 0)
-            s[a->next].prev = (int32_t)top.pos;
-        if (a->prev >= 0)
-            queue_pair(t, s, (size_t)a->prev, h, &nh);
-        if (a->next >= 0)
-            queue_pair(t, s, top.pos, h, &nh);
+            s[a->next].prev = (int32_t)pos;
+        if (a->prev >= 0 && pair_entry(t, s, (size_t)a->prev, &entry))
+            heap_push(h, &nh, entry);
+        if (a->next >= 0 && pair_entry(t, s, pos, &entry))
+            heap_push(h, &nh, entry);
     }
     for (size_t i = 0; i < n; i++)
         if (s[i].len && push_id(out, s[i].id, e))
