@@ -538,10 +538,14 @@ struct sym {
     int32_t prev, next;
 };
 
+/* A character's id, remembered: key the character's bytes + 1 (0: empty). */
+#define CHAR_CACHE 4096
+
 struct scratch {
     struct sym *sym;
     uint64_t *heap;
     size_t sym_cap, heap_cap;
+    uint32_t char_key[CHAR_CACHE], char_id[CHAR_CACHE];
     char *norm[2];
     size_t norm_cap[2];
 };
@@ -634,7 +638,20 @@ static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct
     for (size_t i = 0; i < len;) {
         uint8_t c = (uint8_t)w[i];
         size_t cl = utf8_len(c);
-        uint32_t id = cl == 1 ? t->ascii_id[c] : tok_lookup(t, w + i, cl);
+        uint32_t id;
+        if (cl == 1) {
+            id = t->ascii_id[c];
+        } else {
+            uint32_t key = 0;
+            memcpy(&key, w + i, cl);
+            key += 1; /* never 0: a character of 2 to 4 bytes has a non-zero lead byte */
+            size_t slot = mix64(key) & (CHAR_CACHE - 1);
+            if (sc->char_key[slot] != key) {
+                sc->char_key[slot] = key;
+                sc->char_id[slot] = tok_lookup(t, w + i, cl);
+            }
+            id = sc->char_id[slot];
+        }
         if (id != TOK_NONE) {
             if (unk_len)
                 add_sym(s, &n, t->unk_id, unk_len), unk_len = 0;
