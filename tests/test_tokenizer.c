@@ -250,6 +250,7 @@ Test(tokenizer, refusals)
     refused("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"\\ud800\":0},\"merges\":[]}}", ERR_FORMAT, "lone high surrogate");
     refused("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":99999999},\"merges\":[]}}", ERR_RANGE, "ids must be below");
     refused("{\"truncation\":{\"max_length\":5},\"model\":null}", ERR_UNSUPPORTED, "truncation is not supported");
+    refused("{\"decoder\":{\"type\":\"Fuse\"},\"decoder\":{\"type\":\"Fuse\"}}", ERR_FORMAT, "'decoder' appears twice");
     refused("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"dropout\":0.1}}", ERR_UNSUPPORTED,
             "dropout");
     char deep[200] = "{\"model\":";

@@ -981,22 +981,32 @@ static int read_top(struct jp *p, struct tokenizer *t)
     const char *k;
     size_t n, model_at = 0, added_at = 0;
     bool model = false, added = false;
+    unsigned seen = 0;
     if (peek(p) != '{' || obj_begin(p))
         return err_set(p->e, ERR_FORMAT, "%s: not a JSON object", p->name);
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         int rc;
         char key[32];
         snprintf(key, sizeof key, "%.*s", (int)(n < sizeof key ? n : sizeof key - 1), k);
+        static const char *known[] = {"version", "truncation", "padding", "model", "added_tokens", "normalizer",
+                                      "pre_tokenizer", "post_processor", "decoder"};
+        for (int i = 0; i < 9; i++) {
+            if (strcmp(key, known[i]))
+                continue;
+            if (seen & 1u << i)
+                return err_set(p->e, ERR_FORMAT, "%s: byte %zu: '%s' appears twice", p->name, p->pos, key);
+            seen |= 1u << i;
+        }
         bool nul = null_next(p);
         if (!strcmp(key, "version")) {
             rc = nul ? ERR_OK : skip(p);
         } else if (!strcmp(key, "truncation") || !strcmp(key, "padding")) {
             rc = nul ? ERR_OK : err_set(p->e, ERR_UNSUPPORTED, "%s: %s is not supported (null only)", p->name, key);
-        } else if (!strcmp(key, "model") && !model && !nul) {
+        } else if (!strcmp(key, "model") && !nul) {
             model = true;
             model_at = p->pos;
             rc = skip(p);
-        } else if (!strcmp(key, "added_tokens") && !added && !nul) {
+        } else if (!strcmp(key, "added_tokens") && !nul) {
             added = true;
             added_at = p->pos;
             rc = skip(p);

@@ -185,6 +185,10 @@ tok_json = {
               "merges": [["a", "b"], ["b", "c"], ["ab", "c"], "\u2581 a"]}}
 put("tokenizer", "tokenizer.json", json.dumps(tok_json, ensure_ascii=False))
 put("tokenizer", "tokenizer-ascii.json", json.dumps(tok_json, indent=1))
+# a campaign's find: a second pre_tokenizer leaked the first's pattern (now refused: a field twice)
+dup = json.dumps(tok_json, ensure_ascii=False)
+pre = json.dumps({"pre_tokenizer": tok_json["pre_tokenizer"]})[1:-1]
+put("tokenizer", "crash-duplicate-pre-tokenizer.json", dup.replace(pre, pre + ", " + pre))
 put("tokenizer", "tokenizer.gguf", gguf(
     [("tokenizer.ggml.model", 8, "gemma4"),
      ("tokenizer.ggml.tokens", 9, (8, ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "a", "b", "ab", "\u2581", "\u2581a",
