@@ -193,7 +193,7 @@ static void refused(const char *json, enum err_code code, const char *needle)
 {
     struct tokenizer *t = (struct tokenizer *)1;
     struct err e = {0};
-    cr_expect_eq(tok_load_json_mem(&t, json, strlen(json), "bad.json", &e), code, "%s: %s", needle, e.msg);
+    cr_expect_eq(tok_load_json_mem(&t, json, strlen(json), "bad.json", &e), (int)code, "%s: %s", needle, e.msg);
     cr_expect(!t);
     cr_expect(strstr(e.msg, needle), "expected '%s' in: %s", needle, e.msg);
 }
