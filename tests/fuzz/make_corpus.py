@@ -163,3 +163,37 @@ put("gguf", "nonfinite-and-escapes.gguf", gguf(
     [("general.architecture", 8, "gemma4"), ("general.name", 8, b"\x1b]0;pwn\x07\x1b[2J\xff\xfe"),
      ("gemma4.attention.layer_norm_rms_epsilon", 6, float("nan")), ("gemma4.rope.freq_base", 12, float("inf"))],
     [("blk.0.attn_q.weight", [32, 1], 2, struct.pack("<H", 0x7E00) + q4_0[2:])]))
+
+# tokenizer: a tokenizer.json with every component Gemma's has, and a GGUF's tokenizer.ggml.* metadata
+tok_json = {
+    "version": "1.0", "truncation": None, "padding": None,
+    "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": l, "rstrip": r, "normalized": False,
+                      "special": s} for i, c, l, r, s in [(0, "<bos>", False, False, True), (1, "<x>", True, True, False),
+                                                          (13, "<x>y", False, False, False)]],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+    "post_processor": {"type": "TemplateProcessing",
+                       "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                       "pair": [], "special_tokens": {"<bos>": {"id": "<bos>", "ids": [0], "tokens": ["<bos>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                                                 {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                 {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+              "vocab": {"<bos>": 0, "<x>": 1, "<unk>": 2, "a": 3, "b": 4, "c": 5, "\u2581": 6, "ab": 7, "bc": 8,
+                        "abc": 9, "\u2581a": 10, "<0xC3>": 11, "<0xA9>": 12, "<x>y": 13},
+              "merges": [["a", "b"], ["b", "c"], ["ab", "c"], "\u2581 a"]}}
+put("tokenizer", "tokenizer.json", json.dumps(tok_json, ensure_ascii=False))
+put("tokenizer", "tokenizer-ascii.json", json.dumps(tok_json, indent=1))
+# a campaign's find: a second pre_tokenizer leaked the first's pattern (now refused: a field twice)
+dup = json.dumps(tok_json, ensure_ascii=False)
+pre = json.dumps({"pre_tokenizer": tok_json["pre_tokenizer"]})[1:-1]
+put("tokenizer", "crash-duplicate-pre-tokenizer.json", dup.replace(pre, pre + ", " + pre))
+put("tokenizer", "tokenizer.gguf", gguf(
+    [("tokenizer.ggml.model", 8, "gemma4"),
+     ("tokenizer.ggml.tokens", 9, (8, ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "a", "b", "ab", "\u2581", "\u2581a",
+                                       "<0xC3>", "<0xA9>"])),
+     ("tokenizer.ggml.token_type", 9, (5, [3, 3, 3, 2, 4, 1, 1, 1, 1, 1, 6, 6])),
+     ("tokenizer.ggml.merges", 9, (8, ["a b", "\u2581 a"])),
+     ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.unknown_token_id", 4, 3),
+     ("tokenizer.ggml.add_bos_token", 7, True)], []))

@@ -1,0 +1,30 @@
+// bench_hf.js REF - HF tokenizers (npm `tokenizers`) on what bench_tokenizer.c times: the load of
+// REF/gemma4/tokenizer.json and 1 MB and 10 MB one-piece texts (the same text), CPU time of the process.
+const path = require('path');
+const ref = process.argv[2] || 'build-ref';
+const { Tokenizer } = require(path.resolve(ref, 'npm/tokenizers_0.23.2/package'));
+const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1000; };
+const wall = () => Number(process.hrtime.bigint()) / 1e6;
+const units = ['tokenization', 'été', 'дан', '数据', '12345', '😀', '.'];
+function onePiece(n) {
+    const parts = [];
+    let bytes = 0;
+    for (let i = 0; ; i++) {
+        const u = units[i % 7], l = Buffer.byteLength(u);
+        if (bytes + l > n) break;
+        parts.push(u);
+        bytes += l;
+    }
+    return parts.join('');
+}
+(async () => {
+    let c = cpu(), w = wall();
+    const tok = Tokenizer.fromFile(path.join(ref, 'gemma4', 'tokenizer.json'));
+    console.log(`HF load tokenizer.json: ${(cpu() - c).toFixed(0)} ms CPU, ${(wall() - w).toFixed(0)} ms wall`);
+    for (const mb of [1, 10]) {
+        const s = onePiece(mb << 20);
+        c = cpu(); w = wall();
+        const ids = (await tok.encode(s, null, { addSpecialTokens: true })).getIds();
+        console.log(`HF encode ${mb} MB one piece: ${(cpu() - c).toFixed(0)} ms CPU, ${(wall() - w).toFixed(0)} ms wall, ${ids.length} ids`);
+    }
+})();

@@ -1,0 +1,111 @@
+/* internal.h - what the tokenizer's readers (json.c, gguf.c) and its engine
+ * (tokenizer.c) share: the tables, and the calls that fill them. */
+#ifndef GP_TOKENIZER_INTERNAL_H
+#define GP_TOKENIZER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "tokenizer/tokenizer.h"
+
+#define TOK_NONE UINT32_MAX
+
+/* Open addressing, linear probing; key UINT64_MAX marks an empty slot. */
+struct tok_slot {
+    uint64_t key, val;
+};
+
+struct tok_map {
+    struct tok_slot *slot;
+    size_t cap, n;  /* cap a power of two, n ≤ 3/4 cap */
+};
+
+struct tok_piece {
+    uint64_t off;                  /* into pool; UINT64_MAX: no piece */
+    uint32_t len;
+    uint32_t special;              /* a special added token (decode's skip_special) */
+};
+
+enum tok_dec_kind { TOK_DEC_REPLACE, TOK_DEC_BYTE_FALLBACK, TOK_DEC_FUSE, TOK_DEC_STRIP };
+
+struct tok_decoder {
+    enum tok_dec_kind kind;
+    char *pattern, *content;   /* REPLACE: pattern → content; STRIP: content is one character */
+    size_t pattern_len, content_len;
+    uint64_t start, stop;      /* STRIP: characters taken from each end */
+};
+
+struct tok_replace {
+    char *from, *to;
+    size_t from_len, to_len;
+};
+
+struct tok_added {
+    uint32_t id;
+    bool special, lstrip, rstrip;
+};
+
+struct tokenizer {
+    const char *name;              /* for messages (owned copy in name_buf) */
+    char *name_buf;
+    /* pieces, by id: bytes in pool */
+    uint32_t n_ids;                /* ids are below this */
+    struct tok_piece *piece;
+
+    char *pool;
+    size_t pool_len, pool_cap;
+    struct tok_map vocab;          /* model piece hash → candidates (see tokenizer.c) */
+    struct tok_map merges;         /* (left id << 32 | right id) → (rank << 32 | merged id) */
+    uint64_t n_merges;
+    uint32_t *merge_id;            /* by rank: the merged id (the heap's entries hold only rank and position) */
+    size_t merge_id_cap;
+    /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */
+    struct tok_map trie;
+    uint32_t *node_added;
+    size_t n_nodes, nodes_cap;
+    struct tok_added *added;
+    size_t n_added, added_cap;
+    /* model */
+    uint32_t unk_id;               /* TOK_NONE: no unk token */
+    bool byte_fallback, fuse_unk, ignore_merges;
+    uint32_t byte_id[256];         /* <0xXX>, TOK_NONE when absent */
+    uint32_t ascii_id[128];        /* one-byte characters' ids, TOK_NONE when absent */
+    /* normalizer, pre-tokenizer, decoder */
+    struct tok_replace *replace;
+    size_t n_replace;
+    char *split;                   /* Split's pattern (MergedWithPrevious), NULL: none */
+    size_t split_len;
+    struct tok_decoder *dec;
+    size_t n_dec;
+    /* post-processor: ids before and after the text */
+    uint32_t *prefix, *suffix;
+    size_t n_prefix, n_suffix;
+};
+
+/* A new, empty tokenizer named `name`. */
+int tok_new(struct tokenizer **out, const char *name, struct err *e);
+/* Room for this many pieces and merges (a reader that knows them up front). */
+int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e);
+/* Model vocabulary: piece `s` is token `id` (each id and piece once). */
+int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e);
+/* The model's id of a piece, TOK_NONE when absent. */
+uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len);
+/* Merge of rank `rank`: left + right, both and their concatenation in the vocabulary
+ * (a later merge of the same pair replaces an earlier one, as in HF). */
+int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
+                  struct err *e);
+/* An added token matched in raw text. */
+int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, bool special, bool lstrip, bool rstrip,
+                  struct err *e);
+int tok_add_replace(struct tokenizer *t, const char *from, size_t flen, const char *to, size_t tlen, struct err *e);
+int tok_add_decoder(struct tokenizer *t, enum tok_dec_kind kind, const char *pattern, size_t plen, const char *content,
+                    size_t clen, uint64_t start, uint64_t stop, struct err *e);
+/* Appends an id to the BOS rule's prefix (or suffix). */
+int tok_add_template_id(struct tokenizer *t, bool suffix, uint32_t id, struct err *e);
+/* After every table is filled: the byte and ASCII tables, checks of ids
+ * (unk, the template's) against the vocabulary. */
+int tok_finish(struct tokenizer *t, struct err *e);
+
+#endif
