@@ -127,11 +127,9 @@ static int all_finite(const struct ingested *in, struct err *e)
                     bad = (int64_t)k;
         }
         if (bad >= 0) {
-            float v = 0;
+            float v = 0; /* a scale byte's value is not finite only as E8M0's 0xFF */
             if (dtype_is_weight_float(p->dtype))
                 dtype_to_f32(p->dtype, p->data + (size_t)bad * (dtype_table[p->dtype].bits / 8), &v, 1);
-            else
-                v = mx_scale_value(in->parts[i].q.mode, p->data[bad]);
             return err_set(e, ERR_FORMAT, "%s: %s element %lld is %s%s: every weight, scale and norm must be finite",
                            in->source.path, p->name, (long long)bad,
                            dtype_is_weight_float(p->dtype) ? (v != v ? "NaN" : v > 0 ? "+inf" : "-inf") : "the scale byte ",

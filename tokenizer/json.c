@@ -236,12 +236,11 @@ static int arr_begin(struct jp *p)
     return ERR_OK;
 }
 
-/* The next key of an object (into buf[0]), or *more = false at its end.
- * `first` says whether a comma may precede it. */
-static int obj_key(struct jp *p, bool *first, bool *more, const char **key, size_t *n)
+/* The next item of an array or object (closed by `close`), or *more =
+ * false at its end. `first` says whether a comma may precede it. */
+static int next_item(struct jp *p, char close, bool *first, bool *more)
 {
-    char c = peek(p);
-    if (c == '}') {
+    if (peek(p) == close) {
         p->pos++;
         p->depth--;
         *more = false;
@@ -251,6 +250,15 @@ static int obj_key(struct jp *p, bool *first, bool *more, const char **key, size
         return p->e->code;
     *first = false;
     *more = true;
+    return ERR_OK;
+}
+
+/* The next key of an object (into buf[0]), or *more = false at its end. */
+static int obj_key(struct jp *p, bool *first, bool *more, const char **key, size_t *n)
+{
+    int rc = next_item(p, '}', first, more);
+    if (rc != ERR_OK || !*more)
+        return rc;
     if (jstring(p, 0, key, n) || expect(p, ':'))
         return p->e->code;
     return ERR_OK;
@@ -258,18 +266,7 @@ static int obj_key(struct jp *p, bool *first, bool *more, const char **key, size
 
 static int arr_next(struct jp *p, bool *first, bool *more)
 {
-    char c = peek(p);
-    if (c == ']') {
-        p->pos++;
-        p->depth--;
-        *more = false;
-        return ERR_OK;
-    }
-    if (!*first && expect(p, ','))
-        return p->e->code;
-    *first = false;
-    *more = true;
-    return ERR_OK;
+    return next_item(p, ']', first, more);
 }
 
 static int skip(struct jp *p)
