@@ -13,6 +13,7 @@
 #include "core/cpu.h"
 #include "core/text.h"
 #include "golden/golden.h"
+#include "ingest/text.h"
 #include "gp_config.h"
 #include "runner/tokens.h"
 
@@ -314,6 +315,8 @@ static bool set_opt(const struct opt *o, void *base, int *code)
     int rc = o->type == OPT_TOKENS        ? tokens_add_csv(at, optarg, msg, &e)
              : o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e)
              : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, o->choices, optarg, &e)
+             : o->type == OPT_PROMPT_FILE ? text_prompts_add_file(at, optarg, &e)
+             : o->type >= OPT_PROMPT      ? text_prompts_add(at, optarg, strlen(optarg), o->type == OPT_CHAT, msg, &e)
                                           : ERR_OK;
     if (rc != ERR_OK)
         *code = usage_error(current->name, "%s", flags_named(e.msg, msg));

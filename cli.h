@@ -63,6 +63,9 @@ enum opt_type {
     OPT_TOKENS,                /* one more prompt "2,17,99" into a struct token_seqs (this and below: by the library) */
     OPT_TOKENS_FILE,           /* the prompts of a file (runner/tokens.h) into a struct token_seqs */
     OPT_THRESHOLD,             /* into a struct golden_thresholds, golden_threshold_parse's key in `choices` */
+    OPT_PROMPT,                /* one more raw text prompt into a struct text_prompts (ingest/text.h) */
+    OPT_PROMPT_FILE,           /* a file's text as one more raw prompt */
+    OPT_CHAT,                  /* one more chat prompt (a user turn through the model's template) */
 };
 
 struct opt {
@@ -87,6 +90,11 @@ struct opt {
 #define THRESHOLDS(S, f, help) TH("max-abs", "max_abs", 'a', S, f, help), TH("nmse", "nmse", 'N', S, f, NULL), \
     TH("kld-mean", "kld_mean", 'k', S, f, NULL), TH("kld-p99", "kld_p99", 'p', S, f, NULL), \
     TH("kld-max", "kld_max", 'K', S, f, NULL), TH("top1", "top1", '1', S, f, NULL)
+/* Prompts as text: --prompt, --prompt-file, --chat and --system into a struct text_prompts. */
+#define PROMPTS(S, f) TYPED(OPT_PROMPT, "prompt", "TEXT", 0x100, S, f, "a prompt as text, tokenized by MODEL's tokenizer (its\nBOS rule applies)"), \
+    TYPED(OPT_PROMPT_FILE, "prompt-file", "F", 0x101, S, f, "the whole of a UTF-8 file as one prompt"), \
+    TYPED(OPT_CHAT, "chat", "MSG", 0x102, S, f, "a user message rendered through MODEL's chat template\n(with the generation prompt; known templates only)"), \
+    STR("system", "S", 0x103, S, f.system, "a system turn before each --chat message")
 #define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {

@@ -20,6 +20,7 @@
 #include "golden/report.h"
 #include "ingest/check.h"
 #include "ingest/inspect.h"
+#include "ingest/text.h"
 #include "runner/session.h"
 
 /* ---- check ---- */
@@ -275,11 +276,99 @@ static int cmd_verify(int argc, char **argv)
     return 0;
 }
 
+/* ---- prompts as text ---- */
+
+/* The text prompts as ids of mt's tokenizer, appended to seqs. rendered: each
+ * chat prompt's rendering kept there (NULL: not kept). */
+static int encode_with(const struct model_text *mt, const struct text_prompts *tp, struct token_seqs *seqs,
+                       char **rendered, struct err *e)
+{
+    int rc = ERR_OK;
+    for (int i = 0; rc == ERR_OK && i < tp->n; i++) {
+        struct text_prompt p = tp->p[i];
+        p.system = tp->system;
+        int32_t *ids;
+        int64_t n;
+        char *r;
+        if ((rc = text_encode(mt, &p, &ids, &n, &r, e)) == ERR_OK)
+            rc = tokens_push(seqs, ids, n, e);
+        free(ids);
+        if (rendered)
+            rendered[i] = r;
+        else
+            free(r);
+    }
+    return rc;
+}
+
+/* encode_with MODEL's tokenizer; *mt (zeroed by the caller) stays open for decoding. */
+static int encode_prompts(const char *model, const struct text_prompts *tp, struct model_text *mt,
+                          struct token_seqs *seqs, char **rendered, struct err *e)
+{
+    int rc = text_open(mt, model, e);
+    return rc == ERR_OK ? encode_with(mt, tp, seqs, rendered, e) : rc;
+}
+
+/* Generated text as it comes: each id's text once the decode of every id so
+ * far holds it whole (a byte-fallback piece may be half a character: it waits
+ * for the next id). */
+struct stream {
+    const struct tokenizer *t;
+    uint32_t *ids;
+    size_t n, printed;
+};
+
+static void stream_flush(struct stream *s)
+{
+    char *text;
+    size_t len;
+    struct err ignored = {0};
+    if (tok_decode(s->t, s->ids, s->n, true, &text, &len, &ignored) != ERR_OK)
+        return;
+    if (len > s->printed)
+        fwrite(text + s->printed, 1, len - s->printed, stdout);
+    s->printed = len > s->printed ? len : s->printed;
+    fflush(stdout);
+    free(text);
+}
+
+static void stream_token(void *ctx, int seq, int32_t id)
+{
+    struct stream *s = ctx;
+    size_t plen;
+    uint32_t *nv = realloc(s->ids, (s->n + 1) * sizeof *nv);
+    if (seq != 0 || !nv)
+        return;
+    s->ids = nv;
+    s->ids[s->n++] = (uint32_t)id;
+    const char *piece = tok_piece(s->t, (uint32_t)id, &plen);
+    if (!(piece && plen == 6 && !strncmp(piece, "<0x", 3)))
+        stream_flush(s);
+}
+
+/* The text of generated ids (JSON "text"), special tokens left out. */
+static struct json_object *decoded(const struct tokenizer *t, struct json_object *ids)
+{
+    size_t n = json_object_array_length(ids), len;
+    uint32_t *u = malloc((n ? n : 1) * sizeof *u);
+    char *text = NULL;
+    struct err ignored = {0};
+    for (size_t i = 0; u && i < n; i++)
+        u[i] = (uint32_t)json_object_get_int(json_object_array_get_idx(ids, i));
+    struct json_object *jo = u && tok_decode(t, u, n, true, &text, &len, &ignored) == ERR_OK
+                                 ? json_object_new_string_len(text, (int)len)
+                                 : NULL;
+    free(u);
+    free(text);
+    return jo;
+}
+
 /* ---- run ---- */
 
 struct run_args {
     struct run_config c;
     struct token_seqs seqs;
+    struct text_prompts tp;
     bool json;
 };
 #define RA struct run_args
@@ -287,9 +376,10 @@ struct run_args {
 static const struct opt run_opts[] = {
     TYPED(OPT_TOKENS, "tokens", "2,17,99", 't', RA, seqs, "a prompt's token ids; repeat for a batch"),
     TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', RA, seqs, "ids from a JSON list, {\"tokens\": [...]}, a JSON list of\nlists (a batch), an .npy [T] or [B, T], or\nwhitespace-separated integers"),
+    PROMPTS(RA, tp),
     TYPED(OPT_MODE, "mode", "M", 'm', RA, c.s.chunk, "prefill (default: each prompt as one chunk), decode (one\ntoken at a time) or chunked:N; a batch advances together"),
     STR("dump-logits", "OUT.npz", 'd', RA, c.dump, "tokens.npy int32 and logits.npy float32, one row per\nprompt position after the soft-cap: [T] and [T, V] for\none prompt; [B, Tmax], [B, Tmax, V] and lengths.npy [B]\nfor a batch (rows past a prompt's end are zero)"),
-    UINT("generate", "N", 'g', RA, c.s.generate, 0, 1u << 20, "then generate N tokens per prompt (greedy unless\n--temperature)"),
+    UINT("generate", "N", 'g', RA, c.s.generate, 0, 1u << 20, "then generate N tokens per prompt (greedy unless\n--temperature; default 0, for a text prompt 256,\nwhich ends at <eos> or <turn|>)"),
     OWN("temperature", "X", 'x', "sampling temperature 0..100 (0: greedy)"),
     UINT("top-k", "K", 'k', RA, c.s.top_k, 0, 1u << 30, "sample among the K most likely (0: all)"),
     OWN("top-p", "P", 'p', "sample within probability mass P, (0, 1]"),
@@ -337,14 +427,54 @@ static int run_with(int argc, char **argv, struct run_args *a)
     }
     if (optind + 1 != argc)
         return usage_error("run", "%s", "expected exactly one MODEL (.gpk or checkpoint directory)");
-    if (seqs->n < 1)
-        return usage_error("run", "%s", "give a prompt with --tokens or --tokens-file");
-    for (int b = 0; b < seqs->n; b++)
-        if (seqs->len[b] == 0)
-            return usage_error("run", "%s", "every prompt needs at least one token");
-    struct json_object *jo;
+    if (a->tp.n && seqs->n)
+        return usage_error("run", "%s", "give the prompts as text or as token ids, not both");
+    if (a->tp.n + seqs->n < 1)
+        return usage_error("run", "%s", "give a prompt with --prompt, --chat, --tokens or their -file forms");
+    struct model_text mt = {0};
+    struct stream st = {0};
+    struct json_object *jo = NULL;
     struct err e = {0};
-    if (session_main(argv[optind], seqs, c, a->json ? stderr : stdout, stderr, &jo, &e) != ERR_OK)
+    int rc = a->tp.n ? encode_prompts(argv[optind], &a->tp, &mt, &a->seqs, NULL, &e) : ERR_OK;
+    if (c->s.generate < 0)
+        c->s.generate = a->tp.n ? 256 : 0;
+    if (a->tp.n) { /* text: the generated text on stdout, the report on stderr */
+        c->s.stop = mt.stop;
+        c->s.n_stop = mt.n_stop;
+        st.t = mt.tok;
+        c->s.on_token = a->json || seqs->n > 1 ? NULL : stream_token;
+        c->s.ctx = &st;
+    }
+    if (rc == ERR_OK)
+        rc = session_main(argv[optind], seqs, c, a->json || a->tp.n ? stderr : stdout, stderr, &jo, &e);
+    if (rc == ERR_OK && a->tp.n) {
+        struct json_object *g = json_object_object_get(jo, "generated"), *texts = json_object_new_array();
+        for (int b = 0; b < seqs->n; b++)
+            json_object_array_add(texts, decoded(mt.tok, seqs->n == 1 ? g : json_object_array_get_idx(g, b)));
+        if (c->s.on_token) {
+            stream_flush(&st);
+            putchar('\n');
+        }
+        for (int b = 0; !a->json && !c->s.on_token && b < seqs->n; b++)
+            printf("[%d] %s\n", b, json_object_get_string(json_object_array_get_idx(texts, b)));
+        struct json_object *ids = json_object_new_array();
+        for (int b = 0; b < seqs->n; b++) {
+            struct json_object *row = json_object_new_array();
+            for (int64_t i = 0; i < seqs->len[b]; i++)
+                json_object_array_add(row, json_object_new_int(seqs->seq[b][i]));
+            json_object_array_add(ids, row);
+        }
+        json_object_object_add(jo, "prompt_ids", seqs->n == 1 ? json_object_get(json_object_array_get_idx(ids, 0))
+                                                              : json_object_get(ids));
+        json_object_put(ids);
+        json_object_object_add(jo, "text", seqs->n == 1 ? json_object_get(json_object_array_get_idx(texts, 0))
+                                                        : json_object_get(texts));
+        json_object_object_add(jo, "tokenizer_sha256", json_object_new_string(mt.tok_sha256));
+        json_object_put(texts);
+    }
+    free(st.ids);
+    text_close(&mt);
+    if (rc != ERR_OK)
         return fail(&e);
     if (a->json)
         print_json(jo);
@@ -355,10 +485,11 @@ static int run_with(int argc, char **argv, struct run_args *a)
 
 static int cmd_run(int argc, char **argv)
 {
-    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f}, .kv = {.group_size = 64},
-                               .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
+    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f, .generate = -1},
+                               .kv = {.group_size = 64}, .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
     int code = run_with(argc, argv, &a);
     tokens_free(&a.seqs);
+    text_prompts_free(&a.tp);
     return code;
 }
 
@@ -369,6 +500,7 @@ struct golden_args {
     int threads;
     bool json;
     struct token_seqs seqs;
+    struct text_prompts tp;
     struct golden_check_opts o;
 };
 #define GA struct golden_args
@@ -376,7 +508,8 @@ struct golden_args {
 static const struct opt golden_make_opts[] = {
     TYPED(OPT_TOKENS, "tokens", "IDS", 't', GA, seqs, "the prompt's token ids"),
     TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', GA, seqs, "or a file of them (as run takes)"),
-    STR("output", "G.npz", 'o', GA, out, "the golden to write"),
+    PROMPTS(GA, tp),
+    STR("output", "G.npz", 'o', GA, out, "the golden to write (a prompt given as text is recorded\nwith it and tokenized again by golden check)"),
     UINT("threads", "N", 'n', GA, threads, 1, 64, "worker threads (the logits are identical for any N)"),
     {0}};
 
@@ -386,18 +519,33 @@ static int golden_make_with(int argc, char **argv, struct golden_args *a)
     int code;
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
         return c == -2 ? code : common_opt(c);
-    if (optind + 1 != argc || !a->out || seqs->n != 1 || seqs->len[0] == 0)
-        return usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens or --tokens-file) and -o G.npz");
+    if (optind + 1 != argc || !a->out || seqs->n + a->tp.n != 1 || (seqs->n && seqs->len[0] == 0))
+        return usage_error("golden make", "%s", "expected MODEL, one prompt (--tokens, --prompt, --chat or a file of "
+                                                "them) and -o G.npz");
     int64_t V;
     struct err e = {0};
+    struct model_text mt = {0};
+    char *rendered = NULL;
+    struct json_object *text = NULL;
+    int rc = a->tp.n ? encode_prompts(argv[optind], &a->tp, &mt, &a->seqs, &rendered, &e) : ERR_OK;
+    if (rc == ERR_OK && a->tp.n) {
+        struct text_prompt p = a->tp.p[0];
+        p.system = a->tp.system;
+        text = golden_text_meta(&mt, &p, rendered);
+    }
+    free(rendered);
+    text_close(&mt);
     struct progress_line line;
     struct progress progress = progress_on_tty(&line);
-    int rc = golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a->threads, a->out, &progress, &V, &e);
+    if (rc == ERR_OK)
+        rc = golden_make_file(argv[optind], seqs->seq[0], seqs->len[0], a->threads, a->out, text, &progress, &V, &e);
+    else
+        json_object_put(text);
     progress_end(&line);
     if (rc != ERR_OK)
         return fail(&e);
-    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits\n", a->out, (long long)seqs->len[0],
-            (long long)V);
+    fprintf(stderr, "gempack golden make: %s: %lld positions x %lld logits%s\n", a->out, (long long)seqs->len[0],
+            (long long)V, a->tp.n ? " (the text recorded)" : "");
     return 0;
 }
 
@@ -406,6 +554,7 @@ static int cmd_golden_make(int argc, char **argv)
     struct golden_args a = {.threads = 1};
     int code = golden_make_with(argc, argv, &a);
     tokens_free(&a.seqs);
+    text_prompts_free(&a.tp);
     return code;
 }
 
@@ -435,8 +584,14 @@ static int cmd_golden_check(int argc, char **argv)
         return fail(&e);
     golden_print(stderr, argv[optind], argv[optind + 1], &res);
     bool pass;
-    if (a.json)
-        print_json(golden_verdict(&res.m, &res.th, &pass));
+    if (a.json) {
+        struct json_object *v = golden_verdict(&res.m, &res.th, &pass);
+        if (res.retokenized) {
+            json_object_object_add(v, "text", json_object_new_string(res.retokenized > 0 ? "same ids" : res.retoken_diff));
+            json_object_object_add(v, "verdict", json_object_new_string(res.pass ? "pass" : "fail"));
+        }
+        print_json(v);
+    }
     return res.pass ? 0 : EXIT_VERDICT;
 }
 
@@ -445,6 +600,7 @@ static int cmd_golden_check(int argc, char **argv)
 struct compare_args {
     struct compare_opts o;
     struct token_seqs seqs;
+    struct text_prompts tp;
     bool json;
     const char *report;
 };
@@ -453,6 +609,7 @@ struct compare_args {
 static const struct opt compare_opts[] = {
     TYPED(OPT_TOKENS, "tokens", "IDS", 't', CA, seqs, "a prompt's token ids; repeat for several prompts"),
     TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', CA, seqs, "prompts from a file (as run takes, a batch too)"),
+    PROMPTS(CA, tp),
     UINT("keep-a", "N", 'A', CA, o.keep_a, 0, CFG_MAX_LAYERS, "B takes A's hidden state after each of its first N\nlayers: layer N's own error, alone"),
     CHOICE("kv-bits", 'b', CA, o.kv_b.bits, "4|8", kv_bits, "B's KV cache quantized (A's stays float)"),
     CHOICE("kv-group-size", 'G', CA, o.kv_b.group_size, "32|64|128", group_sizes, "its group size (default 64)"),
@@ -462,16 +619,40 @@ static const struct opt compare_opts[] = {
     STR("report", "OUT.html", 'R', CA, report, "also one self-contained HTML page of the comparison"),
     {0}};
 
+/* Text prompts as A's tokenizer gives them (seqs); B's, where B has one, must give the same ids. */
+static int same_ids(const char *a, const char *b, const struct text_prompts *tp, struct token_seqs *seqs,
+                    struct err *e)
+{
+    struct model_text ta = {0}, tb = {0};
+    struct token_seqs sb = {0};
+    int rc = encode_prompts(a, tp, &ta, seqs, NULL, e);
+    if (rc == ERR_OK && (rc = text_open(&tb, b, e)) == ERR_OK && tb.tok)
+        rc = encode_with(&tb, tp, &sb, NULL, e);
+    for (int i = 0; rc == ERR_OK && i < sb.n; i++) {
+        char msg[600];
+        if (text_first_diff(ta.tok, seqs->seq[i], seqs->len[i], sb.seq[i], sb.len[i], msg, sizeof msg) >= 0)
+            rc = err_set(e, ERR_FORMAT, "prompt %d: A's tokenizer and B's give different ids at %s", i, msg);
+    }
+    tokens_free(&sb);
+    text_close(&ta);
+    text_close(&tb);
+    return rc;
+}
+
 static int compare_with(int argc, char **argv, struct compare_args *a)
 {
     const struct token_seqs *seqs = &a->seqs;
     int code;
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
         return c == -2 ? code : common_opt(c);
-    if (optind + 2 != argc || seqs->n == 0)
-        return usage_error("compare", "%s", "expected A, B and prompts (--tokens or --tokens-file)");
+    if (optind + 2 != argc || seqs->n + a->tp.n == 0)
+        return usage_error("compare", "%s", "expected A, B and prompts (--tokens, --prompt, --chat or their -file forms)");
+    if (seqs->n && a->tp.n)
+        return usage_error("compare", "%s", "give the prompts as text or as token ids, not both");
     struct compare_result r;
     struct err e = {0};
+    if (a->tp.n && same_ids(argv[optind], argv[optind + 1], &a->tp, &a->seqs, &e) != ERR_OK)
+        return fail(&e);
     struct progress_line line;
     a->o.progress = progress_on_tty(&line);
     a->o.check_out = a->report;
@@ -496,6 +677,127 @@ static int cmd_compare(int argc, char **argv)
     struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
     int code = compare_with(argc, argv, &a);
     tokens_free(&a.seqs);
+    text_prompts_free(&a.tp);
+    return code;
+}
+
+/* ---- tokenize ---- */
+
+struct tokenize_args {
+    struct text_prompts tp;
+    bool chat, json;
+    const char *file, *decode;
+};
+#define TA struct tokenize_args
+
+static const struct opt tokenize_opts[] = {
+    STR("file", "F", 'f', TA, file, "the text of a file instead of TEXT"),
+    FLAG("chat", 'c', TA, chat, "TEXT is a user message: rendered through MODEL's chat\ntemplate with the generation prompt first"),
+    STR("system", "S", 's', TA, tp.system, "with --chat: a system turn before it"),
+    STR("decode", "IDS", 'd', TA, decode, "print the text of ids \"2,17,99\" instead (special\ntokens included)"),
+    FLAG("json", 'j', TA, json, "one JSON object on stdout (schema gempack.tokenize/1)"),
+    {0}};
+
+static int tokenize_print(const struct model_text *mt, const struct text_prompts *tp, bool json, struct err *e)
+{
+    struct token_seqs seqs = {0};
+    char *rendered = NULL;
+    int rc = encode_with(mt, tp, &seqs, &rendered, e);
+    if (rc != ERR_OK) {
+        free(rendered);
+        return rc;
+    }
+    struct json_object *jo = json_object_new_object(), *ids = json_object_new_array(), *pieces = json_object_new_array();
+    for (int64_t i = 0; i < seqs.len[0]; i++) {
+        size_t len;
+        const char *p = tok_piece(mt->tok, (uint32_t)seqs.seq[0][i], &len);
+        json_object_array_add(ids, json_object_new_int(seqs.seq[0][i]));
+        json_object_array_add(pieces, p ? json_object_new_string_len(p, (int)len) : NULL);
+        if (!json)
+            printf("%s%d", i ? "," : "", seqs.seq[0][i]);
+    }
+    for (int64_t i = 0; !json && i < seqs.len[0]; i++) {
+        struct json_object *p = json_object_array_get_idx(pieces, (size_t)i);
+        printf("%s%lld\t%d\t%s", i ? "\n" : "\n\n", (long long)i, seqs.seq[0][i], p ? json_object_get_string(p) : "");
+    }
+    if (!json)
+        printf("\n");
+    size_t nb;
+    tok_bos_rule(mt->tok, &nb);
+    fprintf(stderr, "gempack tokenize: %lld tokens; tokenizer sha256 %s (%s BOS)%s%s\n", (long long)seqs.len[0],
+            mt->tok_sha256, nb ? "adds" : "adds no", rendered ? "; template sha256 " : "",
+            rendered ? mt->tmpl_sha256 : "");
+    json_object_object_add(jo, "schema", json_object_new_string("gempack.tokenize/1"));
+    json_object_object_add(jo, "ids", ids);
+    json_object_object_add(jo, "pieces", pieces);
+    json_object_object_add(jo, "rendered", rendered ? json_object_new_string(rendered) : NULL);
+    json_object_object_add(jo, "tokenizer_sha256", json_object_new_string(mt->tok_sha256));
+    json_object_object_add(jo, "template_sha256", rendered ? json_object_new_string(mt->tmpl_sha256) : NULL);
+    if (json)
+        print_json(jo);
+    else
+        json_object_put(jo);
+    free(rendered);
+    tokens_free(&seqs);
+    return ERR_OK;
+}
+
+static int decode_print(const struct model_text *mt, const char *csv, bool json, struct err *e)
+{
+    struct token_seqs seqs = {0};
+    char *text = NULL;
+    size_t len;
+    int rc = tokens_add_csv(&seqs, csv, "'decode'", e);
+    uint32_t *u = rc == ERR_OK ? malloc((size_t)seqs.len[0] * sizeof *u + 1) : NULL;
+    if (rc == ERR_OK && !u)
+        rc = err_set(e, ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; rc == ERR_OK && i < seqs.len[0]; i++)
+        u[i] = (uint32_t)seqs.seq[0][i];
+    if (rc == ERR_OK && (rc = tok_decode(mt->tok, u, (size_t)seqs.len[0], false, &text, &len, e)) == ERR_OK) {
+        if (json) {
+            struct json_object *jo = json_object_new_object();
+            json_object_object_add(jo, "schema", json_object_new_string("gempack.tokenize/1"));
+            json_object_object_add(jo, "text", json_object_new_string_len(text, (int)len));
+            print_json(jo);
+        } else {
+            fwrite(text, 1, len, stdout);
+            putchar('\n');
+        }
+    }
+    free(text);
+    free(u);
+    tokens_free(&seqs);
+    return rc;
+}
+
+static int tokenize_with(int argc, char **argv, struct tokenize_args *a)
+{
+    int code;
+    for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
+        return c == -2 ? code : common_opt(c);
+    int texts = argc - optind - 1 + (a->file != NULL) + (a->decode != NULL);
+    if (optind >= argc || texts != 1)
+        return usage_error("tokenize", "%s", "expected MODEL and one of TEXT, --file F or --decode IDS");
+    struct err e = {0};
+    struct model_text mt = {0};
+    int rc = a->file ? text_prompts_add_file(&a->tp, a->file, &e)
+             : a->decode ? ERR_OK
+                         : text_prompts_add(&a->tp, argv[optind + 1], strlen(argv[optind + 1]), false, "TEXT", &e);
+    if (a->tp.n)
+        a->tp.p[0].chat = a->chat;
+    if (rc == ERR_OK && (rc = text_open(&mt, argv[optind], &e)) == ERR_OK && !mt.tok)
+        rc = err_set(&e, ERR_USAGE, "%s", mt.tok_why);
+    if (rc == ERR_OK)
+        rc = a->decode ? decode_print(&mt, a->decode, a->json, &e) : tokenize_print(&mt, &a->tp, a->json, &e);
+    text_close(&mt);
+    return rc == ERR_OK ? 0 : fail(&e);
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+    struct tokenize_args a = {0};
+    int code = tokenize_with(argc, argv, &a);
+    text_prompts_free(&a.tp);
     return code;
 }
 
@@ -533,20 +835,24 @@ static const struct command commands[] = {
      "padding is zero, and that its tensors are exactly those its config uses,\n"
      "each of the shape and type the config implies.\n",
      NULL, "Exit: 0 intact, 1 any mismatch, 2 unreadable.", cmd_verify},
-    {"run", "gempack run MODEL (--tokens IDS ... | --tokens-file F) [options]",
-     "the forward pass on token ids: logits, generation, timings",
-     "Runs the Gemma 4 forward pass of MODEL (a .gpk pack, or a checkpoint\n"
-     "directory converted in memory without requantizing) on token ids.\n",
+    {"run", "gempack run MODEL (--prompt TEXT | --chat MSG | --tokens IDS ... | their -file forms) [options]",
+     "the forward pass on text or token ids: logits, generation, timings",
+     "Runs the Gemma 4 forward pass of MODEL (a .gpk pack, a GGUF file or a\n"
+     "checkpoint directory converted in memory without requantizing) on prompts\n"
+     "given as text (tokenized by the model's own tokenizer; --chat through its chat\n"
+     "template) or as token ids. From text, the generated text goes to stdout as it\n"
+     "comes, the report to stderr (ids in --json).\n",
      run_opts, NULL, cmd_run},
-    {"compare", "gempack compare A B (--tokens IDS ... | --tokens-file F) [options]",
+    {"compare", "gempack compare A B (--prompt TEXT | --chat MSG | --tokens IDS ... | their -file forms) [options]",
      "how far B is from A, per position and per layer",
      "Runs two forms of one model (packs, checkpoint directories, GGUF files) on\n"
-     "the same prompts. Per position and in total: KL(A||B) and KL(B||A), top-1..5\n"
+     "the same prompts (text: tokenized by A's tokenizer; B's, if it has one, must\n"
+     "give the same ids). Per position and in total: KL(A||B) and KL(B||A), top-1..5\n"
      "agreement, argmax regret, max |dlogit|, NMSE, cosine, and the same by A's\n"
      "confidence. Per layer: the hidden state and both branches of B against A\n"
      "(relative error, cosine, SQNR) and the layer whose error jumps.\n",
      compare_opts, "Exit: 0 within the thresholds, 1 outside, 2 error.", cmd_compare},
-    {"golden make", "gempack golden make MODEL (--tokens IDS | --tokens-file F) -o G.npz",
+    {"golden make", "gempack golden make MODEL (--prompt TEXT | --chat MSG | --tokens IDS | a -file form) -o G.npz",
      "golden logits of a model on a prompt",
      "Runs MODEL on the tokens and stores tokens.npy, logits.npy [T, V] and\n"
      "meta.json. A golden made by gempack itself is a regression baseline; the\n"
@@ -556,9 +862,19 @@ static const struct command commands[] = {
      "a model's logits against a golden: a verdict for CI",
      "Runs MODEL on the golden's tokens and compares logits: max-abs, NMSE,\n"
      "cosine, KL divergence (mean, p99, max; float64 log-softmax), top-1 agreement,\n"
-     "RMS dp, first divergent position. A table goes to stderr.\n",
+     "RMS dp, first divergent position. A golden made from text is tokenized again\n"
+     "by MODEL's tokenizer (and template): different ids fail it, naming the first\n"
+     "differing position and both pieces. A table goes to stderr.\n",
      golden_check_opts, "Exit: 0 pass, 1 regression, 2 error (unreadable files, vocabulary or length\nmismatch).",
      cmd_golden_check},
+    {"tokenize", "gempack tokenize MODEL (TEXT | --file F | --decode IDS) [--chat [--system S]] [--json]",
+     "text to token ids and pieces by a model's tokenizer, and back",
+     "Tokenizes TEXT with MODEL's tokenizer (its tokenizer.json, a GGUF's\n"
+     "tokenizer.ggml.* metadata, or the one a pack stores), exactly as HF tokenizers\n"
+     "does: the ids on one line (for --tokens), then position, id and piece per\n"
+     "token. With --chat, TEXT is a user message rendered through the model's chat\n"
+     "template first (known templates only). The tokenizer's sha256 goes to stderr.\n",
+     tokenize_opts, NULL, cmd_tokenize},
     {"fixture", "gempack fixture --variant e2b|e4b|12b|26b-a4b|31b [options] -o DIR\n"
                 "       gempack fixture --like CONFIG.json [options] -o DIR",
      "tiny random checkpoints with the exact layout of a real variant",

@@ -49,6 +49,58 @@ static int report(const struct golden *g, const float *logits, const struct gold
     return rc;
 }
 
+struct json_object *golden_text_meta(const struct model_text *mt, const struct text_prompt *p, const char *rendered)
+{
+    struct json_object *j = json_object_new_object(), *bos = json_object_new_array();
+    size_t nb;
+    const uint32_t *rule = tok_bos_rule(mt->tok, &nb);
+    json_object_object_add(j, "kind", json_object_new_string(p->chat ? "chat" : "raw"));
+    json_object_object_add(j, "text", json_object_new_string_len(p->text, (int)p->len));
+    if (p->chat) {
+        json_object_object_add(j, "system", p->system ? json_object_new_string(p->system) : NULL);
+        json_object_object_add(j, "rendered", json_object_new_string(rendered));
+    }
+    json_object_object_add(j, "tokenizer_sha256", json_object_new_string(mt->tok_sha256));
+    json_object_object_add(j, "template_sha256", mt->tmpl_sha256[0] ? json_object_new_string(mt->tmpl_sha256) : NULL);
+    for (size_t i = 0; !p->chat && i < nb; i++)
+        json_object_array_add(bos, json_object_new_int((int32_t)rule[i]));
+    json_object_object_add(j, "bos_rule", bos); /* the ids the tokenizer put before the text (a chat's BOS is the template's) */
+    return j;
+}
+
+/* A golden of text: the model's tokenizer must give the golden's ids again. */
+static int retokenize(const char *model_path, const struct golden *g, const char *golden_path,
+                      struct golden_result *res, struct err *e)
+{
+    struct json_object *text = NULL, *kind, *t, *sys = NULL;
+    if (!g->meta || !json_object_object_get_ex(g->meta, "text", &text))
+        return ERR_OK;
+    if (!json_object_object_get_ex(text, "kind", &kind) || !json_object_object_get_ex(text, "text", &t) ||
+        !json_object_is_type(t, json_type_string))
+        return err_set(e, ERR_FORMAT, "%s: meta.json \"text\" without its kind and text", golden_path);
+    json_object_object_get_ex(text, "system", &sys);
+    struct text_prompt p = {.text = json_object_get_string(t), .len = (size_t)json_object_get_string_len(t),
+                            .chat = !strcmp(json_object_get_string(kind), "chat"),
+                            .system = json_object_is_type(sys, json_type_string) ? json_object_get_string(sys) : NULL};
+    struct model_text mt = {0};
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    char *rendered = NULL;
+    int rc = text_open(&mt, model_path, e);
+    if (rc == ERR_OK && !mt.tok)
+        rc = err_set(e, ERR_USAGE, "%s records text, and %s", golden_path, mt.tok_why);
+    if (rc == ERR_OK)
+        rc = text_encode(&mt, &p, &ids, &n, &rendered, e);
+    if (rc == ERR_OK) {
+        res->retokenized = text_first_diff(mt.tok, g->tokens, g->T, ids, n, res->retoken_diff,
+                                           sizeof res->retoken_diff) < 0 ? 1 : -1;
+    }
+    free(ids);
+    free(rendered);
+    text_close(&mt);
+    return rc;
+}
+
 int golden_check_model(const char *model_path, const char *golden_path, const struct golden_check_opts *o,
                        struct golden_result *res, struct err *e)
 {
@@ -75,6 +127,8 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
                          golden_path, (long long)t, g.tokens[t], (long long)g.V);
     if (rc == ERR_OK && o->report)
         rc = fio_check_output(o->report, e); /* before any work: not over an input */
+    if (rc == ERR_OK)
+        rc = retokenize(model_path, &g, golden_path, res, e);
     int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
     struct golden_positions gp = {.outer = &o->progress, .what = "positions", .total = g.T, .passes = 1};
     if (rc == ERR_OK)
@@ -94,6 +148,7 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
         golden_compare(&g, logits, res->th, &res->m);
         struct json_object *v = golden_verdict(&res->m, &res->th, &res->pass);
         json_object_put(v);
+        res->pass = res->pass && res->retokenized >= 0;
     }
     if (rc == ERR_OK && o->report)
         rc = report(&g, logits, res, model_path, golden_path, o->report, e);
@@ -130,19 +185,26 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
         fprintf(out, " %.4g", mt->topk[k]);
     fprintf(out, "\n  %-16s mean %.6g, max %.6g nats (KL and regret: the golden is the reference)\n", "argmax regret",
             mt->regret_mean, mt->regret_max);
+    if (res->retokenized)
+        fprintf(out, "  %-16s %s%s\n", "text",
+                res->retokenized > 0 ? "re-tokenized by the model's tokenizer: the golden's ids"
+                                     : "the golden's ids and the model's tokenizer's differ at ",
+                res->retokenized > 0 ? "" : res->retoken_diff);
     fprintf(out, "verdict: %s\n", res->pass ? "PASS" : "FAIL (regression)");
 }
 
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
-                     const struct progress *progress, int64_t *V, struct err *e)
+                     struct json_object *text, const struct progress *progress, int64_t *V, struct err *e)
 {
     struct golden_positions gp = {.outer = progress, .what = "positions", .n = T, .total = T, .passes = 1};
     struct model m;
     struct runner r = {0};
     float *logits = NULL;
     int rc = model_open(&m, model_path, e);
-    if (rc != ERR_OK)
+    if (rc != ERR_OK) {
+        json_object_put(text);
         return rc;
+    }
     *V = m.cfg.vocab_size;
     rc = fio_check_output(out_path, e); /* before any work: not over an input */
     if (rc == ERR_OK)
@@ -165,9 +227,12 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
         json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
         json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
         json_object_object_add(meta, "tolerances", tol);
+        json_object_object_add(meta, "text", text);
+        text = NULL;
         rc = npz_write_logits(out_path, 1, &tokens, &T, T, logits, *V, meta, e);
         json_object_put(meta);
     }
+    json_object_put(text);
     free(logits);
     runner_free(&r);
     model_close(&m);

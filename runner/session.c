@@ -73,6 +73,14 @@ static int prefill(struct runner *r, const struct token_seqs *s, const struct se
     return rc;
 }
 
+static bool is_stop(const struct session_opts *o, int32_t id)
+{
+    for (int i = 0; i < o->n_stop; i++)
+        if (o->stop[i] == id)
+            return true;
+    return false;
+}
+
 int session_run(struct runner *r, const struct token_seqs *s, const struct session_opts *o,
                 struct session_result *res, struct err *e)
 {
@@ -89,12 +97,14 @@ int session_run(struct runner *r, const struct token_seqs *s, const struct sessi
         res->prefill_tokens += s->len[b];
     }
     res->generated = malloc((size_t)(B * (G ? G : 1)) * sizeof *res->generated);
+    res->n_generated = calloc((size_t)B, sizeof *res->n_generated);
     if (o->all_logits)
         res->logits = calloc((size_t)(B * res->tmax * V), sizeof *res->logits);
-    float *last = malloc((size_t)(B * V) * sizeof *last);
+    float *last = malloc((size_t)(B * V) * sizeof *last), *rows = malloc((size_t)(B * V) * sizeof *rows);
     struct sampler *smp = calloc((size_t)B, sizeof *smp);
     struct runner_item *items = calloc((size_t)B, sizeof *items);
-    int rc = res->len && res->generated && last && smp && items && (!o->all_logits || res->logits)
+    int rc = res->len && res->generated && res->n_generated && last && rows && smp && items &&
+                     (!o->all_logits || res->logits)
                  ? ERR_OK
                  : err_set(e, ERR_NOMEM, "cannot allocate logits for %d prompts", B);
     double t0 = seconds();
@@ -107,19 +117,33 @@ int session_run(struct runner *r, const struct token_seqs *s, const struct sessi
     double t1 = seconds();
     for (int b = 0; b < B; b++)
         sampler_init(&smp[b], o->temperature, o->top_k, o->top_p, o->seed + (uint64_t)b);
-    for (int64_t k = 0; rc == ERR_OK && k < G; k++) {
-        for (int b = 0; b < B; b++) {
-            res->generated[b * G + k] = sampler_next(&smp[b], last + b * V, V);
-            items[b] = (struct runner_item){b, &res->generated[b * G + k], 1, NULL};
+    int live = B; /* the sequences still generating are items[0, live) after each step */
+    for (int b = 0; b < B; b++)
+        items[b].seq = b;
+    for (int64_t k = 0; rc == ERR_OK && k < G && live > 0; k++) {
+        int next = 0;
+        for (int i = 0; i < live; i++) {
+            int b = items[i].seq;
+            int32_t *id = &res->generated[b * G + k];
+            *id = sampler_next(&smp[b], last + b * V, V);
+            res->n_generated[b]++;
+            if (o->on_token)
+                o->on_token(o->ctx, b, *id);
+            if (!is_stop(o, *id))
+                items[next++] = (struct runner_item){b, id, 1, NULL};
         }
-        if (k + 1 < G) {
-            rc = runner_step(r, items, B, last, false, e);
-            res->decode_tokens += B;
+        live = next;
+        if (k + 1 < G && live > 0) {
+            rc = runner_step(r, items, live, rows, false, e);
+            for (int i = 0; i < live; i++)
+                memcpy(last + items[i].seq * V, rows + i * V, (size_t)V * sizeof *rows);
+            res->decode_tokens += live;
         }
     }
     res->prefill_s = t1 - t0;
     res->decode_s = seconds() - t1;
     free(last);
+    free(rows);
     free(smp);
     free(items);
     return rc;
@@ -130,6 +154,7 @@ void session_result_free(struct session_result *res)
     free(res->len);
     free(res->logits);
     free(res->generated);
+    free(res->n_generated);
     memset(res, 0, sizeof *res);
 }
 
@@ -141,7 +166,7 @@ static struct json_object *run_json(const struct runner *r, const struct token_s
     struct json_object *j = json_object_new_object(), *g = json_object_new_array(), *kv = json_object_new_object();
     for (int b = 0; b < s->n; b++) {
         struct json_object *row = json_object_new_array();
-        for (int64_t k = 0; k < c->s.generate; k++)
+        for (int64_t k = 0; k < res->n_generated[b]; k++)
             json_object_array_add(row, json_object_new_int(res->generated[b * c->s.generate + k]));
         json_object_array_add(g, row);
     }
@@ -178,11 +203,11 @@ static void run_print(FILE *out, const struct runner *r, const struct token_seqs
     fprintf(out, "%d prompt%s, %lld tokens in %.3f s (%.1f tokens/s, %s%s%s kernels, %d thread%s)\n", s->n,
             s->n == 1 ? "" : "s", (long long)res->prefill_tokens, res->prefill_s, pf, r->kt.name,
             r->kt.q8dot ? " + int8 " : "", r->kt.q8dot ? r->kt.q8name : "", c->threads, c->threads == 1 ? "" : "s");
-    for (int b = 0; b < s->n && c->s.generate; b++) {
+    for (int b = 0; b < s->n && c->s.generate && !c->s.on_token; b++) {
         fprintf(out, "generated:");
         if (s->n > 1)
             fprintf(out, " [%d]", b);
-        for (int64_t k = 0; k < c->s.generate; k++)
+        for (int64_t k = 0; k < res->n_generated[b]; k++)
             fprintf(out, " %d", res->generated[b * c->s.generate + k]);
         fprintf(out, "\n");
     }

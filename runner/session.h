@@ -25,6 +25,10 @@ struct session_opts {
     uint64_t seed;             /* sequence b samples with seed + b */
     bool all_logits;           /* keep every prompt position's logits */
     struct prefix_cache *pc;   /* NULL: no prefix cache */
+    const int32_t *stop;       /* a sequence's generation ends with one of these ids (n_stop) */
+    int n_stop;
+    void (*on_token)(void *ctx, int seq, int32_t id); /* NULL, or told each generated id as it comes */
+    void *ctx;
 };
 
 struct session_result {
@@ -33,6 +37,7 @@ struct session_result {
     int64_t tmax;
     float *logits;             /* all_logits: [n, tmax, V], rows past a prompt's end zero */
     int32_t *generated;        /* [n, generate] */
+    int64_t *n_generated;      /* [n]: each sequence's count (less than generate after a stop id) */
     double prefill_s, decode_s;
     int64_t prefill_tokens, decode_tokens;
 };
