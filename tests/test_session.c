@@ -75,6 +75,61 @@ static void batch_session(const char *variant, int bits)
     fx_close(&f);
 }
 
+struct told {
+    int32_t ids[3][GEN];
+    int n[3];
+};
+
+static void tell(void *ctx, int seq, int32_t id)
+{
+    struct told *t = ctx;
+    t->ids[seq][t->n[seq]++] = id;
+}
+
+/* Stop ids: a sequence ends with the first one it generates, the others go
+ * on, each still bitwise its run alone; every id is told as it comes. */
+Test(session, stop_ids_end_a_sequence, .timeout = TH_TIMEOUT(120))
+{
+    struct fx f;
+    fx_open(&f, "e2b");
+    struct kv_opts kv = kvo(0, true);
+    int32_t p[3][24], gen[3][GEN];
+    int64_t len[3];
+    batch_prompts(&f, p, len);
+    int32_t *ptr[3] = {p[0], p[1], p[2]};
+    for (int b = 0; b < 3; b++)
+        session_one(&f.m, &kv, p[b], len[b], 0, 0.0f, 0, NULL, gen[b]);
+    int32_t stop[2] = {gen[1][2], -1};
+    int64_t want[3], decoded = 0;
+    for (int b = 0; b < 3; b++) {
+        want[b] = GEN;
+        for (int k = GEN - 1; k >= 0; k--)
+            want[b] = gen[b][k] == stop[0] ? k + 1 : want[b];
+        decoded += want[b] - 1; /* fed back after each id but its last */
+    }
+    cr_assert_leq(want[1], 3);
+    struct runner r;
+    struct err e = {0};
+    runner_open(&r, &f.m, &kv, 3);
+    struct seqs3 q;
+    seqs_set(&q, 3, ptr, len);
+    struct told t = {0};
+    struct session_opts so = {.generate = GEN, .top_p = 1.0f, .stop = stop, .n_stop = 2, .on_token = tell, .ctx = &t};
+    struct session_result res;
+    cr_assert_eq(session_run(&r, &q.s, &so, &res, &e), ERR_OK, "%s", e.msg);
+    for (int b = 0; b < 3; b++) {
+        cr_expect_eq(res.n_generated[b], want[b], "sequence %d: %lld ids, expected %lld", b,
+                     (long long)res.n_generated[b], (long long)want[b]);
+        cr_expect_arr_eq(res.generated + b * GEN, gen[b], (size_t)want[b] * sizeof(int32_t));
+        cr_expect_eq(t.n[b], want[b]);
+        cr_expect_arr_eq(t.ids[b], gen[b], (size_t)want[b] * sizeof(int32_t));
+    }
+    cr_expect_eq(res.decode_tokens, decoded);
+    session_result_free(&res);
+    runner_free(&r);
+    fx_close(&f);
+}
+
 Test(session, batch_session_e2b_shared_kv, .timeout = TH_TIMEOUT(120)) { batch_session("e2b", 0); }
 Test(session, batch_session_26b_moe, .timeout = TH_TIMEOUT(120)) { batch_session("26b-a4b", 0); }
 Test(session, batch_session_e2b_kv4, .timeout = TH_TIMEOUT(120)) { batch_session("e2b", 4); }
