@@ -27,6 +27,12 @@ ok "... the same ids" -- test "$(jget 'd["ids"]')" = "$ids"
 ok "... the same tokenizer sha256 (the pack stores the file)" -- test "$(jget 'd["tokenizer_sha256"]')" = "$sha"
 expect 0 "tokenize the GGUF fixture's tokenizer.ggml.* metadata" -- "$G" tokenize "$T/g/model.gguf" "$TEXT" --json
 ok "... the same ids" -- test "$(jget 'd["ids"]')" = "$ids"
+gsha=$(jget 'd["tokenizer_sha256"]')
+"$G" convert "$T/g/model.gguf" -o "$T/g.gpk" >/dev/null 2>&1
+expect 0 "tokenize the pack converted from the GGUF (the tokenizer.json written from its metadata)" -- \
+    "$G" tokenize "$T/g.gpk" "$TEXT" --json
+ok "... the same ids" -- test "$(jget 'd["ids"]')" = "$ids"
+ok "... the GGUF's tokenizer sha256" -- test "$(jget 'd["tokenizer_sha256"]')" = "$gsha"
 csv=$(python3 -c "print(','.join(map(str, $ids)))")
 expect 0 "tokenize text output" -- "$G" tokenize "$T/d" "$TEXT"
 ok "... the first line is the ids, for --tokens" -- test "$(head -n 1 "$T/out")" = "$csv"
