@@ -19,7 +19,7 @@ static const struct {
 } known_templates[] = {
     {"2dfbfc7d538912f4ea11d29d85b4e25d7bc26386e53f57529f1d707c28b5828c", "gemma4-launch"},
     {"65f93a25708c952457106a30e185ba7beffddd726121c8d7e3f3e08b23c16c67", "gemma4-interleaved"},
-    {"85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98", "gemma4-april-tools"},
+    {"85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98", "gemma4-april"},
 };
 
 /* ---------------------------------------------------------------- memory */
@@ -2245,7 +2245,7 @@ static bool python_attr(const struct val *v, struct sv name)
         "maketrans", "partition", "removeprefix", "removesuffix", "rfind", "rindex", "rjust", "rpartition", "rsplit",
         "splitlines", "swapcase", "title", "translate", "zfill", NULL};
     static const char *const dict_attrs[] = {"copy", "fromkeys", NULL};
-    static const char *const list_attrs[] = {"copy", "count", "index", NULL};
+    static const char *const list_attrs[] = {"copy", "count", "index", "pop", "clear", NULL};
     static const char *const num_attrs[] = {"as_integer_ratio", "bit_count", "bit_length", "conjugate", "denominator",
         "from_bytes", "imag", "numerator", "real", "to_bytes", "fromhex", "hex", "is_integer", NULL};
     switch (v->t) {
@@ -2275,7 +2275,7 @@ static int method_of(const struct val *v, struct sv name)
 static bool mutating(const struct val *v, struct sv name)
 {
     static const char *const d[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
-    static const char *const l[] = {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort", NULL};
+    static const char *const l[] = {"append", "extend", "insert", "remove", "reverse", "sort", NULL}; /* jinja2's list */
     if (name.n >= 1 && name.p[0] == '_')
         return name.n >= 4 && name.p[1] == '_' && name.p[name.n - 1] == '_' && name.p[name.n - 2] == '_';
     return (v->t == V_DICT && find_name(d, name) >= 0) || (v->t == V_LIST && v->k == L_LIST && find_name(l, name) >= 0);
@@ -3561,6 +3561,24 @@ static int binop(struct rt *R, int op, const struct val *a, const struct val *b,
         *out = mk_str(p, s->s.n * (size_t)n);
         return 0;
     }
+    if (op == B_MUL && ((a->t == V_LIST && (b->t == V_INT || b->t == V_BOOL)) ||
+                        (b->t == V_LIST && (a->t == V_INT || a->t == V_BOOL)))) {
+        const struct val *l = a->t == V_LIST ? a : b;
+        int64_t n = as_int(a->t == V_LIST ? b : a);
+        if (l->k != L_LIST && l->k != L_TUPLE)
+            return rterr(R, ERR_FORMAT, line, "unsupported operand type(s) for *: '%s' and 'int'", type_name(l));
+        if (n < 0)
+            n = 0;
+        if (l->l->n && (uint64_t)n > TMPL_MAX_OUTPUT / l->l->n)
+            return rterr(R, ERR_RANGE, line, "list repetition over %u items: refused", TMPL_MAX_OUTPUT);
+        struct val *it;
+        *out = mk_list(R, l->k, l->l->n * (size_t)n, line, &it);
+        if (out->t != V_LIST)
+            return -1;
+        for (int64_t i = 0; i < n; i++)
+            memcpy(it + (size_t)i * l->l->n, l->l->v, l->l->n * sizeof *it);
+        return 0;
+    }
     if (op == B_MOD && a->t == V_STR)
         return rterr(R, ERR_UNSUPPORTED, line, "string formatting with '%%': not supported");
     return rterr(R, ERR_FORMAT, line, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op], type_name(a),
@@ -3846,6 +3864,8 @@ static int exec_for(struct rt *R, struct frame *f, const struct stmt *s, struct 
     lp->length = (int64_t)n;
     for (size_t i = 0; i < n; i++) {
         struct val cur;
+        if (step(R, s->line))
+            return CTL_ERR;
         item_at(R, &it, items, i, &cur);
         lp->index0 = (int64_t)i;
         lp->prev = mk_undef(NULL);
