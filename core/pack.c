@@ -126,10 +126,11 @@ int pack_writer_end(struct pack_writer *w, struct err *e)
     return ERR_OK;
 }
 
-/* Whether name is a plain file name a pack may store: 1..255 bytes, no '/'. */
+/* Whether name is a plain file name a pack may store: 1..255 bytes, no '/' or NUL, not "." or "..". */
 static bool file_name_ok(const char *name, size_t len)
 {
-    return len >= 1 && len <= PACK_MAX_FILE_NAME && strlen(name) == len && !memchr(name, '/', len);
+    return len >= 1 && len <= PACK_MAX_FILE_NAME && strlen(name) == len && !memchr(name, '/', len) &&
+           strcmp(name, ".") && strcmp(name, "..");
 }
 
 int pack_writer_add_file(struct pack_writer *w, const char *name, const void *data, size_t len, struct err *e)
@@ -138,7 +139,7 @@ int pack_writer_add_file(struct pack_writer *w, const char *name, const void *da
         return err_set(e, ERR_USAGE, "%s: file '%s' added with tensor '%s' still open", w->out.tmp, name,
                        w->t[w->n - 1].name);
     if (!file_name_ok(name, strlen(name)))
-        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/'", w->out.tmp, name,
+        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..", w->out.tmp, name,
                        PACK_MAX_FILE_NAME);
     for (size_t i = 0; i < w->n_files; i++)
         if (!strcmp(w->f[i].name, name))
@@ -420,7 +421,7 @@ static int parse_files(struct pack *p, struct json_object *fs, struct err *e)
         if (!json_object_object_get_ex(r, "name", &v) || json_object_get_type(v) != json_type_string ||
             !file_name_ok(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
             return err_set(e, ERR_FORMAT, "%s: manifest files[%zu].name: expected a string of 1 to %d bytes without "
-                           "'/' or NUL", p->path, i, PACK_MAX_FILE_NAME);
+                           "'/' or NUL, not . or ..", p->path, i, PACK_MAX_FILE_NAME);
         if (!(f->name = strdup(json_object_get_string(v))))
             return err_set(e, ERR_NOMEM, "cannot copy a name");
         for (size_t j = 0; j < i; j++)

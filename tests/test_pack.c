@@ -1050,6 +1050,7 @@ Test(pack, files_writer_refusals)
     cr_expect_eq(pack_writer_add_file(&w, "", "x", 1, &e), ERR_USAGE, "empty name");
     cr_expect_eq(pack_writer_add_file(&w, "a/b", "x", 1, &e), ERR_USAGE, "a path");
     cr_expect(strstr(e.msg, "'a/b'"), "%s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "..", "x", 1, &e), ERR_USAGE, "..");
     cr_expect_eq(pack_writer_add_file(&w, long_name, "x", 1, &e), ERR_USAGE, "256 bytes");
     long_name[PACK_MAX_FILE_NAME] = 0;
     cr_expect_eq(pack_writer_add_file(&w, long_name, "x", 1, &e), ERR_OK, "255 bytes: %s", e.msg);
@@ -1081,6 +1082,7 @@ static void f_not_object(struct json_object *m)
 }
 static void f_name_missing(struct json_object *m) { json_object_object_del(frec(m, 0), "name"); }
 static void f_name_slash(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("../x")); }
+static void f_name_dots(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("..")); }
 static void f_name_empty(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("")); }
 static void f_name_nul(struct json_object *m)
 {
@@ -1113,6 +1115,7 @@ Test(pack, files_reader_refusals)
         {f_name_missing, "files[0].name"},
         {f_name_slash, "files[0].name: expected a string of 1 to 255 bytes without '/'"},
         {f_name_empty, "files[0].name"},
+        {f_name_dots, "files[0].name"},
         {f_name_nul, "escaped NUL"},
         {f_name_long, "files[0].name"},
         {f_dup, "file 'tokenizer.json' is listed twice"},
