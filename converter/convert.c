@@ -174,6 +174,8 @@ static int write_pack(struct convert_report *r, const struct convert_opts *o, st
     }
     plan_stream_free(&st);
     free(out);
+    for (size_t i = 0; i < r->carried.n && rc == ERR_OK; i++)
+        rc = pack_writer_add_file(&w, r->carried.f[i].name, r->carried.f[i].data, r->carried.f[i].len, e);
     if (rc != ERR_OK) {
         pack_writer_abort(&w);
         return rc;
@@ -416,6 +418,13 @@ static int write_mlx(struct convert_report *r, const struct convert_opts *o, str
         rc = path ? fio_write_file(path, s, strlen(s), e) : err_set(e, ERR_NOMEM, "out of memory");
         free(path);
     }
+    for (size_t i = 0; i < r->carried.n && rc == ERR_OK; i++) { /* beside config.json */
+        char *path = fio_join(o->out, r->carried.f[i].name);
+        rc = path ? fio_write_file(path, r->carried.f[i].data, r->carried.f[i].len, e)
+                  : err_set(e, ERR_NOMEM, "out of memory");
+        free(path);
+        r->n_files++;
+    }
 out:
     if (cfg)
         json_object_put(cfg);
@@ -497,6 +506,8 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         rc = err_set(e, ERR_USAGE, "'report' %s is the output too", o->check_out);
     if (rc == ERR_OK)
         rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
+    if (rc == ERR_OK)
+        rc = carry_collect(&r->carried, &r->in.source, e);
     if (rc == ERR_OK && !o->dry_run) {
         r->out = strdup(o->out);
         rc = o->format_mlx ? write_mlx_dir(r, o, e) : write_pack(r, o, e);
@@ -510,6 +521,7 @@ void convert_free(struct convert_report *r)
     if (!r)
         return;
     plan_free(&r->plan);
+    carry_free(&r->carried);
     ingest_close(&r->in);
     cfg_free(&r->cfg);
     free(r->out);
@@ -593,6 +605,13 @@ void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
         fprintf(out, "qat lattice: %llu of %llu groups (%.2f %%) reproduced exactly\n",
                 (unsigned long long)r->lattice_exact, (unsigned long long)r->lattice_groups,
                 100.0 * (double)r->lattice_exact / (double)r->lattice_groups);
+    for (size_t i = 0; i < r->carried.n; i++)
+        fprintf(out, "tokenizer file %s: %zu bytes, sha256 %s\n", r->carried.f[i].name, r->carried.f[i].len,
+                r->carried.f[i].sha256);
+    if (!r->carried.n)
+        fprintf(out, "tokenizer: no tokenizer in the source\n");
+    for (size_t i = 0; i < r->carried.n_notes; i++)
+        fprintf(out, "note: %s\n", r->carried.notes[i]);
     if (r->written)
         fprintf(out, "wrote %s: %d file%s, %llu tensor bytes\n", r->out, r->n_files, r->n_files == 1 ? "" : "s",
                 (unsigned long long)r->out_bytes);
@@ -641,5 +660,19 @@ struct json_object *convert_json(const struct convert_report *r)
         json_object_object_add(o, "qat_lattice", l);
     }
     json_object_object_add(o, "bytes_written", json_object_new_int64((int64_t)r->out_bytes));
+    struct json_object *files = json_object_new_array(), *notes = json_object_new_array();
+    for (size_t i = 0; i < r->carried.n; i++) {
+        struct json_object *f = json_object_new_object();
+        json_object_object_add(f, "name", json_object_new_string(r->carried.f[i].name));
+        json_object_object_add(f, "bytes", json_object_new_int64((int64_t)r->carried.f[i].len));
+        json_object_object_add(f, "sha256", json_object_new_string(r->carried.f[i].sha256));
+        json_object_array_add(files, f);
+    }
+    if (!r->carried.n)
+        json_object_array_add(notes, json_object_new_string("no tokenizer in the source"));
+    for (size_t i = 0; i < r->carried.n_notes; i++)
+        json_object_array_add(notes, json_object_new_string(r->carried.notes[i]));
+    json_object_object_add(o, "files", files);
+    json_object_object_add(o, "file_notes", notes);
     return o;
 }

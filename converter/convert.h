@@ -2,7 +2,8 @@
  *
  * Input: any checkpoint directory `gempack check` accepts. Output: a .gpk
  * pack (core/pack.h) or, with format MLX, a directory of MLX safetensors and
- * a config.json whose quantization block carries per-module overrides. */
+ * a config.json whose quantization block carries per-module overrides; either
+ * carries the source's tokenizer files (converter/carry.h). */
 #ifndef GP_CONVERT_H
 #define GP_CONVERT_H
 
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "converter/carry.h"
 #include "converter/plan.h"
 #include "model/config.h"
 #include "core/progress.h"
@@ -39,6 +41,7 @@ struct convert_report {
     uint64_t out_bytes;     /* tensor bytes written */
     int n_files;
     uint64_t lattice_groups, lattice_exact;
+    struct carried carried; /* the tokenizer files the output stores (a pack's files, beside an MLX config.json) */
 };
 
 /* Runs the conversion. The report must be convert_free'd in every case. */

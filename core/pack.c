@@ -11,6 +11,7 @@
 #include "core/crc.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
+#include "core/sha256.h"
 
 /* ---- writer ---- */
 
@@ -56,6 +57,9 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
 {
     if (w->open_tensor)
         return err_set(e, ERR_USAGE, "%s: tensor '%s' begun before the previous one ended", w->out.tmp, name);
+    if (w->n_files)
+        return err_set(e, ERR_USAGE, "%s: tensor '%s' begun after file '%s' (files follow the tensors)", w->out.tmp,
+                       name, w->f[w->n_files - 1].name);
     if (rank < 0 || rank > PACK_MAX_RANK || strlen(name) == 0 || strlen(name) > PACK_MAX_NAME)
         return err_set(e, ERR_USAGE, "%s: tensor '%s': rank %d or name length out of range", w->out.tmp, name, rank);
     if (w->n == w->cap) {
@@ -119,6 +123,53 @@ int pack_writer_end(struct pack_writer *w, struct err *e)
                        (unsigned long long)w->written, (unsigned long long)t->nbytes);
     t->crc32 = w->crc;
     w->open_tensor = false;
+    return ERR_OK;
+}
+
+/* Whether name is a plain file name a pack may store: 1..255 bytes, no '/' or NUL, not "." or "..". */
+static bool file_name_ok(const char *name, size_t len)
+{
+    return len >= 1 && len <= PACK_MAX_FILE_NAME && strlen(name) == len && !memchr(name, '/', len) &&
+           strcmp(name, ".") && strcmp(name, "..");
+}
+
+int pack_writer_add_file(struct pack_writer *w, const char *name, const void *data, size_t len, struct err *e)
+{
+    if (w->open_tensor)
+        return err_set(e, ERR_USAGE, "%s: file '%s' added with tensor '%s' still open", w->out.tmp, name,
+                       w->t[w->n - 1].name);
+    if (!file_name_ok(name, strlen(name)))
+        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..", w->out.tmp, name,
+                       PACK_MAX_FILE_NAME);
+    for (size_t i = 0; i < w->n_files; i++)
+        if (!strcmp(w->f[i].name, name))
+            return err_set(e, ERR_USAGE, "%s: file '%s' added twice", w->out.tmp, name);
+    if (w->n_files == PACK_MAX_FILES)
+        return err_set(e, ERR_RANGE, "%s: file '%s': at most %d files", w->out.tmp, name, PACK_MAX_FILES);
+    struct pack_file *f = realloc(w->f, (w->n_files + 1) * sizeof *f);
+    if (f)
+        w->f = f;
+    char(*sha)[65] = f ? realloc(w->f_sha, (w->n_files + 1) * sizeof *sha) : NULL;
+    if (!sha)
+        return err_set(e, ERR_NOMEM, "cannot grow the file list");
+    w->f_sha = sha;
+    uint64_t aligned;
+    if (!ck_align_u64(w->pos, w->align, &aligned))
+        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->out.tmp);
+    int rc = write_zeros(w, aligned - w->pos, e);
+    if (rc != ERR_OK)
+        return rc;
+    f = &w->f[w->n_files];
+    if (!(f->name = strdup(name)))
+        return err_set(e, ERR_NOMEM, "cannot copy a name");
+    f->offset = w->pos;
+    f->nbytes = len;
+    f->crc32 = crc32_update(0, data, len);
+    sha256_hex(data, len, w->f_sha[w->n_files]);
+    w->n_files++;
+    if ((rc = fio_write_all(w->out.fd, data, len, w->out.tmp, e)) != ERR_OK)
+        return rc;
+    w->pos += len;
     return ERR_OK;
 }
 
@@ -189,6 +240,8 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
         }
     for (size_t i = 0; i < n_extra; i++)
         json_object_array_add(feat, json_object_new_string(extra_features[i]));
+    if (w->n_files)
+        json_object_array_add(feat, json_object_new_string("files"));
     json_object_object_add(m, "required_features", feat);
     json_object_object_foreach(fields, key, val) json_object_object_add(m, key, json_object_get(val));
     json_object_put(fields);
@@ -196,6 +249,19 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
     for (size_t i = 0; i < w->n; i++)
         json_object_array_add(ts, tensor_record(&w->t[i]));
     json_object_object_add(m, "tensors", ts);
+    if (w->n_files) {
+        struct json_object *fs = json_object_new_array();
+        for (size_t i = 0; i < w->n_files; i++) {
+            struct json_object *o = json_object_new_object();
+            json_object_object_add(o, "name", json_object_new_string(w->f[i].name));
+            json_object_object_add(o, "offset", json_object_new_int64((int64_t)w->f[i].offset));
+            json_object_object_add(o, "nbytes", json_object_new_int64((int64_t)w->f[i].nbytes));
+            json_object_object_add(o, "crc32", json_object_new_int64(w->f[i].crc32));
+            json_object_object_add(o, "sha256", json_object_new_string(w->f_sha[i]));
+            json_object_array_add(fs, o);
+        }
+        json_object_object_add(m, "files", fs);
+    }
     const char *js = json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t mlen = strlen(js);
     if (mlen > PACK_MAX_MANIFEST) {
@@ -218,6 +284,10 @@ void pack_writer_abort(struct pack_writer *w)
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     free(w->t);
+    for (size_t i = 0; i < w->n_files; i++)
+        free(w->f[i].name);
+    free(w->f);
+    free(w->f_sha);
     memset(w, 0, sizeof *w);
     w->out.fd = -1;
 }
@@ -226,7 +296,7 @@ void pack_writer_abort(struct pack_writer *w)
 
 bool pack_feature_known(const char *f)
 {
-    static const char *const known[] = {"quant:affine", "quant:mxfp4", "quant:nvfp4", "quant:mxfp8"};
+    static const char *const known[] = {"files", "quant:affine", "quant:mxfp4", "quant:nvfp4", "quant:mxfp8"};
     if (!strncmp(f, "dtype:", 6)) {
         enum dtype d;
         return dtype_from_name(f + 6, strlen(f + 6), &d) &&
@@ -304,6 +374,80 @@ static int parse_record(struct pack *p, size_t i, struct json_object *r, struct 
         if (t->offset < prev->offset + prev->nbytes || (t->offset == prev->offset && prev->nbytes))
             return err_set(e, ERR_FORMAT, "%s: tensor '%s' at %llu overlaps or precedes '%s' (offsets must increase)",
                            p->path, name, (unsigned long long)t->offset, prev->name);
+    }
+    return ERR_OK;
+}
+
+/* The end and name of region i of the data section (the tensors, then the files). */
+static const char *region_end(const struct pack *p, size_t i, uint64_t *end)
+{
+    if (i < p->n_tensors) {
+        *end = p->tensors[i].offset + p->tensors[i].nbytes;
+        return p->tensors[i].name;
+    }
+    *end = p->files[i - p->n_tensors].offset + p->files[i - p->n_tensors].nbytes;
+    return p->files[i - p->n_tensors].name;
+}
+
+static bool is_sha256_hex(struct json_object *v)
+{
+    if (json_object_get_type(v) != json_type_string || json_object_get_string_len(v) != 64)
+        return false;
+    const char *s = json_object_get_string(v);
+    for (int i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* The "files" records: plain unique names, aligned, inside the data region,
+ * after the tensors and each other without overlap. */
+static int parse_files(struct pack *p, struct json_object *fs, struct err *e)
+{
+    if (json_object_get_type(fs) != json_type_array)
+        return err_set(e, ERR_FORMAT, "%s: manifest \"files\" is %s, expected an array", p->path, jsonx_type_name(fs));
+    size_t n = json_object_array_length(fs);
+    if (n > PACK_MAX_FILES)
+        return err_set(e, ERR_RANGE, "%s: %zu files, above the limit of %d", p->path, n, PACK_MAX_FILES);
+    if (!(p->files = calloc(n ? n : 1, sizeof *p->files)))
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu file records", p->path, n);
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *r = json_object_array_get_idx(fs, i), *v;
+        struct pack_file *f = &p->files[i];
+        p->n_files = i + 1;
+        if (json_object_get_type(r) != json_type_object)
+            return err_set(e, ERR_FORMAT, "%s: manifest files[%zu] is %s, expected an object", p->path, i,
+                           jsonx_type_name(r));
+        if (!json_object_object_get_ex(r, "name", &v) || json_object_get_type(v) != json_type_string ||
+            !file_name_ok(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
+            return err_set(e, ERR_FORMAT, "%s: manifest files[%zu].name: expected a string of 1 to %d bytes without "
+                           "'/' or NUL, not . or ..", p->path, i, PACK_MAX_FILE_NAME);
+        if (!(f->name = strdup(json_object_get_string(v))))
+            return err_set(e, ERR_NOMEM, "cannot copy a name");
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(p->files[j].name, f->name))
+                return err_set(e, ERR_FORMAT, "%s: file '%s' is listed twice", p->path, f->name);
+        uint64_t crc, end, prev_end;
+        if (!json_object_object_get_ex(r, "offset", &v) || !jsonx_u64(v, &f->offset) ||
+            !json_object_object_get_ex(r, "nbytes", &v) || !jsonx_u64(v, &f->nbytes) ||
+            !json_object_object_get_ex(r, "crc32", &v) || !jsonx_u64(v, &crc) || crc > UINT32_MAX)
+            return err_set(e, ERR_FORMAT, "%s: file '%s': offset, nbytes or crc32 missing or out of range", p->path,
+                           f->name);
+        f->crc32 = (uint32_t)crc;
+        if (!json_object_object_get_ex(r, "sha256", &v) || !is_sha256_hex(v))
+            return err_set(e, ERR_FORMAT, "%s: file '%s': sha256 missing or not 64 lower-case hex digits", p->path,
+                           f->name);
+        if (f->offset % p->align)
+            return err_set(e, ERR_FORMAT, "%s: file '%s': offset %llu is not a multiple of the alignment %u", p->path,
+                           f->name, (unsigned long long)f->offset, p->align);
+        if (!ck_add_u64(f->offset, f->nbytes, &end) || end > p->data_size)
+            return err_set(e, ERR_FORMAT, "%s: file '%s': [%llu, +%llu) reaches beyond the %llu-byte data region",
+                           p->path, f->name, (unsigned long long)f->offset, (unsigned long long)f->nbytes,
+                           (unsigned long long)p->data_size);
+        const char *prev = p->n_tensors + i ? region_end(p, p->n_tensors + i - 1, &prev_end) : NULL;
+        if (prev && f->offset < prev_end)
+            return err_set(e, ERR_FORMAT, "%s: file '%s' at %llu overlaps or precedes '%s' (files follow the tensors, "
+                           "offsets increasing)", p->path, f->name, (unsigned long long)f->offset, prev);
     }
     return ERR_OK;
 }
@@ -402,7 +546,8 @@ static int validate(struct pack *p, struct err *e)
     for (size_t i = 1; i < n; i++)
         if (!strcmp(p->tensors[p->by_name[i]].name, p->tensors[p->by_name[i - 1]].name))
             return err_set(e, ERR_FORMAT, "%s: tensor '%s' is listed twice", p->path, p->tensors[p->by_name[i]].name);
-    return ERR_OK;
+    struct json_object *fs;
+    return json_object_object_get_ex(m, "files", &fs) ? parse_files(p, fs, e) : ERR_OK;
 }
 
 int pack_open(struct pack *p, const char *path, struct err *e)
@@ -458,6 +603,9 @@ void pack_close(struct pack *p)
         free(p->tensors[i].name);
     free(p->tensors);
     free(p->by_name);
+    for (size_t i = 0; i < p->n_files; i++)
+        free(p->files[i].name);
+    free(p->files);
     if (p->manifest)
         json_object_put(p->manifest);
     if (p->mapped)
@@ -482,6 +630,14 @@ const struct pack_tensor *pack_find(const struct pack *p, const char *name)
     return NULL;
 }
 
+const struct pack_file *pack_find_file(const struct pack *p, const char *name)
+{
+    for (size_t i = 0; i < p->n_files; i++)
+        if (!strcmp(p->files[i].name, name))
+            return &p->files[i];
+    return NULL;
+}
+
 /* First non-zero byte in [from, to) of the file, or `to`. */
 static uint64_t nonzero_at(const struct pack *p, uint64_t from, uint64_t to)
 {
@@ -494,33 +650,49 @@ static uint64_t nonzero_at(const struct pack *p, uint64_t from, uint64_t to)
 int pack_verify(const struct pack *p, size_t *n_bad, struct err *e)
 {
     *n_bad = 0;
-    const struct pack_tensor *first = NULL;
-    uint32_t first_crc = 0;
+    const char *first = NULL, *what = "";
+    uint32_t first_crc = 0, first_stored = 0;
     uint64_t pad_at = UINT64_MAX, gap_from = PACK_HEADER_SIZE;
-    for (size_t i = 0; i <= p->n_tensors; i++) {
-        /* padding before this tensor (or before the manifest) must be zero */
-        uint64_t gap_to = i < p->n_tensors ? p->data_offset + p->tensors[i].offset : p->manifest_offset;
+    struct json_object *fs = NULL;
+    json_object_object_get_ex(p->manifest, "files", &fs);
+    size_t n = p->n_tensors + p->n_files;
+    for (size_t i = 0; i <= n; i++) { /* the tensors, then the files */
+        /* padding before this region (or before the manifest) must be zero */
+        const struct pack_tensor *t = i < p->n_tensors ? &p->tensors[i] : NULL;
+        const struct pack_file *f = i >= p->n_tensors && i < n ? &p->files[i - p->n_tensors] : NULL;
+        uint64_t gap_to = t ? p->data_offset + t->offset : f ? p->data_offset + f->offset : p->manifest_offset;
         uint64_t z = nonzero_at(p, gap_from, gap_to);
         if (z != gap_to && pad_at == UINT64_MAX) {
             pad_at = z;
             (*n_bad)++;
         }
-        if (i == p->n_tensors)
+        if (i == n)
             break;
-        const struct pack_tensor *t = &p->tensors[i];
-        uint32_t c = crc32_update(0, pack_data(p, t), t->nbytes);
-        if (c != t->crc32) {
+        const uint8_t *data = t ? pack_data(p, t) : pack_file_data(p, f);
+        uint64_t nbytes = t ? t->nbytes : f->nbytes;
+        uint32_t stored = t ? t->crc32 : f->crc32, c = crc32_update(0, data, nbytes);
+        bool bad = c != stored;
+        if (f && !bad) { /* the manifest's SHA-256 too (its form checked by pack_open) */
+            char hex[65];
+            sha256_hex(data, (size_t)nbytes, hex);
+            bad = strcmp(hex, json_object_get_string(
+                                  json_object_object_get(json_object_array_get_idx(fs, i - p->n_tensors), "sha256")));
+        }
+        if (bad) {
             if (!first) {
-                first = t;
+                first = t ? t->name : f->name;
+                what = t ? "tensor" : "file";
                 first_crc = c;
+                first_stored = stored;
             }
             (*n_bad)++;
         }
-        gap_from = p->data_offset + t->offset + t->nbytes;
+        gap_from = gap_to + nbytes;
     }
     if (first)
-        return err_set(e, ERR_FORMAT, "%s: %zu check%s failed; first: tensor '%s' stored CRC 0x%08x, computed 0x%08x",
-                       p->path, *n_bad, *n_bad == 1 ? "" : "s", first->name, first->crc32, first_crc);
+        return err_set(e, ERR_FORMAT, "%s: %zu check%s failed; first: %s '%s' stored CRC 0x%08x, computed 0x%08x%s",
+                       p->path, *n_bad, *n_bad == 1 ? "" : "s", what, first, first_stored, first_crc,
+                       first_crc == first_stored ? " (its SHA-256 differs)" : "");
     if (pad_at != UINT64_MAX)
         return err_set(e, ERR_FORMAT, "%s: padding byte at offset %llu is not zero", p->path,
                        (unsigned long long)pad_at);

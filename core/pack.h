@@ -2,7 +2,8 @@
  *
  *   [0, 64)                          fixed header (below)
  *   [64, data_offset)                zeros; data_offset = alignment
- *   [data_offset, +data_size)        tensor bytes, each at a multiple of the alignment, gaps zero
+ *   [data_offset, +data_size)        tensor bytes, then verbatim files, each at a multiple of the
+ *                                    alignment, gaps zero
  *   [manifest_offset, +manifest_size) UTF-8 JSON manifest; manifest_offset = data_offset + data_size
  *   EOF == manifest_offset + manifest_size
  *
@@ -38,6 +39,8 @@
 #define PACK_MAX_RANK 8
 #define PACK_MAX_NAME 512
 #define PACK_MAX_TENSORS 1000000
+#define PACK_MAX_FILE_NAME 255
+#define PACK_MAX_FILES 256
 
 struct pack_tensor {
     char *name;                     /* owned */
@@ -51,6 +54,14 @@ struct pack_tensor {
     int qbits, qgroup;
 };
 
+/* A verbatim file stored beside the tensors (a tokenizer.json, a chat
+ * template): manifest key "files", required feature "files". */
+struct pack_file {
+    char *name;                     /* owned; a plain file name: 1..255 bytes, no '/' */
+    uint64_t offset, nbytes;        /* offset relative to data_offset */
+    uint32_t crc32;
+};
+
 /* ---- writer ---- */
 
 struct pack_writer {
@@ -62,6 +73,9 @@ struct pack_writer {
     bool open_tensor;               /* between begin_tensor and end_tensor */
     uint64_t written;               /* bytes of the open tensor so far */
     uint32_t crc;
+    struct pack_file *f;            /* files, after the tensors */
+    char (*f_sha)[65];              /* their SHA-256, hex */
+    size_t n_files;
 };
 
 int pack_writer_open(struct pack_writer *w, const char *path, uint32_t alignment, struct err *e);
@@ -73,9 +87,14 @@ int pack_writer_write(struct pack_writer *w, const void *data, size_t len, struc
 /* Checks the byte count against dtype x shape. */
 int pack_writer_end(struct pack_writer *w, struct err *e);
 
+/* Stores data[0, len) as the file `name` (a plain name, 1..255 bytes, no
+ * '/', unique) at the next aligned offset. After the last tensor: no tensor
+ * may begin once a file is added. */
+int pack_writer_add_file(struct pack_writer *w, const char *name, const void *data, size_t len, struct err *e);
+
 /* Appends the manifest: `fields` (an object; consumed) gets "format",
  * "version", "required_features" (extra_features plus one "dtype:X" per dtype
- * used) and "tensors" added, then the header is written and the file
+ * used, and "files" when there are files), "tensors" and "files" added, then the header is written and the file
  * committed. */
 int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const char *const *extra_features,
                        size_t n_extra, struct err *e);
@@ -84,8 +103,8 @@ int pack_writer_finish(struct pack_writer *w, struct json_object *fields, const 
 void pack_writer_abort(struct pack_writer *w);
 
 /* Rewrites the pack at path with manifest key `key` set to value (consumed):
- * the data copied as it is, a new manifest and header, committed atomically
- * over the old file (convert --eval's quality card). */
+ * the data (tensors and files) copied as it is, a new manifest and header,
+ * committed atomically over the old file (convert --eval's quality card). */
 int pack_set_field(const char *path, const char *key, struct json_object *value, struct err *e);
 
 /* ---- reader ---- */
@@ -102,6 +121,8 @@ struct pack {
     struct pack_tensor *tensors;    /* in file order */
     size_t n_tensors;
     size_t *by_name;                /* indices sorted by name */
+    struct pack_file *files;        /* in file order, after the tensors */
+    size_t n_files;
 };
 
 /* Maps and validates a pack (everything but tensor CRCs). */
@@ -119,10 +140,18 @@ static inline const uint8_t *pack_data(const struct pack *p, const struct pack_t
     return p->map + p->data_offset + t->offset;
 }
 
-/* Recomputes every tensor CRC and checks that all padding is zero, so a
+/* The stored file `name`, or NULL. */
+const struct pack_file *pack_find_file(const struct pack *p, const char *name);
+
+static inline const uint8_t *pack_file_data(const struct pack *p, const struct pack_file *f)
+{
+    return p->map + p->data_offset + f->offset;
+}
+
+/* Recomputes every tensor and file CRC (and each file's SHA-256) and checks that all padding is zero, so a
  * flipped byte anywhere in the file is detected (header and manifest are
  * covered by their CRCs in pack_open). Returns ERR_OK when all match;
- * otherwise ERR_FORMAT naming the first bad tensor or offset, with *n_bad
+ * otherwise ERR_FORMAT naming the first bad tensor, file or offset, with *n_bad
  * the number of failed checks. */
 int pack_verify(const struct pack *p, size_t *n_bad, struct err *e);
 

@@ -83,7 +83,14 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
         fprintf(out, "  %-56s %-5s %-22s %12llu 0x%08x  %s\n", t->name, dtype_name(t->dtype), shape,
                 (unsigned long long)t->nbytes, t->crc32, quant);
     }
-    fprintf(out, "total: %zu tensors, %llu data bytes\n", p.n_tensors, (unsigned long long)p.data_size);
+    if (p.n_files)
+        fprintf(out, "  %-56s %12s  %s\n", "file", "bytes", "sha256");
+    struct json_object *fs = json_object_object_get(p.manifest, "files");
+    for (size_t i = 0; i < p.n_files; i++)
+        fprintf(out, "  %-56s %12llu  %s\n", p.files[i].name, (unsigned long long)p.files[i].nbytes,
+                json_object_get_string(json_object_object_get(json_object_array_get_idx(fs, i), "sha256")));
+    fprintf(out, "total: %zu tensors, %llu data bytes", p.n_tensors, (unsigned long long)p.data_size);
+    fprintf(out, p.n_files ? " (%zu files among them)\n" : "\n", p.n_files);
     struct json_object *o = json_object_new_object(), *h = json_object_new_object();
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
     json_object_object_add(o, "path", json_object_new_string(path));

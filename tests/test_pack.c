@@ -910,9 +910,260 @@ Test(pack, features_known)
     cr_assert(pack_feature_known("dtype:U32"));
     cr_assert(pack_feature_known("quant:affine"));
     cr_assert(pack_feature_known("quant:mxfp4") && pack_feature_known("quant:nvfp4") && pack_feature_known("quant:mxfp8"));
+    cr_assert(pack_feature_known("files"));
     cr_assert(!pack_feature_known("quant:mxfp6"));
     cr_assert(!pack_feature_known("foo"));
     cr_assert(!pack_feature_known("dtype:"));
     cr_assert(!pack_feature_known("dtype:bf16"));
     cr_assert(!pack_feature_known("dtype:C64"));
+}
+
+/* ------------------------------------------------------------------ files */
+
+/* Two verbatim files after the basic sample's tensors; their SHA-256 by Python's hashlib. */
+#define FILE_A "tokenizer.json"
+#define FILE_B "chat_template.jinja"
+#define SHA_A "2ac123dcd759eebabfa1b17c0332b88b3815ef3f95fbfcceb5fac07e233235bd"
+#define SHA_B "7be006453e4f48bbe301809949f90703c56ccc84f5b3e789f5938755b8b73d8e"
+static const char file_b[] = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}";
+
+static void file_a(uint8_t *out)
+{
+    for (int k = 0; k < 100; k++)
+        out[k] = (uint8_t)('a' + k % 26);
+}
+
+static void write_with_files(const char *path, uint32_t align)
+{
+    struct pack_writer w;
+    struct err e = {0};
+    cr_assert_eq(pack_writer_open(&w, path, align, &e), ERR_OK, "%s", e.msg);
+    for (size_t i = 0; i < N_BASIC; i++) {
+        uint8_t buf[128];
+        sample_bytes(i, buf);
+        cr_assert_eq(pack_writer_begin(&w, samples[i].name, samples[i].dtype, samples[i].rank, samples[i].shape, &e),
+                     ERR_OK, "%s", e.msg);
+        cr_assert_eq(pack_writer_write(&w, buf, samples[i].nbytes, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(pack_writer_end(&w, &e), ERR_OK, "%s", e.msg);
+    }
+    uint8_t a[100];
+    file_a(a);
+    cr_assert_eq(pack_writer_add_file(&w, FILE_A, a, sizeof a, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(pack_writer_add_file(&w, FILE_B, file_b, strlen(file_b), &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(pack_writer_finish(&w, json_object_new_object(), NULL, 0, &e), ERR_OK, "%s", e.msg);
+}
+
+static uint8_t *files_image(uint32_t align, size_t *len)
+{
+    char *dir = th_mkdtemp();
+    char *path = fio_join(dir, "f.gpk");
+    write_with_files(path, align);
+    uint8_t *img = th_read(path, len);
+    cr_assert(img);
+    free(path);
+    th_rmtree(dir);
+    return img;
+}
+
+static bool has_feature(const struct pack *p, const char *f)
+{
+    struct json_object *a = json_object_object_get(p->manifest, "required_features");
+    for (size_t i = 0; i < json_object_array_length(a); i++)
+        if (!strcmp(json_object_get_string(json_object_array_get_idx(a, i)), f))
+            return true;
+    return false;
+}
+
+static void check_files(const struct pack *p)
+{
+    uint8_t a[100];
+    file_a(a);
+    cr_assert_eq(p->n_files, 2);
+    const struct pack_file *fa = pack_find_file(p, FILE_A), *fb = pack_find_file(p, FILE_B);
+    cr_assert(fa && fb && fa == &p->files[0] && fb == &p->files[1]);
+    cr_assert_null(pack_find_file(p, "tokens.json"));
+    /* after the last tensor ("codes" at 64, 77 bytes), each at the next multiple of 64 */
+    cr_expect_eq(fa->offset, 192);
+    cr_expect_eq(fa->nbytes, 100);
+    cr_expect_eq(fb->offset, 320);
+    cr_expect_eq(fb->nbytes, strlen(file_b));
+    cr_expect_eq(p->data_size, 320 + strlen(file_b));
+    cr_expect(!memcmp(pack_file_data(p, fa), a, 100));
+    cr_expect(!memcmp(pack_file_data(p, fb), file_b, strlen(file_b)));
+    cr_expect_eq(fa->crc32, zcrc(a, 100));
+    cr_expect_eq(fb->crc32, zcrc(file_b, strlen(file_b)));
+    struct json_object *fs = json_object_object_get(p->manifest, "files");
+    cr_assert_eq(json_object_array_length(fs), 2);
+    cr_expect_str_eq(json_object_get_string(json_object_object_get(json_object_array_get_idx(fs, 0), "sha256")), SHA_A);
+    cr_expect_str_eq(json_object_get_string(json_object_object_get(json_object_array_get_idx(fs, 1), "sha256")), SHA_B);
+    cr_expect(has_feature(p, "files"));
+    size_t bad;
+    struct err e = {0};
+    cr_expect_eq(pack_verify(p, &bad, &e), ERR_OK, "%s", e.msg);
+}
+
+Test(pack, files_roundtrip)
+{
+    char *dir = th_mkdtemp();
+    char *path = fio_join(dir, "f.gpk");
+    write_with_files(path, 64);
+    struct pack p;
+    struct err e = {0};
+    cr_assert_eq(pack_open(&p, path, &e), ERR_OK, "%s", e.msg);
+    check_files(&p);
+    cr_expect_eq(p.n_tensors, N_BASIC);
+    pack_close(&p);
+    /* a manifest rewrite keeps the files */
+    cr_assert_eq(pack_set_field(path, "quality", json_object_new_string("x"), &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(pack_open(&p, path, &e), ERR_OK, "%s", e.msg);
+    check_files(&p);
+    cr_expect_str_eq(json_object_get_string(json_object_object_get(p.manifest, "quality")), "x");
+    pack_close(&p);
+    /* a pack without files has neither the key nor the feature */
+    char *plain = fio_join(dir, "plain.gpk");
+    write_sample(plain, 64, false);
+    cr_assert_eq(pack_open(&p, plain, &e), ERR_OK, "%s", e.msg);
+    free(plain);
+    cr_expect_eq(p.n_files, 0);
+    cr_expect(!json_object_object_get_ex(p.manifest, "files", NULL));
+    cr_expect(!has_feature(&p, "files"));
+    pack_close(&p);
+    free(path);
+    th_rmtree(dir);
+}
+
+Test(pack, files_writer_refusals)
+{
+    char *dir = th_mkdtemp();
+    char *path = fio_join(dir, "w.gpk");
+    struct pack_writer w;
+    struct err e = {0};
+    char long_name[PACK_MAX_FILE_NAME + 2];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = 0;
+    cr_assert_eq(pack_writer_open(&w, path, 64, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(pack_writer_begin(&w, "t", DT_U8, 1, (const uint64_t[]){3}, &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "a", "x", 1, &e), ERR_USAGE, "a tensor still open");
+    cr_expect(strstr(e.msg, "tensor 't' still open"), "%s", e.msg);
+    cr_assert_eq(pack_writer_write(&w, "abc", 3, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(pack_writer_end(&w, &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "", "x", 1, &e), ERR_USAGE, "empty name");
+    cr_expect_eq(pack_writer_add_file(&w, "a/b", "x", 1, &e), ERR_USAGE, "a path");
+    cr_expect(strstr(e.msg, "'a/b'"), "%s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "..", "x", 1, &e), ERR_USAGE, "..");
+    cr_expect_eq(pack_writer_add_file(&w, long_name, "x", 1, &e), ERR_USAGE, "256 bytes");
+    long_name[PACK_MAX_FILE_NAME] = 0;
+    cr_expect_eq(pack_writer_add_file(&w, long_name, "x", 1, &e), ERR_OK, "255 bytes: %s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "empty", "", 0, &e), ERR_OK, "an empty file: %s", e.msg);
+    cr_expect_eq(pack_writer_add_file(&w, "empty", "", 0, &e), ERR_USAGE, "twice");
+    cr_expect(strstr(e.msg, "'empty' added twice"), "%s", e.msg);
+    cr_expect_eq(pack_writer_begin(&w, "u", DT_U8, 1, (const uint64_t[]){3}, &e), ERR_USAGE, "a tensor after a file");
+    cr_expect(strstr(e.msg, "after file 'empty'"), "%s", e.msg);
+    cr_assert_eq(pack_writer_finish(&w, json_object_new_object(), NULL, 0, &e), ERR_OK, "%s", e.msg);
+    struct pack p;
+    cr_assert_eq(pack_open(&p, path, &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(p.n_files, 2);
+    cr_expect_eq(p.files[1].nbytes, 0);
+    size_t bad;
+    cr_expect_eq(pack_verify(&p, &bad, &e), ERR_OK, "%s", e.msg);
+    pack_close(&p);
+    free(path);
+    th_rmtree(dir);
+}
+
+static struct json_object *frec(struct json_object *m, size_t i)
+{
+    return json_object_array_get_idx(json_object_object_get(m, "files"), i);
+}
+static void f_not_array(struct json_object *m) { json_object_object_add(m, "files", json_object_new_object()); }
+static void f_not_object(struct json_object *m)
+{
+    json_object_array_put_idx(json_object_object_get(m, "files"), 0, json_object_new_int(1));
+}
+static void f_name_missing(struct json_object *m) { json_object_object_del(frec(m, 0), "name"); }
+static void f_name_slash(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("../x")); }
+static void f_name_dots(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("..")); }
+static void f_name_empty(struct json_object *m) { json_object_object_add(frec(m, 0), "name", json_object_new_string("")); }
+static void f_name_nul(struct json_object *m)
+{
+    json_object_object_add(frec(m, 0), "name", json_object_new_string_len("a\0b", 3));
+}
+static void f_name_long(struct json_object *m)
+{
+    char s[PACK_MAX_FILE_NAME + 2];
+    memset(s, 'n', sizeof s - 1);
+    s[sizeof s - 1] = 0;
+    json_object_object_add(frec(m, 0), "name", json_object_new_string(s));
+}
+static void f_dup(struct json_object *m) { json_object_object_add(frec(m, 1), "name", json_object_new_string(FILE_A)); }
+static void f_unaligned(struct json_object *m) { json_object_object_add(frec(m, 1), "offset", json_object_new_int(321)); }
+static void f_beyond(struct json_object *m) { json_object_object_add(frec(m, 1), "nbytes", json_object_new_int(66)); }
+static void f_on_tensor(struct json_object *m) { json_object_object_add(frec(m, 0), "offset", json_object_new_int(128)); }
+static void f_overlap(struct json_object *m) { json_object_object_add(frec(m, 1), "offset", json_object_new_int(256)); }
+static void f_crc(struct json_object *m) { json_object_object_add(frec(m, 0), "crc32", json_object_new_int64(1ll << 32)); }
+static void f_sha(struct json_object *m) { json_object_object_add(frec(m, 0), "sha256", json_object_new_string("AB")); }
+static void f_nbytes_missing(struct json_object *m) { json_object_object_del(frec(m, 1), "nbytes"); }
+
+Test(pack, files_reader_refusals)
+{
+    static const struct {
+        void (*fn)(struct json_object *);
+        const char *want;
+    } fc[] = {
+        {f_not_array, "\"files\" is object, expected an array"},
+        {f_not_object, "files[0] is int, expected an object"},
+        {f_name_missing, "files[0].name"},
+        {f_name_slash, "files[0].name: expected a string of 1 to 255 bytes without '/'"},
+        {f_name_empty, "files[0].name"},
+        {f_name_dots, "files[0].name"},
+        {f_name_nul, "escaped NUL"},
+        {f_name_long, "files[0].name"},
+        {f_dup, "file 'tokenizer.json' is listed twice"},
+        {f_unaligned, "file 'chat_template.jinja': offset 321 is not a multiple of the alignment 64"},
+        {f_beyond, "file 'chat_template.jinja': [320, +66) reaches beyond the 385-byte data region"},
+        {f_on_tensor, "file 'tokenizer.json' at 128 overlaps or precedes 'codes'"},
+        {f_overlap, "file 'chat_template.jinja' at 256 overlaps or precedes 'tokenizer.json'"},
+        {f_crc, "file 'tokenizer.json': offset, nbytes or crc32"},
+        {f_sha, "file 'tokenizer.json': sha256 missing or not 64 lower-case hex digits"},
+        {f_nbytes_missing, "file 'chat_template.jinja': offset, nbytes or crc32"},
+    };
+    size_t len;
+    uint8_t *valid = files_image(64, &len);
+    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
+        struct image im = {malloc(len), len};
+        memcpy(im.b, valid, len);
+        edit_manifest(&im, fc[i].fn);
+        struct pack p;
+        struct err e = {0};
+        cr_expect_eq(pack_open_mem(&p, im.b, im.n, "bad.gpk", &e), ERR_FORMAT, "case %zu: %s", i, e.msg);
+        cr_expect(strstr(e.msg, fc[i].want), "case %zu: '%s' not in: %s", i, fc[i].want, e.msg);
+        cr_expect_null(p.files, "case %zu: reader state released", i);
+        free(im.b);
+    }
+    free(valid);
+}
+
+Test(pack, files_verify_catches_a_flipped_byte)
+{
+    size_t len;
+    uint8_t *img = files_image(64, &len);
+    struct pack p;
+    struct err e = {0};
+    cr_assert_eq(pack_open_mem(&p, img, len, "f.gpk", &e), ERR_OK, "%s", e.msg);
+    uint64_t d = p.data_offset;
+    const uint64_t at[] = {d + 192 + 50, d + 320 + 64, d + 300, d + 150, d + 385 - 1};
+    const char *want[] = {"first: file 'tokenizer.json' stored CRC", "first: file 'chat_template.jinja'",
+                          "padding byte at offset", "padding byte at offset", "first: file 'chat_template.jinja'"};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        img[at[i]] ^= 0x10;
+        size_t bad = 0;
+        cr_expect_eq(pack_verify(&p, &bad, &e), ERR_FORMAT, "byte %llu", (unsigned long long)at[i]);
+        cr_expect_eq(bad, 1);
+        cr_expect(strstr(e.msg, want[i]), "byte %llu: '%s' not in: %s", (unsigned long long)at[i], want[i], e.msg);
+        img[at[i]] ^= 0x10;
+    }
+    size_t bad;
+    cr_expect_eq(pack_verify(&p, &bad, &e), ERR_OK, "%s", e.msg);
+    pack_close(&p);
+    free(img);
 }

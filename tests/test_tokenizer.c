@@ -448,3 +448,101 @@ Test(tokenizer, gguf_matches_json, .timeout = 120)
     cr_assert(na == 1 && nb == 1 && ba[0] == 2 && bb[0] == 2);
     free_refs(&r);
 }
+
+/* ---- tok_write_json: the GGUF's tokenizer as a tokenizer.json ---- */
+
+#include "tests/helpers.h"
+
+/* The tokenizer.json written from llama.cpp's Gemma 4 GGUF, loaded back: the 46 llama.cpp vectors and
+ * HF tokenizers' ids of the corpus (the 24-token tokenizer.json's, which the GGUF's tokens and types
+ * describe), id for id; the same bytes from a second write; and HF tokenizers (node, when present)
+ * loads the written file and gives the 46 vectors too (tests/tokenizer/hf_vectors.js). */
+Test(tokenizer, written_json_parity, .timeout = 300)
+{
+    NEED_REFS();
+    struct refs r = {0};
+    load_refs(&r);
+    char *js, *js2;
+    size_t jlen, jlen2;
+    struct err e = {0};
+    cr_assert_eq(tok_write_json(r.gguf, &js, &jlen, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(tok_write_json(r.gguf, &js2, &jlen2, &e), ERR_OK, "%s", e.msg);
+    cr_expect(jlen == jlen2 && !memcmp(js, js2, jlen), "two writes give the same bytes");
+    free(js2);
+    struct tokenizer *w;
+    cr_assert_eq(tok_load_json_mem(&w, js, jlen, "written.json", &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(tok_vocab_size(w), 262144);
+    size_t nb;
+    const uint32_t *bos = tok_bos_rule(w, &nb);
+    cr_assert(nb == 1 && bos[0] == 2, "the BOS rule: <bos>");
+
+    size_t ilen, olen;
+    char *inp = slurp(REF "/llama/ggml-vocab-gemma-4.gguf.inp", &ilen), *out = slurp(REF "/llama/ggml-vocab-gemma-4.gguf.out", &olen);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    char *s = inp, *o = out;
+    uint32_t *want = malloc(1 << 23);
+    size_t vectors = 0, ok = 0;
+    while (s && *s) {
+        char *next = strstr(s, sep);
+        size_t len = next ? (size_t)(next - s) : strlen(s);
+        size_t n = parse_ids(&o, want, 1 << 20);
+        ok += same_ids(w, s, len, false, want, n, "written tokenizer.json", vectors++);
+        s = next ? next + strlen(sep) : NULL;
+    }
+    cr_expect_eq(vectors, 46);
+    cr_expect_eq(ok, vectors, "%zu of %zu vectors", ok, vectors);
+    free(inp);
+    free(out);
+
+    size_t clen, l2;
+    char *corpus = slurp(GP_SOURCE_DIR "/tests/tokenizer/corpus.json.gz", &clen);
+    char *ids_conv = slurp(GP_SOURCE_DIR "/tests/tokenizer/ids-gemma4-24.txt.gz", &l2), *p2 = ids_conv;
+    struct json_object *arr;
+    cr_assert_eq(jsonx_parse(corpus, clen, &arr, &e), ERR_OK, "%s", e.msg);
+    size_t n = json_object_array_length(arr), same = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *x = json_object_array_get_idx(arr, i);
+        size_t k = parse_ids(&p2, want, 1 << 21);
+        same += same_ids(w, json_object_get_string(x), (size_t)json_object_get_string_len(x), true, want, k,
+                         "written tokenizer.json", i);
+    }
+    cr_expect_eq(same, n, "%zu of %zu corpus strings", same, n);
+    json_object_put(arr);
+    free(corpus);
+    free(ids_conv);
+    free(want);
+    tok_free(w);
+
+    if (system("node --version >/dev/null 2>&1") != 0) {
+        cr_log_warn("node not found: HF tokenizers' check of the written tokenizer.json skipped");
+    } else {
+        char *dir = th_mkdtemp();
+        char *path = th_write(dir, "tokenizer.json", js, jlen);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "node '%s/tests/tokenizer/hf_vectors.js' '%s' '%s' >&2", GP_SOURCE_DIR, REF, path);
+        cr_expect_eq(system(cmd), 0, "HF tokenizers on the written tokenizer.json: %s", cmd);
+        free(path);
+        th_rmtree(dir);
+    }
+    free(js);
+    free_refs(&r);
+}
+
+/* The hand-written tokenizer written and read back: the hand-computed ids and text of the tests above. */
+Test(tokenizer, written_json_tiny_round_trip)
+{
+    struct tokenizer *t = tiny();
+    char *js;
+    size_t len;
+    struct err e = {0};
+    cr_assert_eq(tok_write_json(t, &js, &len, &e), ERR_OK, "%s", e.msg);
+    struct tokenizer *u;
+    cr_assert_eq(tok_load_json_mem(&u, js, len, "tiny-written.json", &e), ERR_OK, "%s", e.msg);
+    free(js);
+    EXPECT(u, "abc", true, 0, 9);
+    EXPECT(u, "a <x> b", true, 0, 3, 1, 4);
+    EXPECT(u, "\xC3\xBC\xC3\xBC", false, 2);
+    DECODE(u, false, " a abc", 10, 6, 9);
+    tok_free(u);
+    tok_free(t);
+}

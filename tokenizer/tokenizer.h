@@ -51,6 +51,15 @@ int tok_load_json_mem(struct tokenizer **out, const char *buf, size_t len, const
 int tok_load_gguf(struct tokenizer **out, const struct gguf_file *g, struct err *e);
 void tok_free(struct tokenizer *t);
 
+/* The tokenizer as a HF tokenizer.json that loads back (here and in HF
+ * tokenizers) to the same ids: model BPE (vocabulary by id, merges in rank
+ * order, byte_fallback, fuse_unk, unk_token), the added tokens by id with
+ * their flags, the normalizer, pre-tokenizer, decoder and post-processor the
+ * tokenizer has (null where it has none). Deterministic bytes, compact JSON;
+ * *out malloc'ed and NUL-terminated, *len without the NUL. A piece that is not
+ * UTF-8 text without NUL (JSON cannot hold it) is refused with its id. */
+int tok_write_json(const struct tokenizer *t, char **out, size_t *len, struct err *e);
+
 /* Ids of text[0, len): the BOS rule's prefix and suffix when add_special.
  * *ids is malloc'ed (free it), *n its count. */
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, uint32_t **ids, size_t *n,

@@ -197,3 +197,33 @@ put("tokenizer", "tokenizer.gguf", gguf(
      ("tokenizer.ggml.merges", 9, (8, ["a b", "\u2581 a"])),
      ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.unknown_token_id", 4, 3),
      ("tokenizer.ggml.add_bos_token", 7, True)], []))
+
+# template: a chat template, then NUL and a conversation; the seeds use every construct the Gemma 4
+# templates use (their own sources are third-party: setup.sh fetches them, none is committed)
+conv = json.dumps([{"role": "system", "content": "\u3000Be brief.\x1c"}, {"role": "user", "content": "Hi"},
+                   {"role": "assistant", "content": "a<|channel>t<channel|>b", "reasoning_content": "r",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"B": 2.0, "a": [1e16, None]}}}]},
+                   {"role": "tool", "content": "ok", "tool_call_id": "c"}])
+put("template", "turns.jinja", "{{- bos_token -}}\n{%- set ns = namespace(prev=None, n=0) -%}\n"
+    "{%- set loop_messages = messages[1:] if messages[0]['role'] in ['system', 'developer'] else messages -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\n"
+    "    {{- '<|turn>' + role + '\\n' }}\n"
+    "    {%- if message['content'] is string -%}{{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is sequence -%}{% for p in message['content'] %}{{ p.get('text', '') }}{% endfor %}\n"
+    "    {%- endif -%}\n    {%- set ns.n = ns.n + 1 -%}\n    {{- '<turn|>\\n' if not loop.last -}}\n{%- endfor -%}\n"
+    "{%- if add_generation_prompt %}<|turn>model\n{% endif -%}{{ ns.n }}\n\0" + conv)
+put("template", "macros.jinja", "{%- macro fmt(a, esc=True) -%}\n"
+    "{%- if a is string -%}{{ '<|\"|>' + a + '<|\"|>' if esc else a }}{%- elif a is boolean -%}{{ 'true' if a else 'false' }}\n"
+    "{%- elif a is mapping -%}{ {%- for k, v in a | dictsort -%}{{ k }}:{{ fmt(v, esc=esc) }}{{ ',' if not loop.last }}"
+    "{%- endfor -%} }\n{%- elif a is sequence -%}[{%- for i in a -%}{{ fmt(i) }}{% if not loop.last %},{% endif %}"
+    "{%- endfor -%}]\n{%- else -%}{{ a }}{%- endif -%}\n{%- endmacro -%}\n"
+    "{%- for m in messages -%}{%- for tc in m.get('tool_calls') or [] -%}{{ fmt(tc['function']['arguments'], False) }}"
+    "{%- endfor -%}{%- endfor -%}\n{{ tools | tojson }}{{ messages[0] | tojson(indent=2) }}\0" + conv)
+put("template", "expressions.jinja", "{# comment #}\n  {% for x in range(3, 0, -1) %}{{ x }}{% if x == 2 %}{% continue %}"
+    "{% endif %}{% endfor %}\n{{ 'a b'.split() }}{{ 'x'.startswith('x') }}{{ [1, 'b', none, 1.5, (1,)] }}"
+    "{{ 7 // 2 ~ -7 % 3 ~ 2 ** 3 }}{{ 'abc'[::-1] }}{{ {'k': 1}.items() | list }}{{ u | default('d') | upper }}"
+    "{{ ['b', 'a'] | map('upper') | join(',') }}{{ 'aXb' | replace('X', '') | length }}{{ messages | first }}"
+    "{{ messages | last }}{%- if enable_thinking is defined and enable_thinking %}T{% endif %}")
+put("template", "hostile-recursion.jinja", "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}")
+put("template", "hostile-range.jinja", "{% for i in range(100001) %}x{% endfor %}")
