@@ -158,8 +158,4 @@ int pack_verify(const struct pack *p, size_t *n_bad, struct err *e);
 /* Features this reader implements ("dtype:BF16", "quant:affine", ...). */
 bool pack_feature_known(const char *feature);
 
-/* TEMP */
-struct pack_file { char *name; uint64_t offset, nbytes; uint32_t crc32; };
-const struct pack_file *pack_find_file(const struct pack *p, const char *name);
-static inline const uint8_t *pack_file_data(const struct pack *p, const struct pack_file *f) { return p->map + p->data_offset + f->offset; }
 #endif

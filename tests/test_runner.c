@@ -556,7 +556,7 @@ Test(runner, progress_by_layer)
     snprintf(g, sizeof g, "%s/g.npz", tmp);
     struct th_progress pm = {0}, pc = {0};
     int64_t V;
-    cr_assert_eq(golden_make_file(dir, tok, 5, 1, g, &(struct progress){th_progress_note, &pm}, &V, &e), ERR_OK, "%s",
+    cr_assert_eq(golden_make_file(dir, tok, 5, 1, g, NULL, &(struct progress){th_progress_note, &pm}, &V, &e), ERR_OK, "%s",
                  e.msg);
     cr_expect(pm.calls == (int)L && pm.done == 5 && pm.total == 5 && !pm.backwards && !strcmp(pm.unit, "positions"),
               "golden make: %d calls, last %llu of %llu %s", pm.calls, (unsigned long long)pm.done,

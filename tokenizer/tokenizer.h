@@ -79,5 +79,4 @@ const char *tok_piece(const struct tokenizer *t, uint32_t id, size_t *len);
 /* The ids add_special puts before the text (Gemma: {2}, or none), *n their count. */
 const uint32_t *tok_bos_rule(const struct tokenizer *t, size_t *n);
 
-int tok_write_json(const struct tokenizer *t, char **out, size_t *len, struct err *e); /* TEMP */
 #endif
