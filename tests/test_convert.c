@@ -1873,3 +1873,31 @@ Test(convert, gguf_tokenizer_written)
     free(src);
     th_rmtree(dir);
 }
+
+/* llama.cpp's Gemma 4 vocabulary GGUF (build-ref/, setup.sh): its tokenizer written as a tokenizer.json
+ * that loads (262,144 ids), its tokenizer.chat_template (12,045 bytes) as chat_template.jinja, byte for byte. */
+Test(convert, gguf_chat_template_carried, .timeout = 120)
+{
+    const char *path = GP_SOURCE_DIR "/build-ref/llama/ggml-vocab-gemma-4.gguf";
+    struct stat st;
+    if (stat(path, &st) != 0)
+        cr_skip_test("no build-ref/llama/ggml-vocab-gemma-4.gguf: run setup.sh");
+    struct source s = {.kind = SRC_GGUF};
+    struct err e = {0};
+    cr_assert_eq(gguf_open(&s.gguf, path, &e), ERR_OK, "%s", e.msg);
+    struct carried c;
+    cr_assert_eq(carry_collect(&c, &s, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(c.n, 2, "%zu files, %zu notes", c.n, c.n_notes);
+    cr_expect_str_eq(c.f[0].name, "tokenizer.json");
+    cr_expect_str_eq(c.f[1].name, "chat_template.jinja");
+    const struct gguf_kv *kv = gguf_find_kv(&s.gguf, "tokenizer.chat_template");
+    cr_assert(kv);
+    cr_expect_eq(c.f[1].len, 12045);
+    cr_expect(kv->n == c.f[1].len && !memcmp(kv->str, c.f[1].data, c.f[1].len));
+    struct tokenizer *t;
+    cr_assert_eq(tok_load_json_mem(&t, c.f[0].data, c.f[0].len, "written", &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(tok_vocab_size(t), 262144);
+    tok_free(t);
+    carry_free(&c);
+    gguf_close(&s.gguf);
+}
