@@ -145,8 +145,8 @@ int pack_writer_add_file(struct pack_writer *w, const char *name, const void *da
         return err_set(e, ERR_USAGE, "%s: file '%s' added with tensor '%s' still open", w->out.tmp, name,
                        w->t[w->n - 1].name);
     if (!file_name_ok(name, strlen(name)))
-        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..", w->out.tmp, name,
-                       PACK_MAX_FILE_NAME);
+        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..",
+                       w->out.tmp, name, PACK_MAX_FILE_NAME);
     for (size_t i = 0; i < w->n_files; i++)
         if (!strcmp(w->f[i].name, name))
             return err_set(e, ERR_USAGE, "%s: file '%s' added twice", w->out.tmp, name);
