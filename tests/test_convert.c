@@ -1901,3 +1901,27 @@ Test(convert, gguf_chat_template_carried, .timeout = 120)
     carry_free(&c);
     gguf_close(&s.gguf);
 }
+
+/* A tokenizer.json that is a FIFO (never waited on) or a directory: a note, the conversion done. */
+Test(convert, hostile_tokenizer_files_are_notes)
+{
+    char *dir = th_mkdtemp();
+    char *src = th_fixture(dir, "src", fx("e2b", FX_HF, 0));
+    char *tj = fio_join(src, "tokenizer.json"), *ct = fio_join(src, "chat_template.jinja");
+    unlink(tj);
+    cr_assert_eq(mkfifo(tj, 0600), 0);
+    cr_assert_eq(mkdir(ct, 0700), 0);
+    char *out = fio_join(dir, "h.gpk");
+    struct convert_opts o = copts(out);
+    struct convert_report r;
+    convert_ok(&r, src, &o);
+    cr_expect(r.written);
+    cr_expect_eq(r.carried.n, 1, "tokenizer_config.json only");
+    cr_expect(note_has(&r, "tokenizer.json not stored: ") && note_has(&r, "chat_template.jinja not stored: "));
+    convert_free(&r);
+    free(out);
+    free(tj);
+    free(ct);
+    free(src);
+    th_rmtree(dir);
+}
