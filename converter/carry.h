@@ -5,8 +5,8 @@
  * tokenizer loads it), tokenizer_config.json (only when it is JSON) and
  * chat_template.jinja, each verbatim and bounded in size. From a GGUF: a
  * tokenizer.json written from its tokenizer.ggml.* metadata (tok_write_json)
- * and chat_template.jinja from tokenizer.chat_template. A file that does not qualify is left out with a note: the weights
- * convert all the same. */
+ * and chat_template.jinja from tokenizer.chat_template. A file that does
+ * not qualify is left out with a note: the weights convert all the same. */
 #ifndef GP_CARRY_H
 #define GP_CARRY_H
 

@@ -52,6 +52,15 @@ static int write_zeros(struct pack_writer *w, uint64_t n, struct err *e)
     return ERR_OK;
 }
 
+/* Zeros up to the next aligned offset, where a tensor or file starts. */
+static int pad_to_alignment(struct pack_writer *w, struct err *e)
+{
+    uint64_t aligned;
+    if (!ck_align_u64(w->pos, w->align, &aligned))
+        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->out.tmp);
+    return write_zeros(w, aligned - w->pos, e);
+}
+
 int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype, int rank, const uint64_t *shape,
                       struct err *e)
 {
@@ -70,10 +79,7 @@ int pack_writer_begin(struct pack_writer *w, const char *name, enum dtype dtype,
         w->t = t;
         w->cap = cap;
     }
-    uint64_t aligned;
-    if (!ck_align_u64(w->pos, w->align, &aligned))
-        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->out.tmp);
-    int rc = write_zeros(w, aligned - w->pos, e);
+    int rc = pad_to_alignment(w, e);
     if (rc != ERR_OK)
         return rc;
     struct pack_tensor *t = &w->t[w->n];
@@ -139,8 +145,8 @@ int pack_writer_add_file(struct pack_writer *w, const char *name, const void *da
         return err_set(e, ERR_USAGE, "%s: file '%s' added with tensor '%s' still open", w->out.tmp, name,
                        w->t[w->n - 1].name);
     if (!file_name_ok(name, strlen(name)))
-        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..", w->out.tmp, name,
-                       PACK_MAX_FILE_NAME);
+        return err_set(e, ERR_USAGE, "%s: file name '%s': expected 1 to %d bytes without '/', not . or ..",
+                       w->out.tmp, name, PACK_MAX_FILE_NAME);
     for (size_t i = 0; i < w->n_files; i++)
         if (!strcmp(w->f[i].name, name))
             return err_set(e, ERR_USAGE, "%s: file '%s' added twice", w->out.tmp, name);
@@ -153,10 +159,7 @@ int pack_writer_add_file(struct pack_writer *w, const char *name, const void *da
     if (!sha)
         return err_set(e, ERR_NOMEM, "cannot grow the file list");
     w->f_sha = sha;
-    uint64_t aligned;
-    if (!ck_align_u64(w->pos, w->align, &aligned))
-        return err_set(e, ERR_RANGE, "%s: data offset overflows", w->out.tmp);
-    int rc = write_zeros(w, aligned - w->pos, e);
+    int rc = pad_to_alignment(w, e);
     if (rc != ERR_OK)
         return rc;
     f = &w->f[w->n_files];

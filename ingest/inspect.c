@@ -90,7 +90,9 @@ static int inspect_pack(const char *path, FILE *out, struct json_object **jo, st
         fprintf(out, "  %-56s %12llu  %s\n", p.files[i].name, (unsigned long long)p.files[i].nbytes,
                 json_object_get_string(json_object_object_get(json_object_array_get_idx(fs, i), "sha256")));
     fprintf(out, "total: %zu tensors, %llu data bytes", p.n_tensors, (unsigned long long)p.data_size);
-    fprintf(out, p.n_files ? " (%zu files among them)\n" : "\n", p.n_files);
+    if (p.n_files)
+        fprintf(out, " (%zu files among them)", p.n_files);
+    fprintf(out, "\n");
     struct json_object *o = json_object_new_object(), *h = json_object_new_object();
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
     json_object_object_add(o, "path", json_object_new_string(path));

@@ -1324,6 +1324,20 @@ Test(convert, qat_lattice)
 
 /* ------------------------------------------------------------------ MLX export */
 
+/* dir_a/name and dir_b/name hold the same bytes. */
+static void assert_same_bytes(const char *dir_a, const char *dir_b, const char *name)
+{
+    char *a = fio_join(dir_a, name), *b = fio_join(dir_b, name);
+    size_t la, lb;
+    uint8_t *x = th_read(a, &la), *y = th_read(b, &lb);
+    cr_assert(x && y, "%s, %s", a, b);
+    cr_expect(la == lb && !memcmp(x, y, la), "%s and %s differ", a, b);
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+}
+
 Test(convert, mlx_export)
 {
     char *dir = th_mkdtemp();
@@ -1337,9 +1351,11 @@ Test(convert, mlx_export)
     o.format_mlx = true;
     struct convert_report r;
     convert_ok(&r, mm, &o);
-    cr_assert_eq(r.n_files, 2, "model.safetensors + config.json");
+    cr_assert_eq(r.n_files, 4, "model.safetensors, config.json and the fixture's tokenizer.json, tokenizer_config.json");
     convert_free(&r);
     assert_loadable(plain);
+    assert_same_bytes(mm, plain, "tokenizer.json");
+    assert_same_bytes(mm, plain, "tokenizer_config.json");
     struct json_object *cfg = read_json(plain, "config.json");
     cr_assert_null(jget(cfg, "quantization"), "nothing quantized, no quantization block");
     cr_assert_str_eq(json_object_get_string(jget(cfg, "model_type")), "gemma4");
@@ -1711,5 +1727,201 @@ Test(convert, mx_options_and_refusals)
     free(out);
     free(nv);
     free(hf);
+    th_rmtree(dir);
+}
+
+/* ------------------------------------------------------------------ the tokenizer travels */
+
+#include "core/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+static void pack_file_equals(const struct pack *p, const char *dir, const char *name)
+{
+    const struct pack_file *f = pack_find_file(p, name);
+    cr_assert(f, "the pack stores %s", name);
+    char *path = fio_join(dir, name);
+    size_t len;
+    uint8_t *b = th_read(path, &len);
+    cr_assert(b, "%s", path);
+    cr_expect(f->nbytes == len && !memcmp(pack_file_data(p, f), b, len), "%s: stored bytes differ from the source's",
+              name);
+    free(b);
+    free(path);
+}
+
+static bool note_has(const struct convert_report *r, const char *needle)
+{
+    for (size_t i = 0; i < r->carried.n_notes; i++)
+        if (strstr(r->carried.notes[i], needle))
+            return true;
+    return false;
+}
+
+/* A directory's tokenizer.json, tokenizer_config.json and chat_template.jinja are stored byte for byte;
+ * a tokenizer.json gempack cannot read is left out with a note, the weights converted all the same. */
+Test(convert, carries_the_tokenizer)
+{
+    char *dir = th_mkdtemp();
+    char *src = th_fixture(dir, "src", fx("e2b", FX_HF, 0));
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}";
+    free(th_write(src, "chat_template.jinja", tmpl, strlen(tmpl)));
+    char *out = convert_to(dir, "a.gpk", src, copts(NULL));
+    struct pack p;
+    open_pack(&p, out);
+    cr_expect_eq(p.n_files, 3);
+    pack_file_equals(&p, src, "tokenizer.json");
+    pack_file_equals(&p, src, "tokenizer_config.json");
+    pack_file_equals(&p, src, "chat_template.jinja");
+    pack_close(&p);
+    free(out);
+
+    /* a broken tokenizer.json: a note, the rest stored */
+    char *tj = fio_join(src, "tokenizer.json");
+    size_t len;
+    uint8_t *full = th_read(tj, &len);
+    free(th_write(src, "tokenizer.json", full, len / 2));
+    char *out2 = fio_join(dir, "b.gpk");
+    struct convert_opts o = copts(out2);
+    struct convert_report r;
+    convert_ok(&r, src, &o);
+    cr_expect_eq(r.carried.n, 2);
+    cr_expect(note_has(&r, "tokenizer.json not stored: ") && note_has(&r, "tokenizer.json: byte"), "the reader's "
+              "message in the note");
+    struct json_object *j = convert_json(&r);
+    cr_expect_eq(json_object_array_length(jget(j, "files")), 2);
+    cr_expect_eq(json_object_array_length(jget(j, "file_notes")), 1);
+    json_object_put(j);
+    convert_free(&r);
+    open_pack(&p, out2);
+    cr_expect_null(pack_find_file(&p, "tokenizer.json"));
+    pack_file_equals(&p, src, "chat_template.jinja");
+    pack_close(&p);
+
+    /* no tokenizer at all: no files, said so */
+    unlink(tj);
+    char *cfg = fio_join(src, "tokenizer_config.json"), *ct = fio_join(src, "chat_template.jinja");
+    unlink(cfg);
+    unlink(ct);
+    char *out3 = fio_join(dir, "c.gpk");
+    o.out = out3;
+    convert_ok(&r, src, &o);
+    cr_expect_eq(r.carried.n, 0);
+    j = convert_json(&r);
+    cr_expect_str_eq(json_object_get_string(json_object_array_get_idx(jget(j, "file_notes"), 0)),
+                     "no tokenizer in the source");
+    json_object_put(j);
+    char *text;
+    size_t tlen;
+    FILE *mf = open_memstream(&text, &tlen);
+    convert_print(mf, &r, false);
+    fclose(mf);
+    cr_expect(strstr(text, "tokenizer: no tokenizer in the source"), "%s", text);
+    free(text);
+    convert_free(&r);
+    open_pack(&p, out3);
+    cr_expect_eq(p.n_files, 0);
+    cr_expect(!json_object_object_get_ex(p.manifest, "files", NULL));
+    pack_close(&p);
+    free(full);
+    free(tj);
+    free(cfg);
+    free(ct);
+    free(out2);
+    free(out3);
+    free(src);
+    th_rmtree(dir);
+}
+
+/* A GGUF's tokenizer metadata becomes a tokenizer.json that loads and gives the GGUF's ids. */
+Test(convert, gguf_tokenizer_written)
+{
+    char *dir = th_mkdtemp();
+    struct fixture_opts f = fx("e2b", FX_HF, 0);
+    f.format = FXF_GGUF_Q4_0;
+    char *src = th_fixture(dir, "g", f);
+    char *gguf = fio_join(src, "model.gguf");
+    char *out = convert_to(dir, "g.gpk", gguf, copts(NULL));
+    struct pack p;
+    open_pack(&p, out);
+    cr_assert_eq(p.n_files, 1);
+    const struct pack_file *pf = pack_find_file(&p, "tokenizer.json");
+    cr_assert(pf);
+    struct tokenizer *written, *orig;
+    struct gguf_file g;
+    struct err e = {0};
+    cr_assert_eq(tok_load_json_mem(&written, (const char *)pack_file_data(&p, pf), (size_t)pf->nbytes, "stored", &e),
+                 ERR_OK, "%s", e.msg);
+    cr_assert_eq(gguf_open(&g, gguf, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(tok_load_gguf(&orig, &g, &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(tok_vocab_size(written), 512);
+    static const char *const texts[] = {"The model reads the text.", "<|turn>user\nhi<turn|>", "w\xC3\xB6rld \xF0\x9F\x98\x80"};
+    for (size_t i = 0; i < 3; i++) {
+        uint32_t *a, *b;
+        size_t na, nb;
+        cr_assert_eq(tok_encode(written, texts[i], strlen(texts[i]), true, &a, &na, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(tok_encode(orig, texts[i], strlen(texts[i]), true, &b, &nb, &e), ERR_OK, "%s", e.msg);
+        cr_expect(na == nb && !memcmp(a, b, na * sizeof *a), "'%s': ids differ", texts[i]);
+        free(a);
+        free(b);
+    }
+    tok_free(written);
+    tok_free(orig);
+    gguf_close(&g);
+    pack_close(&p);
+    free(out);
+    free(gguf);
+    free(src);
+    th_rmtree(dir);
+}
+
+/* llama.cpp's Gemma 4 vocabulary GGUF (build-ref/, setup.sh): its tokenizer written as a tokenizer.json
+ * that loads (262,144 ids), its tokenizer.chat_template (12,045 bytes) as chat_template.jinja, byte for byte. */
+Test(convert, gguf_chat_template_carried, .timeout = 120)
+{
+    const char *path = GP_SOURCE_DIR "/build-ref/llama/ggml-vocab-gemma-4.gguf";
+    struct stat st;
+    if (stat(path, &st) != 0)
+        cr_skip_test("no build-ref/llama/ggml-vocab-gemma-4.gguf: run setup.sh");
+    struct source s = {.kind = SRC_GGUF};
+    struct err e = {0};
+    cr_assert_eq(gguf_open(&s.gguf, path, &e), ERR_OK, "%s", e.msg);
+    struct carried c;
+    cr_assert_eq(carry_collect(&c, &s, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(c.n, 2, "%zu files, %zu notes", c.n, c.n_notes);
+    cr_expect_str_eq(c.f[0].name, "tokenizer.json");
+    cr_expect_str_eq(c.f[1].name, "chat_template.jinja");
+    const struct gguf_kv *kv = gguf_find_kv(&s.gguf, "tokenizer.chat_template");
+    cr_assert(kv);
+    cr_expect_eq(c.f[1].len, 12045);
+    cr_expect(kv->n == c.f[1].len && !memcmp(kv->str, c.f[1].data, c.f[1].len));
+    struct tokenizer *t;
+    cr_assert_eq(tok_load_json_mem(&t, c.f[0].data, c.f[0].len, "written", &e), ERR_OK, "%s", e.msg);
+    cr_expect_eq(tok_vocab_size(t), 262144);
+    tok_free(t);
+    carry_free(&c);
+    gguf_close(&s.gguf);
+}
+
+/* A tokenizer.json that is a FIFO (never waited on) or a directory: a note, the conversion done. */
+Test(convert, hostile_tokenizer_files_are_notes)
+{
+    char *dir = th_mkdtemp();
+    char *src = th_fixture(dir, "src", fx("e2b", FX_HF, 0));
+    char *tj = fio_join(src, "tokenizer.json"), *ct = fio_join(src, "chat_template.jinja");
+    unlink(tj);
+    cr_assert_eq(mkfifo(tj, 0600), 0);
+    cr_assert_eq(mkdir(ct, 0700), 0);
+    char *out = fio_join(dir, "h.gpk");
+    struct convert_opts o = copts(out);
+    struct convert_report r;
+    convert_ok(&r, src, &o);
+    cr_expect(r.written);
+    cr_expect_eq(r.carried.n, 1, "tokenizer_config.json only");
+    cr_expect(note_has(&r, "tokenizer.json not stored: ") && note_has(&r, "chat_template.jinja not stored: "));
+    convert_free(&r);
+    free(out);
+    free(tj);
+    free(ct);
+    free(src);
     th_rmtree(dir);
 }

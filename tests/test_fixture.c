@@ -767,3 +767,179 @@ Test(fixture, usage_errors)
     o.shards = 0;
     expect_usage(o, "--shards 0");
 }
+
+/* ---- the fixtures' tokenizer ---- */
+
+#include "core/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *const tok_strings[] = {
+    "The model reads the text.",
+    "Hello, w\xC3\xB6rld! \xF0\x9F\x98\x80",
+    "<|turn>user\nhi there<turn|>\n<|turn>model\n",
+    "the the the and of to in words",
+    "  leading spaces\n\nnewlines\tand tabs ",
+    "<unused0> <0x41> <bos><eos>",
+};
+#define N_TOK_STRINGS (sizeof tok_strings / sizeof *tok_strings)
+
+/* The tokenizer a fixture carries: tokenizer.json in a directory, tokenizer.ggml.* in model.gguf. */
+static struct tokenizer *fixture_tokenizer(const char *dir, struct gguf_file *g)
+{
+    struct tokenizer *t;
+    struct err e = {0};
+    char *path = fio_join(dir, "model.gguf");
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        cr_assert_eq(gguf_open(g, path, &e), ERR_OK, "%s", e.msg);
+        cr_assert_eq(tok_load_gguf(&t, g, &e), ERR_OK, "%s", e.msg);
+    } else {
+        free(path);
+        path = fio_join(dir, "tokenizer.json");
+        cr_assert_eq(tok_load_json(&t, path, &e), ERR_OK, "%s", e.msg);
+    }
+    free(path);
+    return t;
+}
+
+static void encode_all(const struct tokenizer *t, uint32_t **ids, size_t *n)
+{
+    for (size_t i = 0; i < N_TOK_STRINGS; i++) {
+        struct err e = {0};
+        cr_assert_eq(tok_encode(t, tok_strings[i], strlen(tok_strings[i]), true, &ids[i], &n[i], &e), ERR_OK, "%s",
+                     e.msg);
+    }
+}
+
+static void expect_piece(const struct tokenizer *t, uint32_t id, const char *want)
+{
+    size_t len;
+    const char *p = tok_piece(t, id, &len);
+    cr_expect(p && len == strlen(want) && !memcmp(p, want, len), "id %u is '%.*s', expected '%s'", id,
+              p ? (int)len : 0, p ? p : "", want);
+}
+
+/* Every variant, layout, quantization and format carries one tokenizer (the same ids from its
+ * tokenizer.json and its GGUF metadata), with vocab_size ids and Gemma's ids where they fit. */
+Test(fixture, tokenizer_in_every_form, .timeout = 120)
+{
+    static const char *const variants[] = {"e2b", "e4b", "12b", "26b-a4b", "31b"};
+    char *root = th_mkdtemp();
+    uint32_t *want[N_TOK_STRINGS] = {0};
+    size_t n_want[N_TOK_STRINGS] = {0};
+    for (size_t v = 0; v < 5; v++)
+        for (int form = 0; form < 6; form++) {
+            struct fixture_opts o = fx(variants[v], form == 1 || form == 3 ? FX_MLX : form == 2 ? FX_TEXT : FX_HF);
+            o.quant_bits = form == 3 ? 4 : 0;
+            o.format = form == 4 ? FXF_CT_W4A16 : form == 5 ? (v % 2 ? FXF_GGUF_Q8_0 : FXF_GGUF_Q4_0) : FXF_SAFETENSORS;
+            char sub[64];
+            snprintf(sub, sizeof sub, "%s-%d", variants[v], form);
+            char *dir = th_fixture(root, sub, o);
+            struct gguf_file g = {0};
+            struct tokenizer *t = fixture_tokenizer(dir, &g);
+            cr_expect_eq(tok_vocab_size(t), 512, "%s: vocab_size ids", sub);
+            size_t nb;
+            const uint32_t *bos = tok_bos_rule(t, &nb);
+            cr_expect(nb == 1 && bos[0] == 2, "%s: <bos> prepended", sub);
+            uint32_t *ids[N_TOK_STRINGS];
+            size_t n[N_TOK_STRINGS];
+            encode_all(t, ids, n);
+            for (size_t i = 0; i < N_TOK_STRINGS; i++) {
+                if (!want[i]) {
+                    want[i] = ids[i];
+                    n_want[i] = n[i];
+                    continue;
+                }
+                cr_expect(n[i] == n_want[i] && !memcmp(ids[i], want[i], n[i] * sizeof *ids[i]),
+                          "%s: string %zu gives other ids", sub, i);
+                free(ids[i]);
+            }
+            tok_free(t);
+            if (o.format == FXF_GGUF_Q4_0 || o.format == FXF_GGUF_Q8_0)
+                gguf_close(&g);
+            else {
+                char *cfg = fio_join(dir, "tokenizer_config.json");
+                struct stat st;
+                cr_expect_eq(stat(cfg, &st), 0, "%s: tokenizer_config.json", sub);
+                free(cfg);
+            }
+            free(dir);
+        }
+    /* Gemma's ids where they fit, and ordinary words as merged pieces (ids by HF tokenizers, 0.23.2) */
+    struct gguf_file g = {0};
+    char *dir = fio_join(root, "e2b-0");
+    struct tokenizer *t = fixture_tokenizer(dir, &g);
+    expect_piece(t, 0, "<pad>");
+    expect_piece(t, 1, "<eos>");
+    expect_piece(t, 2, "<bos>");
+    expect_piece(t, 3, "<unk>");
+    expect_piece(t, 105, "<|turn>");
+    expect_piece(t, 106, "<turn|>");
+    expect_piece(t, 238, "<0x00>");
+    expect_piece(t, 493, "<0xFF>");
+    const uint32_t first[] = {2, 80, 77, 128, 104, 41, 141, 6}; /* <bos> The ▁model ▁rea ds ▁the ▁text . */
+    cr_expect(n_want[0] == 8 && !memcmp(want[0], first, sizeof first), "'%s'", tok_strings[0]);
+    expect_piece(t, 77, "\xE2\x96\x81model");
+    tok_free(t);
+    /* HF tokenizers agrees on the written tokenizer.json (when build-ref/ and node are there) */
+    FILE *f = fopen(GP_SOURCE_DIR "/build-ref/npm/tokenizers_0.23.2/package/package.json", "rb");
+    if (!f || system("node --version >/dev/null 2>&1") != 0) {
+        cr_log_warn("no build-ref/ or node: HF tokenizers' check of the fixture tokenizer skipped");
+    } else {
+        struct json_object *a = json_object_new_array();
+        for (size_t i = 0; i < N_TOK_STRINGS; i++)
+            json_object_array_add(a, json_object_new_string(tok_strings[i]));
+        const char *js = json_object_to_json_string(a);
+        char *spath = th_write(root, "strings.json", js, strlen(js));
+        json_object_put(a);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "node '%s/tests/tokenizer/hf_encode.js' '%s/build-ref' '%s/tokenizer.json' '%s'",
+                 GP_SOURCE_DIR, GP_SOURCE_DIR, dir, spath);
+        FILE *p = popen(cmd, "r");
+        cr_assert(p, "%s", cmd);
+        char line[8192];
+        for (size_t i = 0; i < N_TOK_STRINGS; i++) {
+            cr_assert(fgets(line, sizeof line, p), "HF tokenizers: no line for string %zu", i);
+            char *s = line, *end;
+            size_t k = 0;
+            bool same = true;
+            for (unsigned long id = strtoul(s, &end, 10); end != s; s = end, id = strtoul(s, &end, 10), k++)
+                same = same && k < n_want[i] && want[i][k] == id;
+            cr_expect(same && k == n_want[i], "string %zu: HF tokenizers' ids differ from gempack's", i);
+        }
+        cr_expect_eq(pclose(p), 0);
+        free(spath);
+    }
+    if (f)
+        fclose(f);
+    for (size_t i = 0; i < N_TOK_STRINGS; i++)
+        free(want[i]);
+    free(dir);
+    th_rmtree(root);
+}
+
+/* The full-size vocabulary: 262,144 ids, the media tokens at their real ids, <unusedN> after the pieces. */
+Test(fixture, tokenizer_full_size, .timeout = 120)
+{
+    char *root = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_HF);
+    o.full_size = true;
+    o.headers_only = true;
+    char *dir = th_fixture(root, "full", o);
+    struct gguf_file g = {0};
+    struct tokenizer *t = fixture_tokenizer(dir, &g);
+    cr_expect_eq(tok_vocab_size(t), 262144);
+    expect_piece(t, 255999, "<|image>");
+    expect_piece(t, 258884, "<|video|>");
+    expect_piece(t, 77, "\xE2\x96\x81model");
+    size_t len;
+    const char *last = tok_piece(t, 262143, &len);
+    cr_expect(last && len > 8 && !memcmp(last, "<unused", 7), "the last id is an <unusedN>");
+    tok_free(t);
+    /* same arguments, same bytes */
+    char *again = th_fixture(root, "full2", o);
+    assert_same_file(dir, again, "tokenizer.json");
+    free(again);
+    free(dir);
+    th_rmtree(root);
+}

@@ -117,14 +117,14 @@ static struct json_object *pre_tokenizer(const struct tokenizer *t)
 }
 
 static void template_ids(const struct tokenizer *t, struct json_object *a, const uint32_t *ids, size_t n,
-                         struct json_object *special)
+                         int type_id, struct json_object *special)
 {
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const char *s = tok_piece(t, ids[i], &len); /* tok_finish: every template id has a piece */
         struct json_object *item = json_object_new_object(), *st = json_object_new_object();
         json_object_object_add(st, "id", str(s, len));
-        json_object_object_add(st, "type_id", json_object_new_int(0));
+        json_object_object_add(st, "type_id", json_object_new_int(type_id));
         json_object_object_add(item, "SpecialToken", st);
         json_object_array_add(a, item);
         struct json_object *sp = json_object_new_object(), *v = json_object_new_array(), *tk = json_object_new_array();
@@ -146,22 +146,22 @@ static void sequence_item(struct json_object *a, const char *id, int type_id)
     json_object_array_add(a, item);
 }
 
-/* TemplateProcessing: prefix, $A, suffix (and for pairs the same again around $B), or null. */
+/* TemplateProcessing: prefix, $A, suffix (and for pairs the same again around $B, type 1 as Gemma's), or null. */
 static struct json_object *post_processor(const struct tokenizer *t)
 {
     if (!t->n_prefix && !t->n_suffix)
         return NULL;
     struct json_object *o = typed("TemplateProcessing"), *single = json_object_new_array(),
                        *pair = json_object_new_array(), *special = json_object_new_object();
-    template_ids(t, single, t->prefix, t->n_prefix, special);
+    template_ids(t, single, t->prefix, t->n_prefix, 0, special);
     sequence_item(single, "A", 0);
-    template_ids(t, single, t->suffix, t->n_suffix, special);
-    template_ids(t, pair, t->prefix, t->n_prefix, special);
+    template_ids(t, single, t->suffix, t->n_suffix, 0, special);
+    template_ids(t, pair, t->prefix, t->n_prefix, 0, special);
     sequence_item(pair, "A", 0);
-    template_ids(t, pair, t->suffix, t->n_suffix, special);
-    template_ids(t, pair, t->prefix, t->n_prefix, special);
+    template_ids(t, pair, t->suffix, t->n_suffix, 0, special);
+    template_ids(t, pair, t->prefix, t->n_prefix, 1, special);
     sequence_item(pair, "B", 1);
-    template_ids(t, pair, t->suffix, t->n_suffix, special);
+    template_ids(t, pair, t->suffix, t->n_suffix, 1, special);
     json_object_object_add(o, "single", single);
     json_object_object_add(o, "pair", pair);
     json_object_object_add(o, "special_tokens", special);

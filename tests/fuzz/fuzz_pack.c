@@ -1,5 +1,5 @@
-/* Fuzz harness: a .gpk pack (header, manifest, tensors, CRCs, the
- * "quantized" entries).
+/* Fuzz harness: a .gpk pack (header, manifest, tensors, stored files, CRCs,
+ * the "quantized" entries).
  * Each input is opened twice: as given (the header and manifest CRCs turn
  * away almost every mutation there), then with the header's file size, the
  * manifest size and both CRCs recomputed, so mutations of the manifest and
@@ -24,6 +24,9 @@ static void open_and_walk(uint8_t *buf, size_t size)
     pack_verify(&p, &bad, &e);
     for (size_t i = 0; i < p.n_tensors; i++)
         if (pack_find(&p, p.tensors[i].name) != &p.tensors[i])
+            abort();
+    for (size_t i = 0; i < p.n_files; i++)
+        if (pack_find_file(&p, p.files[i].name) != &p.files[i]) /* (pack_verify read every byte) */
             abort();
     pack_close(&p);
 }

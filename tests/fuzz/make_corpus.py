@@ -3,7 +3,7 @@
 are committed under tests/fuzz/corpus/). Run from the repository root:
     /usr/bin/python3 tests/fuzz/make_corpus.py BUILD_DIR
 It uses `gempack fixture` for realistic configs."""
-import io, json, os, struct, subprocess, sys, tempfile, zipfile, zlib
+import hashlib, io, json, os, struct, subprocess, sys, tempfile, zipfile, zlib
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
@@ -80,16 +80,24 @@ put("index", "valid.json", json.dumps({"metadata": {"total_size": 2},
 put("index", "missing-shard.json", json.dumps({"weight_map": {"a": "model-00003-of-00002.safetensors"}}))
 
 
-def pack(tensors, align=64, extra=None):
-    """A .gpk v1 image (docs/FORMAT.md) of (name, dtype, shape, bytes) and extra manifest fields."""
-    data, recs = b"", []
+def pack(tensors, align=64, extra=None, files=()):
+    """A .gpk v1 image (docs/FORMAT.md) of (name, dtype, shape, bytes), stored files (name, bytes) and
+    extra manifest fields."""
+    data, recs, frecs = b"", [], []
     for name, dt, shape, b in tensors:
         data += b"\0" * ((-len(data)) % align)
         recs.append({"name": name, "dtype": dt, "shape": shape, "offset": len(data), "nbytes": len(b),
                      "crc32": zlib.crc32(b)})
         data += b
-    m = json.dumps({"format": "gempack", "version": [1, 0], "required_features": ["dtype:BF16"],
-                    "tensors": recs, **(extra or {})}, separators=(",", ":")).encode()
+    for name, b in files:
+        data += b"\0" * ((-len(data)) % align)
+        frecs.append({"name": name, "offset": len(data), "nbytes": len(b), "crc32": zlib.crc32(b),
+                      "sha256": hashlib.sha256(b).hexdigest()})
+        data += b
+    feats = ["dtype:BF16"] + (["files"] if files else [])
+    m = json.dumps({"format": "gempack", "version": [1, 0], "required_features": feats,
+                    "tensors": recs, **({"files": frecs} if files else {}), **(extra or {})},
+                   separators=(",", ":")).encode()
     hdr = bytearray(64)
     hdr[0:8] = b"\x89GPK\r\n\x1a\n"
     struct.pack_into("<HHIQQQQQI", hdr, 8, 1, 0, align, align + len(data) + len(m), align, len(data),
@@ -100,6 +108,9 @@ def pack(tensors, align=64, extra=None):
 
 put("pack", "two-tensors.gpk", pack([("a.weight", "BF16", [2, 3], bytes(range(12))), ("norm.weight", "BF16", [5], bytes(10))]))
 put("pack", "empty.gpk", pack([]))
+put("pack", "files.gpk", pack([("a.weight", "BF16", [2, 3], bytes(range(12)))],
+                              files=[("tokenizer.json", b'{"version":"1.0"}'), ("chat_template.jinja", b"{{ bos_token }}"),
+                                     ("empty", b"")]))
 put("pack", "quantized.gpk", pack([("m.weight", "U32", [2, 4], bytes(range(32))), ("m.scales", "BF16", [2, 1], bytes(4)),
                                    ("m.biases", "BF16", [2, 1], bytes(4))],
                                   extra={"quantized": {"m": {"mode": "affine", "bits": 4, "group_size": 32,
