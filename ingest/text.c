@@ -200,8 +200,8 @@ int text_encode(const struct model_text *t, const struct text_prompt *p, int32_t
         text = *rendered;
     uint32_t *u = NULL;
     size_t nu = 0;
-    if (rc == ERR_OK)
-        rc = tok_encode(t->tok, text, len, !p->chat, &u, &nu, e);
+    if (rc == ERR_OK && (rc = tok_encode(t->tok, text, len, !p->chat, &u, &nu, e)) != ERR_OK && p->what)
+        err_prefix(e, "%s", p->what);
     if (rc == ERR_OK && tok_vocab_size(t->tok) > t->vocab)
         rc = err_set(e, ERR_FORMAT, "the tokenizer has %u ids, the model's vocabulary %lld: not this model's tokenizer",
                      tok_vocab_size(t->tok), (long long)t->vocab);
@@ -232,12 +232,15 @@ int text_prompts_add(struct text_prompts *s, const char *text, size_t len, bool 
     if (!np)
         return err_set(e, ERR_NOMEM, "out of memory");
     s->p = np;
-    char *copy = malloc(len + 1);
-    if (!copy)
+    char *copy = malloc(len + 1), *name = strdup(what);
+    if (!copy || !name) {
+        free(copy);
+        free(name);
         return err_set(e, ERR_NOMEM, "out of memory");
+    }
     memcpy(copy, text, len);
     copy[len] = 0;
-    s->p[s->n++] = (struct text_prompt){.text = copy, .len = len, .chat = chat};
+    s->p[s->n++] = (struct text_prompt){.what = name, .text = copy, .len = len, .chat = chat};
     return ERR_OK;
 }
 
@@ -254,8 +257,10 @@ int text_prompts_add_file(struct text_prompts *s, const char *path, struct err *
 
 void text_prompts_free(struct text_prompts *s)
 {
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < s->n; i++) {
         free((char *)s->p[i].text);
+        free((char *)s->p[i].what);
+    }
     free(s->p);
     s->p = NULL;
     s->n = 0;

@@ -46,6 +46,7 @@ void text_close(struct model_text *t);
  * rendered through the template (add_generation_prompt; the template writes
  * BOS, so the tokenizer adds nothing). */
 struct text_prompt {
+    const char *what;               /* how messages name it ("--prompt", a file), or NULL */
     const char *text;               /* raw text, or the user message */
     size_t len;
     bool chat;
