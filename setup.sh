@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential clang meson ninja-build pkg-config libjson-c-dev libzip-dev zlib1g-dev
-          libcriterion-dev libopenblas-dev python3 python3-numpy valgrind time git openssl
+          libcriterion-dev libopenblas-dev python3 python3-numpy python3-jinja2 valgrind time git openssl
           chromium)  # renders the HTML reports in tests/report_render.sh
 # the arm64 build that test.sh runs under qemu-user (tests/arm64.sh)
 arm64=(gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt pkgconf:arm64 libjson-c-dev:arm64 libzip-dev:arm64 zlib1g-dev:arm64
@@ -79,14 +79,25 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
         fi
         rm -rf "$dir" && mkdir -p "$dir" && tar xzf "$ref/npm/$tgz" -C "$dir" && rm -f "$ref/npm/$tgz" && touch "$dir/.ok"
     done
-    # llama.cpp's source travels in node-llama-cpp as a git bundle: its Gemma 4 vocabulary and test vectors
-    if [ ! -e "$ref/llama/ggml-vocab-gemma-4.gguf.out" ]; then
-        rm -rf "$ref/llama.git" "$ref/llama" && mkdir -p "$ref/llama"
+    # llama.cpp's source travels in node-llama-cpp as a git bundle: its Gemma 4 vocabulary and test vectors,
+    # and the Gemma 4 chat templates (tests/test_template.c; their sha256 pinned here and in tokenizer/template.c)
+    if [ ! -e "$ref/llama/ggml-vocab-gemma-4.gguf.out" ] || [ ! -e "$ref/templates/.ok" ]; then
+        rm -rf "$ref/llama.git" "$ref/llama" "$ref/templates" && mkdir -p "$ref/llama" "$ref/templates"
         git clone -q --bare "$ref/npm/node-llama-cpp_3.21.1/package/llama/gitRelease.bundle" "$ref/llama.git"
         for f in ggml-vocab-gemma-4.gguf ggml-vocab-gemma-4.gguf.inp ggml-vocab-gemma-4.gguf.out; do
             git --git-dir="$ref/llama.git" show "HEAD:models/$f" >"$ref/llama/$f"
         done
+        for f in google-gemma-4-31B-it.jinja google-gemma-4-31B-it-interleaved.jinja; do
+            git --git-dir="$ref/llama.git" show "HEAD:models/templates/$f" >"$ref/templates/$f"
+        done
         rm -rf "$ref/llama.git"
+        python3 tests/template/gguf_template.py "$ref/llama/ggml-vocab-gemma-4.gguf" "$ref/templates/ggml-vocab-gemma-4.jinja"
+        (cd "$ref/templates" && sha256sum -c --quiet) <<'PINS'
+2dfbfc7d538912f4ea11d29d85b4e25d7bc26386e53f57529f1d707c28b5828c  ggml-vocab-gemma-4.jinja
+65f93a25708c952457106a30e185ba7beffddd726121c8d7e3f3e08b23c16c67  google-gemma-4-31B-it-interleaved.jinja
+85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98  google-gemma-4-31B-it.jinja
+PINS
+        touch "$ref/templates/.ok"
     fi
     # Gemma 3's tokenizer.json with its special slots named as Gemma 4 names them
     node tests/tokenizer/gemma4_json.js "$ref"

@@ -220,7 +220,7 @@ static void refused(const char *src, enum err_code code, const char *needle)
     struct chat_template *t = NULL;
     struct err e = {0};
     int rc = tmpl_parse(&t, src, strlen(src), "refused.jinja", &e);
-    cr_expect_eq(rc, code, "%s: rc %d (%s)", src, rc, e.msg);
+    cr_expect_eq(rc, (int)code, "%s: rc %d (%s)", src, rc, e.msg);
     cr_expect(strstr(e.msg, needle), "%s: message '%s' lacks '%s'", src, e.msg, needle);
     cr_expect_null(t);
 }
@@ -282,7 +282,7 @@ static void render_refused(const char *src, const char *messages, enum err_code 
     char *out = NULL;
     struct err e = {0};
     int rc = render(src, messages, &out, &e);
-    cr_expect_eq(rc, code, "%s: rc %d (%s)", src, rc, e.msg);
+    cr_expect_eq(rc, (int)code, "%s: rc %d (%s)", src, rc, e.msg);
     cr_expect(strstr(e.msg, needle), "%s: message '%s' lacks '%s'", src, e.msg, needle);
     cr_expect_null(out);
 }

@@ -430,15 +430,24 @@ struct lexer {
     const char *name;
 };
 
+/* "name: line N: message", the form of every error about a template. */
+static int verr(struct err *e, enum err_code code, const char *name, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+static int verr(struct err *e, enum err_code code, const char *name, int line, const char *fmt, va_list ap)
+{
+    char m[1024];
+    vsnprintf(m, sizeof m, fmt, ap);
+    return err_set(e, code, "%s: line %d: %s", name, line, m);
+}
+
 static int lex_err(struct lexer *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lex_err(struct lexer *L, const char *fmt, ...)
 {
-    char m[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
+    int rc = verr(L->e, ERR_FORMAT, L->name, L->line, fmt, ap);
     va_end(ap);
-    return err_set(L->e, ERR_FORMAT, "%s: line %d: %s", L->name, L->line, m);
+    return rc;
 }
 
 static int lex_push(struct lexer *L, struct tok t)
@@ -782,12 +791,11 @@ struct parser {
 static int perr(struct parser *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int perr(struct parser *P, const char *fmt, ...)
 {
-    char m[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
+    int rc = verr(P->e, ERR_FORMAT, P->name, P->t[P->pos].line, fmt, ap);
     va_end(ap);
-    return err_set(P->e, ERR_FORMAT, "%s: line %d: %s", P->name, P->t[P->pos].line, m);
+    return rc;
 }
 
 static int unsupported(struct parser *P, const char *what, struct sv name)
@@ -818,16 +826,24 @@ static int expect_op(struct parser *P, const char *op)
     return skip_op(P, op) ? 0 : perr(P, "expected '%s'", op);
 }
 
+/* A zeroed node of the AST. */
+static void *new_node(struct parser *P, size_t size)
+{
+    void *n = arena_alloc(P->mem, size);
+    if (!n)
+        err_set(P->e, ERR_NOMEM, "%s: out of memory parsing", P->name);
+    else
+        memset(n, 0, size);
+    return n;
+}
+
 static struct expr *new_expr(struct parser *P, int k)
 {
-    struct expr *x = arena_alloc(P->mem, sizeof *x);
-    if (!x) {
-        err_set(P->e, ERR_NOMEM, "%s: out of memory parsing", P->name);
-        return NULL;
+    struct expr *x = new_node(P, sizeof *x);
+    if (x) {
+        x->k = (uint8_t)k;
+        x->line = cur(P)->line;
     }
-    memset(x, 0, sizeof *x);
-    x->k = (uint8_t)k;
-    x->line = cur(P)->line;
     return x;
 }
 
@@ -865,6 +881,7 @@ static void *pvec_done(struct parser *P, struct pvec *pv, size_t elem)
 static struct expr *parse_expr(struct parser *P, bool condexpr);
 static struct expr *parse_unary(struct parser *P, bool filters);
 static struct expr *parse_primary(struct parser *P);
+static struct expr *parse_binary(struct parser *P, size_t level);
 
 static int find_name(const char *const *names, struct sv s)
 {
@@ -934,6 +951,22 @@ out:
     return rc;
 }
 
+/* A node of kind k over a, named by the name token that follows. */
+static struct expr *named(struct parser *P, int k, struct expr *a, const char *what)
+{
+    if (cur(P)->k != K_NAME) {
+        perr(P, "expected %s name", what);
+        return NULL;
+    }
+    struct expr *y = new_expr(P, k);
+    if (!y)
+        return NULL;
+    y->a = a;
+    y->name = cur(P)->s;
+    P->pos++;
+    return y;
+}
+
 static struct expr *parse_postfix(struct parser *P, struct expr *x)
 {
     for (;;) {
@@ -951,17 +984,8 @@ static struct expr *parse_postfix(struct parser *P, struct expr *x)
                 x = y;
                 continue;
             }
-            if (cur(P)->k != K_NAME) {
-                perr(P, "expected a name after '.'");
+            if (!(x = named(P, E_ATTR, x, "an attribute")))
                 return NULL;
-            }
-            struct expr *y = new_expr(P, E_ATTR);
-            if (!y)
-                return NULL;
-            y->a = x;
-            y->name = cur(P)->s;
-            P->pos++;
-            x = y;
         } else if (skip_op(P, "[")) {
             struct expr *parts[3] = {0};
             int np = 0;
@@ -1042,21 +1066,15 @@ static struct expr *parse_filters(struct parser *P, struct expr *x)
 {
     for (;;) {
         if (skip_op(P, "|")) {
-            if (cur(P)->k != K_NAME) {
-                perr(P, "expected a filter name after '|'");
-                return NULL;
-            }
-            struct expr *y = new_expr(P, E_FILTER);
+            struct expr *y = named(P, E_FILTER, x, "a filter");
             if (!y)
                 return NULL;
-            y->a = x;
-            y->name = cur(P)->s;
             y->id = find_name(filter_names, y->name);
             if (y->id < 0) {
+                P->pos--;
                 unsupported(P, "filter", y->name);
                 return NULL;
             }
-            P->pos++;
             if (skip_op(P, "(") && parse_args(P, y))
                 return NULL;
             x = y;
@@ -1256,49 +1274,49 @@ static struct expr *binary(struct parser *P, int k, int op, struct expr *a, stru
     return x;
 }
 
-static struct expr *parse_pow(struct parser *P)
+/* The binary levels of jinja2's grammar, loosest first; parse_not and parse_compare sit between 1 and 2. */
+static const struct level {
+    int kind;
+    bool word;
+    const char *tok[4];
+    int op[4];
+} levels[] = {
+    {E_OR, true, {"or"}, {0}},
+    {E_AND, true, {"and"}, {0}},
+    {E_BIN, false, {"+", "-"}, {B_ADD, B_SUB}},
+    {E_CONCAT, false, {"~"}, {0}},
+    {E_BIN, false, {"*", "/", "//", "%"}, {B_MUL, B_DIV, B_FDIV, B_MOD}},
+    {E_BIN, false, {"**"}, {B_POW}},
+};
+
+static struct expr *parse_not(struct parser *P);
+
+static struct expr *parse_operand(struct parser *P, size_t level)
 {
-    struct expr *x = parse_unary(P, true);
-    while (x && skip_op(P, "**"))
-        x = binary(P, E_BIN, B_POW, x, parse_unary(P, true));
-    return x;
+    return level == 1 ? parse_not(P)
+         : level + 1 < sizeof levels / sizeof *levels ? parse_binary(P, level + 1) : parse_unary(P, true);
 }
 
-static struct expr *parse_math2(struct parser *P)
+static struct expr *parse_binary(struct parser *P, size_t level)
 {
-    struct expr *x = parse_pow(P);
-    for (;;) {
-        int op = is_op(P, "*") ? B_MUL : is_op(P, "/") ? B_DIV : is_op(P, "//") ? B_FDIV : is_op(P, "%") ? B_MOD : -1;
-        if (!x || op < 0)
+    const struct level *l = &levels[level];
+    struct expr *x = parse_operand(P, level);
+    while (x) {
+        int k;
+        for (k = 0; k < 4 && l->tok[k]; k++)
+            if (l->word ? is_name(P, l->tok[k]) : is_op(P, l->tok[k]))
+                break;
+        if (k == 4 || !l->tok[k])
             return x;
         P->pos++;
-        x = binary(P, E_BIN, op, x, parse_pow(P));
+        x = binary(P, l->kind, l->op[k], x, parse_operand(P, level));
     }
-}
-
-static struct expr *parse_concat(struct parser *P)
-{
-    struct expr *x = parse_math2(P);
-    while (x && skip_op(P, "~"))
-        x = binary(P, E_CONCAT, 0, x, parse_math2(P));
     return x;
-}
-
-static struct expr *parse_math1(struct parser *P)
-{
-    struct expr *x = parse_concat(P);
-    for (;;) {
-        int op = is_op(P, "+") ? B_ADD : is_op(P, "-") ? B_SUB : -1;
-        if (!x || op < 0)
-            return x;
-        P->pos++;
-        x = binary(P, E_BIN, op, x, parse_concat(P));
-    }
 }
 
 static struct expr *parse_compare(struct parser *P)
 {
-    struct expr *x = parse_math1(P);
+    struct expr *x = parse_binary(P, 2);
     if (!x)
         return NULL;
     struct pvec ops = {0}, rhs = {0};
@@ -1312,7 +1330,7 @@ static struct expr *parse_compare(struct parser *P)
         if (op < 0)
             break;
         P->pos++;
-        struct expr *b = parse_math1(P);
+        struct expr *b = parse_binary(P, 2);
         if (!b || pvec_push(P, &ops, (void *)(uintptr_t)op) || pvec_push(P, &rhs, b)) {
             free(ops.v);
             free(rhs.v);
@@ -1359,32 +1377,16 @@ static struct expr *parse_not(struct parser *P)
     return parse_compare(P);
 }
 
-static struct expr *parse_and(struct parser *P)
-{
-    struct expr *x = parse_not(P);
-    while (x && skip_name(P, "and"))
-        x = binary(P, E_AND, 0, x, parse_not(P));
-    return x;
-}
-
-static struct expr *parse_or(struct parser *P)
-{
-    struct expr *x = parse_and(P);
-    while (x && skip_name(P, "or"))
-        x = binary(P, E_OR, 0, x, parse_and(P));
-    return x;
-}
-
 static struct expr *parse_expr(struct parser *P, bool condexpr)
 {
     if (++P->nest > TMPL_MAX_NEST) {
         perr(P, "expression nested deeper than %d", TMPL_MAX_NEST);
         return NULL;
     }
-    struct expr *x = parse_or(P);
+    struct expr *x = parse_binary(P, 0);
     while (condexpr && x && skip_name(P, "if")) {
         struct expr *c = new_expr(P, E_COND);
-        if (!c || !(c->a = parse_or(P)))
+        if (!c || !(c->a = parse_binary(P, 0)))
             return NULL;
         c->b = x;
         if (skip_name(P, "else") && !(c->c = parse_expr(P, true)))
@@ -1425,14 +1427,11 @@ static int parse_body(struct parser *P, struct body *b, const char *const *ends)
 
 static struct stmt *new_stmt(struct parser *P, int k)
 {
-    struct stmt *s = arena_alloc(P->mem, sizeof *s);
-    if (!s) {
-        err_set(P->e, ERR_NOMEM, "%s: out of memory parsing", P->name);
-        return NULL;
+    struct stmt *s = new_node(P, sizeof *s);
+    if (s) {
+        s->k = (uint8_t)k;
+        s->line = cur(P)->line;
     }
-    memset(s, 0, sizeof *s);
-    s->k = (uint8_t)k;
-    s->line = cur(P)->line;
     return s;
 }
 
@@ -1681,9 +1680,7 @@ out:
 
 struct frame {
     struct frame *parent;
-    size_t n, cap;
-    struct sv *names;
-    struct val *vals;
+    struct dict *vars; /* names (str values) -> values */
 };
 
 struct rt {
@@ -1704,12 +1701,10 @@ struct buf {
 static int rterr(struct rt *R, enum err_code code, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int rterr(struct rt *R, enum err_code code, int line, const char *fmt, ...)
 {
-    char m[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
+    verr(R->e, code, R->tname, line, fmt, ap);
     va_end(ap);
-    err_set(R->e, code, "%s: line %d: %s", R->tname, line, m);
     return -1;
 }
 
@@ -1866,44 +1861,66 @@ static const char *type_name(const struct val *v)
 
 static int py_repr(struct rt *R, const struct val *v, struct buf *b, int line);
 
-/* Python's repr of a str. */
-static int str_repr(struct rt *R, struct sv s, struct buf *b, int line)
+/* An escape of code point c into tmp: its length; 0 where c stands as itself; -1 where not modelled. */
+typedef int (*escaper)(uint32_t c, char q, bool ascii, char *tmp);
+
+/* Python's repr: the quote and backslash, \n \r \t, the other unprintable code points as \xNN, \uNNNN, \UNNNNNNNN. */
+static int esc_repr(uint32_t c, char q, bool ascii, char *tmp)
 {
-    bool sq = memchr(s.p, '\'', s.n) != NULL, dq = memchr(s.p, '"', s.n) != NULL;
-    char q = sq && !dq ? '"' : '\'';
+    (void)ascii;
+    if (c == (uint32_t)q || c == '\\' || c == '\n' || c == '\r' || c == '\t') {
+        tmp[0] = '\\';
+        tmp[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : (char)c;
+        return 2;
+    }
+    int pr = py_printable(c);
+    if (pr)
+        return pr < 0 ? -1 : 0;
+    return snprintf(tmp, 16, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", (unsigned)c);
+}
+
+/* json.dumps: " \\ \n \r \t \b \f, other controls (and with ensure_ascii all but printable ASCII) as \\uXXXX. */
+static int esc_json(uint32_t c, char q, bool ascii, char *tmp)
+{
+    static const char from[] = "\"\\\n\r\t\b\f", to[] = "\"\\nrtbf";
+    (void)q;
+    const char *f = c && c < 0x80 ? strchr(from, (int)c) : NULL;
+    if (f) {
+        tmp[0] = '\\', tmp[1] = to[f - from];
+        return 2;
+    }
+    if (!(c < 0x20 || (ascii && c > 0x7E)))
+        return 0;
+    if (c < 0x10000)
+        return snprintf(tmp, 16, "\\u%04x", (unsigned)c);
+    uint32_t v = c - 0x10000;
+    return snprintf(tmp, 16, "\\u%04x\\u%04x", (unsigned)(0xD800 + (v >> 10)), (unsigned)(0xDC00 + (v & 0x3FF)));
+}
+
+/* s between quotes q, each code point through esc. */
+static int quoted(struct rt *R, struct sv s, char q, escaper esc, bool ascii, struct buf *b, int line)
+{
     if (buf_put(R, b, &q, 1, line))
         return -1;
     for (size_t i = 0; i < s.n;) {
         size_t st = i;
         uint32_t c = utf8_next(s.p, s.n, &i);
         char tmp[16];
-        const char *o = tmp;
-        size_t on;
-        if (c == (uint32_t)q || c == '\\') {
-            tmp[0] = '\\', tmp[1] = (char)c, on = 2;
-        } else if (c == '\n') {
-            o = "\\n", on = 2;
-        } else if (c == '\r') {
-            o = "\\r", on = 2;
-        } else if (c == '\t') {
-            o = "\\t", on = 2;
-        } else {
-            int pr = py_printable(c);
-            if (pr < 0)
-                return rterr(R, ERR_UNSUPPORTED, line,
-                             "repr of a string with U+%04X: its Python printability is not in gempack's table",
-                             (unsigned)c);
-            if (pr) {
-                o = s.p + st, on = i - st;
-            } else {
-                on = (size_t)snprintf(tmp, sizeof tmp, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x",
-                                      (unsigned)c);
-            }
-        }
-        if (buf_put(R, b, o, on, line))
+        int on = esc(c, q, ascii, tmp);
+        if (on < 0)
+            return rterr(R, ERR_UNSUPPORTED, line,
+                         "repr of a string with U+%04X: its Python printability is not in gempack's table", (unsigned)c);
+        if (on ? buf_put(R, b, tmp, (size_t)on, line) : buf_put(R, b, s.p + st, i - st, line))
             return -1;
     }
     return buf_put(R, b, &q, 1, line);
+}
+
+/* Python's repr of a str. */
+static int str_repr(struct rt *R, struct sv s, struct buf *b, int line)
+{
+    bool sq = memchr(s.p, '\'', s.n) != NULL, dq = memchr(s.p, '"', s.n) != NULL;
+    return quoted(R, s, sq && !dq ? '"' : '\'', esc_repr, false, b, line);
 }
 
 /* Python's str(v). */
@@ -2645,38 +2662,7 @@ struct jsonopt {
 
 static int json_str(struct rt *R, struct sv s, bool ascii, struct buf *b, int line)
 {
-    if (buf_put(R, b, "\"", 1, line))
-        return -1;
-    for (size_t i = 0; i < s.n;) {
-        size_t st = i;
-        uint32_t c = utf8_next(s.p, s.n, &i);
-        char tmp[16];
-        const char *o = tmp;
-        size_t on;
-        switch (c) {
-        case '"': o = "\\\"", on = 2; break;
-        case '\\': o = "\\\\", on = 2; break;
-        case '\n': o = "\\n", on = 2; break;
-        case '\r': o = "\\r", on = 2; break;
-        case '\t': o = "\\t", on = 2; break;
-        case '\b': o = "\\b", on = 2; break;
-        case '\f': o = "\\f", on = 2; break;
-        default:
-            if (c < 0x20 || (ascii && c > 0x7E)) {
-                if (c >= 0x10000) {
-                    uint32_t v = c - 0x10000;
-                    on = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
-                } else {
-                    on = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)c);
-                }
-            } else {
-                o = s.p + st, on = i - st;
-            }
-        }
-        if (buf_put(R, b, o, on, line))
-            return -1;
-    }
-    return buf_put(R, b, "\"", 1, line);
+    return quoted(R, s, '"', esc_json, ascii, b, line);
 }
 
 static int json_newline(struct rt *R, const struct jsonopt *o, int level, struct buf *b, int line)
@@ -3248,36 +3234,18 @@ static int apply_test(struct rt *R, int id, const struct val *x, const struct ar
 
 static int set_var(struct rt *R, struct frame *f, struct sv name, struct val v, int line)
 {
-    for (size_t i = 0; i < f->n; i++)
-        if (sv_same(f->names[i], name)) {
-            f->vals[i] = v;
-            return 0;
-        }
-    if (f->n == f->cap) {
-        size_t c = f->cap ? f->cap * 2 : 8;
-        struct sv *nn = ralloc(R, c * sizeof *nn, line);
-        struct val *nv = ralloc(R, c * sizeof *nv, line);
-        if (!nn || !nv)
-            return -1;
-        if (f->n) {
-            memcpy(nn, f->names, f->n * sizeof *nn);
-            memcpy(nv, f->vals, f->n * sizeof *nv);
-        }
-        f->names = nn, f->vals = nv, f->cap = c;
-    }
-    f->names[f->n] = name;
-    f->vals[f->n++] = v;
-    return 0;
+    if (!f->vars && !(f->vars = new_dict(R, line)))
+        return -1;
+    return dict_set(R, f->vars, mk_str(name.p, name.n), v, line);
 }
 
 static struct val lookup(const struct frame *f, struct sv name)
 {
     for (; f; f = f->parent)
-        for (size_t i = f->n; i-- > 0;)
-            if (sv_same(f->names[i], name))
-                return f->vals[i];
-    struct val u = mk_undef(NULL);
-    return u;
+        for (size_t i = 0; f->vars && i < f->vars->n; i++)
+            if (sv_same(f->vars->k[i].s, name))
+                return f->vars->v[i];
+    return mk_undef(NULL);
 }
 
 static int eval(struct rt *R, struct frame *f, const struct expr *x, struct val *out);
@@ -3874,7 +3842,8 @@ static int exec_for(struct rt *R, struct frame *f, const struct stmt *s, struct 
             item_at(R, &it, items, i - 1, &lp->prev);
         if (i + 1 < n)
             item_at(R, &it, items, i + 1, &lp->next);
-        fr.n = 0; /* each iteration starts a fresh scope */
+        if (fr.vars)
+            fr.vars->n = 0; /* each iteration starts a fresh scope */
         if (set_var(R, &fr, (struct sv){"loop", 4}, (struct val){.t = V_LOOP, .lp = lp}, s->line))
             return CTL_ERR;
         if (s->ntargets == 1) {
