@@ -96,7 +96,7 @@ expect 0 "compare A B --prompt (directory against its pack)" -- "$G" compare "$T
 echo "# bad text gets a clear error"
 printf 'ab\xffcd' >"$T/bad.txt"
 expect 2 "invalid UTF-8" -- "$G" run "$T/d" --prompt-file "$T/bad.txt"
-ok "... names the byte offset" -- said "offset 2"
+ok "... names the file and the byte" -- said "bad.txt: text byte 2"
 printf 'ab\0cd' >"$T/nul.txt"
 expect 2 "a NUL byte" -- "$G" tokenize "$T/d" --file "$T/nul.txt"
 head -c $((33 << 20)) /dev/zero | tr '\0' 'a' >"$T/big.txt"
@@ -114,15 +114,15 @@ ok "... says so, pointing to --prompt" -- said "--prompt"
 echo "# chat prompts through the real Gemma 4 templates (build-ref/templates)"
 shopt -s nullglob
 tmpls=("$REF"/templates/*.jinja)
-if [ ${#tmpls[@]} = 0 ] || ! python3 -c 'import jinja2' 2>/dev/null; then
+if [ ${#tmpls[@]} = 0 ] || ! /usr/bin/python3 -c 'import jinja2' 2>/dev/null; then
     echo "SKIP: no templates under build-ref/ or no python3-jinja2 (run setup.sh)"
 fi
 for tm in "${tmpls[@]}"; do
     name=$(basename "$tm")
     rm -rf "$T/c" && cp -a "$T/d" "$T/c" && cp "$tm" "$T/c/chat_template.jinja"
     expect 0 "$name: tokenize --chat --system" -- "$G" tokenize "$T/c" --chat "Hi there" --system "Be brief." --json
-    python3 - "$tm" >"$T/want.txt" <<'PY'
-import sys, jinja2
+    /usr/bin/python3 - "$tm" >"$T/want.txt" <<'PY'
+import sys, jinja2.sandbox
 env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 t = env.from_string(open(sys.argv[1]).read())
 sys.stdout.write(t.render(messages=[{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi there'}],
