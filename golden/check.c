@@ -73,7 +73,7 @@ static int retokenize(const char *model_path, const struct golden *g, const char
                       struct golden_result *res, struct err *e)
 {
     struct json_object *text = NULL, *kind, *t, *sys = NULL;
-    if (!g->meta || !json_object_object_get_ex(g->meta, "text", &text))
+    if (!g->meta || !json_object_object_get_ex(g->meta, "text", &text) || !text)
         return ERR_OK;
     if (!json_object_object_get_ex(text, "kind", &kind) || !json_object_object_get_ex(text, "text", &t) ||
         !json_object_is_type(t, json_type_string))
@@ -227,7 +227,8 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
         json_object_object_add(tol, "max_abs", json_object_new_double(GOLDEN_DEFAULT_MAX_ABS));
         json_object_object_add(tol, "top1", json_object_new_double(GOLDEN_DEFAULT_TOP1));
         json_object_object_add(meta, "tolerances", tol);
-        json_object_object_add(meta, "text", text);
+        if (text)
+            json_object_object_add(meta, "text", text);
         text = NULL;
         rc = npz_write_logits(out_path, 1, &tokens, &T, T, logits, *V, meta, e);
         json_object_put(meta);
