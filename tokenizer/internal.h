@@ -72,6 +72,8 @@ struct tokenizer {
     bool byte_fallback, fuse_unk, ignore_merges;
     uint32_t byte_id[256];         /* <0xXX>, TOK_NONE when absent */
     uint32_t ascii_id[128];        /* one-byte characters' ids, TOK_NONE when absent */
+    uint64_t *junction;            /* pairs of characters adjacent in the pieces, a hashed bit set (tokenizer.c);
+                                    * NULL when a piece is not UTF-8: words are then never cut */
     /* normalizer, pre-tokenizer, decoder */
     struct tok_replace *replace;
     size_t n_replace;

@@ -22,12 +22,22 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
+/* Eight bytes at a time (a piece is ~9 bytes: hashing byte by byte was a
+ * third of a lookup). */
 static uint64_t hash_bytes(const char *s, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
-    return mix64(h ^ len) & ~(uint64_t)0 >> 1; /* never UINT64_MAX, the empty mark */
+    uint64_t h = len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    for (size_t k = 0; i + k < len; k++)
+        w |= (uint64_t)(uint8_t)s[i + k] << 8 * k;
+    return mix64(h ^ w) & ~(uint64_t)0 >> 1; /* never UINT64_MAX, the empty mark */
 }
 
 static int map_grow(struct tok_map *m, struct err *e)
@@ -88,6 +98,66 @@ static int map_put(struct tok_map *m, uint64_t key, uint64_t val, struct err *e)
 static void map_free(struct tok_map *m)
 {
     free(m->slot);
+}
+
+/* ---- UTF-8 ---- */
+
+/* Bytes of the UTF-8 character that starts with byte c (text already validated). */
+static size_t utf8_len(uint8_t c)
+{
+    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+/* The first byte offset where s[0, len) is not valid UTF-8 (or holds a NUL,
+ * unless allow_nul: then *nul says so), len if none. */
+static size_t utf8_check(const uint8_t *s, size_t len, bool allow_nul, bool *nul)
+{
+    size_t i = 0;
+    *nul = false;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            if (!c && !allow_nul) {
+                *nul = true;
+                return i;
+            }
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t min, cp;
+        if (c >= 0xC2 && c <= 0xDF)
+            n = 2, min = 0x80, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF)
+            n = 3, min = 0x800, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4)
+            n = 4, min = 0x10000, cp = c & 0x07;
+        else
+            return i;
+        if (len - i < n)
+            return i;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return i;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return i;
+        i += n;
+    }
+    return len;
+}
+
+/* Code point of the character at s (valid UTF-8), its length in *n. */
+static uint32_t utf8_cp(const uint8_t *s, size_t *n)
+{
+    *n = utf8_len(s[0]);
+    if (*n == 1)
+        return s[0];
+    uint32_t cp = s[0] & (0x7F >> *n);
+    for (size_t k = 1; k < *n; k++)
+        cp = cp << 6 | (s[k] & 0x3F);
+    return cp;
 }
 
 /* ---- building ---- */
@@ -373,6 +443,37 @@ int tok_add_template_id(struct tokenizer *t, bool suffix, uint32_t id, struct er
     return ERR_OK;
 }
 
+/* The junction table: bit junction_bit(a, b) is set for every pair of
+ * characters a, b adjacent anywhere in the pool (every piece, and across
+ * neighbouring pieces: more bits only make it stricter). */
+#define JUNCTION_BITS 20
+
+static uint64_t junction_bit(uint32_t a, uint32_t b)
+{
+    return mix64((uint64_t)a << 21 | b) >> (64 - JUNCTION_BITS);
+}
+
+static int build_junctions(struct tokenizer *t, struct err *e)
+{
+    bool nul;
+    const uint8_t *p = (const uint8_t *)t->pool;
+    if (utf8_check(p, t->pool_len, true, &nul) != t->pool_len)
+        return ERR_OK;
+    t->junction = calloc((size_t)1 << (JUNCTION_BITS - 6), sizeof *t->junction);
+    if (!t->junction)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate the junction table", t->name);
+    uint32_t a = UINT32_MAX;
+    size_t cl;
+    for (size_t i = 0; i < t->pool_len; i += cl) {
+        uint32_t b = utf8_cp(p + i, &cl);
+        uint64_t bit = junction_bit(a, b);
+        if (a != UINT32_MAX)
+            t->junction[bit >> 6] |= 1ull << (bit & 63);
+        a = b;
+    }
+    return ERR_OK;
+}
+
 int tok_finish(struct tokenizer *t, struct err *e)
 {
     if (!t->vocab.n)
@@ -396,7 +497,7 @@ int tok_finish(struct tokenizer *t, struct err *e)
     /* the id space ends after the last id that has a piece */
     while (t->n_ids && t->piece[t->n_ids - 1].off == UINT64_MAX)
         t->n_ids--;
-    return ERR_OK;
+    return build_junctions(t, e);
 }
 
 void tok_free(struct tokenizer *t)
@@ -411,6 +512,7 @@ void tok_free(struct tokenizer *t)
     map_free(&t->trie);
     free(t->node_added);
     free(t->merge_id);
+    free(t->junction);
     free(t->added);
     for (size_t i = 0; i < t->n_replace; i++) {
         free(t->replace[i].from);
@@ -466,64 +568,6 @@ static int push_id(struct idbuf *b, uint32_t id, struct err *e)
     }
     b->v[b->n++] = id;
     return ERR_OK;
-}
-
-/* Bytes of the UTF-8 character that starts with byte c (text already validated). */
-static size_t utf8_len(uint8_t c)
-{
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
-/* The first byte offset where s[0, len) is not valid UTF-8 (or holds a NUL,
- * unless allow_nul: then *nul says so), len if none. */
-static size_t utf8_check(const uint8_t *s, size_t len, bool allow_nul, bool *nul)
-{
-    size_t i = 0;
-    *nul = false;
-    while (i < len) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            if (!c && !allow_nul) {
-                *nul = true;
-                return i;
-            }
-            i++;
-            continue;
-        }
-        size_t n;
-        uint32_t min, cp;
-        if (c >= 0xC2 && c <= 0xDF)
-            n = 2, min = 0x80, cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF)
-            n = 3, min = 0x800, cp = c & 0x0F;
-        else if (c >= 0xF0 && c <= 0xF4)
-            n = 4, min = 0x10000, cp = c & 0x07;
-        else
-            return i;
-        if (len - i < n)
-            return i;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return i;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += n;
-    }
-    return len;
-}
-
-/* Code point of the character at s (valid UTF-8), its length in *n. */
-static uint32_t utf8_cp(const uint8_t *s, size_t *n)
-{
-    *n = utf8_len(s[0]);
-    if (*n == 1)
-        return s[0];
-    uint32_t cp = s[0] & (0x7F >> *n);
-    for (size_t k = 1; k < *n; k++)
-        cp = cp << 6 | (s[k] & 0x3F);
-    return cp;
 }
 
 /* Unicode White_Space (Rust's char::is_whitespace, regex \s). */
@@ -594,11 +638,12 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem, struct err *e)
 {
     if (need <= *cap)
         return ERR_OK;
-    void *q = realloc(*p, need * elem);
+    size_t n = need < 2 * *cap ? 2 * *cap : need;
+    void *q = realloc(*p, n * elem);
     if (!q)
-        return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes to encode", need * elem);
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes to encode", n * elem);
     *p = q;
-    *cap = need;
+    *cap = n;
     return ERR_OK;
 }
 
@@ -620,59 +665,14 @@ static bool pair_entry(const struct tokenizer *t, const struct sym *s, size_t po
     return true;
 }
 
-/* HF's BPE::merge_word and Word::merge_all over one word. */
-static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct scratch *sc, struct idbuf *out,
-                    struct err *e)
+/* HF's Word::merge_all over symbols s[0, n): their ids appended to out. */
+static int merge_all(const struct tokenizer *t, struct sym *s, size_t n, struct scratch *sc, struct idbuf *out,
+                     struct err *e)
 {
-    if (t->ignore_merges) {
-        uint32_t id = tok_lookup(t, w, len);
-        if (id != TOK_NONE)
-            return push_id(out, id, e);
-    }
-    if (grow((void **)&sc->sym, &sc->sym_cap, len, sizeof *sc->sym, e) ||
-        grow((void **)&sc->heap, &sc->heap_cap, 3 * len, sizeof *sc->heap, e))
+    if (grow((void **)&sc->heap, &sc->heap_cap, 3 * n, sizeof *sc->heap, e))
         return e->code;
-    struct sym *s = sc->sym;
-    size_t n = 0;
-    uint32_t unk_len = 0; /* a pending <unk> of this many bytes */
-    for (size_t i = 0; i < len;) {
-        uint8_t c = (uint8_t)w[i];
-        size_t cl = utf8_len(c);
-        uint32_t id;
-        if (cl == 1) {
-            id = t->ascii_id[c];
-        } else {
-            uint32_t key = 0;
-            memcpy(&key, w + i, cl);
-            key += 1; /* never 0: a character of 2 to 4 bytes has a non-zero lead byte */
-            size_t slot = mix64(key) & (CHAR_CACHE - 1);
-            if (sc->char_key[slot] != key) {
-                sc->char_key[slot] = key;
-                sc->char_id[slot] = tok_lookup(t, w + i, cl);
-            }
-            id = sc->char_id[slot];
-        }
-        if (id != TOK_NONE) {
-            if (unk_len)
-                add_sym(s, &n, t->unk_id, unk_len), unk_len = 0;
-            add_sym(s, &n, id, (uint32_t)cl);
-        } else {
-            bool bytes = t->byte_fallback;
-            for (size_t k = 0; bytes && k < cl; k++)
-                bytes = t->byte_id[(uint8_t)w[i + k]] != TOK_NONE;
-            if (bytes) {
-                for (size_t k = 0; k < cl; k++)
-                    add_sym(s, &n, t->byte_id[(uint8_t)w[i + k]], 1);
-            } else if (t->unk_id != TOK_NONE) {
-                if (unk_len && !t->fuse_unk)
-                    add_sym(s, &n, t->unk_id, unk_len), unk_len = 0;
-                unk_len += (uint32_t)cl;
-            }
-        }
-        i += cl;
-    }
-    if (unk_len)
-        add_sym(s, &n, t->unk_id, unk_len);
+    if (n)
+        s[n - 1].next = -1;
     uint64_t *h = sc->heap, entry;
     size_t nh = 0;
     for (size_t i = 0; i + 1 < n; i++)
@@ -707,6 +707,95 @@ static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct
         if (s[i].len && push_id(out, s[i].id, e))
             return e->code;
     return ERR_OK;
+}
+
+/* Whether no merge can join symbols `left` and `right` (adjacent): the last
+ * character of the one and the first of the other are adjacent in no piece.
+ * Every symbol a merge makes is a piece that holds both its parts whole, so a
+ * symbol across this cut would hold that pair. */
+static bool uncrossable(const struct tokenizer *t, uint32_t left, uint32_t right)
+{
+    const struct tok_piece *l = &t->piece[left], *r = &t->piece[right];
+    if (!l->len || !r->len)
+        return false;
+    const uint8_t *end = (const uint8_t *)t->pool + l->off + l->len;
+    size_t back = 1, cl;
+    while (back < l->len && (end[-back] & 0xC0) == 0x80)
+        back++;
+    uint64_t bit = junction_bit(utf8_cp(end - back, &cl), utf8_cp((const uint8_t *)t->pool + r->off, &cl));
+    return !(t->junction[bit >> 6] >> (bit & 63) & 1);
+}
+
+/* A long word is merged in parts of at least BPE_PART symbols, cut where no
+ * merge can cross (uncrossable): no pair across a cut is ever in the queue, so
+ * HF's queue over the whole word pops each part's entries in the order the
+ * part's own queue does, and the merges are the same. A part's queue and
+ * symbols stay in cache, and the time is linear in the word's length. */
+#define BPE_PART 16384
+
+/* HF's BPE::merge_word and Word::merge_all over one word. */
+static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct scratch *sc, struct idbuf *out,
+                    struct err *e)
+{
+    if (t->ignore_merges) {
+        uint32_t id = tok_lookup(t, w, len);
+        if (id != TOK_NONE)
+            return push_id(out, id, e);
+    }
+    size_t n = 0;
+    uint32_t unk_len = 0; /* a pending <unk> of this many bytes */
+    for (size_t i = 0; i < len;) {
+        if (n + 5 > sc->sym_cap && grow((void **)&sc->sym, &sc->sym_cap, n + 5, sizeof *sc->sym, e))
+            return e->code;
+        struct sym *s = sc->sym;
+        uint8_t c = (uint8_t)w[i];
+        size_t cl = utf8_len(c);
+        uint32_t id;
+        if (cl == 1) {
+            id = t->ascii_id[c];
+        } else {
+            uint32_t key = 0;
+            memcpy(&key, w + i, cl);
+            key += 1; /* never 0: a character of 2 to 4 bytes has a non-zero lead byte */
+            size_t slot = mix64(key) & (CHAR_CACHE - 1);
+            if (sc->char_key[slot] != key) {
+                sc->char_key[slot] = key;
+                sc->char_id[slot] = tok_lookup(t, w + i, cl);
+            }
+            id = sc->char_id[slot];
+        }
+        if (id != TOK_NONE) {
+            if (unk_len)
+                add_sym(s, &n, t->unk_id, unk_len), unk_len = 0;
+            add_sym(s, &n, id, (uint32_t)cl);
+        } else {
+            bool bytes = t->byte_fallback;
+            for (size_t k = 0; bytes && k < cl; k++)
+                bytes = t->byte_id[(uint8_t)w[i + k]] != TOK_NONE;
+            if (bytes) {
+                for (size_t k = 0; k < cl; k++)
+                    add_sym(s, &n, t->byte_id[(uint8_t)w[i + k]], 1);
+            } else if (t->unk_id != TOK_NONE) {
+                if (unk_len && !t->fuse_unk)
+                    add_sym(s, &n, t->unk_id, unk_len), unk_len = 0;
+                unk_len += (uint32_t)cl;
+            }
+        }
+        i += cl;
+        if (n > BPE_PART && t->junction && uncrossable(t, s[n - 2].id, s[n - 1].id)) {
+            struct sym last = s[n - 1];
+            if (merge_all(t, s, n - 1, sc, out, e))
+                return e->code;
+            s[0] = (struct sym){last.id, last.len, -1, -1};
+            n = 1;
+        }
+    }
+    if (unk_len) {
+        if (n + 1 > sc->sym_cap && grow((void **)&sc->sym, &sc->sym_cap, n + 1, sizeof *sc->sym, e))
+            return e->code;
+        add_sym(sc->sym, &n, t->unk_id, unk_len);
+    }
+    return merge_all(t, sc->sym, n, sc, out, e);
 }
 
 /* The text between added tokens: normalizer, pre-tokenizer, BPE. */
