@@ -11,6 +11,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define TOK_NONE UINT32_MAX
+#define TOK_MAX_MERGES ((1u << 20) - 1) /* a rank + 1 fills the low 20 bits of a pair's slot */
 
 /* Open addressing, linear probing; key UINT64_MAX marks an empty slot. */
 struct tok_slot {
@@ -20,6 +21,11 @@ struct tok_slot {
 struct tok_map {
     struct tok_slot *slot;
     size_t cap, n;  /* cap a power of two, n ≤ 3/4 cap */
+};
+
+/* A vocabulary slot: the piece hash's high half and the id (TOK_NONE: empty). */
+struct tok_vslot {
+    uint32_t tag, id;
 };
 
 struct tok_piece {
@@ -56,9 +62,10 @@ struct tokenizer {
 
     char *pool;
     size_t pool_len, pool_cap;
-    struct tok_map vocab;          /* model piece hash → candidates (see tokenizer.c) */
-    struct tok_map merges;         /* (left id << 32 | right id) → (rank << 32 | merged id) */
-    uint64_t n_merges;
+    struct tok_vslot *vocab;       /* model pieces by hash (open addressing, linear probing, ≤ 3/4 full) */
+    size_t vocab_cap, vocab_n;
+    uint64_t *pair;                /* merges: left id << 42 | right id << 20 | rank + 1 (0: empty; as vocab) */
+    size_t pair_cap, pair_n;
     uint32_t *merge_id;            /* by rank: the merged id (the heap's entries hold only rank and position) */
     size_t merge_id_cap;
     /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */

@@ -37,7 +37,7 @@ static uint64_t hash_bytes(const char *s, size_t len)
     uint64_t w = 0;
     for (size_t k = 0; i + k < len; k++)
         w |= (uint64_t)(uint8_t)s[i + k] << 8 * k;
-    return mix64(h ^ w) & ~(uint64_t)0 >> 1; /* never UINT64_MAX, the empty mark */
+    return mix64(h ^ w);
 }
 
 static int map_grow(struct tok_map *m, struct err *e)
@@ -217,22 +217,47 @@ static int pool_add(struct tokenizer *t, const char *s, size_t len, uint64_t *of
     return ERR_OK;
 }
 
-/* The vocabulary map holds hash → id; equal hashes of different pieces sit in
- * the following slots (probing compares the pieces). */
+/* The vocabulary: a piece's slot is its hash's low bits, its tag the high
+ * half; pieces with equal tags sit in the following slots (probing compares
+ * the pieces). Grown to twice the slots, every piece rehashed from the pool. */
+static int vocab_grow(struct tokenizer *t, size_t cap, struct err *e)
+{
+    struct tok_vslot *v = malloc(cap * sizeof *v);
+    if (!v)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate a vocabulary of %zu slots", t->name, cap);
+    memset(v, 0xff, cap * sizeof *v);
+    for (size_t i = 0; i < t->vocab_cap; i++) {
+        uint32_t id = t->vocab[i].id;
+        if (id == TOK_NONE)
+            continue;
+        size_t j = hash_bytes(t->pool + t->piece[id].off, t->piece[id].len) & (cap - 1);
+        while (v[j].id != TOK_NONE)
+            j = (j + 1) & (cap - 1);
+        v[j] = t->vocab[i];
+    }
+    free(t->vocab);
+    t->vocab = v;
+    t->vocab_cap = cap;
+    return ERR_OK;
+}
+
+/* The slot of piece s (found: its id is not TOK_NONE) or the empty slot where it goes. */
+static size_t vocab_slot(const struct tokenizer *t, const char *s, size_t len)
+{
+    uint64_t h = hash_bytes(s, len);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t j = h & (t->vocab_cap - 1);
+    for (; t->vocab[j].id != TOK_NONE; j = (j + 1) & (t->vocab_cap - 1)) {
+        const struct tok_piece *p = &t->piece[t->vocab[j].id];
+        if (t->vocab[j].tag == tag && p->len == len && !memcmp(t->pool + p->off, s, len))
+            break;
+    }
+    return j;
+}
+
 uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len)
 {
-    const struct tok_map *m = &t->vocab;
-    if (!m->cap)
-        return TOK_NONE;
-    uint64_t h = hash_bytes(s, len);
-    for (size_t j = mix64(h) & (m->cap - 1); m->slot[j].key != UINT64_MAX; j = (j + 1) & (m->cap - 1)) {
-        if (m->slot[j].key != h)
-            continue;
-        uint32_t id = (uint32_t)m->slot[j].val;
-        if (t->piece[id].len == len && !memcmp(t->pool + t->piece[id].off, s, len))
-            return id;
-    }
-    return TOK_NONE;
+    return t->vocab_cap ? t->vocab[vocab_slot(t, s, len)].id : TOK_NONE;
 }
 
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e)
@@ -241,24 +266,63 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
         return e->code;
     if (t->piece[id].off != UINT64_MAX)
         return err_set(e, ERR_FORMAT, "%s: token id %u appears twice in the vocabulary", t->name, id);
-    struct tok_map *m = &t->vocab;
-    if ((m->n + 1) * 4 > m->cap * 3 && map_grow(m, e))
+    if ((t->vocab_n + 1) * 4 > t->vocab_cap * 3 && vocab_grow(t, t->vocab_cap ? 2 * t->vocab_cap : 1024, e))
         return e->code;
-    uint64_t h = hash_bytes(s, len);
-    size_t j = mix64(h) & (m->cap - 1);
-    for (; m->slot[j].key != UINT64_MAX; j = (j + 1) & (m->cap - 1)) {
-        uint32_t other = (uint32_t)m->slot[j].val;
-        if (m->slot[j].key == h && t->piece[other].len == len && !memcmp(t->pool + t->piece[other].off, s, len))
-            return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
-                           (int)(len > 64 ? 64 : len), s, other, id);
-    }
+    size_t j = vocab_slot(t, s, len);
+    if (t->vocab[j].id != TOK_NONE)
+        return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
+                       (int)(len > 64 ? 64 : len), s, t->vocab[j].id, id);
     if (pool_add(t, s, len, &t->piece[id].off, e))
         return e->code;
     t->piece[id].len = (uint32_t)len;
-    m->slot[j].key = h;
-    m->slot[j].val = id;
-    m->n++;
+    t->vocab[j] = (struct tok_vslot){(uint32_t)(hash_bytes(s, len) >> 32), id};
+    t->vocab_n++;
     return ERR_OK;
+}
+
+/* The merges: (left, right) → rank, in slots of left << 42 | right << 20 |
+ * rank + 1 (ids are below 2^22, ranks below TOK_MAX_MERGES). */
+#define PAIR_RANK ((1ull << 20) - 1)
+
+static uint64_t pair_key(uint32_t left, uint32_t right)
+{
+    return (uint64_t)left << 42 | (uint64_t)right << 20;
+}
+
+static int pair_grow(struct tokenizer *t, size_t cap, struct err *e)
+{
+    uint64_t *p = calloc(cap, sizeof *p);
+    if (!p)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merge slots", t->name, cap);
+    for (size_t i = 0; i < t->pair_cap; i++) {
+        if (!t->pair[i])
+            continue;
+        size_t j = mix64(t->pair[i] & ~PAIR_RANK) & (cap - 1);
+        while (p[j])
+            j = (j + 1) & (cap - 1);
+        p[j] = t->pair[i];
+    }
+    free(t->pair);
+    t->pair = p;
+    t->pair_cap = cap;
+    return ERR_OK;
+}
+
+/* The slot of (left, right), or the empty slot where it goes. */
+static size_t pair_slot(const struct tokenizer *t, uint64_t key)
+{
+    size_t j = mix64(key) & (t->pair_cap - 1);
+    while (t->pair[j] && (t->pair[j] & ~PAIR_RANK) != key)
+        j = (j + 1) & (t->pair_cap - 1);
+    return j;
+}
+
+/* The rank of the merge of left and right, TOK_NONE when they do not merge. */
+static uint32_t pair_rank(const struct tokenizer *t, uint32_t left, uint32_t right)
+{
+    if (!t->pair_cap)
+        return TOK_NONE;
+    return (uint32_t)(t->pair[pair_slot(t, pair_key(left, right))] & PAIR_RANK) - 1;
 }
 
 static int grow_merge_ids(struct tokenizer *t, uint64_t need, struct err *e)
@@ -276,15 +340,19 @@ static int grow_merge_ids(struct tokenizer *t, uint64_t need, struct err *e)
 
 int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e)
 {
-    if (n_pieces > TOK_MAX_VOCAB || n_merges > 4ull * TOK_MAX_VOCAB)
+    if (n_pieces > TOK_MAX_VOCAB || n_merges > TOK_MAX_MERGES)
         return err_set(e, ERR_RANGE, "%s: %llu pieces and %llu merges: at most %u and %u", t->name,
-                       (unsigned long long)n_pieces, (unsigned long long)n_merges, TOK_MAX_VOCAB, 4 * TOK_MAX_VOCAB);
-    while ((n_pieces + 1) * 4 > t->vocab.cap * 3)
-        if (map_grow(&t->vocab, e))
-            return e->code;
-    while ((n_merges + 1) * 4 > t->merges.cap * 3)
-        if (map_grow(&t->merges, e))
-            return e->code;
+                       (unsigned long long)n_pieces, (unsigned long long)n_merges, TOK_MAX_VOCAB, TOK_MAX_MERGES);
+    size_t cap = t->vocab_cap ? t->vocab_cap : 1024;
+    while ((n_pieces + 1) * 4 > cap * 3)
+        cap *= 2;
+    if (cap > t->vocab_cap && vocab_grow(t, cap, e))
+        return e->code;
+    cap = t->pair_cap ? t->pair_cap : 1024;
+    while ((n_merges + 1) * 4 > cap * 3)
+        cap *= 2;
+    if (cap > t->pair_cap && pair_grow(t, cap, e))
+        return e->code;
     if (n_merges > t->merge_id_cap && grow_merge_ids(t, n_merges, e))
         return e->code;
     return n_pieces ? ensure_id(t, (uint32_t)n_pieces - 1, e) : ERR_OK;
@@ -308,13 +376,18 @@ int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r
     if (c == TOK_NONE)
         return err_set(e, ERR_FORMAT, "%s: merge %llu: '%.*s' + '%.*s' is not in the vocabulary", t->name,
                        (unsigned long long)rank, (int)(llen > 64 ? 64 : llen), l, (int)(rlen > 64 ? 64 : rlen), r);
-    if (rank >= 4ull * TOK_MAX_VOCAB)
-        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, 4 * TOK_MAX_VOCAB);
+    if (rank >= TOK_MAX_MERGES)
+        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, TOK_MAX_MERGES);
     if (rank >= t->merge_id_cap && grow_merge_ids(t, rank + 1, e))
         return e->code;
     t->merge_id[rank] = c;
-    t->n_merges = rank + 1;
-    return map_put(&t->merges, (uint64_t)a << 32 | b, rank << 32 | c, e);
+    if ((t->pair_n + 1) * 4 > t->pair_cap * 3 && pair_grow(t, t->pair_cap ? 2 * t->pair_cap : 1024, e))
+        return e->code;
+    uint64_t key = pair_key(a, b);
+    size_t j = pair_slot(t, key);
+    t->pair_n += !t->pair[j];
+    t->pair[j] = key | (rank + 1); /* a later merge of the same pair replaces the earlier (HF) */
+    return ERR_OK;
 }
 
 int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, bool special, bool lstrip, bool rstrip,
@@ -476,7 +549,7 @@ static int build_junctions(struct tokenizer *t, struct err *e)
 
 int tok_finish(struct tokenizer *t, struct err *e)
 {
-    if (!t->vocab.n)
+    if (!t->vocab_n)
         return err_set(e, ERR_FORMAT, "%s: the vocabulary is empty", t->name);
     for (int b = 0; b < 256; b++) {
         char s[8];
@@ -507,8 +580,8 @@ void tok_free(struct tokenizer *t)
     free(t->name_buf);
     free(t->piece);
     free(t->pool);
-    map_free(&t->vocab);
-    map_free(&t->merges);
+    free(t->vocab);
+    free(t->pair);
     map_free(&t->trie);
     free(t->node_added);
     free(t->merge_id);
@@ -658,11 +731,9 @@ static void add_sym(struct sym *s, size_t *n, uint32_t id, uint32_t len)
 /* The queue entry of symbol pos and the one after it, false when the pair does not merge. */
 static bool pair_entry(const struct tokenizer *t, const struct sym *s, size_t pos, uint64_t *entry)
 {
-    uint64_t v;
-    if (!map_get(&t->merges, (uint64_t)s[pos].id << 32 | s[s[pos].next].id, &v))
-        return false;
-    *entry = (v >> 32) << 32 | pos;
-    return true;
+    uint32_t rank = pair_rank(t, s[pos].id, s[s[pos].next].id);
+    *entry = (uint64_t)rank << 32 | pos;
+    return rank != TOK_NONE;
 }
 
 /* HF's Word::merge_all over symbols s[0, n): their ids appended to out. */
@@ -684,13 +755,13 @@ static int merge_all(const struct tokenizer *t, struct sym *s, size_t n, struct 
     while (nh) {
         uint64_t top = heap_pop(h, &nh);
         size_t pos = (uint32_t)top;
-        uint32_t id = t->merge_id[top >> 32];
+        uint32_t rank = (uint32_t)(top >> 32), id = t->merge_id[rank];
         struct sym *a = &s[pos];
         if (!a->len || a->next < 0)
             continue;
         struct sym *b = &s[a->next];
-        uint64_t v;
-        if (!map_get(&t->merges, (uint64_t)a->id << 32 | b->id, &v) || (uint32_t)v != id)
+        uint32_t now = pair_rank(t, a->id, b->id);
+        if (now == TOK_NONE || (now != rank && t->merge_id[now] != id))
             continue; /* stale (HF compares the merged id) */
         a->id = id;
         a->len += b->len;
