@@ -31,7 +31,8 @@ struct tok_vslot {
 struct tok_piece {
     uint64_t off;                  /* into pool; UINT64_MAX: no piece */
     uint32_t len;
-    uint32_t special;              /* a special added token (decode's skip_special) */
+    bool special;                  /* a special added token (decode's skip_special) */
+    bool model;                    /* in the model's vocabulary (tok_set_piece), not an added token's alone */
 };
 
 enum tok_dec_kind { TOK_DEC_REPLACE, TOK_DEC_BYTE_FALLBACK, TOK_DEC_FUSE, TOK_DEC_STRIP };
@@ -65,9 +66,10 @@ struct tokenizer {
     struct tok_vslot *vocab;       /* model pieces by hash (open addressing, linear probing, ≤ 3/4 full) */
     size_t vocab_cap, vocab_n;
     uint64_t *pair;                /* merges: left id << 42 | right id << 20 | rank + 1 (0: empty; as vocab) */
-    size_t pair_cap, pair_n;
+    size_t pair_cap;
     uint32_t *merge_id;            /* by rank: the merged id (the heap's entries hold only rank and position) */
-    size_t merge_id_cap;
+    uint32_t *merge_split;         /* by rank, while loading: the left part's bytes (tok_finish looks the parts up) */
+    size_t n_merges, merges_cap;
     /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */
     struct tok_map trie;
     uint32_t *node_added;
@@ -101,8 +103,9 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e);
 /* The model's id of a piece, TOK_NONE when absent. */
 uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len);
-/* Merge of rank `rank`: left + right, both and their concatenation in the vocabulary
- * (a later merge of the same pair replaces an earlier one, as in HF). */
+/* Merge of rank `rank` (ranks 0, 1, 2, ... in order): left + right, both and
+ * their concatenation in the vocabulary (a later merge of the same pair
+ * replaces an earlier one, as in HF). */
 int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
                   struct err *e);
 /* An added token matched in raw text. */

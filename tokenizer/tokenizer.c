@@ -191,7 +191,7 @@ static int ensure_id(struct tokenizer *t, uint32_t id, struct err *e)
     for (uint32_t i = t->n_ids; i < n; i++) {
         t->piece[i].off = UINT64_MAX;
         t->piece[i].len = 0;
-        t->piece[i].special = 0;
+        t->piece[i].special = t->piece[i].model = false;
     }
     t->n_ids = n;
     return ERR_OK;
@@ -241,10 +241,9 @@ static int vocab_grow(struct tokenizer *t, size_t cap, struct err *e)
     return ERR_OK;
 }
 
-/* The slot of piece s (found: its id is not TOK_NONE) or the empty slot where it goes. */
-static size_t vocab_slot(const struct tokenizer *t, const char *s, size_t len)
+/* The slot of piece s of hash h (found: its id is not TOK_NONE) or the empty slot where it goes. */
+static size_t vocab_slot(const struct tokenizer *t, const char *s, size_t len, uint64_t h)
 {
-    uint64_t h = hash_bytes(s, len);
     uint32_t tag = (uint32_t)(h >> 32);
     size_t j = h & (t->vocab_cap - 1);
     for (; t->vocab[j].id != TOK_NONE; j = (j + 1) & (t->vocab_cap - 1)) {
@@ -257,7 +256,7 @@ static size_t vocab_slot(const struct tokenizer *t, const char *s, size_t len)
 
 uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len)
 {
-    return t->vocab_cap ? t->vocab[vocab_slot(t, s, len)].id : TOK_NONE;
+    return t->vocab_cap ? t->vocab[vocab_slot(t, s, len, hash_bytes(s, len))].id : TOK_NONE;
 }
 
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e)
@@ -268,14 +267,16 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
         return err_set(e, ERR_FORMAT, "%s: token id %u appears twice in the vocabulary", t->name, id);
     if ((t->vocab_n + 1) * 4 > t->vocab_cap * 3 && vocab_grow(t, t->vocab_cap ? 2 * t->vocab_cap : 1024, e))
         return e->code;
-    size_t j = vocab_slot(t, s, len);
+    uint64_t h = hash_bytes(s, len);
+    size_t j = vocab_slot(t, s, len, h);
     if (t->vocab[j].id != TOK_NONE)
         return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
                        (int)(len > 64 ? 64 : len), s, t->vocab[j].id, id);
     if (pool_add(t, s, len, &t->piece[id].off, e))
         return e->code;
     t->piece[id].len = (uint32_t)len;
-    t->vocab[j] = (struct tok_vslot){(uint32_t)(hash_bytes(s, len) >> 32), id};
+    t->piece[id].model = true;
+    t->vocab[j] = (struct tok_vslot){(uint32_t)(h >> 32), id};
     t->vocab_n++;
     return ERR_OK;
 }
@@ -287,25 +288,6 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
 static uint64_t pair_key(uint32_t left, uint32_t right)
 {
     return (uint64_t)left << 42 | (uint64_t)right << 20;
-}
-
-static int pair_grow(struct tokenizer *t, size_t cap, struct err *e)
-{
-    uint64_t *p = calloc(cap, sizeof *p);
-    if (!p)
-        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merge slots", t->name, cap);
-    for (size_t i = 0; i < t->pair_cap; i++) {
-        if (!t->pair[i])
-            continue;
-        size_t j = mix64(t->pair[i] & ~PAIR_RANK) & (cap - 1);
-        while (p[j])
-            j = (j + 1) & (cap - 1);
-        p[j] = t->pair[i];
-    }
-    free(t->pair);
-    t->pair = p;
-    t->pair_cap = cap;
-    return ERR_OK;
 }
 
 /* The slot of (left, right), or the empty slot where it goes. */
@@ -320,21 +302,72 @@ static size_t pair_slot(const struct tokenizer *t, uint64_t key)
 /* The rank of the merge of left and right, TOK_NONE when they do not merge. */
 static uint32_t pair_rank(const struct tokenizer *t, uint32_t left, uint32_t right)
 {
-    if (!t->pair_cap)
-        return TOK_NONE;
     return (uint32_t)(t->pair[pair_slot(t, pair_key(left, right))] & PAIR_RANK) - 1;
 }
 
-static int grow_merge_ids(struct tokenizer *t, uint64_t need, struct err *e)
+static int grow_merges(struct tokenizer *t, uint64_t need, struct err *e)
 {
-    size_t cap = t->merge_id_cap ? t->merge_id_cap : 1024;
+    size_t cap = t->merges_cap ? t->merges_cap : 1024;
     while (cap < need)
         cap *= 2;
     uint32_t *m = realloc(t->merge_id, cap * sizeof *m);
-    if (!m)
+    if (m)
+        t->merge_id = m;
+    uint32_t *p = m ? realloc(t->merge_split, cap * sizeof *p) : NULL;
+    if (!p)
         return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merges", t->name, cap);
-    t->merge_id = m;
-    t->merge_id_cap = cap;
+    t->merge_split = p;
+    t->merges_cap = cap;
+    return ERR_OK;
+}
+
+/* The pairs' table: each merge's parts (its merged piece cut where
+ * tok_add_merge saw them split) looked up, in rank order (a later merge of the
+ * same pair replaces the earlier, as in HF). Three stages AHEAD merges apart:
+ * the parts hashed and their slots fetched, then looked up and their pair's
+ * slot fetched, then the pair stored, so that the cache misses overlap. */
+#define AHEAD 8
+
+static int build_pairs(struct tokenizer *t, struct err *e)
+{
+    size_t cap = 1024;
+    while ((t->n_merges + 1) * 4 > cap * 3)
+        cap *= 2;
+    t->pair = calloc(cap, sizeof *t->pair);
+    if (!t->pair)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merge slots", t->name, cap);
+    t->pair_cap = cap;
+    uint64_t hash[AHEAD][2], key[AHEAD];
+    for (size_t r = 0; r < t->n_merges + 2 * AHEAD; r++) { /* the stages latest first: each frees its ring slot */
+        size_t q = r - 2 * AHEAD;
+        if (r >= 2 * AHEAD && q < t->n_merges)
+            t->pair[pair_slot(t, key[q % AHEAD])] = key[q % AHEAD] | (q + 1);
+        q = r - AHEAD;
+        if (r >= AHEAD && q < t->n_merges) {
+            const struct tok_piece *c = &t->piece[t->merge_id[q]];
+            const char *part[2] = {t->pool + c->off, t->pool + c->off + t->merge_split[q]};
+            size_t len[2] = {t->merge_split[q], c->len - t->merge_split[q]};
+            uint32_t id[2];
+            for (int k = 0; k < 2; k++) {
+                id[k] = t->vocab[vocab_slot(t, part[k], len[k], hash[q % AHEAD][k])].id;
+                if (id[k] == TOK_NONE)
+                    return err_set(e, ERR_FORMAT, "%s: merge %zu: piece '%.*s' is not in the vocabulary", t->name, q,
+                                   (int)(len[k] > 64 ? 64 : len[k]), part[k]);
+            }
+            key[q % AHEAD] = pair_key(id[0], id[1]);
+            __builtin_prefetch(&t->pair[mix64(key[q % AHEAD]) & (cap - 1)], 1);
+        }
+        if (r < t->n_merges) {
+            const struct tok_piece *c = &t->piece[t->merge_id[r]];
+            const char *s = t->pool + c->off;
+            hash[r % AHEAD][0] = hash_bytes(s, t->merge_split[r]);
+            hash[r % AHEAD][1] = hash_bytes(s + t->merge_split[r], c->len - t->merge_split[r]);
+            for (int k = 0; k < 2; k++)
+                __builtin_prefetch(&t->vocab[hash[r % AHEAD][k] & (t->vocab_cap - 1)]);
+        }
+    }
+    free(t->merge_split);
+    t->merge_split = NULL;
     return ERR_OK;
 }
 
@@ -348,12 +381,7 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
         cap *= 2;
     if (cap > t->vocab_cap && vocab_grow(t, cap, e))
         return e->code;
-    cap = t->pair_cap ? t->pair_cap : 1024;
-    while ((n_merges + 1) * 4 > cap * 3)
-        cap *= 2;
-    if (cap > t->pair_cap && pair_grow(t, cap, e))
-        return e->code;
-    if (n_merges > t->merge_id_cap && grow_merge_ids(t, n_merges, e))
+    if (n_merges > t->merges_cap && grow_merges(t, n_merges, e))
         return e->code;
     return n_pieces ? ensure_id(t, (uint32_t)n_pieces - 1, e) : ERR_OK;
 }
@@ -361,32 +389,41 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
 int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
                   struct err *e)
 {
-    uint32_t a = tok_lookup(t, l, llen), b = tok_lookup(t, r, rlen);
-    if (a == TOK_NONE || b == TOK_NONE)
-        return err_set(e, ERR_FORMAT, "%s: merge %llu: piece '%.*s' is not in the vocabulary", t->name,
-                       (unsigned long long)rank, (int)(a == TOK_NONE ? (llen > 64 ? 64 : llen) : (rlen > 64 ? 64 : rlen)),
-                       a == TOK_NONE ? l : r);
-    if (llen + rlen > TOK_MAX_PIECE)
-        return err_set(e, ERR_FORMAT, "%s: merge %llu: the merged piece is not in the vocabulary", t->name,
-                       (unsigned long long)rank);
-    char buf[2 * TOK_MAX_PIECE];
-    memcpy(buf, l, llen);
-    memcpy(buf + llen, r, rlen);
-    uint32_t c = tok_lookup(t, buf, llen + rlen);
-    if (c == TOK_NONE)
+    /* The merged piece: nearly always the previous merge's id or the next
+     * (files list merges in the order of the ids they make). Its parts are
+     * looked up when the reading ends (build_pairs). */
+    uint32_t c = TOK_NONE, prev = rank ? t->merge_id[rank - 1] : TOK_NONE;
+    for (uint32_t k = 0; k < 2 && prev != TOK_NONE && prev + k < t->n_ids && c == TOK_NONE; k++) {
+        const struct tok_piece *p = &t->piece[prev + k];
+        if (p->model && p->len == llen + rlen && !memcmp(t->pool + p->off, l, llen) &&
+            !memcmp(t->pool + p->off + llen, r, rlen))
+            c = prev + k;
+    }
+    if (c == TOK_NONE && llen + rlen <= TOK_MAX_PIECE) {
+        char buf[TOK_MAX_PIECE];
+        memcpy(buf, l, llen);
+        memcpy(buf + llen, r, rlen);
+        c = tok_lookup(t, buf, llen + rlen);
+    }
+    if (c == TOK_NONE) {
+        uint32_t a = tok_lookup(t, l, llen), b = tok_lookup(t, r, rlen);
+        if (a == TOK_NONE || b == TOK_NONE)
+            return err_set(e, ERR_FORMAT, "%s: merge %llu: piece '%.*s' is not in the vocabulary", t->name,
+                           (unsigned long long)rank,
+                           (int)(a == TOK_NONE ? (llen > 64 ? 64 : llen) : (rlen > 64 ? 64 : rlen)), a == TOK_NONE ? l : r);
+        if (llen + rlen > TOK_MAX_PIECE)
+            return err_set(e, ERR_FORMAT, "%s: merge %llu: the merged piece is not in the vocabulary", t->name,
+                           (unsigned long long)rank);
         return err_set(e, ERR_FORMAT, "%s: merge %llu: '%.*s' + '%.*s' is not in the vocabulary", t->name,
                        (unsigned long long)rank, (int)(llen > 64 ? 64 : llen), l, (int)(rlen > 64 ? 64 : rlen), r);
+    }
     if (rank >= TOK_MAX_MERGES)
         return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, TOK_MAX_MERGES);
-    if (rank >= t->merge_id_cap && grow_merge_ids(t, rank + 1, e))
+    if (rank >= t->merges_cap && grow_merges(t, rank + 1, e))
         return e->code;
     t->merge_id[rank] = c;
-    if ((t->pair_n + 1) * 4 > t->pair_cap * 3 && pair_grow(t, t->pair_cap ? 2 * t->pair_cap : 1024, e))
-        return e->code;
-    uint64_t key = pair_key(a, b);
-    size_t j = pair_slot(t, key);
-    t->pair_n += !t->pair[j];
-    t->pair[j] = key | (rank + 1); /* a later merge of the same pair replaces the earlier (HF) */
+    t->merge_split[rank] = (uint32_t)llen;
+    t->n_merges = rank + 1;
     return ERR_OK;
 }
 
@@ -410,7 +447,7 @@ int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, b
                        t->pool + t->piece[id].off);
     }
     if (special)
-        t->piece[id].special = 1;
+        t->piece[id].special = true;
     if (t->n_added == t->added_cap) {
         size_t cap = t->added_cap ? t->added_cap * 2 : 64;
         struct tok_added *a = realloc(t->added, cap * sizeof *a);
@@ -570,7 +607,7 @@ int tok_finish(struct tokenizer *t, struct err *e)
     /* the id space ends after the last id that has a piece */
     while (t->n_ids && t->piece[t->n_ids - 1].off == UINT64_MAX)
         t->n_ids--;
-    return build_junctions(t, e);
+    return build_pairs(t, e) || build_junctions(t, e) ? e->code : ERR_OK;
 }
 
 void tok_free(struct tokenizer *t)
@@ -585,6 +622,7 @@ void tok_free(struct tokenizer *t)
     map_free(&t->trie);
     free(t->node_added);
     free(t->merge_id);
+    free(t->merge_split);
     free(t->junction);
     free(t->added);
     for (size_t i = 0; i < t->n_replace; i++) {
