@@ -560,7 +560,7 @@ int tok_add_template_id(struct tokenizer *t, bool suffix, uint32_t id, struct er
 
 static uint64_t junction_bit(uint32_t a, uint32_t b)
 {
-    return mix64((uint64_t)a << 21 | b) >> (64 - JUNCTION_BITS);
+    return ((uint64_t)a << 21 | b) * 0x9E3779B97F4A7C15ULL >> (64 - JUNCTION_BITS);
 }
 
 static int build_junctions(struct tokenizer *t, struct err *e)
@@ -575,7 +575,7 @@ static int build_junctions(struct tokenizer *t, struct err *e)
     uint32_t a = UINT32_MAX;
     size_t cl;
     for (size_t i = 0; i < t->pool_len; i += cl) {
-        uint32_t b = utf8_cp(p + i, &cl);
+        uint32_t b = p[i] < 0x80 ? (cl = 1, p[i]) : utf8_cp(p + i, &cl);
         uint64_t bit = junction_bit(a, b);
         if (a != UINT32_MAX)
             t->junction[bit >> 6] |= 1ull << (bit & 63);
