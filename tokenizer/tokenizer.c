@@ -706,18 +706,15 @@ struct scratch {
 };
 
 /* The merge queue: a 4-ary min-heap of rank << 32 | position (lowest rank,
- * then leftmost: HF's order); the merged id is merge_id[rank]. */
+ * then leftmost: HF's order); the merged id is merge_id[rank]. The four slots
+ * after the last entry hold UINT64_MAX, so that the least of a node's four
+ * children is found without branches. */
 static void sift_down(uint64_t *h, size_t n, size_t i)
 {
     uint64_t v = h[i];
-    for (;;) {
-        size_t c = 4 * i + 1, best = c;
-        if (c >= n)
-            break;
-        size_t end = c + 4 < n ? c + 4 : n;
-        for (size_t k = c + 1; k < end; k++)
-            if (h[k] < h[best])
-                best = k;
+    for (size_t c; (c = 4 * i + 1) < n;) {
+        size_t a = c + (h[c + 1] < h[c]), b = c + 2 + (h[c + 3] < h[c + 2]);
+        size_t best = h[b] < h[a] ? b : a;
         if (h[best] >= v)
             break;
         h[i] = h[best];
@@ -729,6 +726,7 @@ static void sift_down(uint64_t *h, size_t n, size_t i)
 static void heap_push(uint64_t *h, size_t *n, uint64_t v)
 {
     size_t i = (*n)++;
+    h[*n + 3] = UINT64_MAX;
     while (i && v < h[(i - 1) / 4]) {
         h[i] = h[(i - 1) / 4];
         i = (i - 1) / 4;
@@ -740,6 +738,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
 {
     uint64_t top = h[0];
     h[0] = h[--*n];
+    h[*n] = UINT64_MAX;
     if (*n)
         sift_down(h, *n, 0);
     return top;
@@ -778,7 +777,7 @@ static bool pair_entry(const struct tokenizer *t, const struct sym *s, size_t po
 static int merge_all(const struct tokenizer *t, struct sym *s, size_t n, struct scratch *sc, struct idbuf *out,
                      struct err *e)
 {
-    if (grow((void **)&sc->heap, &sc->heap_cap, 3 * n, sizeof *sc->heap, e))
+    if (grow((void **)&sc->heap, &sc->heap_cap, 3 * n + 4, sizeof *sc->heap, e))
         return e->code;
     if (n)
         s[n - 1].next = -1;
@@ -787,6 +786,7 @@ static int merge_all(const struct tokenizer *t, struct sym *s, size_t n, struct 
     for (size_t i = 0; i + 1 < n; i++)
         if (pair_entry(t, s, i, &entry))
             h[nh++] = entry;
+    memset(h + nh, 0xff, 4 * sizeof *h);
     for (size_t i = nh / 4 + 1; i-- > 0;) /* heapify */
         if (i < nh)
             sift_down(h, nh, i);
