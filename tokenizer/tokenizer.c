@@ -840,7 +840,7 @@ static bool uncrossable(const struct tokenizer *t, uint32_t left, uint32_t right
  * HF's queue over the whole word pops each part's entries in the order the
  * part's own queue does, and the merges are the same. A part's queue and
  * symbols stay in cache, and the time is linear in the word's length. */
-#define BPE_PART 16384
+#define BPE_PART 512
 
 /* HF's BPE::merge_word and Word::merge_all over one word. */
 static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct scratch *sc, struct idbuf *out,
