@@ -72,6 +72,7 @@ struct tokenizer {
     size_t n_merges, merges_cap;
     /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */
     struct tok_map trie;
+    uint64_t added_lead[4];        /* the bytes an added token starts with (a bit set) */
     uint32_t *node_added;
     size_t n_nodes, nodes_cap;
     struct tok_added *added;

@@ -464,6 +464,7 @@ int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, b
         t->nodes_cap = 1024;
         t->n_nodes = 1;
     }
+    t->added_lead[(uint8_t)s[0] >> 6] |= 1ull << ((uint8_t)s[0] & 63);
     uint64_t node = 0;
     for (size_t i = 0; i < len; i++) {
         uint64_t key = node << 8 | (uint8_t)s[i], child;
@@ -956,6 +957,9 @@ static int encode_segment(const struct tokenizer *t, const char *text, size_t le
 /* The longest added token at text[pos] (index + 1 into t->added, 0: none), its length in *mlen. */
 static uint32_t match_added(const struct tokenizer *t, const char *text, size_t len, size_t pos, size_t *mlen)
 {
+    uint8_t c = (uint8_t)text[pos];
+    if (!(t->added_lead[c >> 6] >> (c & 63) & 1))
+        return 0;
     uint64_t node = 0;
     uint32_t best = 0;
     for (size_t i = pos; i < len; i++) {
