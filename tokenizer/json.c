@@ -999,10 +999,10 @@ static int read_top(struct jp *p, struct tokenizer *t)
             rc = nul ? ERR_OK : skip(p);
         } else if (!strcmp(key, "truncation") || !strcmp(key, "padding")) {
             rc = nul ? ERR_OK : err_set(p->e, ERR_UNSUPPORTED, "%s: %s is not supported (null only)", p->name, key);
-        } else if (!strcmp(key, "model") && !nul) {
+        } else if (!strcmp(key, "model") && !nul) { /* an object read in place, anything else refused after the rest */
             model = true;
-            model_at = p->pos;
-            rc = skip(p);
+            model_at = peek(p) == '{' ? 0 : p->pos;
+            rc = model_at ? skip(p) : read_model(p, t);
         } else if (!strcmp(key, "added_tokens") && !nul) {
             added = true;
             added_at = p->pos;
@@ -1028,7 +1028,7 @@ static int read_top(struct jp *p, struct tokenizer *t)
     if (!model)
         return err_set(p->e, ERR_FORMAT, "%s: no model", p->name);
     p->pos = model_at;
-    if (read_model(p, t))
+    if (model_at && read_model(p, t))
         return p->e->code;
     p->pos = added_at;
     return added ? read_added(p, t) : ERR_OK;
