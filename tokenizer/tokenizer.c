@@ -555,8 +555,8 @@ int tok_add_template_id(struct tokenizer *t, bool suffix, uint32_t id, struct er
 }
 
 /* The junction table: bit junction_bit(a, b) is set for every pair of
- * characters a, b adjacent anywhere in the pool (every piece, and across
- * neighbouring pieces: more bits only make it stricter). */
+ * characters a, b adjacent in a piece of the model's vocabulary (every piece
+ * a merge can make). */
 #define JUNCTION_BITS 20
 
 static uint64_t junction_bit(uint32_t a, uint32_t b)
@@ -567,20 +567,25 @@ static uint64_t junction_bit(uint32_t a, uint32_t b)
 static int build_junctions(struct tokenizer *t, struct err *e)
 {
     bool nul;
-    const uint8_t *p = (const uint8_t *)t->pool;
-    if (utf8_check(p, t->pool_len, true, &nul) != t->pool_len)
+    const uint8_t *pool = (const uint8_t *)t->pool;
+    if (utf8_check(pool, t->pool_len, true, &nul) != t->pool_len)
         return ERR_OK;
     t->junction = calloc((size_t)1 << (JUNCTION_BITS - 6), sizeof *t->junction);
     if (!t->junction)
         return err_set(e, ERR_NOMEM, "%s: cannot allocate the junction table", t->name);
-    uint32_t a = UINT32_MAX;
-    size_t cl;
-    for (size_t i = 0; i < t->pool_len; i += cl) {
-        uint32_t b = p[i] < 0x80 ? (cl = 1, p[i]) : utf8_cp(p + i, &cl);
-        uint64_t bit = junction_bit(a, b);
-        if (a != UINT32_MAX)
-            t->junction[bit >> 6] |= 1ull << (bit & 63);
-        a = b;
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        if (!t->piece[id].model)
+            continue;
+        const uint8_t *p = pool + t->piece[id].off;
+        uint32_t a = UINT32_MAX;
+        size_t cl;
+        for (size_t i = 0; i < t->piece[id].len; i += cl) {
+            uint32_t b = p[i] < 0x80 ? (cl = 1, p[i]) : utf8_cp(p + i, &cl);
+            uint64_t bit = junction_bit(a, b);
+            if (a != UINT32_MAX)
+                t->junction[bit >> 6] |= 1ull << (bit & 63);
+            a = b;
+        }
     }
     return ERR_OK;
 }
