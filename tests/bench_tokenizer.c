@@ -32,14 +32,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tokenizer: %s (run setup.sh)\n", e.msg);
         return 77;
     }
-    printf("load GGUF (262,144 tokens, 514,906 merges): %.0f ms\n", cpu_ms() - t0);
+    printf("load GGUF (262,144 tokens, 514,906 merges): %.1f ms\n", cpu_ms() - t0);
     snprintf(path, sizeof path, "%s/gemma4/tokenizer.json", ref);
     t0 = cpu_ms();
     if (tok_load_json(&tj, path, &e)) {
         fprintf(stderr, "bench_tokenizer: %s\n", e.msg);
         return 1;
     }
-    printf("load tokenizer.json (33 MB): %.0f ms\n", cpu_ms() - t0);
+    printf("load tokenizer.json (33 MB): %.1f ms\n", cpu_ms() - t0);
     for (size_t mb = 1; mb <= 10; mb += 9) {
         char *s = one_piece(mb << 20);
         if (!s)
@@ -51,7 +51,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_tokenizer: %s\n", e.msg);
             return 1;
         }
-        printf("encode %zu MB one piece: %.0f ms, %zu ids\n", mb, cpu_ms() - t0, n);
+        printf("encode %zu MB one piece: %.1f ms, %zu ids\n", mb, cpu_ms() - t0, n);
         free(ids);
         free(s);
     }
