@@ -845,7 +845,8 @@ static bool uncrossable(const struct tokenizer *t, uint32_t left, uint32_t right
  * merge can cross (uncrossable): no pair across a cut is ever in the queue, so
  * HF's queue over the whole word pops each part's entries in the order the
  * part's own queue does, and the merges are the same. A part's queue and
- * symbols stay in cache, and the time is linear in the word's length. */
+ * symbols stay in L1, and the time is linear in the word's length where cuts
+ * come (prose: before each '▁'); a word without one is a single part. */
 #define BPE_PART 512
 
 /* HF's BPE::merge_word and Word::merge_all over one word. */
