@@ -170,7 +170,8 @@ Test(tokenizer, text_rule)
     tok_free(t);
 }
 
-/* A 1 MB single word: the heap keeps BPE O(n log n) (the benchmark times it). */
+/* A 1 MB single word, merged in parts: cut only between 'c' and 'a' (no piece
+ * holds "ca"); a cut inside "abc" would give ab + c or a + bc. */
 Test(tokenizer, long_word)
 {
     struct tokenizer *t = tiny();
