@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/gguf.h"
+#include "tests/tokenizer/one_piece.h"
 #include "tokenizer/tokenizer.h"
 
 static double cpu_ms(void)
@@ -16,26 +17,6 @@ static double cpu_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-/* The text the node script builds too: letters of several scripts cycling
- * with a period, one word of n bytes (UTF-8, cut on a character boundary). */
-static char *one_piece(size_t n)
-{
-    static const char *units[] = {"tokenization", "\xC3\xA9t\xC3\xA9", "\xD0\xB4\xD0\xB0\xD0\xBD", "\xE6\x95\xB0\xE6\x8D\xAE",
-                                  "12345", "\xF0\x9F\x98\x80", "."};
-    char *s = malloc(n + 8);
-    size_t o = 0;
-    for (size_t i = 0; o < n; i++) {
-        const char *u = units[i % 7];
-        size_t l = strlen(u);
-        if (o + l > n)
-            break;
-        memcpy(s + o, u, l);
-        o += l;
-    }
-    s[o] = 0;
-    return s;
 }
 
 int main(int argc, char **argv)
@@ -51,16 +32,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tokenizer: %s (run setup.sh)\n", e.msg);
         return 77;
     }
-    printf("load GGUF (262,144 tokens, 514,906 merges): %.0f ms\n", cpu_ms() - t0);
+    printf("load GGUF (262,144 tokens, 514,906 merges): %.1f ms\n", cpu_ms() - t0);
     snprintf(path, sizeof path, "%s/gemma4/tokenizer.json", ref);
     t0 = cpu_ms();
     if (tok_load_json(&tj, path, &e)) {
         fprintf(stderr, "bench_tokenizer: %s\n", e.msg);
         return 1;
     }
-    printf("load tokenizer.json (33 MB): %.0f ms\n", cpu_ms() - t0);
+    printf("load tokenizer.json (33 MB): %.1f ms\n", cpu_ms() - t0);
     for (size_t mb = 1; mb <= 10; mb += 9) {
         char *s = one_piece(mb << 20);
+        if (!s)
+            return 1;
         uint32_t *ids;
         size_t n;
         t0 = cpu_ms();
@@ -68,7 +51,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_tokenizer: %s\n", e.msg);
             return 1;
         }
-        printf("encode %zu MB one piece: %.0f ms, %zu ids\n", mb, cpu_ms() - t0, n);
+        printf("encode %zu MB one piece: %.1f ms, %zu ids\n", mb, cpu_ms() - t0, n);
         free(ids);
         free(s);
     }

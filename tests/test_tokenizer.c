@@ -6,7 +6,8 @@
  * independent references setup.sh fetches into build-ref/ (skipped, saying so,
  * when absent): llama.cpp's Gemma 4 vocabulary vectors (.inp/.out) and HF
  * tokenizers' ids for the committed corpus (tests/tokenizer/, made by
- * ref_ids.js), from tokenizer.json and from the GGUF. */
+ * ref_ids.js) and for a 1 MB word (made by bench_hf.js), from tokenizer.json
+ * and from the GGUF. */
 #include <criterion/criterion.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "core/gguf.h"
 #include "core/jsonx.h"
+#include "tests/tokenizer/one_piece.h"
 #include "tokenizer/tokenizer.h"
 
 #define BOS_RULE                                                                                                      \
@@ -168,7 +170,8 @@ Test(tokenizer, text_rule)
     tok_free(t);
 }
 
-/* A 1 MB single word: the heap keeps BPE O(n log n) (the benchmark times it). */
+/* A 1 MB single word, merged in parts: cut only between 'c' and 'a' (no piece
+ * holds "ca"); a cut inside "abc" would give ab + c or a + bc. */
 Test(tokenizer, long_word)
 {
     struct tokenizer *t = tiny();
@@ -427,6 +430,30 @@ Test(tokenizer, hf_corpus_parity, .timeout = 300)
     free(corpus);
     free(ids_full);
     free(ids_conv);
+    free_refs(&r);
+}
+
+/* A 1 MB word (one_piece.h: no space to split on) is merged in parts, cut
+ * where no merge can cross: the ids HF tokenizers gives for the whole word
+ * (ids-1mb.txt.gz, made by bench_hf.js), from all three tokenizers. */
+Test(tokenizer, long_word_parity, .timeout = 120)
+{
+    NEED_REFS();
+    struct refs r = {0};
+    load_refs(&r);
+    size_t len;
+    char *ref = slurp(GP_SOURCE_DIR "/tests/tokenizer/ids-1mb.txt.gz", &len), *p = ref;
+    uint32_t *want = malloc(sizeof *want << 20);
+    char *text = one_piece(1 << 20);
+    cr_assert(want && text);
+    size_t n = parse_ids(&p, want, 1 << 20);
+    cr_assert_eq(n, 322636, "bench_hf.js wrote %zu ids", n);
+    cr_expect(same_ids(r.full, text, strlen(text), true, want, n, "tokenizer.json (Gemma 3's added)", 0));
+    cr_expect(same_ids(r.conv, text, strlen(text), true, want, n, "tokenizer.json (24 added)", 0));
+    cr_expect(same_ids(r.gguf, text, strlen(text), true, want, n, "GGUF", 0));
+    free(text);
+    free(want);
+    free(ref);
     free_refs(&r);
 }
 

@@ -11,6 +11,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define TOK_NONE UINT32_MAX
+#define TOK_MAX_MERGES ((1u << 20) - 1) /* a rank + 1 fills the low 20 bits of a pair's slot */
 
 /* Open addressing, linear probing; key UINT64_MAX marks an empty slot. */
 struct tok_slot {
@@ -22,10 +23,16 @@ struct tok_map {
     size_t cap, n;  /* cap a power of two, n ≤ 3/4 cap */
 };
 
+/* A vocabulary slot: the piece hash's high half and the id (TOK_NONE: empty). */
+struct tok_vslot {
+    uint32_t tag, id;
+};
+
 struct tok_piece {
     uint64_t off;                  /* into pool; UINT64_MAX: no piece */
     uint32_t len;
-    uint32_t special;              /* a special added token (decode's skip_special) */
+    bool special;                  /* a special added token (decode's skip_special) */
+    bool model;                    /* in the model's vocabulary (tok_set_piece), not an added token's alone */
 };
 
 enum tok_dec_kind { TOK_DEC_REPLACE, TOK_DEC_BYTE_FALLBACK, TOK_DEC_FUSE, TOK_DEC_STRIP };
@@ -56,13 +63,16 @@ struct tokenizer {
 
     char *pool;
     size_t pool_len, pool_cap;
-    struct tok_map vocab;          /* model piece hash → candidates (see tokenizer.c) */
-    struct tok_map merges;         /* (left id << 32 | right id) → (rank << 32 | merged id) */
-    uint64_t n_merges;
+    struct tok_vslot *vocab;       /* model pieces by hash (open addressing, linear probing, ≤ 3/4 full) */
+    size_t vocab_cap, vocab_n;
+    uint64_t *pair;                /* merges: left id << 42 | right id << 20 | rank + 1 (0: empty; as vocab) */
+    size_t pair_cap;
     uint32_t *merge_id;            /* by rank: the merged id (the heap's entries hold only rank and position) */
-    size_t merge_id_cap;
+    uint32_t *merge_split;         /* by rank, while loading: the left part's bytes (tok_finish looks the parts up) */
+    size_t n_merges, merges_cap;
     /* added tokens: a byte trie, (node << 8 | byte) → child; node_added[node] = index + 1 */
     struct tok_map trie;
+    uint64_t added_lead[4];        /* the bytes an added token starts with (a bit set) */
     uint32_t *node_added;
     size_t n_nodes, nodes_cap;
     struct tok_added *added;
@@ -72,6 +82,8 @@ struct tokenizer {
     bool byte_fallback, fuse_unk, ignore_merges;
     uint32_t byte_id[256];         /* <0xXX>, TOK_NONE when absent */
     uint32_t ascii_id[128];        /* one-byte characters' ids, TOK_NONE when absent */
+    uint64_t *junction;            /* pairs of characters adjacent in the pieces, a hashed bit set (tokenizer.c);
+                                    * NULL when a piece is not UTF-8: words are then never cut */
     /* normalizer, pre-tokenizer, decoder */
     struct tok_replace *replace;
     size_t n_replace;
@@ -92,8 +104,9 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e);
 /* The model's id of a piece, TOK_NONE when absent. */
 uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len);
-/* Merge of rank `rank`: left + right, both and their concatenation in the vocabulary
- * (a later merge of the same pair replaces an earlier one, as in HF). */
+/* Merge of rank `rank` (ranks 0, 1, 2, ... in order): left + right, both and
+ * their concatenation in the vocabulary (a later merge of the same pair
+ * replaces an earlier one, as in HF). */
 int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
                   struct err *e);
 /* An added token matched in raw text. */

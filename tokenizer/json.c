@@ -20,6 +20,7 @@ struct jp {
     struct err *e;
     char *buf[2];       /* decoded strings: two may be live at once */
     size_t cap[2];
+    size_t memo_at[4], memo_end[4]; /* values of a MiB or more skipped before: where each starts and ends */
 };
 
 static int fail(struct jp *p, const char *what)
@@ -216,8 +217,6 @@ static int number(struct jp *p, bool *integer, uint64_t *v)
     return ERR_OK;
 }
 
-static int skip(struct jp *p);
-
 static int obj_begin(struct jp *p)
 {
     if (expect(p, '{'))
@@ -269,7 +268,7 @@ static int arr_next(struct jp *p, bool *first, bool *more)
     return next_item(p, ']', first, more);
 }
 
-static int skip(struct jp *p)
+static int skip_value(struct jp *p)
 {
     char c = peek(p);
     bool first = true, more = true, integer;
@@ -281,14 +280,14 @@ static int skip(struct jp *p)
         if (obj_begin(p))
             return p->e->code;
         while (!obj_key(p, &first, &more, &s, &n) && more)
-            if (skip(p))
+            if (skip_value(p))
                 return p->e->code;
         return more ? (int)p->e->code : ERR_OK;
     case '[':
         if (arr_begin(p))
             return p->e->code;
         while (!arr_next(p, &first, &more) && more)
-            if (skip(p))
+            if (skip_value(p))
                 return p->e->code;
         return more ? (int)p->e->code : ERR_OK;
     case '"':
@@ -302,6 +301,29 @@ static int skip(struct jp *p)
     default:
         return number(p, &integer, &v);
     }
+}
+
+/* skip_value, once per large value: a component's type is found before its
+ * fields are read, so the model's vocab and merges would be skipped twice. */
+static int skip(struct jp *p)
+{
+    size_t at = (ws(p), p->pos);
+    for (int i = 0; i < 4; i++) {
+        if (p->memo_end[i] && p->memo_at[i] == at) {
+            p->pos = p->memo_end[i];
+            return ERR_OK;
+        }
+    }
+    if (skip_value(p))
+        return p->e->code;
+    if (p->pos - at >= 1u << 20) {
+        int i = 0;
+        while (i < 3 && p->memo_end[i])
+            i++;
+        p->memo_at[i] = at;
+        p->memo_end[i] = p->pos;
+    }
+    return ERR_OK;
 }
 
 static bool key_is(const char *k, size_t n, const char *want)
@@ -999,10 +1021,10 @@ static int read_top(struct jp *p, struct tokenizer *t)
             rc = nul ? ERR_OK : skip(p);
         } else if (!strcmp(key, "truncation") || !strcmp(key, "padding")) {
             rc = nul ? ERR_OK : err_set(p->e, ERR_UNSUPPORTED, "%s: %s is not supported (null only)", p->name, key);
-        } else if (!strcmp(key, "model") && !nul) {
+        } else if (!strcmp(key, "model") && !nul) { /* an object read in place, anything else refused after the rest */
             model = true;
-            model_at = p->pos;
-            rc = skip(p);
+            model_at = peek(p) == '{' ? 0 : p->pos;
+            rc = model_at ? skip(p) : read_model(p, t);
         } else if (!strcmp(key, "added_tokens") && !nul) {
             added = true;
             added_at = p->pos;
@@ -1028,7 +1050,7 @@ static int read_top(struct jp *p, struct tokenizer *t)
     if (!model)
         return err_set(p->e, ERR_FORMAT, "%s: no model", p->name);
     p->pos = model_at;
-    if (read_model(p, t))
+    if (model_at && read_model(p, t))
         return p->e->code;
     p->pos = added_at;
     return added ? read_added(p, t) : ERR_OK;

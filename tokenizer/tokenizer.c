@@ -22,12 +22,22 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
+/* Eight bytes at a time (a piece is ~9 bytes: hashing byte by byte was a
+ * third of a lookup). */
 static uint64_t hash_bytes(const char *s, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
-    return mix64(h ^ len) & ~(uint64_t)0 >> 1; /* never UINT64_MAX, the empty mark */
+    uint64_t h = len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    for (size_t k = 0; i + k < len; k++)
+        w |= (uint64_t)(uint8_t)s[i + k] << 8 * k;
+    return mix64(h ^ w);
 }
 
 static int map_grow(struct tok_map *m, struct err *e)
@@ -90,6 +100,66 @@ static void map_free(struct tok_map *m)
     free(m->slot);
 }
 
+/* ---- UTF-8 ---- */
+
+/* Bytes of the UTF-8 character that starts with byte c (text already validated). */
+static size_t utf8_len(uint8_t c)
+{
+    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+/* The first byte offset where s[0, len) is not valid UTF-8 (or holds a NUL,
+ * unless allow_nul: then *nul says so), len if none. */
+static size_t utf8_check(const uint8_t *s, size_t len, bool allow_nul, bool *nul)
+{
+    size_t i = 0;
+    *nul = false;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            if (!c && !allow_nul) {
+                *nul = true;
+                return i;
+            }
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t min, cp;
+        if (c >= 0xC2 && c <= 0xDF)
+            n = 2, min = 0x80, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF)
+            n = 3, min = 0x800, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4)
+            n = 4, min = 0x10000, cp = c & 0x07;
+        else
+            return i;
+        if (len - i < n)
+            return i;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return i;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return i;
+        i += n;
+    }
+    return len;
+}
+
+/* Code point of the character at s (valid UTF-8), its length in *n. */
+static uint32_t utf8_cp(const uint8_t *s, size_t *n)
+{
+    *n = utf8_len(s[0]);
+    if (*n == 1)
+        return s[0];
+    uint32_t cp = s[0] & (0x7F >> *n);
+    for (size_t k = 1; k < *n; k++)
+        cp = cp << 6 | (s[k] & 0x3F);
+    return cp;
+}
+
 /* ---- building ---- */
 
 int tok_new(struct tokenizer **out, const char *name, struct err *e)
@@ -121,7 +191,7 @@ static int ensure_id(struct tokenizer *t, uint32_t id, struct err *e)
     for (uint32_t i = t->n_ids; i < n; i++) {
         t->piece[i].off = UINT64_MAX;
         t->piece[i].len = 0;
-        t->piece[i].special = 0;
+        t->piece[i].special = t->piece[i].model = false;
     }
     t->n_ids = n;
     return ERR_OK;
@@ -147,22 +217,46 @@ static int pool_add(struct tokenizer *t, const char *s, size_t len, uint64_t *of
     return ERR_OK;
 }
 
-/* The vocabulary map holds hash → id; equal hashes of different pieces sit in
- * the following slots (probing compares the pieces). */
+/* The vocabulary: a piece's slot is its hash's low bits, its tag the high
+ * half; pieces with equal tags sit in the following slots (probing compares
+ * the pieces). Grown to twice the slots, every piece rehashed from the pool. */
+static int vocab_grow(struct tokenizer *t, size_t cap, struct err *e)
+{
+    struct tok_vslot *v = malloc(cap * sizeof *v);
+    if (!v)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate a vocabulary of %zu slots", t->name, cap);
+    memset(v, 0xff, cap * sizeof *v);
+    for (size_t i = 0; i < t->vocab_cap; i++) {
+        uint32_t id = t->vocab[i].id;
+        if (id == TOK_NONE)
+            continue;
+        size_t j = hash_bytes(t->pool + t->piece[id].off, t->piece[id].len) & (cap - 1);
+        while (v[j].id != TOK_NONE)
+            j = (j + 1) & (cap - 1);
+        v[j] = t->vocab[i];
+    }
+    free(t->vocab);
+    t->vocab = v;
+    t->vocab_cap = cap;
+    return ERR_OK;
+}
+
+/* The slot of piece s of hash h (found: its id is not TOK_NONE) or the empty slot where it goes. */
+static size_t vocab_slot(const struct tokenizer *t, const char *s, size_t len, uint64_t h)
+{
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t j = h & (t->vocab_cap - 1);
+    for (; t->vocab[j].id != TOK_NONE; j = (j + 1) & (t->vocab_cap - 1)) {
+        const struct tok_piece *p = &t->piece[t->vocab[j].id];
+        if (t->vocab[j].tag == tag && p->len == len && !memcmp(t->pool + p->off, s, len))
+            break;
+    }
+    return j;
+}
+
 uint32_t tok_lookup(const struct tokenizer *t, const char *s, size_t len)
 {
-    const struct tok_map *m = &t->vocab;
-    if (!m->cap)
-        return TOK_NONE;
-    uint64_t h = hash_bytes(s, len);
-    for (size_t j = mix64(h) & (m->cap - 1); m->slot[j].key != UINT64_MAX; j = (j + 1) & (m->cap - 1)) {
-        if (m->slot[j].key != h)
-            continue;
-        uint32_t id = (uint32_t)m->slot[j].val;
-        if (t->piece[id].len == len && !memcmp(t->pool + t->piece[id].off, s, len))
-            return id;
-    }
-    return TOK_NONE;
+    return t->vocab_cap ? t->vocab[vocab_slot(t, s, len, hash_bytes(s, len))].id : TOK_NONE;
 }
 
 int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, struct err *e)
@@ -171,51 +265,123 @@ int tok_set_piece(struct tokenizer *t, uint32_t id, const char *s, size_t len, s
         return e->code;
     if (t->piece[id].off != UINT64_MAX)
         return err_set(e, ERR_FORMAT, "%s: token id %u appears twice in the vocabulary", t->name, id);
-    struct tok_map *m = &t->vocab;
-    if ((m->n + 1) * 4 > m->cap * 3 && map_grow(m, e))
+    if ((t->vocab_n + 1) * 4 > t->vocab_cap * 3 && vocab_grow(t, t->vocab_cap ? 2 * t->vocab_cap : 1024, e))
         return e->code;
     uint64_t h = hash_bytes(s, len);
-    size_t j = mix64(h) & (m->cap - 1);
-    for (; m->slot[j].key != UINT64_MAX; j = (j + 1) & (m->cap - 1)) {
-        uint32_t other = (uint32_t)m->slot[j].val;
-        if (m->slot[j].key == h && t->piece[other].len == len && !memcmp(t->pool + t->piece[other].off, s, len))
-            return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
-                           (int)(len > 64 ? 64 : len), s, other, id);
-    }
+    size_t j = vocab_slot(t, s, len, h);
+    if (t->vocab[j].id != TOK_NONE)
+        return err_set(e, ERR_FORMAT, "%s: piece '%.*s' appears twice in the vocabulary (ids %u and %u)", t->name,
+                       (int)(len > 64 ? 64 : len), s, t->vocab[j].id, id);
     if (pool_add(t, s, len, &t->piece[id].off, e))
         return e->code;
     t->piece[id].len = (uint32_t)len;
-    m->slot[j].key = h;
-    m->slot[j].val = id;
-    m->n++;
+    t->piece[id].model = true;
+    t->vocab[j] = (struct tok_vslot){(uint32_t)(h >> 32), id};
+    t->vocab_n++;
     return ERR_OK;
 }
 
-static int grow_merge_ids(struct tokenizer *t, uint64_t need, struct err *e)
+/* The merges: (left, right) → rank, in slots of left << 42 | right << 20 |
+ * rank + 1 (ids are below 2^22, ranks below TOK_MAX_MERGES). */
+#define PAIR_RANK ((1ull << 20) - 1)
+
+static uint64_t pair_key(uint32_t left, uint32_t right)
 {
-    size_t cap = t->merge_id_cap ? t->merge_id_cap : 1024;
+    return (uint64_t)left << 42 | (uint64_t)right << 20;
+}
+
+/* The slot of (left, right), or the empty slot where it goes. */
+static size_t pair_slot(const struct tokenizer *t, uint64_t key)
+{
+    size_t j = mix64(key) & (t->pair_cap - 1);
+    while (t->pair[j] && (t->pair[j] & ~PAIR_RANK) != key)
+        j = (j + 1) & (t->pair_cap - 1);
+    return j;
+}
+
+/* The rank of the merge of left and right, TOK_NONE when they do not merge. */
+static uint32_t pair_rank(const struct tokenizer *t, uint32_t left, uint32_t right)
+{
+    return (uint32_t)(t->pair[pair_slot(t, pair_key(left, right))] & PAIR_RANK) - 1;
+}
+
+static int grow_merges(struct tokenizer *t, uint64_t need, struct err *e)
+{
+    size_t cap = t->merges_cap ? t->merges_cap : 1024;
     while (cap < need)
         cap *= 2;
     uint32_t *m = realloc(t->merge_id, cap * sizeof *m);
-    if (!m)
+    if (m)
+        t->merge_id = m;
+    uint32_t *p = m ? realloc(t->merge_split, cap * sizeof *p) : NULL;
+    if (!p)
         return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merges", t->name, cap);
-    t->merge_id = m;
-    t->merge_id_cap = cap;
+    t->merge_split = p;
+    t->merges_cap = cap;
+    return ERR_OK;
+}
+
+/* The pairs' table: each merge's parts (its merged piece cut where
+ * tok_add_merge saw them split) looked up, in rank order (a later merge of the
+ * same pair replaces the earlier, as in HF). Three stages AHEAD merges apart:
+ * the parts hashed and their slots fetched, then looked up and their pair's
+ * slot fetched, then the pair stored, so that the cache misses overlap. */
+#define AHEAD 8
+
+static int build_pairs(struct tokenizer *t, struct err *e)
+{
+    size_t cap = 1024;
+    while ((t->n_merges + 1) * 4 > cap * 3)
+        cap *= 2;
+    t->pair = calloc(cap, sizeof *t->pair);
+    if (!t->pair)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merge slots", t->name, cap);
+    t->pair_cap = cap;
+    uint64_t hash[AHEAD][2], key[AHEAD];
+    for (size_t r = 0; r < t->n_merges + 2 * AHEAD; r++) { /* the stages latest first: each frees its ring slot */
+        size_t q = r - 2 * AHEAD;
+        if (r >= 2 * AHEAD && q < t->n_merges)
+            t->pair[pair_slot(t, key[q % AHEAD])] = key[q % AHEAD] | (q + 1);
+        q = r - AHEAD;
+        if (r >= AHEAD && q < t->n_merges) {
+            const struct tok_piece *c = &t->piece[t->merge_id[q]];
+            const char *part[2] = {t->pool + c->off, t->pool + c->off + t->merge_split[q]};
+            size_t len[2] = {t->merge_split[q], c->len - t->merge_split[q]};
+            uint32_t id[2];
+            for (int k = 0; k < 2; k++) {
+                id[k] = t->vocab[vocab_slot(t, part[k], len[k], hash[q % AHEAD][k])].id;
+                if (id[k] == TOK_NONE)
+                    return err_set(e, ERR_FORMAT, "%s: merge %zu: piece '%.*s' is not in the vocabulary", t->name, q,
+                                   (int)(len[k] > 64 ? 64 : len[k]), part[k]);
+            }
+            key[q % AHEAD] = pair_key(id[0], id[1]);
+            __builtin_prefetch(&t->pair[mix64(key[q % AHEAD]) & (cap - 1)], 1);
+        }
+        if (r < t->n_merges) {
+            const struct tok_piece *c = &t->piece[t->merge_id[r]];
+            const char *s = t->pool + c->off;
+            hash[r % AHEAD][0] = hash_bytes(s, t->merge_split[r]);
+            hash[r % AHEAD][1] = hash_bytes(s + t->merge_split[r], c->len - t->merge_split[r]);
+            for (int k = 0; k < 2; k++)
+                __builtin_prefetch(&t->vocab[hash[r % AHEAD][k] & (t->vocab_cap - 1)]);
+        }
+    }
+    free(t->merge_split);
+    t->merge_split = NULL;
     return ERR_OK;
 }
 
 int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struct err *e)
 {
-    if (n_pieces > TOK_MAX_VOCAB || n_merges > 4ull * TOK_MAX_VOCAB)
+    if (n_pieces > TOK_MAX_VOCAB || n_merges > TOK_MAX_MERGES)
         return err_set(e, ERR_RANGE, "%s: %llu pieces and %llu merges: at most %u and %u", t->name,
-                       (unsigned long long)n_pieces, (unsigned long long)n_merges, TOK_MAX_VOCAB, 4 * TOK_MAX_VOCAB);
-    while ((n_pieces + 1) * 4 > t->vocab.cap * 3)
-        if (map_grow(&t->vocab, e))
-            return e->code;
-    while ((n_merges + 1) * 4 > t->merges.cap * 3)
-        if (map_grow(&t->merges, e))
-            return e->code;
-    if (n_merges > t->merge_id_cap && grow_merge_ids(t, n_merges, e))
+                       (unsigned long long)n_pieces, (unsigned long long)n_merges, TOK_MAX_VOCAB, TOK_MAX_MERGES);
+    size_t cap = t->vocab_cap ? t->vocab_cap : 1024;
+    while ((n_pieces + 1) * 4 > cap * 3)
+        cap *= 2;
+    if (cap > t->vocab_cap && vocab_grow(t, cap, e))
+        return e->code;
+    if (n_merges > t->merges_cap && grow_merges(t, n_merges, e))
         return e->code;
     return n_pieces ? ensure_id(t, (uint32_t)n_pieces - 1, e) : ERR_OK;
 }
@@ -223,28 +389,42 @@ int tok_reserve(struct tokenizer *t, uint64_t n_pieces, uint64_t n_merges, struc
 int tok_add_merge(struct tokenizer *t, const char *l, size_t llen, const char *r, size_t rlen, uint64_t rank,
                   struct err *e)
 {
-    uint32_t a = tok_lookup(t, l, llen), b = tok_lookup(t, r, rlen);
-    if (a == TOK_NONE || b == TOK_NONE)
-        return err_set(e, ERR_FORMAT, "%s: merge %llu: piece '%.*s' is not in the vocabulary", t->name,
-                       (unsigned long long)rank, (int)(a == TOK_NONE ? (llen > 64 ? 64 : llen) : (rlen > 64 ? 64 : rlen)),
-                       a == TOK_NONE ? l : r);
-    if (llen + rlen > TOK_MAX_PIECE)
-        return err_set(e, ERR_FORMAT, "%s: merge %llu: the merged piece is not in the vocabulary", t->name,
-                       (unsigned long long)rank);
-    char buf[2 * TOK_MAX_PIECE];
-    memcpy(buf, l, llen);
-    memcpy(buf + llen, r, rlen);
-    uint32_t c = tok_lookup(t, buf, llen + rlen);
-    if (c == TOK_NONE)
+    /* The merged piece: nearly always the previous merge's id or the next
+     * (files list merges in the order of the ids they make). Its parts are
+     * looked up when the reading ends (build_pairs). */
+    uint32_t c = TOK_NONE, prev = rank ? t->merge_id[rank - 1] : TOK_NONE;
+    for (uint32_t k = 0; k < 2 && prev != TOK_NONE && prev + k < t->n_ids && c == TOK_NONE; k++) {
+        const struct tok_piece *p = &t->piece[prev + k];
+        if (p->model && p->len == llen + rlen && !memcmp(t->pool + p->off, l, llen) &&
+            !memcmp(t->pool + p->off + llen, r, rlen))
+            c = prev + k;
+    }
+    if (c == TOK_NONE && llen + rlen <= TOK_MAX_PIECE) {
+        char buf[TOK_MAX_PIECE];
+        memcpy(buf, l, llen);
+        memcpy(buf + llen, r, rlen);
+        c = tok_lookup(t, buf, llen + rlen);
+    }
+    if (c == TOK_NONE) {
+        uint32_t a = tok_lookup(t, l, llen), b = tok_lookup(t, r, rlen);
+        if (a == TOK_NONE || b == TOK_NONE)
+            return err_set(e, ERR_FORMAT, "%s: merge %llu: piece '%.*s' is not in the vocabulary", t->name,
+                           (unsigned long long)rank,
+                           (int)(a == TOK_NONE ? (llen > 64 ? 64 : llen) : (rlen > 64 ? 64 : rlen)), a == TOK_NONE ? l : r);
+        if (llen + rlen > TOK_MAX_PIECE)
+            return err_set(e, ERR_FORMAT, "%s: merge %llu: the merged piece is not in the vocabulary", t->name,
+                           (unsigned long long)rank);
         return err_set(e, ERR_FORMAT, "%s: merge %llu: '%.*s' + '%.*s' is not in the vocabulary", t->name,
                        (unsigned long long)rank, (int)(llen > 64 ? 64 : llen), l, (int)(rlen > 64 ? 64 : rlen), r);
-    if (rank >= 4ull * TOK_MAX_VOCAB)
-        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, 4 * TOK_MAX_VOCAB);
-    if (rank >= t->merge_id_cap && grow_merge_ids(t, rank + 1, e))
+    }
+    if (rank >= TOK_MAX_MERGES)
+        return err_set(e, ERR_RANGE, "%s: more than %u merges", t->name, TOK_MAX_MERGES);
+    if (rank >= t->merges_cap && grow_merges(t, rank + 1, e))
         return e->code;
     t->merge_id[rank] = c;
+    t->merge_split[rank] = (uint32_t)llen;
     t->n_merges = rank + 1;
-    return map_put(&t->merges, (uint64_t)a << 32 | b, rank << 32 | c, e);
+    return ERR_OK;
 }
 
 int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, bool special, bool lstrip, bool rstrip,
@@ -267,7 +447,7 @@ int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, b
                        t->pool + t->piece[id].off);
     }
     if (special)
-        t->piece[id].special = 1;
+        t->piece[id].special = true;
     if (t->n_added == t->added_cap) {
         size_t cap = t->added_cap ? t->added_cap * 2 : 64;
         struct tok_added *a = realloc(t->added, cap * sizeof *a);
@@ -284,6 +464,7 @@ int tok_add_added(struct tokenizer *t, uint32_t id, const char *s, size_t len, b
         t->nodes_cap = 1024;
         t->n_nodes = 1;
     }
+    t->added_lead[(uint8_t)s[0] >> 6] |= 1ull << ((uint8_t)s[0] & 63);
     uint64_t node = 0;
     for (size_t i = 0; i < len; i++) {
         uint64_t key = node << 8 | (uint8_t)s[i], child;
@@ -373,9 +554,45 @@ int tok_add_template_id(struct tokenizer *t, bool suffix, uint32_t id, struct er
     return ERR_OK;
 }
 
+/* The junction table: bit junction_bit(a, b) is set for every pair of
+ * characters a, b adjacent in a piece of the model's vocabulary (every piece
+ * a merge can make). */
+#define JUNCTION_BITS 20
+
+static uint64_t junction_bit(uint32_t a, uint32_t b)
+{
+    return ((uint64_t)a << 21 | b) * 0x9E3779B97F4A7C15ULL >> (64 - JUNCTION_BITS);
+}
+
+static int build_junctions(struct tokenizer *t, struct err *e)
+{
+    bool nul;
+    const uint8_t *pool = (const uint8_t *)t->pool;
+    if (utf8_check(pool, t->pool_len, true, &nul) != t->pool_len)
+        return ERR_OK;
+    t->junction = calloc((size_t)1 << (JUNCTION_BITS - 6), sizeof *t->junction);
+    if (!t->junction)
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate the junction table", t->name);
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        if (!t->piece[id].model)
+            continue;
+        const uint8_t *p = pool + t->piece[id].off;
+        uint32_t a = UINT32_MAX;
+        size_t cl;
+        for (size_t i = 0; i < t->piece[id].len; i += cl) {
+            uint32_t b = p[i] < 0x80 ? (cl = 1, p[i]) : utf8_cp(p + i, &cl);
+            uint64_t bit = junction_bit(a, b);
+            if (a != UINT32_MAX)
+                t->junction[bit >> 6] |= 1ull << (bit & 63);
+            a = b;
+        }
+    }
+    return ERR_OK;
+}
+
 int tok_finish(struct tokenizer *t, struct err *e)
 {
-    if (!t->vocab.n)
+    if (!t->vocab_n)
         return err_set(e, ERR_FORMAT, "%s: the vocabulary is empty", t->name);
     for (int b = 0; b < 256; b++) {
         char s[8];
@@ -396,7 +613,7 @@ int tok_finish(struct tokenizer *t, struct err *e)
     /* the id space ends after the last id that has a piece */
     while (t->n_ids && t->piece[t->n_ids - 1].off == UINT64_MAX)
         t->n_ids--;
-    return ERR_OK;
+    return build_pairs(t, e) || build_junctions(t, e) ? e->code : ERR_OK;
 }
 
 void tok_free(struct tokenizer *t)
@@ -406,11 +623,13 @@ void tok_free(struct tokenizer *t)
     free(t->name_buf);
     free(t->piece);
     free(t->pool);
-    map_free(&t->vocab);
-    map_free(&t->merges);
+    free(t->vocab);
+    free(t->pair);
     map_free(&t->trie);
     free(t->node_added);
     free(t->merge_id);
+    free(t->merge_split);
+    free(t->junction);
     free(t->added);
     for (size_t i = 0; i < t->n_replace; i++) {
         free(t->replace[i].from);
@@ -468,64 +687,6 @@ static int push_id(struct idbuf *b, uint32_t id, struct err *e)
     return ERR_OK;
 }
 
-/* Bytes of the UTF-8 character that starts with byte c (text already validated). */
-static size_t utf8_len(uint8_t c)
-{
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
-
-/* The first byte offset where s[0, len) is not valid UTF-8 (or holds a NUL,
- * unless allow_nul: then *nul says so), len if none. */
-static size_t utf8_check(const uint8_t *s, size_t len, bool allow_nul, bool *nul)
-{
-    size_t i = 0;
-    *nul = false;
-    while (i < len) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            if (!c && !allow_nul) {
-                *nul = true;
-                return i;
-            }
-            i++;
-            continue;
-        }
-        size_t n;
-        uint32_t min, cp;
-        if (c >= 0xC2 && c <= 0xDF)
-            n = 2, min = 0x80, cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF)
-            n = 3, min = 0x800, cp = c & 0x0F;
-        else if (c >= 0xF0 && c <= 0xF4)
-            n = 4, min = 0x10000, cp = c & 0x07;
-        else
-            return i;
-        if (len - i < n)
-            return i;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return i;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += n;
-    }
-    return len;
-}
-
-/* Code point of the character at s (valid UTF-8), its length in *n. */
-static uint32_t utf8_cp(const uint8_t *s, size_t *n)
-{
-    *n = utf8_len(s[0]);
-    if (*n == 1)
-        return s[0];
-    uint32_t cp = s[0] & (0x7F >> *n);
-    for (size_t k = 1; k < *n; k++)
-        cp = cp << 6 | (s[k] & 0x3F);
-    return cp;
-}
-
 /* Unicode White_Space (Rust's char::is_whitespace, regex \s). */
 static bool is_space(uint32_t c)
 {
@@ -551,18 +712,15 @@ struct scratch {
 };
 
 /* The merge queue: a 4-ary min-heap of rank << 32 | position (lowest rank,
- * then leftmost: HF's order); the merged id is merge_id[rank]. */
+ * then leftmost: HF's order); the merged id is merge_id[rank]. The four slots
+ * after the last entry hold UINT64_MAX, so that the least of a node's four
+ * children is found without branches. */
 static void sift_down(uint64_t *h, size_t n, size_t i)
 {
     uint64_t v = h[i];
-    for (;;) {
-        size_t c = 4 * i + 1, best = c;
-        if (c >= n)
-            break;
-        size_t end = c + 4 < n ? c + 4 : n;
-        for (size_t k = c + 1; k < end; k++)
-            if (h[k] < h[best])
-                best = k;
+    for (size_t c; (c = 4 * i + 1) < n;) {
+        size_t a = c + (h[c + 1] < h[c]), b = c + 2 + (h[c + 3] < h[c + 2]);
+        size_t best = h[b] < h[a] ? b : a;
         if (h[best] >= v)
             break;
         h[i] = h[best];
@@ -574,6 +732,7 @@ static void sift_down(uint64_t *h, size_t n, size_t i)
 static void heap_push(uint64_t *h, size_t *n, uint64_t v)
 {
     size_t i = (*n)++;
+    h[*n + 3] = UINT64_MAX;
     while (i && v < h[(i - 1) / 4]) {
         h[i] = h[(i - 1) / 4];
         i = (i - 1) / 4;
@@ -585,6 +744,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
 {
     uint64_t top = h[0];
     h[0] = h[--*n];
+    h[*n] = UINT64_MAX;
     if (*n)
         sift_down(h, *n, 0);
     return top;
@@ -594,11 +754,12 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem, struct err *e)
 {
     if (need <= *cap)
         return ERR_OK;
-    void *q = realloc(*p, need * elem);
+    size_t n = need < 2 * *cap ? 2 * *cap : need;
+    void *q = realloc(*p, n * elem);
     if (!q)
-        return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes to encode", need * elem);
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu bytes to encode", n * elem);
     *p = q;
-    *cap = need;
+    *cap = n;
     return ERR_OK;
 }
 
@@ -613,12 +774,80 @@ static void add_sym(struct sym *s, size_t *n, uint32_t id, uint32_t len)
 /* The queue entry of symbol pos and the one after it, false when the pair does not merge. */
 static bool pair_entry(const struct tokenizer *t, const struct sym *s, size_t pos, uint64_t *entry)
 {
-    uint64_t v;
-    if (!map_get(&t->merges, (uint64_t)s[pos].id << 32 | s[s[pos].next].id, &v))
-        return false;
-    *entry = (v >> 32) << 32 | pos;
-    return true;
+    uint32_t rank = pair_rank(t, s[pos].id, s[s[pos].next].id);
+    *entry = (uint64_t)rank << 32 | pos;
+    return rank != TOK_NONE;
 }
+
+/* HF's Word::merge_all over symbols s[0, n): their ids appended to out. */
+static int merge_all(const struct tokenizer *t, struct sym *s, size_t n, struct scratch *sc, struct idbuf *out,
+                     struct err *e)
+{
+    if (grow((void **)&sc->heap, &sc->heap_cap, 3 * n + 4, sizeof *sc->heap, e))
+        return e->code;
+    if (n)
+        s[n - 1].next = -1;
+    uint64_t *h = sc->heap, entry;
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (pair_entry(t, s, i, &entry))
+            h[nh++] = entry;
+    memset(h + nh, 0xff, 4 * sizeof *h);
+    for (size_t i = nh / 4 + 1; i-- > 0;) /* heapify */
+        if (i < nh)
+            sift_down(h, nh, i);
+    while (nh) {
+        uint64_t top = heap_pop(h, &nh);
+        size_t pos = (uint32_t)top;
+        uint32_t rank = (uint32_t)(top >> 32), id = t->merge_id[rank];
+        struct sym *a = &s[pos];
+        if (!a->len || a->next < 0)
+            continue;
+        struct sym *b = &s[a->next];
+        uint32_t now = pair_rank(t, a->id, b->id);
+        if (now == TOK_NONE || (now != rank && t->merge_id[now] != id))
+            continue; /* stale (HF compares the merged id) */
+        a->id = id;
+        a->len += b->len;
+        a->next = b->next;
+        b->len = 0;
+        if (a->next >= 0)
+            s[a->next].prev = (int32_t)pos;
+        if (a->prev >= 0 && pair_entry(t, s, (size_t)a->prev, &entry))
+            heap_push(h, &nh, entry);
+        if (a->next >= 0 && pair_entry(t, s, pos, &entry))
+            heap_push(h, &nh, entry);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (s[i].len && push_id(out, s[i].id, e))
+            return e->code;
+    return ERR_OK;
+}
+
+/* Whether no merge can join symbols `left` and `right` (adjacent): the last
+ * character of the one and the first of the other are adjacent in no piece.
+ * Every symbol a merge makes is a piece that holds both its parts whole, so a
+ * symbol across this cut would hold that pair. */
+static bool uncrossable(const struct tokenizer *t, uint32_t left, uint32_t right)
+{
+    const struct tok_piece *l = &t->piece[left], *r = &t->piece[right];
+    if (!l->len || !r->len)
+        return false;
+    const uint8_t *end = (const uint8_t *)t->pool + l->off + l->len;
+    size_t back = 1, cl;
+    while (back < l->len && (end[-back] & 0xC0) == 0x80)
+        back++;
+    uint64_t bit = junction_bit(utf8_cp(end - back, &cl), utf8_cp((const uint8_t *)t->pool + r->off, &cl));
+    return !(t->junction[bit >> 6] >> (bit & 63) & 1);
+}
+
+/* A long word is merged in parts of at least BPE_PART symbols, cut where no
+ * merge can cross (uncrossable): no pair across a cut is ever in the queue, so
+ * HF's queue over the whole word pops each part's entries in the order the
+ * part's own queue does, and the merges are the same. A part's queue and
+ * symbols stay in L1, and the time is linear in the word's length where cuts
+ * come (prose: before each '▁'); a word without one is a single part. */
+#define BPE_PART 512
 
 /* HF's BPE::merge_word and Word::merge_all over one word. */
 static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct scratch *sc, struct idbuf *out,
@@ -629,13 +858,12 @@ static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct
         if (id != TOK_NONE)
             return push_id(out, id, e);
     }
-    if (grow((void **)&sc->sym, &sc->sym_cap, len, sizeof *sc->sym, e) ||
-        grow((void **)&sc->heap, &sc->heap_cap, 3 * len, sizeof *sc->heap, e))
-        return e->code;
-    struct sym *s = sc->sym;
     size_t n = 0;
     uint32_t unk_len = 0; /* a pending <unk> of this many bytes */
     for (size_t i = 0; i < len;) {
+        if (n + 5 > sc->sym_cap && grow((void **)&sc->sym, &sc->sym_cap, n + 5, sizeof *sc->sym, e))
+            return e->code;
+        struct sym *s = sc->sym;
         uint8_t c = (uint8_t)w[i];
         size_t cl = utf8_len(c);
         uint32_t id;
@@ -670,43 +898,20 @@ static int bpe_word(const struct tokenizer *t, const char *w, size_t len, struct
             }
         }
         i += cl;
+        if (n > BPE_PART && t->junction && uncrossable(t, s[n - 2].id, s[n - 1].id)) {
+            struct sym last = s[n - 1];
+            if (merge_all(t, s, n - 1, sc, out, e))
+                return e->code;
+            s[0] = (struct sym){last.id, last.len, -1, -1};
+            n = 1;
+        }
     }
-    if (unk_len)
-        add_sym(s, &n, t->unk_id, unk_len);
-    uint64_t *h = sc->heap, entry;
-    size_t nh = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (pair_entry(t, s, i, &entry))
-            h[nh++] = entry;
-    for (size_t i = nh / 4 + 1; i-- > 0;) /* heapify */
-        if (i < nh)
-            sift_down(h, nh, i);
-    while (nh) {
-        uint64_t top = heap_pop(h, &nh);
-        size_t pos = (uint32_t)top;
-        uint32_t id = t->merge_id[top >> 32];
-        struct sym *a = &s[pos];
-        if (!a->len || a->next < 0)
-            continue;
-        struct sym *b = &s[a->next];
-        uint64_t v;
-        if (!map_get(&t->merges, (uint64_t)a->id << 32 | b->id, &v) || (uint32_t)v != id)
-            continue; /* stale (HF compares the merged id) */
-        a->id = id;
-        a->len += b->len;
-        a->next = b->next;
-        b->len = 0;
-        if (a->next >= 0)
-            s[a->next].prev = (int32_t)pos;
-        if (a->prev >= 0 && pair_entry(t, s, (size_t)a->prev, &entry))
-            heap_push(h, &nh, entry);
-        if (a->next >= 0 && pair_entry(t, s, pos, &entry))
-            heap_push(h, &nh, entry);
-    }
-    for (size_t i = 0; i < n; i++)
-        if (s[i].len && push_id(out, s[i].id, e))
+    if (unk_len) {
+        if (n + 1 > sc->sym_cap && grow((void **)&sc->sym, &sc->sym_cap, n + 1, sizeof *sc->sym, e))
             return e->code;
-    return ERR_OK;
+        add_sym(sc->sym, &n, t->unk_id, unk_len);
+    }
+    return merge_all(t, sc->sym, n, sc, out, e);
 }
 
 /* The text between added tokens: normalizer, pre-tokenizer, BPE. */
@@ -758,6 +963,9 @@ static int encode_segment(const struct tokenizer *t, const char *text, size_t le
 /* The longest added token at text[pos] (index + 1 into t->added, 0: none), its length in *mlen. */
 static uint32_t match_added(const struct tokenizer *t, const char *text, size_t len, size_t pos, size_t *mlen)
 {
+    uint8_t c = (uint8_t)text[pos];
+    if (!(t->added_lead[c >> 6] >> (c & 63) & 1))
+        return 0;
     uint64_t node = 0;
     uint32_t best = 0;
     for (size_t i = pos; i < len; i++) {

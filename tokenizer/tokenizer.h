@@ -10,8 +10,10 @@
  *   2. normalizer: Replace(string → string), alone or in a Sequence;
  *   3. pre-tokenizer: Split(string, MergedWithPrevious) or none;
  *   4. model: BPE with merge ranks (lowest rank first, leftmost on a tie; a
- *      heap, so O(n log n) in a word's length), characters missing from the
- *      vocabulary as byte-fallback tokens <0xXX>, else <unk> (fused);
+ *      heap, over parts of a long word cut where no merge can cross: linear
+ *      in its length where such cuts exist, O(n log n) at worst), characters
+ *      missing from the vocabulary as byte-fallback tokens <0xXX>, else <unk>
+ *      (fused);
  *   5. post-processor: TemplateProcessing's single template (ids before and
  *      after the text: Gemma's <bos>) or none. The BOS rule is that prefix.
  * From a GGUF: vocabulary and merges as written, the added tokens those of type

@@ -216,14 +216,14 @@ static int cmp_merge(const void *x, const void *y)
 /* The merges in rank order (a pair merged twice kept once, at its later rank, as HF reads it). */
 static int merges(const struct tokenizer *t, struct json_object **out, struct err *e)
 {
-    struct merge *m = malloc((t->merges.n ? t->merges.n : 1) * sizeof *m);
+    struct merge *m = malloc((t->n_merges ? t->n_merges : 1) * sizeof *m);
     if (!m)
-        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merges", t->name, t->merges.n);
+        return err_set(e, ERR_NOMEM, "%s: cannot allocate %zu merges", t->name, t->n_merges);
     size_t n = 0;
-    for (size_t i = 0; i < t->merges.cap; i++) {
-        const struct tok_slot *s = &t->merges.slot[i];
-        if (s->key != UINT64_MAX)
-            m[n++] = (struct merge){s->val >> 32, (uint32_t)(s->key >> 32), (uint32_t)s->key};
+    for (size_t i = 0; i < t->pair_cap && n < t->n_merges; i++) {
+        uint64_t s = t->pair[i]; /* left << 42 | right << 20 | rank + 1 */
+        if (s)
+            m[n++] = (struct merge){(s & 0xFFFFF) - 1, (uint32_t)(s >> 42), (uint32_t)(s >> 20) & 0x3FFFFF};
     }
     qsort(m, n, sizeof *m, cmp_merge);
     *out = json_object_new_array_ext((int)n);

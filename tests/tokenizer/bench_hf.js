@@ -1,7 +1,12 @@
-// bench_hf.js REF - HF tokenizers (npm `tokenizers`) on what bench_tokenizer.c times: the load of
-// REF/gemma4/tokenizer.json and 1 MB and 10 MB one-piece texts (the same text), CPU time of the process.
+// bench_hf.js REF [IDS] - HF tokenizers (npm `tokenizers`) on what bench_tokenizer.c times: the load of
+// REF/gemma4/tokenizer.json and 1 MB and 10 MB one-piece texts (tests/tokenizer/one_piece.h's text), CPU time
+// of the process. With IDS (tests/tokenizer/ids-1mb.txt.gz), also writes the 1 MB text's ids there (one line,
+// with the post-processor's <bos>): test_tokenizer.c's reference for a long word.
+const fs = require('fs');
 const path = require('path');
+const zlib = require('zlib');
 const ref = process.argv[2] || 'build-ref';
+const idsOut = process.argv[3];
 const { Tokenizer } = require(path.resolve(ref, 'npm/tokenizers_0.23.2/package'));
 const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1000; };
 const wall = () => Number(process.hrtime.bigint()) / 1e6;
@@ -26,5 +31,9 @@ function onePiece(n) {
         c = cpu(); w = wall();
         const ids = (await tok.encode(s, null, { addSpecialTokens: true })).getIds();
         console.log(`HF encode ${mb} MB one piece: ${(cpu() - c).toFixed(0)} ms CPU, ${(wall() - w).toFixed(0)} ms wall, ${ids.length} ids`);
+        if (mb === 1 && idsOut) {
+            fs.writeFileSync(idsOut, zlib.gzipSync(Buffer.from(ids.join(' ') + '\n'), { level: 9 }));
+            console.log(`bench_hf.js: ${idsOut}: ${ids.length} ids`);
+        }
     }
 })();
