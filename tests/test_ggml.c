@@ -25,13 +25,19 @@ struct layout {
     long qk, bytes, d, dmin;
 };
 
-/* Builds the driver in dir; returns its malloc'ed path (skips without the sources). */
-static char *build_driver(const char *dir)
+/* Skips the test without the ggml sources setup.sh extracts. */
+static void need_ref(void)
 {
     FILE *ok = fopen(REF "/.ok", "r");
     if (!ok)
         cr_skip_test("no ggml sources under build-ref/ggml: run setup.sh (npm node-llama-cpp's llama.cpp bundle)");
     fclose(ok);
+}
+
+/* Builds the driver in dir; returns its malloc'ed path (skips without the sources). */
+static char *build_driver(const char *dir)
+{
+    need_ref();
     const char *cc = getenv("CC") ? getenv("CC") : "cc";
     char *exe = malloc(4096), cmd[8192];
     snprintf(exe, 4096, "%s/ref_driver", dir);
@@ -72,9 +78,12 @@ static float *ref_dequant(const char *dir, const char *exe, uint32_t id, const u
     snprintf(cmd, sizeof cmd, "%s %u %s %s", exe, id, in, out);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     size_t got;
-    float *y = (float *)th_read(out, &got);
-    cr_assert(y && got == n * sizeof(float), "type %u: driver wrote %zu bytes, want %zu", id, got, n * sizeof(float));
-    free(in);
+    uint8_t *raw = th_read(out, &got);
+    float *y = malloc(n * sizeof *y);
+    cr_assert(raw && y && got == n * sizeof(float), "type %u: driver wrote %zu bytes, want %zu", id, got,
+              n * sizeof(float));
+    memcpy(y, raw, got);
+    free(raw), free(in);
     return y;
 }
 
@@ -150,6 +159,25 @@ static uint8_t *make_blocks(const struct layout *l, size_t *nb)
     return b;
 }
 
+/* The second reading: gguf-py's quants.py (NumPy) on the same blocks, every
+ * float bit-identical too (tests/ggml/gguf_py.py). */
+static void gguf_py(const char *dir, const char *name, const uint8_t *b, size_t len, const float *y, size_t n)
+{
+    char *in = th_write(dir, "py_in.bin", b, len), *out = th_write(dir, "py_ours.bin", y, n * sizeof *y);
+    char cmd[12800], line[512] = "";
+    snprintf(cmd, sizeof cmd, "nice /usr/bin/python3 %s/tests/ggml/gguf_py.py %s/gguf-py %s %s %s", GP_SOURCE_DIR,
+             REF, name, in, out);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
+    const int rc = pclose(p);
+    line[strcspn(line, "\n")] = 0;
+    cr_assert_eq(rc, 0, "gguf-py: %s", line);
+    cr_log_info("gguf-py %s", line);
+    free(in), free(out);
+}
+
 static uint32_t bits(float f)
 {
     uint32_t u;
@@ -215,6 +243,7 @@ Test(ggml, bit_identical, .timeout = TH_TIMEOUT(300))
         cr_assert_eq(bad, 0, "%s: %zu of %zu floats differ from ggml's; first at %zu (block %zu): 0x%08x, ggml 0x%08x",
                      t.name, bad, n, first, first / t.block, bits(got[first]), bits(want[first]));
         cr_log_info("%s: %zu blocks, %zu floats bit-identical to ggml (%zu NaN, %zu inf)", t.name, nb, n, nan, inf);
+        gguf_py(dir, t.name, b, nb * t.bytes, got, n);
         free(b), free(want), free(got);
     }
     free(exe);
@@ -331,4 +360,14 @@ Test(ggml, bad_scale, .timeout = TH_TIMEOUT(120))
     }
     free(exe);
     th_rmtree(dir);
+}
+
+/* quant/ggml_grids.c is what tests/ggml/extract_grids.py makes of build-ref's ggml-common.h. */
+Test(ggml, grids_generated)
+{
+    need_ref();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ggml/extract_grids.py %s | cmp -s - %s/quant/ggml_grids.c",
+             GP_SOURCE_DIR, REF, GP_SOURCE_DIR);
+    cr_assert_eq(system(cmd), 0, "quant/ggml_grids.c differs from the generator's output: %s", cmd);
 }
