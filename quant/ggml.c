@@ -4,7 +4,7 @@
  * never regrouped, and the build's -ffp-contract=off keeps every multiply
  * and add two roundings, as ggml's own build of this file. Where ggml
  * computes in int (codes, sub-block scales, TQ1_0's base-3 digits) so does
- * this file. Block layouts are in docs/INPUTS.md §6.1. */
+ * this file. Block layouts are in docs/INPUTS.md §6.3. */
 #include "quant/ggml.h"
 
 #include <string.h>

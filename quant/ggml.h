@@ -1,5 +1,5 @@
 /* ggml.h - ggml's weight block types, dequantized exactly as ggml does
- * (INPUTS.md §6.1).
+ * (INPUTS.md §6.3).
  *
  * One row per block type: the definitions of `dequantize_row_*` in ggml's
  * ggml-quants.c, written from the block layouts (ggml-common.h) and giving
