@@ -191,30 +191,14 @@ static void k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
     }
 }
 
-static void dq_q4_k(const uint8_t *b, float *y, size_t n)
+/* Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: qh[32]
+ * before qs, each weight's 5th bit): 8 sub-blocks of 32. */
+static void dq_k45(const uint8_t *b, float *y, size_t n, bool five)
 {
-    for (size_t i = 0; i < n / 256; i++, b += 144) {
+    const size_t bytes = five ? 176 : 144;
+    for (size_t i = 0; i < n / 256; i++, b += bytes) {
         const float d = f16_at(b), min = f16_at(b + 2);
-        const uint8_t *q = b + 16;
-        for (int is = 0; is < 8; is += 2, q += 32) {
-            uint8_t sc, m;
-            k4_scale_min(is, b + 4, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            k4_scale_min(is + 1, b + 4, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++)
-                *y++ = d1 * (q[l] & 0x0f) - m1;
-            for (int l = 0; l < 32; l++)
-                *y++ = d2 * (q[l] >> 4) - m2;
-        }
-    }
-}
-
-static void dq_q5_k(const uint8_t *b, float *y, size_t n)
-{
-    for (size_t i = 0; i < n / 256; i++, b += 176) {
-        const float d = f16_at(b), min = f16_at(b + 2);
-        const uint8_t *qh = b + 16, *ql = b + 48;
+        const uint8_t *qh = b + 16, *ql = b + (five ? 48 : 16);
         unsigned u1 = 1, u2 = 2;
         for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
             uint8_t sc, m;
@@ -223,11 +207,21 @@ static void dq_q5_k(const uint8_t *b, float *y, size_t n)
             k4_scale_min(is + 1, b + 4, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++)
-                *y++ = d1 * ((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
+                *y++ = d1 * ((ql[l] & 0x0f) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
-                *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+                *y++ = d2 * ((ql[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
         }
     }
+}
+
+static void dq_q4_k(const uint8_t *b, float *y, size_t n)
+{
+    dq_k45(b, y, n, false);
+}
+
+static void dq_q5_k(const uint8_t *b, float *y, size_t n)
+{
+    dq_k45(b, y, n, true);
 }
 
 static void dq_q6_k(const uint8_t *b, float *y, size_t n)

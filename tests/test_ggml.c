@@ -50,15 +50,31 @@ static char *build_driver(const char *dir)
     return exe;
 }
 
-static void read_layout(const char *exe, struct layout *l)
+/* The reference: the driver built in a scratch directory, and its layouts. */
+struct ref {
+    char *dir, *exe;
+    struct layout l[N_TYPES];
+};
+
+static void ref_open(struct ref *r)
 {
+    r->dir = th_mkdtemp();
+    r->exe = build_driver(r->dir);
     char cmd[4200];
-    snprintf(cmd, sizeof cmd, "%s layout", exe);
+    snprintf(cmd, sizeof cmd, "%s layout", r->exe);
     FILE *p = popen(cmd, "r");
     cr_assert(p);
-    for (int t = 0; t < N_TYPES; t++)
-        cr_assert_eq(fscanf(p, "%d %ld %ld %ld %ld", &l[t].id, &l[t].qk, &l[t].bytes, &l[t].d, &l[t].dmin), 5);
+    for (int t = 0; t < N_TYPES; t++) {
+        struct layout *l = &r->l[t];
+        cr_assert_eq(fscanf(p, "%d %ld %ld %ld %ld", &l->id, &l->qk, &l->bytes, &l->d, &l->dmin), 5);
+    }
     cr_assert_eq(pclose(p), 0);
+}
+
+static void ref_close(struct ref *r)
+{
+    free(r->exe);
+    th_rmtree(r->dir);
 }
 
 static const struct layout *layout_of(const struct layout *l, uint32_t id)
@@ -185,20 +201,31 @@ static uint32_t bits(float f)
     return u;
 }
 
+/* The table's rows against ggml's block structs. */
 Test(ggml, table)
 {
-    char *dir = th_mkdtemp(), *exe = build_driver(dir);
-    struct layout l[N_TYPES];
-    read_layout(exe, l);
+    struct ref ref;
+    ref_open(&ref);
     struct ggml_qtype t;
     size_t i = 0;
     for (; ggml_qtype_at(i, &t); i++) {
-        const struct layout *r = layout_of(l, t.id);
+        const struct layout *r = layout_of(ref.l, t.id);
         cr_assert_eq(t.block, (uint32_t)r->qk, "%s: block %u, ggml %ld", t.name, t.block, r->qk);
         cr_assert_eq(t.bytes, (uint32_t)r->bytes, "%s: bytes %u, ggml %ld", t.name, t.bytes, r->bytes);
         cr_assert_float_eq(t.bpw, 8.0 * (double)r->bytes / (double)r->qk, 1e-12);
+    }
+    cr_assert_eq(i, N_TYPES);
+    ref_close(&ref);
+}
+
+/* Lookups by id and by name in any case; ids and names without a row. */
+Test(ggml, lookup)
+{
+    struct ggml_qtype t;
+    for (size_t i = 0; ggml_qtype_at(i, &t); i++) {
         struct ggml_qtype u, v;
-        cr_assert(ggml_qtype_find(t.id, &u) && u.dequant == t.dequant && strcmp(u.name, t.name) == 0);
+        cr_assert(ggml_qtype_find(t.id, &u) && u.dequant == t.dequant && u.bad_scale == t.bad_scale &&
+                  strcmp(u.name, t.name) == 0);
         char lower[16];
         size_t k = 0;
         for (; t.name[k] && k < sizeof lower - 1; k++)
@@ -206,30 +233,32 @@ Test(ggml, table)
         lower[k] = 0;
         cr_assert(ggml_qtype_find_name(lower, &v) && v.id == t.id, "%s", lower);
     }
-    cr_assert_eq(i, N_TYPES);
-    cr_assert_float_eq(ggml_qtype_find(GGML_Q4_K, &t) ? t.bpw : 0, 4.5, 0);
-    cr_assert_float_eq(ggml_qtype_find(GGML_IQ2_XXS, &t) ? t.bpw : 0, 2.0625, 0);
+    cr_assert(ggml_qtype_find_name("q4_K", &t) && t.id == GGML_Q4_K && t.block == 256 && t.bytes == 144);
+    cr_assert_float_eq(t.bpw, 4.5, 0);
+    cr_assert(ggml_qtype_find(GGML_IQ2_XXS, &t) && strcmp(t.name, "IQ2_XXS") == 0);
+    cr_assert_float_eq(t.bpw, 2.0625, 0);
+    cr_assert(ggml_qtype_find(GGML_MXFP4, &t) && t.block == 32 && t.bytes == 17);
     cr_assert_not(ggml_qtype_find(GGML_F16, &t));
     cr_assert_not(ggml_qtype_find(GGML_Q8_K, &t));
     cr_assert_not(ggml_qtype_find(99, &t));
     cr_assert_not(ggml_qtype_find_name("Q4_K_M", &t));
+    cr_assert_not(ggml_qtype_find_name("BF16", &t));
     cr_assert_not(ggml_qtype_at(N_TYPES, &t));
-    free(exe);
-    th_rmtree(dir);
 }
 
+/* Every type: quant/ggml and ggml (and gguf-py) on the same blocks, every float
+ * the same bits. */
 Test(ggml, bit_identical, .timeout = TH_TIMEOUT(300))
 {
-    char *dir = th_mkdtemp(), *exe = build_driver(dir);
-    struct layout l[N_TYPES];
-    read_layout(exe, l);
+    struct ref ref;
+    ref_open(&ref);
     struct ggml_qtype t;
     for (size_t i = 0; ggml_qtype_at(i, &t); i++) {
-        const struct layout *r = layout_of(l, t.id);
+        const struct layout *r = layout_of(ref.l, t.id);
         size_t nb;
         uint8_t *b = make_blocks(r, &nb);
         size_t n = nb * t.block;
-        float *want = ref_dequant(dir, exe, t.id, b, nb * t.bytes, n), *got = malloc(n * sizeof *got);
+        float *want = ref_dequant(ref.dir, ref.exe, t.id, b, nb * t.bytes, n), *got = malloc(n * sizeof *got);
         cr_assert(got);
         t.dequant(b, got, n);
         size_t bad = 0, first = 0, nan = 0, inf = 0;
@@ -243,11 +272,10 @@ Test(ggml, bit_identical, .timeout = TH_TIMEOUT(300))
         cr_assert_eq(bad, 0, "%s: %zu of %zu floats differ from ggml's; first at %zu (block %zu): 0x%08x, ggml 0x%08x",
                      t.name, bad, n, first, first / t.block, bits(got[first]), bits(want[first]));
         cr_log_info("%s: %zu blocks, %zu floats bit-identical to ggml (%zu NaN, %zu inf)", t.name, nb, n, nan, inf);
-        gguf_py(dir, t.name, b, nb * t.bytes, got, n);
+        gguf_py(ref.dir, t.name, b, nb * t.bytes, got, n);
         free(b), free(want), free(got);
     }
-    free(exe);
-    th_rmtree(dir);
+    ref_close(&ref);
 }
 
 /* The grid indices (and the 7-bit sign indices where the type has them) of
@@ -323,12 +351,11 @@ Test(ggml, coverage)
  * NaN, and ggml's own output of that block is not finite. */
 Test(ggml, bad_scale, .timeout = TH_TIMEOUT(120))
 {
-    char *dir = th_mkdtemp(), *exe = build_driver(dir);
-    struct layout l[N_TYPES];
-    read_layout(exe, l);
+    struct ref ref;
+    ref_open(&ref);
     struct ggml_qtype t;
     for (size_t i = 0; ggml_qtype_at(i, &t); i++) {
-        const struct layout *r = layout_of(l, t.id);
+        const struct layout *r = layout_of(ref.l, t.id);
         const size_t nb = 8;
         uint8_t *b = malloc(nb * t.bytes);
         cr_assert(b);
@@ -347,7 +374,7 @@ Test(ggml, bad_scale, .timeout = TH_TIMEOUT(120))
                 set_scale(r, c + 5 * t.bytes, field ? r->dmin : r->d, t.id == GGML_MXFP4 ? 0xff : bad[v]);
                 cr_assert_eq(t.bad_scale(c, nb), 5, "%s field %d value 0x%04x", t.name, field, bad[v]);
                 cr_assert_eq(t.bad_scale(c, 5), -1, "%s", t.name);
-                float *y = ref_dequant(dir, exe, t.id, c, nb * t.bytes, nb * t.block);
+                float *y = ref_dequant(ref.dir, ref.exe, t.id, c, nb * t.bytes, nb * t.block);
                 size_t nonfinite = 0;
                 for (size_t k = 5 * t.block; k < 6 * t.block; k++)
                     nonfinite += !isfinite(y[k]);
@@ -358,8 +385,7 @@ Test(ggml, bad_scale, .timeout = TH_TIMEOUT(120))
             }
         free(b);
     }
-    free(exe);
-    th_rmtree(dir);
+    ref_close(&ref);
 }
 
 /* quant/ggml_grids.c is what tests/ggml/extract_grids.py makes of build-ref's ggml-common.h. */
