@@ -37,7 +37,9 @@ enum gguf_vtype {
 enum ggml_type {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
     GGML_Q8_1 = 9, GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14,
-    GGML_Q8_K = 15, GGML_BF16 = 30,
+    GGML_Q8_K = 15, GGML_IQ2_XXS = 16, GGML_IQ2_XS = 17, GGML_IQ3_XXS = 18, GGML_IQ1_S = 19, GGML_IQ4_NL = 20,
+    GGML_IQ3_S = 21, GGML_IQ2_S = 22, GGML_IQ4_XS = 23, GGML_IQ1_M = 29, GGML_BF16 = 30, GGML_TQ1_0 = 34,
+    GGML_TQ2_0 = 35, GGML_MXFP4 = 39,
 };
 
 /* A ggml type's name ("Q4_0"; "type 99" style for unknown ids is the caller's),
