@@ -88,6 +88,18 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
         done
         rm -rf "$ref/llama.git"
     fi
+    # ggml's block layouts and IQ codebooks (ggml-common.h) and gguf-py's dequantizers: the format data
+    # golden/reference.py reads at run time and the second reading golden/test_formats.py checks it against
+    if [ ! -e "$ref/gguf-py/gguf/quants.py" ]; then
+        rm -rf "$ref/llama.git" "$ref/ggml" "$ref/gguf-py" && mkdir -p "$ref/ggml" "$ref/gguf-py/gguf"
+        git clone -q --bare "$ref/npm/node-llama-cpp_3.21.1/package/llama/gitRelease.bundle" "$ref/llama.git"
+        git --git-dir="$ref/llama.git" show HEAD:ggml/src/ggml-common.h >"$ref/ggml/ggml-common.h"
+        for f in constants.py lazy.py quants.py; do
+            git --git-dir="$ref/llama.git" show "HEAD:gguf-py/gguf/$f" >"$ref/gguf-py/gguf/$f"
+        done
+        git --git-dir="$ref/llama.git" rev-parse HEAD >"$ref/ggml/COMMIT"
+        rm -rf "$ref/llama.git"
+    fi
     # Gemma 3's tokenizer.json with its special slots named as Gemma 4 names them
     node tests/tokenizer/gemma4_json.js "$ref"
 else
