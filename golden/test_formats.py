@@ -13,7 +13,9 @@ reader against:
   * tiny Gemma 4 models written densely, as compressed-tensors and as GGUF (F32, BF16, F16,
     Q8_0, Q4_0): the reader must give exactly the weights the writer meant (the exact
     dequantized values) and the same hyper-parameters, hence the same logits bit for bit;
-  * the refusals (wrong bits, ignored-but-packed module, unsupported GGUF type, unknown name...).
+  * the refusals (wrong bits, ignored-but-packed module, unsupported GGUF type, unknown name...);
+  * every ggml weight type reference.py dequantizes, against gguf-py's quants.py (build-ref/gguf-py),
+    bit for bit on random blocks and blocks at their field edges.
 Exit status 0 when everything passes. Standard library + numpy only.
 """
 
