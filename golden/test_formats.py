@@ -180,7 +180,8 @@ VT = {"UINT8": (0, "<B"), "INT8": (1, "<b"), "UINT16": (2, "<H"), "INT16": (3, "
       "UINT32": (4, "<I"), "INT32": (5, "<i"), "FLOAT32": (6, "<f"), "BOOL": (7, "<B"),
       "STRING": (8, None), "ARRAY": (9, None), "UINT64": (10, "<Q"), "INT64": (11, "<q"),
       "FLOAT64": (12, "<d")}
-GT = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "Q6_K": 14, "Q8_K": 15}
+GT = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "Q6_K": 14, "Q8_K": 15, "IQ2_XXS": 16,
+      "MXFP4": 39}
 
 
 def gstr(s):
@@ -1034,7 +1035,7 @@ def random_blocks(rng, tname, n):
     return b
 
 
-def test_ggml_types():
+def test_ggml_types(tmp):
     q = gguf_py_quants()
     if q is None:
         print("SKIP: build-ref/gguf-py missing (run setup.sh): ggml types not checked against gguf-py")
@@ -1076,6 +1077,19 @@ def test_ggml_types():
         v = R.ggml_dequantize("MXFP4", mx.tobytes())
         check(v[0] == np.float32(-12 * scale) and v[16] == np.float32(12 * scale) and v[1] == 0,
               "MXFP4 e=%d: %s" % (e, v[[0, 16]]))
+    # the GGUF reader takes them: a file of mixed types reads back as the dequantized blocks
+    rng = np.random.default_rng(7)
+    blocks = {t: random_blocks(rng, t, 4) for t in ("Q4_K", "IQ2_XXS", "MXFP4")}
+    p = os.path.join(tmp, "mixed.gguf")
+    write_gguf(p, [("general.architecture", "STRING", "gemma4")],
+               [("a", "Q4_K", (4, 256), blocks["Q4_K"].tobytes()),
+                ("b", "IQ2_XXS", (2, 512), blocks["IQ2_XXS"].tobytes()),
+                ("c", "MXFP4", (2, 2, 32), blocks["MXFP4"].tobytes())])
+    gf = R.read_gguf(p)
+    for name, t in (("a", "Q4_K"), ("b", "IQ2_XXS"), ("c", "MXFP4")):
+        got = gf["tensors"][name].as_f64()
+        want = R.ggml_dequantize(t, blocks[t].tobytes()).astype(np.float64).reshape(got.shape)
+        check(gf["tensors"][name].type == t and np.array_equal(got, want, equal_nan=True), "GGUF %s tensor read" % t)
     iq = R.ggml_tables()
     check(list(iq["kvalues_iq4nl"][[0, 15]]) == [-127, 113] and int(iq["iq2xxs_grid"][0]) == 0x0808080808080808,
           "ggml codebooks read (kvalues_iq4nl ends, iq2xxs_grid[0])")
@@ -1094,7 +1108,7 @@ def main(argv):
     tmp = tempfile.mkdtemp(prefix="gempack-test-formats-")
     try:
         test_vectors()
-        test_ggml_types()
+        test_ggml_types(tmp)
         test_gguf_roundtrip(tmp)
         test_tiny(tmp)
         for fx in fixtures:
