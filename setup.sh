@@ -88,17 +88,17 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
         done
         rm -rf "$ref/llama.git"
     fi
-    # ggml's block layouts and IQ codebooks (ggml-common.h) and gguf-py's dequantizers: the format data
-    # golden/reference.py reads at run time and the second reading golden/test_formats.py checks it against
-    if [ ! -e "$ref/gguf-py/gguf/quants.py" ]; then
-        rm -rf "$ref/llama.git" "$ref/ggml" "$ref/gguf-py" && mkdir -p "$ref/ggml" "$ref/gguf-py/gguf"
+    # ggml's reference quantization sources (tests/test_ggml.c compiles ggml-quants.c into its
+    # reference driver and reads gguf-py's quants.py as a second reference; tests/ggml/extract_grids.py
+    # reads the IQ codebooks from ggml-common.h)
+    if [ ! -e "$ref/ggml/.ok" ]; then
+        rm -rf "$ref/llama.git" "$ref/ggml" && mkdir -p "$ref/ggml"
         git clone -q --bare "$ref/npm/node-llama-cpp_3.21.1/package/llama/gitRelease.bundle" "$ref/llama.git"
-        git --git-dir="$ref/llama.git" show HEAD:ggml/src/ggml-common.h >"$ref/ggml/ggml-common.h"
-        for f in constants.py lazy.py quants.py; do
-            git --git-dir="$ref/llama.git" show "HEAD:gguf-py/gguf/$f" >"$ref/gguf-py/gguf/$f"
-        done
         git --git-dir="$ref/llama.git" rev-parse HEAD >"$ref/ggml/COMMIT"
-        rm -rf "$ref/llama.git"
+        git --git-dir="$ref/llama.git" archive HEAD ggml/include ggml/src/ggml-quants.c ggml/src/ggml-quants.h \
+            ggml/src/ggml-common.h ggml/src/ggml-impl.h ggml/src/ggml-cpu/ggml-cpu-impl.h gguf-py/gguf LICENSE |
+            tar x -C "$ref/ggml"
+        rm -rf "$ref/llama.git" && touch "$ref/ggml/.ok"
     fi
     # Gemma 3's tokenizer.json with its special slots named as Gemma 4 names them
     node tests/tokenizer/gemma4_json.js "$ref"

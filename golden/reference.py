@@ -1038,8 +1038,8 @@ class GGUFTensor:
 # ggml block dequantization (INPUTS.md §7.2): every ggml weight type, written from the block structs of
 # ggml's ggml-common.h and the formulas of ggml's reference dequantize_row_* (ggml-quants.c), in float32
 # with ggml's order of operations, so every value equals ggml's bit for bit. The IQ codebooks are format
-# data read at run time from ggml-common.h (build-ref/ggml/, extracted by setup.sh from llama.cpp's
-# source; GGML_COMMON_H overrides the path).
+# data read at run time from ggml-common.h (build-ref/ggml/ggml/src/, extracted by setup.sh from
+# llama.cpp's source; GGML_COMMON_H overrides the path).
 # ---------------------------------------------------------------------------
 
 _F32 = np.float32
@@ -1051,7 +1051,8 @@ def ggml_tables():
     if _GGML_TABLES:
         return _GGML_TABLES
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.environ.get("GGML_COMMON_H") or os.path.join(here, "..", "build-ref", "ggml", "ggml-common.h")
+    path = os.environ.get("GGML_COMMON_H") or os.path.join(here, "..", "build-ref", "ggml", "ggml", "src",
+                                                           "ggml-common.h")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -14,7 +14,7 @@ reader against:
     Q8_0, Q4_0): the reader must give exactly the weights the writer meant (the exact
     dequantized values) and the same hyper-parameters, hence the same logits bit for bit;
   * the refusals (wrong bits, ignored-but-packed module, unsupported GGUF type, unknown name...);
-  * every ggml weight type reference.py dequantizes, against gguf-py's quants.py (build-ref/gguf-py),
+  * every ggml weight type reference.py dequantizes, against gguf-py's quants.py (build-ref/ggml/gguf-py),
     bit for bit on random blocks and blocks at their field edges.
 Exit status 0 when everything passes. Standard library + numpy only.
 """
@@ -993,7 +993,7 @@ def test_fixture(src, tmp):
 
 # ---------------------------------------------------------------------------
 # every ggml type: reference.py's dequantization against gguf-py's quants.py (the second reading,
-# build-ref/gguf-py from setup.sh), bit for bit, on random blocks and blocks at their field edges
+# build-ref/ggml/gguf-py from setup.sh), bit for bit, on random blocks and blocks at their field edges
 # ---------------------------------------------------------------------------
 
 # byte offsets of the f16 scale fields of each block (IQ1_M's f16 is spread over its scales' top nibbles)
@@ -1008,7 +1008,7 @@ def gguf_py_quants():
     import importlib
     import types
     here = os.path.dirname(os.path.abspath(__file__))
-    d = os.path.join(here, "..", "build-ref", "gguf-py", "gguf")
+    d = os.path.join(here, "..", "build-ref", "ggml", "gguf-py", "gguf")
     if not os.path.exists(os.path.join(d, "quants.py")):
         return None
     if "gguf" not in sys.modules:
@@ -1038,7 +1038,7 @@ def random_blocks(rng, tname, n):
 def test_ggml_types(tmp):
     q = gguf_py_quants()
     if q is None:
-        print("SKIP: build-ref/gguf-py missing (run setup.sh): ggml types not checked against gguf-py")
+        print("SKIP: build-ref/ggml/gguf-py missing (run setup.sh): ggml types not checked against gguf-py")
         return
     try:
         R.ggml_tables()
