@@ -140,6 +140,9 @@ Test(fixture, gguf_presets_deterministic)
         char *c = th_fixture(tmp, sc, o);
         assert_same_file(a, b, "model.gguf");
         assert_same_file(a, b, "tokens.json");
+        struct gguf_file g; /* core/gguf.c (check, inspect) parses it: sizes and offsets of every type */
+        open_gguf(&g, a);
+        gguf_close(&g);
         size_t la, lc;
         uint8_t *x = read_file(a, "model.gguf", &la), *y = read_file(c, "model.gguf", &lc);
         cr_assert(la == lc && memcmp(x, y, la) != 0, "%s: seed 7 gives the same file", fixture_format_name(presets[i]));
