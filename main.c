@@ -89,7 +89,7 @@ static const struct opt fixture_opts[] = {
     STR("variant", "NAME", 'v', FX, variant, "e2b, e4b, 12b, 26b-a4b or 31b"),
     STR("like", "CONFIG.json", 'L', FX, like_path, "the topology of a real config, with tiny dimensions"),
     CHOICE("layout", 'l', FX, layout, "hf|mlx|text", NULL, "hf (default: model.language_model.*, fused experts),\nmlx (language_model.model.*, split experts) or\ntext (gemma4_text, model.*)"),
-    CHOICE("format", 'f', FX, format, "safetensors|ct-w4a16|gguf-q4_0|gguf-q8_0", NULL, "safetensors (default), compressed-tensors int4 group 32\n(config.json + model.safetensors), or a GGUF file\n(model.gguf) in Q4_0 or Q8_0, as Google's QAT releases"),
+    CHOICE("format", 'f', FX, format, "safetensors|ct-w4a16|gguf-q4_0|gguf-q8_0|gguf-q4_k_m|gguf-q5_k_m|gguf-q6_k|gguf-iq4_xs|gguf-iq2_xxs|gguf-mxfp4", NULL, "safetensors (default), compressed-tensors int4 group 32\n(config.json + model.safetensors), or a GGUF file\n(model.gguf) in Q4_0 or Q8_0, as Google's QAT releases,\nor as a llama-quantize preset types each tensor"),
     FLAG("qat", 'q', FX, qat, "QAT export: KV-shared layers carry no K/V tensors\n(default PTQ: they carry the redundant ones)"),
     OWN("quant", "none|4|8|mxfp4|nvfp4|mxfp8", 'Q', "MLX quantization (layout mlx or text): affine 4 or 8\nbits, or a microscaling mode; the MoE router is\naffine 8-bit group 64"),
     CHOICE("group-size", 'g', FX, group_size, "32|64|128", group_sizes, "group size for affine --quant (default 64)"),

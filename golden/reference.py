@@ -924,7 +924,9 @@ GGML_TYPES = {
     30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
     40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
 }
-GGUF_READ_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q8_0")
+GGUF_READ_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                   "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M",
+                   "TQ1_0", "TQ2_0", "MXFP4")
 # metadata value types: id -> (name, struct format) ; 8 STRING and 9 ARRAY are handled apart
 GGUF_VTYPES = {0: ("UINT8", "<B"), 1: ("INT8", "<b"), 2: ("UINT16", "<H"), 3: ("INT16", "<h"),
                4: ("UINT32", "<I"), 5: ("INT32", "<i"), 6: ("FLOAT32", "<f"), 7: ("BOOL", "<B"),
@@ -1022,10 +1024,8 @@ class GGUFTensor:
             v = np.frombuffer(buf, dtype="<f2").astype(np.float64)
         elif t == "BF16":
             v = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        elif t == "Q4_0":
-            v = dequant_q4_0(buf)
-        elif t == "Q8_0":
-            v = dequant_q8_0(buf)
+        elif t in GGML_DEQUANT:
+            v = ggml_dequantize(t, buf).astype(np.float64)
         else:
             raise ReferenceError("GGUF tensor %s: type %s is not supported (only %s)"
                                  % (self.name, t, ", ".join(GGUF_READ_TYPES)))
@@ -1034,28 +1034,365 @@ class GGUFTensor:
         return v.reshape(self.shape)
 
 
-def dequant_q4_0(buf):
-    """Q4_0 blocks of 18 bytes: f16 d, then qs[16] with qs[j] = q[j] | q[j+16] << 4;
-    value (nibble - 8) * d. Returns float64 [n_blocks * 32]."""
-    b = np.frombuffer(buf, dtype=np.uint8)
-    if b.size % 18:
-        raise ReferenceError("Q4_0 data of %d bytes is not a whole number of blocks" % b.size)
-    b = b.reshape(-1, 18)
-    d = np.ascontiguousarray(b[:, :2]).view("<f2").astype(np.float64)  # [nb, 1]
-    qs = b[:, 2:]
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int64) - 8  # elements 0..15, 16..31
-    return (q * d).reshape(-1)
+# ---------------------------------------------------------------------------
+# ggml block dequantization (INPUTS.md §7.2): every ggml weight type, written from the block structs of
+# ggml's ggml-common.h and the formulas of ggml's reference dequantize_row_* (ggml-quants.c), in float32
+# with ggml's order of operations, so every value equals ggml's bit for bit. The IQ codebooks are format
+# data read at run time from ggml-common.h (build-ref/ggml/ggml/src/, extracted by setup.sh from
+# llama.cpp's source; GGML_COMMON_H overrides the path).
+# ---------------------------------------------------------------------------
+
+_F32 = np.float32
+_GGML_TABLES = {}
 
 
-def dequant_q8_0(buf):
-    """Q8_0 blocks of 34 bytes: f16 d, then int8 q[32]; value q * d. Returns float64 [n_blocks * 32]."""
+def ggml_tables():
+    """The codebooks of ggml-common.h: {name: numpy array of the declared C type}."""
+    if _GGML_TABLES:
+        return _GGML_TABLES
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("GGML_COMMON_H") or os.path.join(here, "..", "build-ref", "ggml", "ggml", "src",
+                                                           "ggml-common.h")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ReferenceError("ggml codebooks: cannot read %s (%s); run setup.sh" % (path, e.strerror))
+    ctypes = {"uint8_t": np.uint8, "int8_t": np.int8, "uint32_t": np.uint32, "uint64_t": np.uint64}
+    for m in re.finditer(r"GGML_TABLE_BEGIN\((\w+),\s*(\w+),\s*(\w+)\)(.*?)GGML_TABLE_END\(\)", text, re.S):
+        ctype, name, body = m.group(1), m.group(2), re.sub(r"//[^\n]*", "", m.group(4))
+        if ctype not in ctypes or name in _GGML_TABLES:
+            continue
+        vals = [int(x, 0) for x in re.findall(r"-?(?:0x[0-9a-fA-F]+|\d+)", body)]
+        arr = np.array(vals, dtype=np.int64 if ctypes[ctype] is np.int8 else object).astype(ctypes[ctype])
+        _GGML_TABLES[name] = arr
+    want = {"kmask_iq2xs": 8, "ksigns_iq2xs": 128, "iq2xxs_grid": 256, "iq2xs_grid": 512, "iq2s_grid": 1024,
+            "iq3xxs_grid": 256, "iq3s_grid": 512, "kvalues_iq4nl": 16, "kvalues_fp4": 16, "iq1s_grid": 2048}
+    for name, n in want.items():
+        if name not in _GGML_TABLES or _GGML_TABLES[name].size != n:
+            got = _GGML_TABLES.get(name)
+            _GGML_TABLES.clear()
+            raise ReferenceError("%s: table %s has %s entries, expected %d"
+                                 % (path, name, "no" if got is None else got.size, n))
+    return _GGML_TABLES
+
+
+def _grid_bytes(name, signed=False):
+    """A codebook of packed 8-bit lanes (uint32/uint64, little-endian) as [entries, lanes] bytes."""
+    t = ggml_tables()[name]
+    b = t.astype(t.dtype.newbyteorder("<")).view(np.int8 if signed else np.uint8)
+    return b.reshape(t.size, -1)
+
+
+def _blocks(buf, bsz, tname):
     b = np.frombuffer(buf, dtype=np.uint8)
-    if b.size % 34:
-        raise ReferenceError("Q8_0 data of %d bytes is not a whole number of blocks" % b.size)
-    b = b.reshape(-1, 34)
-    d = np.ascontiguousarray(b[:, :2]).view("<f2").astype(np.float64)
-    q = np.ascontiguousarray(b[:, 2:]).view(np.int8).astype(np.int64)
-    return (q * d).reshape(-1)
+    if b.size % bsz:
+        raise ReferenceError("%s data of %d bytes is not a whole number of %d-byte blocks" % (tname, b.size, bsz))
+    return b.reshape(-1, bsz)
+
+
+def _f16(b, off):
+    """The little-endian f16 at byte off of every block, as float32 [nb, 1]."""
+    return np.ascontiguousarray(b[:, off:off + 2]).view("<f2").astype(_F32)
+
+
+def _u16(b, off, n):
+    return np.ascontiguousarray(b[:, off:off + 2 * n]).view("<u2").astype(np.uint32)
+
+
+def _u32(b, off, n):
+    return np.ascontiguousarray(b[:, off:off + 4 * n]).view("<u4")
+
+
+def _f(a):
+    return np.asarray(a).astype(_F32)
+
+
+def _nibbles(qs):
+    """qs[j] low nibbles then high nibbles: elements 0..n−1, n..2n−1."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def dq_q4_0(b):
+    return _f(_nibbles(b[:, 2:18]).astype(np.int32) - 8) * _f16(b, 0)
+
+
+def dq_q4_1(b):
+    return _f(_nibbles(b[:, 4:20])) * _f16(b, 0) + _f16(b, 2)
+
+
+def _q5(b, off_qh, off_qs):
+    qh = _u32(b, off_qh, 1)  # [nb, 1]
+    hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32) << 4  # bit j of qh -> element j
+    return _nibbles(b[:, off_qs:off_qs + 16]).astype(np.int32) | hi
+
+
+def dq_q5_0(b):
+    return _f(_q5(b, 2, 6) - 16) * _f16(b, 0)
+
+
+def dq_q5_1(b):
+    return _f(_q5(b, 4, 8)) * _f16(b, 0) + _f16(b, 2)
+
+
+def dq_q8_0(b):
+    return _f(b[:, 2:34].view(np.int8)) * _f16(b, 0)
+
+
+def dq_mxfp4(b):
+    e = b[:, 0:1].astype(np.uint32)  # E8M0, halved because kvalues are doubled E2M1 values
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << 23).astype(np.uint32)
+    d = bits.view(_F32)
+    return _f(ggml_tables()["kvalues_fp4"][_nibbles(b[:, 1:17])]) * d
+
+
+def dq_q2_k(b):
+    scales, qs, d, dmin = b[:, 0:16], b[:, 16:80], _f16(b, 80), _f16(b, 82)
+    out = []
+    for half in range(2):
+        q = qs[:, 32 * half:32 * half + 32]
+        for j in range(4):
+            for k in range(2):
+                sc = scales[:, 8 * half + 2 * j + k:8 * half + 2 * j + k + 1]
+                dl, ml = d * _f(sc & 0xF), dmin * _f(sc >> 4)
+                out.append(dl * _f((q[:, 16 * k:16 * k + 16] >> (2 * j)) & 3) - ml)
+    return np.concatenate(out, axis=1)
+
+
+def dq_q3_k(b):
+    hm, qs, d = b[:, 0:32], b[:, 32:96], _f16(b, 108)
+    aux = _u32(b, 96, 3)
+    a0, a1, tmp = aux[:, 0], aux[:, 1], aux[:, 2]
+    k1, k2 = np.uint32(0x03030303), np.uint32(0x0F0F0F0F)
+    words = np.stack([(a0 & k2) | (((tmp >> 0) & k1) << 4), (a1 & k2) | (((tmp >> 2) & k1) << 4),
+                      ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4), ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4)],
+                     axis=1).astype("<u4")
+    scales = words.view(np.int8).astype(np.int32)  # [nb, 16]
+    out, is_ = [], 0
+    for half in range(2):
+        q = qs[:, 32 * half:32 * half + 32]
+        for j in range(4):
+            m = 1 << (4 * half + j)
+            for k in range(2):
+                dl = d * _f(scales[:, is_:is_ + 1] - 32)
+                is_ += 1
+                lo = ((q[:, 16 * k:16 * k + 16] >> (2 * j)) & 3).astype(np.int32)
+                out.append(dl * _f(lo - np.where(hm[:, 16 * k:16 * k + 16] & m, 0, 4)))
+    return np.concatenate(out, axis=1)
+
+
+def _scale_min_k4(s):
+    """get_scale_min_k4: the 8 6-bit (scale, min) pairs of a 12-byte K-quant scales field."""
+    s = s.astype(np.int32)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return sc, mn
+
+
+def _k_scaled(b, q):
+    """Q4_K / Q5_K: d·sc·q − dmin·m per 32-element sub-block; q [nb, 256] in element order."""
+    d, dmin = _f16(b, 0), _f16(b, 2)
+    sc, mn = _scale_min_k4(b[:, 4:16])
+    d1 = np.repeat(d * _f(sc), 32, axis=1)
+    m1 = np.repeat(dmin * _f(mn), 32, axis=1)
+    return d1 * _f(q) - m1
+
+
+def _k_order(lo, hi):
+    """[nb, 4 groups of 32 bytes] low/high nibble planes -> element order lo0 hi0 lo1 hi1 ..."""
+    return np.concatenate([x for g in range(4) for x in (lo[:, 32 * g:32 * g + 32], hi[:, 32 * g:32 * g + 32])],
+                          axis=1)
+
+
+def dq_q4_k(b):
+    qs = b[:, 16:144].astype(np.int32)
+    return _k_scaled(b, _k_order(qs & 0xF, qs >> 4))
+
+
+def dq_q5_k(b):
+    qh, qs = b[:, 16:48].astype(np.int32), b[:, 48:176].astype(np.int32)
+    lo = np.concatenate([(qs[:, 32 * g:32 * g + 32] & 0xF) + (((qh >> (2 * g)) & 1) << 4) for g in range(4)], axis=1)
+    hi = np.concatenate([(qs[:, 32 * g:32 * g + 32] >> 4) + (((qh >> (2 * g + 1)) & 1) << 4) for g in range(4)],
+                        axis=1)
+    return _k_scaled(b, _k_order(lo, hi))
+
+
+def dq_q6_k(b):
+    ql, qh, d = b[:, 0:128].astype(np.int32), b[:, 128:192].astype(np.int32), _f16(b, 208)
+    sc = b[:, 192:208].view(np.int8)
+    out = []
+    for half in range(2):
+        l_, h_, s_ = ql[:, 64 * half:64 * half + 64], qh[:, 32 * half:32 * half + 32], sc[:, 8 * half:8 * half + 8]
+        qv = [(l_[:, 0:32] & 0xF) | (((h_ >> 0) & 3) << 4), (l_[:, 32:64] & 0xF) | (((h_ >> 2) & 3) << 4),
+              (l_[:, 0:32] >> 4) | (((h_ >> 4) & 3) << 4), (l_[:, 32:64] >> 4) | (((h_ >> 6) & 3) << 4)]
+        for r in range(4):
+            for k in range(2):  # is = l/16: two scales per 32 values
+                out.append((d * _f(s_[:, 2 * r + k:2 * r + k + 1])) * _f(qv[r][:, 16 * k:16 * k + 16] - 32))
+    return np.concatenate(out, axis=1)
+
+
+def _trits(q, n):
+    """TQ1_0: trit n of a base-3 fixed-point byte: (uint8(q·3^n)·3) >> 8."""
+    return (((q.astype(np.uint32) * 3 ** n) & 0xFF) * 3) >> 8
+
+
+def dq_tq1_0(b):
+    qs, qh, d = b[:, 0:48], b[:, 48:52], _f16(b, 52)
+    parts = [_trits(qs[:, 0:32], n) for n in range(5)] + [_trits(qs[:, 32:48], n) for n in range(5)] + \
+            [_trits(qh, n) for n in range(4)]
+    return _f(np.concatenate(parts, axis=1).astype(np.int32) - 1) * d
+
+
+def dq_tq2_0(b):
+    qs, d = b[:, 0:64], _f16(b, 64)
+    parts = [(qs[:, j:j + 32] >> (2 * l)) & 3 for j in (0, 32) for l in range(4)]
+    return _f(np.concatenate(parts, axis=1).astype(np.int32) - 1) * d
+
+
+def _signed(v, signs, bit0=0):
+    """v [nb, 8] float32 times ±1 by bits bit0.. of signs [nb, 1] (set = negative), as ggml multiplies."""
+    mask = ggml_tables()["kmask_iq2xs"][bit0:bit0 + v.shape[1]]
+    return v * np.where(signs & mask, _F32(-1), _F32(1))
+
+
+def dq_iq2_xxs(b):
+    T = ggml_tables()
+    grid, d = _grid_bytes("iq2xxs_grid"), _f16(b, 0)
+    out = []
+    for ib in range(8):
+        a = _u32(b, 2 + 8 * ib, 2)
+        idx, hi = b[:, 2 + 8 * ib:6 + 8 * ib], a[:, 1:2]
+        db = d * (_F32(0.5) + _f(hi >> 28)) * _F32(0.25)
+        for l in range(4):
+            signs = T["ksigns_iq2xs"][(hi >> (7 * l)) & 127]
+            out.append(_signed(db * _f(grid[idx[:, l]]), signs))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq2_xs(b):
+    T = ggml_tables()
+    grid, d, qs, scales = _grid_bytes("iq2xs_grid"), _f16(b, 0), _u16(b, 2, 32), b[:, 66:74]
+    out = []
+    for ib in range(8):
+        db = [d * (_F32(0.5) + _f(scales[:, ib:ib + 1] & 0xF)) * _F32(0.25),
+              d * (_F32(0.5) + _f(scales[:, ib:ib + 1] >> 4)) * _F32(0.25)]
+        for l in range(4):
+            q = qs[:, 4 * ib + l]
+            out.append(_signed(db[l // 2] * _f(grid[q & 511]), T["ksigns_iq2xs"][q >> 9][:, None]))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq2_s(b):
+    grid, d = _grid_bytes("iq2s_grid"), _f16(b, 0)
+    qs, signs, qh, scales = b[:, 2:34].astype(np.int32), b[:, 34:66], b[:, 66:74].astype(np.int32), b[:, 74:82]
+    out = []
+    for ib in range(8):
+        db = [d * (_F32(0.5) + _f(scales[:, ib:ib + 1] & 0xF)) * _F32(0.25),
+              d * (_F32(0.5) + _f(scales[:, ib:ib + 1] >> 4)) * _F32(0.25)]
+        for l in range(4):
+            idx = qs[:, 4 * ib + l] | ((qh[:, ib] << (8 - 2 * l)) & 0x300)
+            out.append(_signed(db[l // 2] * _f(grid[idx]), signs[:, 4 * ib + l:4 * ib + l + 1]))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq3_xxs(b):
+    T = ggml_tables()
+    grid, d, qs = _grid_bytes("iq3xxs_grid"), _f16(b, 0), b[:, 2:66]
+    out = []
+    for ib in range(8):
+        a = _u32(b, 66 + 4 * ib, 1)
+        db = d * (_F32(0.5) + _f(a >> 28)) * _F32(0.5)
+        for l in range(4):
+            signs = T["ksigns_iq2xs"][(a >> (7 * l)) & 127]
+            g = np.concatenate([grid[qs[:, 8 * ib + 2 * l]], grid[qs[:, 8 * ib + 2 * l + 1]]], axis=1)
+            out.append(_signed(db * _f(g), signs))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq3_s(b):
+    grid, d = _grid_bytes("iq3s_grid"), _f16(b, 0)
+    qs, qh, signs, scales = b[:, 2:66].astype(np.int32), b[:, 66:74].astype(np.int32), b[:, 74:106], b[:, 106:110]
+    out = []
+    for ib in range(8):
+        sc = scales[:, ib // 2:ib // 2 + 1]
+        db = d * _f(1 + 2 * ((sc >> (4 * (ib % 2))) & 0xF).astype(np.int32))
+        for l in range(4):
+            i1 = qs[:, 8 * ib + 2 * l] | ((qh[:, ib] << (8 - 2 * l)) & 256)
+            i2 = qs[:, 8 * ib + 2 * l + 1] | ((qh[:, ib] << (7 - 2 * l)) & 256)
+            g = np.concatenate([grid[i1], grid[i2]], axis=1)
+            out.append(_signed(db * _f(g), signs[:, 4 * ib + l:4 * ib + l + 1]))
+    return np.concatenate(out, axis=1)
+
+
+_IQ1_DELTA = _F32(0.125)  # IQ1S_DELTA = IQ1M_DELTA
+
+
+def dq_iq1_s(b):
+    grid, d, qs, qh = _grid_bytes("iq1s_grid", signed=True), _f16(b, 0), b[:, 2:34].astype(np.int32), _u16(b, 34, 8)
+    out = []
+    for ib in range(8):
+        h = qh[:, ib:ib + 1]
+        dl = d * _f(2 * ((h >> 12) & 7) + 1)
+        delta = np.where(h & 0x8000, -_IQ1_DELTA, _IQ1_DELTA)
+        for l in range(4):
+            idx = qs[:, 4 * ib + l] | (((qh[:, ib] >> (3 * l)) & 7) << 8).astype(np.int32)
+            out.append(dl * (_f(grid[idx]) + delta))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq1_m(b):
+    grid = _grid_bytes("iq1s_grid", signed=True)
+    qs, qh, sc = b[:, 0:32].astype(np.int32), b[:, 32:48].astype(np.int32), _u16(b, 48, 4)
+    u = (sc[:, 0] >> 12) | ((sc[:, 1] >> 8) & 0x00F0) | ((sc[:, 2] >> 4) & 0x0F00) | (sc[:, 3] & 0xF000)
+    d = u.astype("<u2").view("<f2").astype(_F32)[:, None]
+    out = []
+    for ib in range(8):
+        s = sc[:, ib // 2:ib // 2 + 1]
+        dl = [d * _f(2 * ((s >> (6 * (ib % 2) + 0)) & 7) + 1), d * _f(2 * ((s >> (6 * (ib % 2) + 3)) & 7) + 1)]
+        h0, h1 = qh[:, 2 * ib], qh[:, 2 * ib + 1]
+        idx = [qs[:, 4 * ib + 0] | ((h0 << 8) & 0x700), qs[:, 4 * ib + 1] | ((h0 << 4) & 0x700),
+               qs[:, 4 * ib + 2] | ((h1 << 8) & 0x700), qs[:, 4 * ib + 3] | ((h1 << 4) & 0x700)]
+        bits = [h0 & 0x08, h0 & 0x80, h1 & 0x08, h1 & 0x80]
+        for l in range(4):
+            delta = np.where(bits[l][:, None] != 0, -_IQ1_DELTA, _IQ1_DELTA)
+            out.append(dl[l // 2] * (_f(grid[idx[l]]) + delta))
+    return np.concatenate(out, axis=1)
+
+
+def dq_iq4_nl(b):
+    return _f16(b, 0) * _f(ggml_tables()["kvalues_iq4nl"][_nibbles(b[:, 2:18])])
+
+
+def dq_iq4_xs(b):
+    kv, d = ggml_tables()["kvalues_iq4nl"], _f16(b, 0)
+    sh, sl, qs = _u16(b, 2, 1), b[:, 4:8].astype(np.int32), b[:, 8:136]
+    out = []
+    for ib in range(8):
+        ls = ((sl[:, ib // 2:ib // 2 + 1] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4).astype(np.int32)
+        out.append((d * _f(ls - 32)) * _f(kv[_nibbles(qs[:, 16 * ib:16 * ib + 16])]))
+    return np.concatenate(out, axis=1)
+
+
+# ggml type name -> (block elements, block bytes, dequantizer of [nb, block bytes] -> float32 [nb, elements])
+GGML_DEQUANT = {
+    "Q4_0": (32, 18, dq_q4_0), "Q4_1": (32, 20, dq_q4_1), "Q5_0": (32, 22, dq_q5_0), "Q5_1": (32, 24, dq_q5_1),
+    "Q8_0": (32, 34, dq_q8_0), "Q2_K": (256, 84, dq_q2_k), "Q3_K": (256, 110, dq_q3_k),
+    "Q4_K": (256, 144, dq_q4_k), "Q5_K": (256, 176, dq_q5_k), "Q6_K": (256, 210, dq_q6_k),
+    "IQ4_NL": (32, 18, dq_iq4_nl), "IQ4_XS": (256, 136, dq_iq4_xs), "IQ3_XXS": (256, 98, dq_iq3_xxs),
+    "IQ3_S": (256, 110, dq_iq3_s), "IQ2_XXS": (256, 66, dq_iq2_xxs), "IQ2_XS": (256, 74, dq_iq2_xs),
+    "IQ2_S": (256, 82, dq_iq2_s), "IQ1_S": (256, 50, dq_iq1_s), "IQ1_M": (256, 56, dq_iq1_m),
+    "TQ1_0": (256, 54, dq_tq1_0), "TQ2_0": (256, 66, dq_tq2_0), "MXFP4": (32, 17, dq_mxfp4),
+}
+
+
+def ggml_dequantize(tname, buf):
+    """The float32 values of ggml blocks of type tname (bytes), as ggml's dequantize_row_* gives them."""
+    blk, bsz, fn = GGML_DEQUANT[tname]
+    b = _blocks(buf, bsz, tname)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN block scales propagate as in ggml
+        v = fn(b)
+    assert v.dtype == _F32 and v.shape == (b.shape[0], blk), (tname, v.dtype, v.shape)
+    return v.reshape(-1)
 
 
 def read_gguf(path):
@@ -1372,7 +1709,7 @@ def load_gguf(path):
         if rel in weights:
             raise ReferenceError("GGUF: two tensors map to %s" % rel)
         weights[rel] = t.as_f64()
-        if t.type in ("Q4_0", "Q8_0"):
+        if t.type in GGML_DEQUANT:
             quant_info[rel] = {"format": "gguf", "type": t.type}
 
     for i in range(h["L"]):

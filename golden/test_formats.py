@@ -13,7 +13,9 @@ reader against:
   * tiny Gemma 4 models written densely, as compressed-tensors and as GGUF (F32, BF16, F16,
     Q8_0, Q4_0): the reader must give exactly the weights the writer meant (the exact
     dequantized values) and the same hyper-parameters, hence the same logits bit for bit;
-  * the refusals (wrong bits, ignored-but-packed module, unsupported GGUF type, unknown name...).
+  * the refusals (wrong bits, ignored-but-packed module, unsupported GGUF type, unknown name...);
+  * every ggml weight type reference.py dequantizes, against gguf-py's quants.py (build-ref/ggml/gguf-py),
+    bit for bit on random blocks and blocks at their field edges.
 Exit status 0 when everything passes. Standard library + numpy only.
 """
 
@@ -178,7 +180,8 @@ VT = {"UINT8": (0, "<B"), "INT8": (1, "<b"), "UINT16": (2, "<H"), "INT16": (3, "
       "UINT32": (4, "<I"), "INT32": (5, "<i"), "FLOAT32": (6, "<f"), "BOOL": (7, "<B"),
       "STRING": (8, None), "ARRAY": (9, None), "UINT64": (10, "<Q"), "INT64": (11, "<q"),
       "FLOAT64": (12, "<d")}
-GT = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "Q6_K": 14}
+GT = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "Q6_K": 14, "Q8_K": 15, "IQ2_XXS": 16,
+      "MXFP4": 39}
 
 
 def gstr(s):
@@ -350,7 +353,7 @@ def test_vectors():
     b, deq = q4_0_quantize(np.arange(-16, 16))
     want = bytes.fromhex("0040 8091 91a2 a2b3 b3c4 c4d5 d5e6 e6f7 f7f8")
     check(b == want, "Q4_0 block bytes %s" % b.hex())
-    got = R.dequant_q4_0(want)
+    got = R.ggml_dequantize("Q4_0", want)
     exp = np.array([-16] + [-14, -14, -12, -12, -10, -10, -8, -8, -6, -6, -4, -4, -2, -2, 0]
                    + [0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14, 14], dtype=np.float64)
     check(np.array_equal(got, exp) and np.array_equal(deq, exp), "Q4_0 dequant %s" % got)
@@ -360,13 +363,13 @@ def test_vectors():
     qv = np.array([-127, -100, -64, -1, 0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 127] + list(range(-8, 8)))
     b, deq = q8_0_quantize(qv * 0.5)
     check(b == bytes([0x00, 0x38]) + qv.astype(np.int8).tobytes(), "Q8_0 block bytes")
-    got = R.dequant_q8_0(b)
+    got = R.ggml_dequantize("Q8_0", b)
     check(np.array_equal(got, qv * 0.5) and np.array_equal(deq, qv * 0.5), "Q8_0 dequant")
     # a second Q8_0 block with a non-trivial scale: exact q * f16(d)
     x = np.linspace(-3.3, 2.9, 32)
     b2, deq2 = q8_0_quantize(x)
     d = float(np.frombuffer(b2[:2], "<f2")[0])
-    check(np.array_equal(R.dequant_q8_0(b2), np.frombuffer(b2[2:], np.int8) * d), "Q8_0 dequant 2")
+    check(np.array_equal(R.ggml_dequantize("Q8_0", b2), np.frombuffer(b2[2:], np.int8) * d), "Q8_0 dequant 2")
     check(np.max(np.abs(deq2 - x)) <= d / 2 + 1e-3, "Q8_0 quantizer error bound")
 
 
@@ -433,8 +436,8 @@ def test_gguf_roundtrip(tmp):
     expect_error(lambda: R.read_gguf(p), "version 1", "GGUF version 1")
     write_gguf(p, kvs[:3], tens[:1], magic=b"GGUG")
     expect_error(lambda: R.read_gguf(p), "magic", "GGUF magic")
-    write_gguf(p, kvs[:3], [("k", "Q4_K", (256,), b"\0" * 144)])
-    expect_error(lambda: R.read_gguf(p), "Q4_K", "GGUF unsupported type named")
+    write_gguf(p, kvs[:3], [("k", "Q8_K", (256,), b"\0" * 292)])
+    expect_error(lambda: R.read_gguf(p), "Q8_K", "GGUF unsupported type named")
     write_gguf(p, kvs[:3], [("a", "F32", (4,), b"\0" * 16), ("a", "F32", (4,), b"\0" * 16)])
     expect_error(lambda: R.read_gguf(p), "twice", "GGUF duplicate tensor")
     write_gguf(p, kvs[:3] + [("general.alignment", "UINT32", 12)], tens[:1])
@@ -988,6 +991,110 @@ def test_fixture(src, tmp):
           % (name, len(ref["w"]), len(m["quant"])))
 
 
+# ---------------------------------------------------------------------------
+# every ggml type: reference.py's dequantization against gguf-py's quants.py (the second reading,
+# build-ref/ggml/gguf-py from setup.sh), bit for bit, on random blocks and blocks at their field edges
+# ---------------------------------------------------------------------------
+
+# byte offsets of the f16 scale fields of each block (IQ1_M's f16 is spread over its scales' top nibbles)
+F16_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
+              "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,),
+              "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ1_S": (0,),
+              "IQ1_M": (), "TQ1_0": (52,), "TQ2_0": (64,), "MXFP4": ()}
+
+
+def gguf_py_quants():
+    """gguf-py's quants module, imported from build-ref without the rest of the package."""
+    import importlib
+    import types
+    here = os.path.dirname(os.path.abspath(__file__))
+    d = os.path.join(here, "..", "build-ref", "ggml", "gguf-py", "gguf")
+    if not os.path.exists(os.path.join(d, "quants.py")):
+        return None
+    if "gguf" not in sys.modules:
+        pkg = types.ModuleType("gguf")
+        pkg.__path__ = [d]
+        sys.modules["gguf"] = pkg
+    return importlib.import_module("gguf.quants")
+
+
+def random_blocks(rng, tname, n):
+    """n blocks of random bytes with finite f16 scales; the first two blocks hold every code bit at
+    0 and at 1 (with d = 1.0 and the largest finite f16, 65504)."""
+    blk, bsz, _ = R.GGML_DEQUANT[tname]
+    b = rng.integers(0, 256, size=(n, bsz), dtype=np.uint8)
+    b[0], b[1] = 0, 0xFF
+    for off in F16_FIELDS[tname]:
+        u = b[:, off:off + 2].copy().view("<u2")
+        inf = (u & 0x7C00) == 0x7C00
+        u[inf] &= np.uint16(0xBFFF)  # exponent 11110: finite
+        u[0], u[1] = 0x3C00, 0x7BFF
+        b[:, off:off + 2] = u.view(np.uint8).reshape(n, 2)
+    if tname == "IQ1_M":  # f16 nibbles at the top of the four u16 scales: keep its exponent below 31
+        b[:, 55] &= np.uint8(0xBF)
+    return b
+
+
+def test_ggml_types(tmp):
+    q = gguf_py_quants()
+    if q is None:
+        print("SKIP: build-ref/ggml/gguf-py missing (run setup.sh): ggml types not checked against gguf-py")
+        return
+    try:
+        R.ggml_tables()
+    except R.ReferenceError as e:
+        check(False, "ggml codebooks: %s" % e)
+        return
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    rng = np.random.default_rng(46)
+    for tname, (blk, bsz, _) in R.GGML_DEQUANT.items():
+        qt = GGMLQuantizationType[tname]
+        check(GGML_QUANT_SIZES[qt] == (blk, bsz), "%s block size %s, gguf-py %s" % (tname, (blk, bsz),
+                                                                                    GGML_QUANT_SIZES[qt]))
+        b = random_blocks(rng, tname, 64)
+        got = R.ggml_dequantize(tname, b.tobytes())
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = np.asarray(q.dequantize(b, qt), dtype=np.float32).reshape(-1)
+        same = got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        bad = "" if same or got.shape != want.shape else " (first at %d: %r vs %r)" % (
+            int(np.argmax(got.view(np.uint32) != want.view(np.uint32))), got[np.argmax(got != want)],
+            want[np.argmax(got != want)])
+        check(same, "%s: reference.py and gguf-py differ on %d random blocks%s" % (tname, b.shape[0], bad))
+        check(np.isfinite(got[blk:]).all() or tname == "MXFP4", "%s: non-finite values from finite scales" % tname)
+    # hand-computed values (ggml-quants.c's formulas) for block fields at their edges
+    q4k = np.zeros(144, np.uint8)
+    q4k[0:2] = np.frombuffer(np.float16(0.5).tobytes(), np.uint8)   # d
+    q4k[2:4] = np.frombuffer(np.float16(0.25).tobytes(), np.uint8)  # dmin
+    q4k[4], q4k[8] = 63, 63          # sub-block 0: scale 63, min 63
+    q4k[12] = 0xF1                   # sub-block 4: scale low 1 | (q[0] >> 6) << 4, min 15 | (q[4] >> 6) << 4
+    q4k[16:48] = 0xF0                # sub-block 0 codes 0, sub-block 1 codes 15
+    v = R.ggml_dequantize("Q4_K", q4k.tobytes())
+    check(v[0] == -15.75 and v[32] == 0.0 and v[128] == 0.0 - 0.25 * 15, "Q4_K edge vector %s" % v[[0, 32, 128]])
+    mx = np.zeros(17, np.uint8)
+    mx[1] = 0x7F                      # codes 0xF (−6 doubled: −12) then 0x7 (12)
+    for e, scale in ((0, 2.0 ** -128), (1, 2.0 ** -127), (127, 2.0 ** -1), (250, 2.0 ** 122)):
+        mx[0] = e
+        v = R.ggml_dequantize("MXFP4", mx.tobytes())
+        check(v[0] == np.float32(-12 * scale) and v[16] == np.float32(12 * scale) and v[1] == 0,
+              "MXFP4 e=%d: %s" % (e, v[[0, 16]]))
+    # the GGUF reader takes them: a file of mixed types reads back as the dequantized blocks
+    rng = np.random.default_rng(7)
+    blocks = {t: random_blocks(rng, t, 4) for t in ("Q4_K", "IQ2_XXS", "MXFP4")}
+    p = os.path.join(tmp, "mixed.gguf")
+    write_gguf(p, [("general.architecture", "STRING", "gemma4")],
+               [("a", "Q4_K", (4, 256), blocks["Q4_K"].tobytes()),
+                ("b", "IQ2_XXS", (2, 512), blocks["IQ2_XXS"].tobytes()),
+                ("c", "MXFP4", (2, 2, 32), blocks["MXFP4"].tobytes())])
+    gf = R.read_gguf(p)
+    for name, t in (("a", "Q4_K"), ("b", "IQ2_XXS"), ("c", "MXFP4")):
+        got = gf["tensors"][name].as_f64()
+        want = R.ggml_dequantize(t, blocks[t].tobytes()).astype(np.float64).reshape(got.shape)
+        check(gf["tensors"][name].type == t and np.array_equal(got, want, equal_nan=True), "GGUF %s tensor read" % t)
+    iq = R.ggml_tables()
+    check(list(iq["kvalues_iq4nl"][[0, 15]]) == [-127, 113] and int(iq["iq2xxs_grid"][0]) == 0x0808080808080808,
+          "ggml codebooks read (kvalues_iq4nl ends, iq2xxs_grid[0])")
+
+
 def main(argv):
     fixtures = []
     args = list(argv)
@@ -1001,6 +1108,7 @@ def main(argv):
     tmp = tempfile.mkdtemp(prefix="gempack-test-formats-")
     try:
         test_vectors()
+        test_ggml_types(tmp)
         test_gguf_roundtrip(tmp)
         test_tiny(tmp)
         for fx in fixtures:

@@ -1,7 +1,8 @@
 /* test_fixture.c - the fixture generator (fixtures/fixture.h): determinism,
  * one model across layouts, quantization of the bf16 values, PTQ vs QAT K/V,
  * the prompt, full-size header-only shapes (MODEL.md §2.4),
- * --like, and usage errors.
+ * --like, usage errors, and the GGUF llama-quantize presets (deterministic,
+ * each tensor in the type llama.cpp's rules give it, valid block scales).
  *
  * Tiny dims (fixtures/fixture.c): vocab 512, hidden 128, sliding window 8;
  * e2b L 10 (F0 5), e4b L 12 (F0 6), 26b-a4b L 6 with E 4, M 64, I 128. */
@@ -21,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/fileio.h"
+#include "core/gguf.h"
 #include "quant/quant.h"
 #include "core/safetensors.h"
 #include "fixtures/fixture.h"
@@ -107,6 +109,139 @@ static void load_cfg(struct gp_config *c, const char *dir)
     char *path = fio_join(dir, "config.json");
     cr_assert_eq(cfg_load(c, path, &e), ERR_OK, "%s", e.msg);
     free(path);
+}
+
+/* ------------------------------------------------- GGUF llama-quantize presets */
+
+static const enum fixture_format presets[] = {FXF_GGUF_Q4_K_M, FXF_GGUF_Q5_K_M, FXF_GGUF_Q6_K,
+                                              FXF_GGUF_IQ4_XS, FXF_GGUF_IQ2_XXS, FXF_GGUF_MXFP4};
+
+static void open_gguf(struct gguf_file *g, const char *dir)
+{
+    struct err e = {0};
+    char *path = fio_join(dir, "model.gguf");
+    cr_assert_eq(gguf_open(g, path, &e), ERR_OK, "%s: %s", path, e.msg);
+    free(path);
+}
+
+Test(fixture, gguf_presets_deterministic)
+{
+    char *tmp = th_mkdtemp();
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const char *v = presets[i] == FXF_GGUF_MXFP4 ? "26b-a4b" : "e2b";
+        struct fixture_opts o = fx(v, FX_HF);
+        o.format = presets[i];
+        char sa[64], sb[64], sc[64];
+        snprintf(sa, sizeof sa, "a%zu", i);
+        snprintf(sb, sizeof sb, "b%zu", i);
+        snprintf(sc, sizeof sc, "c%zu", i);
+        char *a = th_fixture(tmp, sa, o), *b = th_fixture(tmp, sb, o);
+        o.seed = 7;
+        char *c = th_fixture(tmp, sc, o);
+        assert_same_file(a, b, "model.gguf");
+        assert_same_file(a, b, "tokens.json");
+        struct gguf_file g; /* core/gguf.c (check, inspect) parses it: sizes and offsets of every type */
+        open_gguf(&g, a);
+        gguf_close(&g);
+        size_t la, lc;
+        uint8_t *x = read_file(a, "model.gguf", &la), *y = read_file(c, "model.gguf", &lc);
+        cr_assert(la == lc && memcmp(x, y, la) != 0, "%s: seed 7 gives the same file", fixture_format_name(presets[i]));
+        free(x);
+        free(y);
+        free(a);
+        free(b);
+        free(c);
+    }
+    th_rmtree(tmp);
+}
+
+/* The type of blk.<layer>.<kind>.weight (or a global tensor with layer < 0). */
+static uint32_t type_of(const struct gguf_file *g, int layer, const char *kind)
+{
+    char name[128];
+    if (layer < 0)
+        snprintf(name, sizeof name, "%s", kind);
+    else
+        snprintf(name, sizeof name, "blk.%d.%s.weight", layer, kind);
+    const struct gguf_tensor *t = gguf_find_tensor(g, name);
+    cr_assert(t, "no tensor %s", name);
+    return t->type;
+}
+
+/* llama-quantize's Q4_K_M for the tiny E2B (10 layers, 4 heads / 1 KV head, hidden 128), worked by
+ * hand from src/llama-quant.cpp: use_more_bits(i, 10) holds for i = 0, 3, 6, 8, 9; rows of 128 or 64
+ * are not whole 256-blocks, so Q4_K falls back to Q5_0 and Q6_K to Q8_0; the tied token_embd (and
+ * per_layer_token_embd) take the output rule: Q8_0 for a row that is not whole 256-blocks. */
+Test(fixture, gguf_q4_k_m_types_e2b)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e2b", FX_HF);
+    o.format = FXF_GGUF_Q4_K_M;
+    char *dir = th_fixture(tmp, "q", o);
+    struct gguf_file g;
+    open_gguf(&g, dir);
+    cr_assert_eq(type_of(&g, -1, "token_embd.weight"), GGML_Q8_0);
+    cr_assert_eq(type_of(&g, -1, "per_layer_token_embd.weight"), GGML_Q8_0);
+    cr_assert_eq(type_of(&g, -1, "per_layer_model_proj.weight"), GGML_BF16);
+    cr_assert_eq(type_of(&g, -1, "output_norm.weight"), GGML_F32);
+    for (int l = 0; l < 10; l++) {
+        bool more = l == 0 || l == 3 || l == 6 || l == 8 || l == 9, full = l == 4 || l == 9;
+        cr_assert_eq(type_of(&g, l, "attn_q"), GGML_Q5_0, "layer %d", l);
+        cr_assert_eq(type_of(&g, l, "attn_v"), more ? GGML_Q8_0 : GGML_Q5_0, "layer %d", l);
+        cr_assert_eq(type_of(&g, l, "attn_output"), full ? GGML_Q4_K : GGML_Q5_0, "layer %d (rows 256 when full)", l);
+        cr_assert_eq(type_of(&g, l, "ffn_down"), more ? GGML_Q6_K : GGML_Q4_K, "layer %d (rows 256)", l);
+        cr_assert_eq(type_of(&g, l, "proj"), GGML_Q5_0, "layer %d", l);
+        cr_assert_eq(type_of(&g, l, "attn_norm"), GGML_F32, "layer %d", l);
+    }
+    /* valid blocks: every Q4_K block's f16 d and dmin finite and positive */
+    for (int l = 0; l < 10; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+        const struct gguf_tensor *t = gguf_find_tensor(&g, name);
+        if (t->type != GGML_Q4_K)
+            continue;
+        cr_assert_eq(t->nbytes, t->ne[0] / 256 * t->ne[1] * 144, "%s bytes", name);
+        for (uint64_t k = 0; k < t->nbytes / 144; k++) {
+            float d = f16_to_f32((uint16_t)(t->data[k * 144] | t->data[k * 144 + 1] << 8));
+            float m = f16_to_f32((uint16_t)(t->data[k * 144 + 2] | t->data[k * 144 + 3] << 8));
+            cr_assert(isfinite(d) && d > 0 && isfinite(m) && m > 0, "%s block %llu: d %g dmin %g", name,
+                      (unsigned long long)k, (double)d, (double)m);
+        }
+    }
+    gguf_close(&g);
+    free(dir);
+    th_rmtree(tmp);
+}
+
+/* MXFP4_MOE: the 3-D experts MXFP4 (17-byte blocks, e8m0 within [1, 254]), every other matrix Q8_0. */
+Test(fixture, gguf_mxfp4_experts_26b)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("26b-a4b", FX_HF);
+    o.format = FXF_GGUF_MXFP4;
+    char *dir = th_fixture(tmp, "m", o);
+    struct gguf_file g;
+    open_gguf(&g, dir);
+    cr_assert_eq(type_of(&g, -1, "token_embd.weight"), GGML_Q8_0);
+    for (int l = 0; l < 6; l++) {
+        cr_assert_eq(type_of(&g, l, "attn_q"), GGML_Q8_0, "layer %d", l);
+        cr_assert_eq(type_of(&g, l, "ffn_down"), GGML_Q8_0, "layer %d", l);
+        cr_assert_eq(type_of(&g, l, "ffn_gate_inp"), GGML_F32, "layer %d: the router stays F32", l);
+        static const char *const exps[] = {"ffn_gate_up_exps", "ffn_down_exps"};
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, exps[k]);
+            const struct gguf_tensor *t = gguf_find_tensor(&g, name);
+            cr_assert(t && t->type == 39, "%s: type %u, expected MXFP4 (39)", name, t ? t->type : 0);
+            cr_assert_eq(t->nbytes, t->ne[0] * t->ne[1] * t->ne[2] / 32 * 17, "%s bytes", name);
+            for (uint64_t b = 0; b < t->nbytes / 17; b++)
+                cr_assert(t->data[b * 17] >= 1 && t->data[b * 17] <= 254, "%s block %llu: e8m0 %u", name,
+                          (unsigned long long)b, t->data[b * 17]);
+        }
+    }
+    gguf_close(&g);
+    free(dir);
+    th_rmtree(tmp);
 }
 
 /* ------------------------------------------------------------ determinism */
