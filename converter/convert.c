@@ -488,6 +488,20 @@ static int resolve(const struct convert_opts *given, struct convert_opts *o, str
     return ERR_OK;
 }
 
+/* An MLX export holds only MLX's modes: a tensor kept in a ggml block type is refused by name. */
+static int mlx_holds(const struct plan *p, struct err *e)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const struct plan_item *it = &p->items[i];
+        if (it->quantized_out && !qformat_of(it->mode)->mlx)
+            return err_set(e, ERR_USAGE, "%s is %s blocks, which no MLX mode holds exactly; give --bits (or --mode) "
+                                         "with --allow-requantize to requantize it (the error is reported), or "
+                                         "convert to a pack, which keeps the blocks",
+                           it->nt->name, qformat_of(it->mode)->name);
+    }
+    return ERR_OK;
+}
+
 int convert_run(struct convert_report *r, const char *dir, const struct convert_opts *given, struct err *e)
 {
     memset(r, 0, sizeof *r);
@@ -506,6 +520,8 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
         rc = err_set(e, ERR_USAGE, "'report' %s is the output too", o->check_out);
     if (rc == ERR_OK)
         rc = plan_build(&r->in.norm, &r->cfg, &o->plan, &r->plan, e);
+    if (rc == ERR_OK && o->format_mlx)
+        rc = mlx_holds(&r->plan, e);
     if (rc == ERR_OK)
         rc = carry_collect(&r->carried, &r->in.source, e);
     if (rc == ERR_OK && !o->dry_run) {

@@ -108,7 +108,7 @@ static enum dtype source_type(const struct norm_tensor *t)
 {
     if (!t->q.quantized)
         return t->w->t->dtype;
-    return qformat_of(t->q.mode)->scales == QF_FLOAT ? t->s->t->dtype : DT_BF16;
+    return qformat_of(t->q.mode)->scales == QF_FLOAT ? t->s->t->dtype : DT_BF16; /* ggml types: bf16 too */
 }
 
 /* Decides one quantizable tensor. */
@@ -122,7 +122,7 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
     it->mode = src_q ? t->q.mode : QM_AFFINE;
     it->bits = src_q ? t->q.bits : 0;
     it->group_size = src_q ? t->q.group_size : 0;
-    it->dtype = src_q ? t->s->t->dtype : t->w->t->dtype;
+    it->dtype = src_q && t->s ? t->s->t->dtype : t->w->t->dtype; /* scales, or a ggml type's U8 blocks */
     const struct plan_rule *rq = match(o->quantize, o->n_quantize, t->name);
     const struct plan_rule *rd = match(o->keep_dense, o->n_keep_dense, t->name);
     bool ple = !strcmp(t->module, "per_layer_model_projection");
@@ -295,7 +295,7 @@ int plan_outputs(const struct plan *p, struct out_tensor **out, size_t *n, struc
             } else {
                 snprintf(o->name, sizeof o->name, "%s.%s", t->module, qpart_names[part]);
                 o->shape[t->rank - 1] =
-                    qformat_part_cols((enum qpart)part, t->shape[t->rank - 1], it->bits, it->group_size);
+                    qformat_part_cols(f, (enum qpart)part, t->shape[t->rank - 1], it->bits, it->group_size);
                 o->dtype = qformat_part_dtype(f, (enum qpart)part, it->dtype);
             }
             if (dtype_nbytes(o->dtype, o->shape, o->rank, &o->nbytes, e) != ERR_OK)
@@ -316,8 +316,7 @@ static int source_open(const struct ckpt *ck, const struct norm_tensor *t, struc
 {
     *src = (struct source){.t = t};
     int rc = st_data(&ck->shards[t->w->shard], t->w->t, &src->w, e);
-    if (rc == ERR_OK && t->q.quantized && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK &&
-        t->b)
+    if (rc == ERR_OK && t->s && (rc = st_data(&ck->shards[t->s->shard], t->s->t, &src->s, e)) == ERR_OK && t->b)
         rc = st_data(&ck->shards[t->b->shard], t->b->t, &src->b, e);
     const struct ckpt_tensor *parts[3] = {t->w, t->s, t->b};
     for (int k = 0; k < 3 && rc == ERR_OK && !t->split; k++) /* a half of a fused tensor reads half of it */
@@ -341,11 +340,14 @@ static void source_row_f32(const struct source *src, uint64_t r, float *row)
         quant_to_f32(t->w->t->dtype, src->w + src_r * cols * esz, row, (size_t)cols);
         return;
     }
-    uint64_t words = cols * (uint64_t)t->q.bits / 32, ng = cols / (uint64_t)t->q.group_size;
-    unsigned ssz = dtype_table[t->s->t->dtype].bits / 8;
-    qformat_of(t->q.mode)->dequant(t->q.mode, src->w + r * words * 4, src->s + r * ng * ssz,
-                                   src->b ? src->b + r * ng * ssz : NULL, t->s->t->dtype, (size_t)cols,
-                                   t->q.group_size, t->q.bits, row);
+    const struct qformat *f = qformat_of(t->q.mode);
+    uint64_t wb = qformat_part_cols(f, QP_WEIGHT, cols, t->q.bits, t->q.group_size) *
+                  dtype_table[qformat_part_dtype(f, QP_WEIGHT, DT_U8)].bits / 8,
+             ng = cols / (uint64_t)t->q.group_size;
+    enum dtype sdt = t->s ? t->s->t->dtype : DT_U8; /* a ggml type has no scales */
+    unsigned ssz = dtype_table[sdt].bits / 8;
+    f->dequant(t->q.mode, src->w + r * wb, src->s ? src->s + r * ng * ssz : NULL,
+               src->b ? src->b + r * ng * ssz : NULL, sdt, (size_t)cols, t->q.group_size, t->q.bits, row);
 }
 
 void plan_stream_free(struct stream_state *st)

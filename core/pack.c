@@ -299,7 +299,7 @@ void pack_writer_abort(struct pack_writer *w)
 
 bool pack_feature_known(const char *f)
 {
-    static const char *const known[] = {"files", "quant:affine", "quant:mxfp4", "quant:nvfp4", "quant:mxfp8"};
+    static const char *const known[] = {"files", "quant:affine", "quant:mxfp4", "quant:nvfp4", "quant:mxfp8", "quant:ggml"};
     if (!strncmp(f, "dtype:", 6)) {
         enum dtype d;
         return dtype_from_name(f + 6, strlen(f + 6), &d) &&

@@ -274,6 +274,31 @@ static void check_quantized(struct check_report *r, const struct layout_entry *l
     }
 }
 
+/* A module of a ggml block type: its .weight alone, the blocks (U8 [.., out, in/block · bytes]). */
+static void check_blocks(struct check_report *r, const struct layout_entry *le, const struct tkey *w,
+                         struct cfg_qspec q)
+{
+    const struct qformat *f = qformat_of(q.mode);
+    const struct st_tensor *wt = w->ct->t;
+    uint64_t in = le->shape[le->rank - 1], ws[3];
+    char exp[96], got[96];
+    r->n_quantized++;
+    if (in % (uint64_t)q.group_size) {
+        finding(r, CHK_QUANT, le->name, le->layer, "", "", "%llu input features are not whole %s blocks of %d",
+                (unsigned long long)in, f->name, q.group_size);
+        return;
+    }
+    memcpy(ws, le->shape, (size_t)le->rank * sizeof *ws);
+    ws[le->rank - 1] = qformat_part_cols(f, QP_WEIGHT, in, q.bits, q.group_size);
+    if (wt->dtype != DT_U8)
+        finding(r, CHK_DTYPE, le->name, le->layer, "U8", dtype_name(wt->dtype), "%s blocks", f->name);
+    if (wt->rank != le->rank || memcmp(wt->shape, ws, (size_t)le->rank * sizeof *ws)) {
+        shape_format(exp, sizeof exp, ws, le->rank);
+        shape_format(got, sizeof got, wt->shape, wt->rank);
+        finding(r, CHK_SHAPE, le->name, le->layer, exp, got, "%s blocks", f->name);
+    }
+}
+
 static void check_entry(struct check_report *r, const struct layout_entry *le, struct tkey *keys, size_t n)
 {
     char rel[LAYOUT_NAME_MAX + 16], exp[96];
@@ -312,6 +337,10 @@ static void check_entry(struct check_report *r, const struct layout_entry *le, s
         snprintf(rel, sizeof rel, "%s%s", name_family_prefix(r->family), le->module);
         bool explicit_entry;
         struct cfg_qspec q = cfg_quant_lookup(&r->cfg.quant, rel, &explicit_entry);
+        if (q.quantized && qformat_of(q.mode)->ggml && w->ct->t->dtype == DT_U8) {
+            check_blocks(r, le, w, q);
+            return;
+        }
         if (explicit_entry && q.quantized) {
             finding(r, CHK_MISSING, le->name, le->layer, "", "",
                     "config.json quantizes this module explicitly (per-module override), so MLX loaders expect its "

@@ -14,6 +14,7 @@
 #include "model/gguf_names.h"
 #include "core/jsonx.h"
 #include "ingest/transcode.h"
+#include "quant/ggml.h"
 
 struct gctx {
     struct source *s;
@@ -79,6 +80,53 @@ static enum dtype scale_dtype(const struct gguf_tensor *t, uint64_t in, uint64_t
     return DT_F16;
 }
 
+/* A ggml block type with a row of the format table: MODULE.weight, the
+ * blocks as stored (U8 [.., rows, in/block·bytes]), viewed in place, or copied
+ * for a half of fused experts; a block whose scale is not finite is refused. */
+static int native(struct gctx *c, const char *name, const struct gguf_tensor *t, int rank, const uint64_t *shape,
+                  uint64_t src0, uint64_t stride_rows, struct err *e)
+{
+    struct source *s = c->s;
+    const char *tname;
+    uint32_t blk, bb;
+    ggml_type_info(t->type, &tname, &blk, &bb);
+    enum qmode mode = QM_COUNT;
+    for (int m = 0; m < QM_COUNT; m++)
+        mode = quant_formats[m].ggml == t->type ? (enum qmode)m : mode;
+    if (mode == QM_COUNT) {
+        src_problem(s, "%s: type %s: gempack reads F32, F16, BF16 and the ggml block types of INPUTS.md §6.3",
+                    t->name, tname ? tname : "unknown");
+        return ERR_OK;
+    }
+    struct ggml_qtype g;
+    int64_t bad = ggml_qtype_find(t->type, &g) ? g.bad_scale(t->data, t->nbytes / bb) : -1;
+    if (!(c->flags & SRC_HEADERS) && bad >= 0)
+        return err_set(e, ERR_FORMAT, "%s: tensor %s (%s): block %lld has a scale that is not finite", s->path,
+                       t->name, tname, (long long)bad);
+    uint64_t in = shape[rank - 1], rows = 1, half = rank == 3 ? shape[1] : 0, rb = in / blk * bb, sh[3];
+    for (int i = 0; i < rank - 1; i++)
+        rows *= shape[i];
+    memcpy(sh, shape, (size_t)rank * sizeof *shape);
+    sh[rank - 1] = rb;
+    char module[200];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - 7), name);
+    struct qmodule *q = realloc(c->q, (c->n_q + 1) * sizeof *q);
+    if (!q)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    c->q = q;
+    q[c->n_q] = (struct qmodule){.quantized = true, .mode = mode, .bits = 8, .gs = (int)blk};
+    snprintf(q[c->n_q].path, sizeof q[c->n_q].path, "%s", module);
+    c->n_q++;
+    uint64_t at = (uint64_t)(t->data - s->gguf.map) - s->gguf.data_offset;
+    if (src0 == 0 && (rank < 3 || stride_rows == half)) /* the tensor as stored */
+        return ts_view(&c->view, name, DT_U8, rank, sh, at, at + t->nbytes, e);
+    uint8_t *w;
+    int rc = ts_add(&c->mem, name, DT_U8, rank, sh, &w, e);
+    for (uint64_t r = 0; rc == ERR_OK && w && r < rows; r++)
+        memcpy(w + r * rb, t->data + ((r / half) * stride_rows + src0 + r % half) * rb, (size_t)rb);
+    return rc;
+}
+
 /* Emits `name` (module path + ".weight") from t: rows [src0, src0 + rows) of
  * each of E stacked blocks of stride_rows (E = 1 for a plain tensor). */
 static int emit(struct gctx *c, const char *name, const struct gguf_tensor *t, int rank, const uint64_t *shape,
@@ -103,10 +151,8 @@ static int emit(struct gctx *c, const char *name, const struct gguf_tensor *t, i
             memcpy(w + r * rb, t->data + ((r / half) * stride_rows + src0 + r % half) * rb, (size_t)rb);
         return rc;
     }
-    if (t->type != GGML_Q4_0 && t->type != GGML_Q8_0) {
-        src_problem(s, "%s: type %s: gempack reads F32, F16, BF16, Q4_0 and Q8_0", t->name, tname ? tname : "unknown");
-        return ERR_OK;
-    }
+    if (t->type != GGML_Q4_0 && t->type != GGML_Q8_0)
+        return native(c, name, t, rank, shape, src0, stride_rows, e);
     int bits = t->type == GGML_Q4_0 ? 4 : 8;
     enum dtype adt = scale_dtype(t, in, rows);
     char module[200], from[48], to[64], key[240];

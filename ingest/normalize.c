@@ -170,12 +170,13 @@ int normalize(const struct ckpt *ck, const struct gp_config *c, struct normalize
         else
             C = *L;
         struct norm_tensor *t = add_tensor(n, &C, w);
-        if (s) {
+        if (s || w->t->dtype == DT_U8) { /* .scales, or a ggml block type's blocks alone */
             snprintf(key, sizeof key, "%s%s", prefix, L->module);
             t->q = cfg_quant_lookup(&c->quant, key, NULL);
             t->s = s;
             t->b = b;
-            if (!t->q.quantized || (qformat_of(t->q.mode)->parts > QP_BIASES) != (b != NULL)) {
+            const struct qformat *f = qformat_of(t->q.mode);
+            if (!t->q.quantized || (f->parts > QP_SCALES) != (s != NULL) || (f->parts > QP_BIASES) != (b != NULL)) {
                 rc = err_set(e, ERR_FORMAT, "%s: %s: %s quantization %s .biases (run gempack check for the full report)",
                              ck->dir, key, qmode_name(t->q.mode), b ? "has no" : "needs");
                 break;

@@ -5,13 +5,14 @@
 
 #include "core/bytes.h"
 #include "kernels/internal.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 
 struct wmat kern_wmat_expert(const struct wmat *w, int64_t e)
 {
     struct wmat v = *w;
     v.w += (size_t)e * w->expert_bytes;
-    if (w->quantized) {
+    if (w->quantized && v.s) {
         v.s += (size_t)e * w->expert_sbytes;
         if (v.b)
             v.b += (size_t)e * w->expert_sbytes;
@@ -44,6 +45,10 @@ static void row_f32(const struct wmat *w, int64_t r, int64_t j, int64_t len, flo
             }
             quant_dequant_row(codes, s, b, w->dtype, (size_t)(G * w->gs), w->gs, w->bits, out + g0 * w->gs - j);
         }
+    } else if (w->quantized && qformat_of(w->mode)->ggml) { /* whole blocks: row_bytes / (cols / gs) each */
+        const size_t bb = w->row_bytes / (size_t)(w->cols / w->gs);
+        qformat_of(w->mode)->dequant(w->mode, row + (size_t)(j / w->gs) * bb, NULL, NULL, w->dtype, (size_t)len, w->gs,
+                                     w->bits, out);
     } else if (w->quantized && w->mode != QM_AFFINE) {
         dequant_mx_row(w->mode, row + j * w->bits / 8, w->s + (size_t)r * w->srow_bytes + (size_t)(j / w->gs),
                        (size_t)len, out);
@@ -63,7 +68,7 @@ void kern_row_f32(const struct wmat *w, int64_t r, float *out)
 
 void kern_matmul_ref(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1)
 {
-    float chunk[128]; /* no heap: the reference cannot fail */
+    float chunk[256]; /* no heap: the reference cannot fail (a group: at most a ggml block of 256) */
     int64_t step = w->quantized ? w->gs : 128;
     for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {

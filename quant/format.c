@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/gguf.h"
 #include "core/jsonx.h"
+#include "quant/ggml.h"
 #include "quant/quant.h"
 
 /* ---- the rows' functions, in one signature ---- */
@@ -13,6 +15,12 @@
 static decl_qdequant_fn(deq_affine) { dequant_affine_row(codes, scales, biases, sdt, k, gs, bits, out); }
 static decl_qdequant_fn(deq_affine_fast) { quant_dequant_row(codes, scales, biases, sdt, k, gs, bits, out); }
 static decl_qdequant_fn(deq_mx) { dequant_mx_row(m, codes, scales, k, out); }
+static decl_qdequant_fn(deq_ggml)
+{
+    struct ggml_qtype t;
+    if (ggml_qtype_find(quant_formats[m].ggml, &t))
+        t.dequant(codes, out, k);
+}
 static decl_qquant_fn(q_mx) { return quant_mx_row(m, src, w, k, words, scales); }
 static decl_qquant_fn(q_affine)
 {
@@ -42,6 +50,11 @@ const struct qformat quant_formats[QM_COUNT] = {
     [QM_MXFP4] = MX("mxfp4", 32, 4),
     [QM_NVFP4] = MX("nvfp4", 16, 4),
     [QM_MXFP8] = MX("mxfp8", 32, 8),
+#define GG(nm, id, block)                                                                                              \
+    [QM_GGML_##nm] = {#nm, NULL, "quant:ggml", block, 8, 1u << 8, block, 1, DT_U8, deq_ggml, deq_ggml, NULL, NULL, 0, 0, \
+                      NULL, id},
+    QM_GGML_ROWS(GG)
+#undef GG
 };
 
 const char *const qpart_names[3] = {"weight", "scales", "biases"};
@@ -54,6 +67,12 @@ bool qmode_from_name(const char *s, enum qmode *out)
             return true;
         }
     return false;
+}
+
+const char *qmode_config_name(enum qmode m)
+{
+    const struct qformat *f = qformat_of(m);
+    return f->mlx ? f->mlx : f->name;
 }
 
 const char *qmode_name(enum qmode m)
@@ -80,8 +99,18 @@ bool quant_params_valid(enum qmode m, int bits, int group_size)
            (quant_formats[m].bits_allowed >> bits & 1) && (quant_formats[m].gs_allowed & (unsigned)group_size);
 }
 
+uint64_t qformat_part_cols(const struct qformat *f, enum qpart p, uint64_t in, int bits, int gs)
+{
+    uint32_t bytes = 0;
+    if (p == QP_WEIGHT && f->ggml)
+        return ggml_type_info(f->ggml, NULL, NULL, &bytes) ? in / (uint64_t)gs * bytes : 0;
+    return p == QP_WEIGHT ? in * (uint64_t)bits / 32 : in / (uint64_t)gs;
+}
+
 uint64_t qformat_bytes(const struct qformat *f, uint64_t n, int bits, int gs, enum dtype sdt)
 {
+    if (f->ggml)
+        return qformat_part_cols(f, QP_WEIGHT, n, bits, gs);
     return n * (uint64_t)bits / 8 +
            (uint64_t)(f->parts - 1) * (n / (uint64_t)gs) * dtype_table[qformat_part_dtype(f, QP_SCALES, sdt)].bits / 8;
 }
@@ -101,9 +130,9 @@ static int check_entry(struct pack *p, const char *module, struct json_object *q
         !json_object_object_get_ex(q, "out_features", &v) || !jsonx_u64(v, &out))
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: needs mode, bits, group_size, in_features, out_features",
                        p->path, module);
-    if (bits > 8 || gs > 128 || !quant_params_valid(mode, (int)bits, (int)gs))
+    if (bits > 8 || gs > 256 || !quant_params_valid(mode, (int)bits, (int)gs))
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: %s bits %llu group %llu is not supported (affine: bits "
-                                      "2-6, 8; group 32, 64, 128; mxfp4 4/32, nvfp4 4/16, mxfp8 8/32)",
+                                      "2-6, 8; group 32, 64, 128; mxfp4 4/32, nvfp4 4/16, mxfp8 8/32; a ggml type 8 and its block)",
                        p->path, module, qmode_name(mode), (unsigned long long)bits, (unsigned long long)gs);
     if (in == 0 || in % gs || (in * bits) % 32)
         return err_set(e, ERR_FORMAT, "%s: quantized[\"%s\"]: in_features %llu is not a multiple of group %llu",
@@ -124,11 +153,13 @@ static int check_entry(struct pack *p, const char *module, struct json_object *q
     }
     if (f->parts < 3)
         t[2] = t[1]; /* the checks below then hold for the absent biases */
+    if (f->parts < 2)
+        t[1] = t[2] = t[0]; /* and for the absent scales */
     int r = t[0]->rank;
-    bool ok = t[0]->dtype == DT_U32 && r >= 2 && t[1]->rank == r && t[2]->rank == r &&
-              qformat_scales_ok(f, t[1]->dtype) && t[2]->dtype == t[1]->dtype && t[0]->shape[r - 2] == out &&
-              t[0]->shape[r - 1] == qformat_part_cols(QP_WEIGHT, in, (int)bits, (int)gs) &&
-              t[1]->shape[r - 1] == qformat_part_cols(QP_SCALES, in, (int)bits, (int)gs);
+    bool ok = t[0]->dtype == qformat_part_dtype(f, QP_WEIGHT, DT_U8) && r >= 2 && t[1]->rank == r &&
+              t[2]->rank == r && (f->parts < 2 || qformat_scales_ok(f, t[1]->dtype)) && t[2]->dtype == t[1]->dtype &&
+              t[0]->shape[r - 2] == out && t[0]->shape[r - 1] == qformat_part_cols(f, QP_WEIGHT, in, (int)bits, (int)gs) &&
+              (f->parts < 2 || t[1]->shape[r - 1] == qformat_part_cols(f, QP_SCALES, in, (int)bits, (int)gs));
     for (int d = 0; ok && d < r - 1; d++)
         ok = t[1]->shape[d] == t[0]->shape[d] && t[2]->shape[d] == t[0]->shape[d];
     ok = ok && t[2]->shape[r - 1] == t[1]->shape[r - 1];
@@ -181,13 +212,13 @@ struct json_object *quant_mlx_block(const struct qmodule *m, size_t n, bool mode
             best = &m[i], best_count = count;
     }
     const struct qmodule top = best ? *best : (struct qmodule){"", true, QM_AFFINE, 4, 64};
-    struct json_object *q = mlx_entry(top.gs, top.bits, qformat_of(top.mode)->mlx);
+    struct json_object *q = mlx_entry(top.gs, top.bits, qmode_config_name(top.mode));
     for (size_t i = 0; i < n; i++)
         if (!m[i].quantized)
             json_object_object_add(q, m[i].path, json_object_new_boolean(false));
         else if (m[i].mode != top.mode || m[i].bits != top.bits || m[i].gs != top.gs) /* mlx-lm: affine if unnamed */
             json_object_object_add(q, m[i].path, mlx_entry(m[i].gs, m[i].bits, mode_always || m[i].mode != QM_AFFINE
-                                                                                    ? qformat_of(m[i].mode)->mlx
+                                                                                    ? qmode_config_name(m[i].mode)
                                                                                     : NULL));
     return q;
 }

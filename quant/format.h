@@ -3,7 +3,9 @@
  * binding, check, ingest, fixtures). A module MODULE [.., out, in] is stored
  * as MODULE.weight, U32 codes of `bits` LSB first [.., out, in·bits/32];
  * MODULE.scales, one per group of gs inputs [.., out, in/gs]; and, where the
- * row has them, MODULE.biases like the scales. */
+ * row has them, MODULE.biases like the scales. A ggml block type's row (ggml
+ * set) is MODULE.weight alone: the file's blocks as U8 [.., out, in/gs · the
+ * block's bytes], gs its weights per block, bits 8 (bytes). */
 #ifndef GP_FORMAT_H
 #define GP_FORMAT_H
 
@@ -44,6 +46,7 @@ struct qformat {
     /* transcoding into it, or NULL: the largest |difference| of a group's stored scale and bias on
      * every code u against a source's ss·(u − shift) (0: exact; NaN wins) */
     double (*verify)(float scale, float bias, int bits, double ss, double shift);
+    uint32_t ggml;                     /* a ggml block type's id (quant/ggml.h), else 0 */
 };
 
 extern const struct qformat quant_formats[QM_COUNT];
@@ -57,6 +60,8 @@ static inline bool qformat_fixed(const struct qformat *f)
 
 bool qmode_from_name(const char *s, enum qmode *out); /* false for an unknown name */
 const char *qmode_name(enum qmode m);
+/* How a config's quantization block names it: MLX's name, else the row's (a GGUF source's config) */
+const char *qmode_config_name(enum qmode m);
 /* "affine 4-bit group 64", or a fixed mode's name: how reports name it */
 const char *qmode_describe(enum qmode m, int bits, int group_size, char *buf, size_t len);
 void qmode_defaults(enum qmode m, int *group_size, int *bits); /* mlx-lm's: affine 64/4, mxfp4 32/4, ... */
@@ -70,12 +75,9 @@ static inline bool qformat_scales_ok(const struct qformat *f, enum dtype t)
 }
 static inline enum dtype qformat_part_dtype(const struct qformat *f, enum qpart p, enum dtype sdt)
 {
-    return p == QP_WEIGHT ? DT_U32 : f->scales == QF_FLOAT ? sdt : f->scales;
+    return p == QP_WEIGHT ? (f->ggml ? DT_U8 : DT_U32) : f->scales == QF_FLOAT ? sdt : f->scales;
 }
-static inline uint64_t qformat_part_cols(enum qpart p, uint64_t in, int bits, int gs)
-{
-    return p == QP_WEIGHT ? in * (uint64_t)bits / 32 : in / (uint64_t)gs;
-}
+uint64_t qformat_part_cols(const struct qformat *f, enum qpart p, uint64_t in, int bits, int gs);
 uint64_t qformat_bytes(const struct qformat *f, uint64_t n, int bits, int gs, enum dtype sdt);
 
 /* A pack's "quantized" entries (INPUTS.md §3.4), which readers check after

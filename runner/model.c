@@ -47,15 +47,16 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     if (!lookup(m, name, &ws))
         return err_set(e, ERR_FORMAT, "tensor %s missing", name);
     int rank = experts ? 3 : 2;
-    uint64_t wcols = q.bits ? qformat_part_cols(QP_WEIGHT, (uint64_t)cols, q.bits, q.gs) : (uint64_t)cols;
+    const struct qformat *f = qformat_of(q.mode);
+    uint64_t wcols = q.bits ? qformat_part_cols(f, QP_WEIGHT, (uint64_t)cols, q.bits, q.gs) : (uint64_t)cols;
     uint64_t expect[3] = {(uint64_t)experts, (uint64_t)rows, wcols};
     const uint64_t *ex = experts ? expect : expect + 1;
     if (ws.rank != rank || memcmp(ws.shape, ex, (size_t)rank * sizeof *ex) ||
-        (q.bits ? ws.dtype != DT_U32 : !dtype_is_weight_float(ws.dtype))) {
+        (q.bits ? ws.dtype != qformat_part_dtype(f, QP_WEIGHT, DT_U8) : !dtype_is_weight_float(ws.dtype))) {
         shape_format(got, sizeof got, ws.shape, ws.rank);
         shape_format(want, sizeof want, ex, rank);
         return err_set(e, ERR_FORMAT, "%s is %s %s, expected %s %s", name, dtype_name(ws.dtype), got,
-                       q.bits ? "U32" : "F32/F16/BF16", want);
+                       q.bits ? dtype_name(qformat_part_dtype(f, QP_WEIGHT, DT_U8)) : "F32/F16/BF16", want);
     }
     w->quantized = q.bits > 0;
     w->w = ws.data;
@@ -65,8 +66,11 @@ __attribute__((format(printf, 7, 8))) static int get_mat(struct model *m, struct
     w->row_bytes = (size_t)wcols * dtype_table[ws.dtype].bits / 8;
     w->row_stride = ws.row_stride ? ws.row_stride : w->row_bytes;
     w->expert_bytes = ws.expert_stride ? ws.expert_stride : (size_t)rows * w->row_bytes;
-    if (q.bits) { /* the format's scales, and biases where it has them */
-        const struct qformat *f = qformat_of(q.mode);
+    if (q.bits && f->parts == 1) { /* a ggml block type: the blocks alone */
+        w->mode = q.mode;
+        w->bits = q.bits;
+        w->gs = q.gs;
+    } else if (q.bits) { /* the format's scales, and biases where it has them */
         const bool biases = f->parts > QP_BIASES;
         snprintf(name, sizeof name, "%s.scales", module);
         bool have_s = lookup(m, name, &ss);

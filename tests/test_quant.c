@@ -724,8 +724,8 @@ Test(quant, format_rows)
                 for (int i = 0; i < K; i++) /* exact in bf16, the type the quantizer is told */
                     w[i] = bf16_to_f32(f32_to_bf16(th_rng_float(&seed) * (float)(1 << (i / gs % 4 * 4))));
                 enum dtype sdt = qformat_part_dtype(f, QP_SCALES, DT_BF16);
-                uint64_t cb = qformat_part_cols(QP_WEIGHT, K, bits, gs) * 4,
-                         sb = qformat_part_cols(QP_SCALES, K, bits, gs) * dtype_table[sdt].bits / 8;
+                uint64_t cb = qformat_part_cols(f, QP_WEIGHT, K, bits, gs) * 4,
+                         sb = qformat_part_cols(f, QP_SCALES, K, bits, gs) * dtype_table[sdt].bits / 8;
                 cr_assert_eq(cb + (uint64_t)(f->parts - 1) * sb, qformat_bytes(f, K, bits, gs, sdt), "%s %d/%d",
                              f->name, bits, gs);
                 uint32_t words[2][K / 4 + GUARD / 4];
