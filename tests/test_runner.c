@@ -236,6 +236,60 @@ ParameterizedTest(size_t *i, runner, qat_formats, .timeout = TH_TIMEOUT(120))
     th_rmtree(tmp);
 }
 
+/* llama-quantize presets (ggml block types per tensor, fixtures/formats.c):
+ * the GGUF against its golden from golden/reference.py (its own NumPy
+ * dequantization of every type); the pack keeps every block (every tensor
+ * exact, the same logits bit for bit); the MLX export refuses the blocks by
+ * tensor and type. */
+static struct format_case presets[] = {
+    {"e2b", FXF_GGUF_Q4_K_M, "gguf-q4_k_m"},     {"e2b", FXF_GGUF_Q5_K_M, "gguf-q5_k_m"},
+    {"e2b", FXF_GGUF_Q6_K, "gguf-q6_k"},         {"e2b", FXF_GGUF_IQ4_XS, "gguf-iq4_xs"},
+    {"e2b", FXF_GGUF_IQ2_XXS, "gguf-iq2_xxs"},   {"26b-a4b", FXF_GGUF_Q4_K_M, "gguf-q4_k_m"},
+    {"26b-a4b", FXF_GGUF_MXFP4, "gguf-mxfp4"},
+};
+
+INDEX_PARAMS(gguf_presets, presets)
+
+ParameterizedTest(size_t *i, runner, gguf_presets, .timeout = TH_TIMEOUT(120))
+{
+    const struct format_case *c = &presets[*i];
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = {.variant = c->variant, .format = c->format};
+    char *dir = th_fixture(tmp, "src", o), src[4200], pack[4200], mlx[4200], golden[64];
+    snprintf(src, sizeof src, "%s/model.gguf", dir);
+    snprintf(golden, sizeof golden, "%s-%s", c->variant, c->name);
+    expect_golden(src, golden);
+
+    snprintf(pack, sizeof pack, "%s/model.gpk", tmp);
+    struct convert_opts co = {.align = 64, .out = pack, .plan = {.group_size = 64}};
+    struct convert_report rep;
+    struct err e = {0};
+    cr_assert_eq(convert_run(&rep, src, &co, &e), ERR_OK, "%s", e.msg);
+    struct json_object *j = convert_json(&rep), *plan = json_object_object_get(j, "plan");
+    cr_expect_eq(json_object_get_int64(json_object_object_get(plan, "exact_tensors")), (int64_t)rep.plan.n,
+                 "%s: every tensor of the pack bit for bit", golden);
+    json_object_put(j);
+    convert_free(&rep);
+    snprintf(mlx, sizeof mlx, "%s/mlx", tmp);
+    co = (struct convert_opts){.align = 64, .format_mlx = true, .out = mlx, .plan = {.group_size = 64}};
+    cr_expect_eq(convert_run(&rep, src, &co, &e), ERR_USAGE, "%s: the MLX export of ggml blocks", golden);
+    cr_expect(strstr(e.msg, "which no MLX mode holds exactly") != NULL, "%s", e.msg);
+    convert_free(&rep);
+
+    struct token_seqs s = {0};
+    char tokens[4200];
+    snprintf(tokens, sizeof tokens, "%s/tokens.json", dir);
+    cr_assert_eq(tokens_read_file(tokens, &s, &e), ERR_OK, "%s", e.msg);
+    int64_t T = s.len[0], V;
+    float *a = prompt_logits(src, s.seq[0], T, &V), *b = prompt_logits(pack, s.seq[0], T, &V);
+    cr_expect(rows_equal(a, b, T, V), "%s: the source and its pack differ", golden);
+    free(a);
+    free(b);
+    tokens_free(&s);
+    free(dir);
+    th_rmtree(tmp);
+}
+
 /* ../shared/external-goldens: logits from upstream mlx-lm code (float64 keys). */
 static void external(const char *name)
 {
