@@ -1,4 +1,5 @@
 #include "ingest/check.h"
+#include "ingest/inspect.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -533,7 +534,11 @@ void check_print_text(FILE *out, const struct check_report *r)
         fprintf(out, "  layout   %s (%s)%s\n", name_family_name(r->family), name_family_prefix(r->family),
                 r->config_ok && c->moe ? (r->experts_split ? ", experts split (MLX)" : ", experts fused (HF)") : "");
     }
-    if (r->config_ok) {
+    if (r->config_ok && r->src.kind == SRC_GGUF) {
+        fprintf(out, "  quant    gguf: %d quantized modules, the file's types as stored (transcoded: INPUTS.md §7.2)\n",
+                r->n_quantized);
+        json_object_put(inspect_gguf_mix(&r->src.gguf, out, false));
+    } else if (r->config_ok) {
         fprintf(out, "  quant    %s", quant_kind(r));
         if (c->quant.mlx)
             fprintf(out, " %s %d-bit group %d, %zu override%s, %d quantized module%s", qmode_name(c->quant.global.mode),
@@ -611,6 +616,8 @@ struct json_object *check_to_json(const struct check_report *r)
     json_object_object_add(o, "schema", json_object_new_string("gempack.check/1"));
     json_object_object_add(o, "path", json_object_new_string(r->src.path));
     json_object_object_add(o, "verdict", json_object_new_string(check_loadable(r) ? "loadable" : "not_loadable"));
+    if (r->src.kind == SRC_GGUF)
+        json_object_object_add(o, "gguf_mix", inspect_gguf_mix(&r->src.gguf, NULL, false));
     json_object_object_add(o, "loadable", json_object_new_boolean(check_loadable(r)));
     struct json_object *jc = NULL;
     if (r->config_ok) {

@@ -201,6 +201,105 @@ static struct json_object *kv_json(const struct gguf_kv *kv, char *text, size_t 
     }
 }
 
+struct mix_row {
+    char name[80];            /* a type's, or a kind's */
+    uint64_t tensors, weights, bytes;
+    uint64_t by_type[64];     /* a kind's tensors per ggml type id */
+};
+
+static struct mix_row *mix_at(struct mix_row *rows, size_t *n, size_t cap, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp(rows[i].name, name))
+            return &rows[i];
+    if (*n == cap)
+        return NULL;
+    memset(&rows[*n], 0, sizeof *rows);
+    snprintf(rows[*n].name, sizeof rows[*n].name, "%s", name);
+    return &rows[(*n)++];
+}
+
+static double bpw(const struct mix_row *r)
+{
+    return r->weights ? 8.0 * (double)r->bytes / (double)r->weights : 0.0;
+}
+
+static struct json_object *mix_json(const struct mix_row *r, bool kind)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, kind ? "kind" : "type", json_object_new_string(r->name));
+    json_object_object_add(o, "tensors", json_object_new_int64((int64_t)r->tensors));
+    json_object_object_add(o, "weights", json_object_new_int64((int64_t)r->weights));
+    json_object_object_add(o, "bytes", json_object_new_int64((int64_t)r->bytes));
+    json_object_object_add(o, "bits_per_weight", json_object_new_double(bpw(r)));
+    if (kind) {
+        struct json_object *t = json_object_new_object();
+        for (uint32_t id = 0; id < 64; id++) {
+            const char *tn;
+            if (r->by_type[id] && ggml_type_info(id, &tn, NULL, NULL))
+                json_object_object_add(t, tn, json_object_new_int64((int64_t)r->by_type[id]));
+        }
+        json_object_object_add(o, "types", t);
+    }
+    return o;
+}
+
+struct json_object *inspect_gguf_mix(const struct gguf_file *g, FILE *out, bool kinds)
+{
+    enum { CAP = 256 }; /* types, and the tensor kinds of a gemma4 file (a few dozen) */
+    struct mix_row *types = calloc(2 * CAP, sizeof *types), *kind = types + CAP;
+    size_t nt = 0, nk = 0;
+    for (size_t i = 0; types && i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = &g->tensors[i];
+        const char *tn = NULL, *k = t->name;
+        ggml_type_info(t->type, &tn, NULL, NULL);
+        if (!strncmp(k, "blk.", 4) && strchr(k + 4, '.'))
+            k = strchr(k + 4, '.') + 1;
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            n *= t->ne[d];
+        struct mix_row *rt = mix_at(types, &nt, CAP, tn ? tn : "?"), *rk = mix_at(kind, &nk, CAP, k);
+        for (int j = 0; j < 2; j++) {
+            struct mix_row *r = j ? rk : rt;
+            if (r) {
+                r->tensors++;
+                r->weights += n;
+                r->bytes += t->nbytes;
+            }
+        }
+        if (rk && t->type < 64)
+            rk->by_type[t->type]++;
+    }
+    struct json_object *o = json_object_new_object(), *jt = json_object_new_array(), *jk = json_object_new_array();
+    if (out)
+        fprintf(out, "mix:     %-30s %8s %12s %12s %7s\n", "type", "tensors", "weights", "bytes", "bpw");
+    for (size_t i = 0; i < nt; i++) {
+        if (out)
+            fprintf(out, "         %-30s %8llu %12llu %12llu %7.3f\n", types[i].name,
+                    (unsigned long long)types[i].tensors, (unsigned long long)types[i].weights,
+                    (unsigned long long)types[i].bytes, bpw(&types[i]));
+        json_object_array_add(jt, mix_json(&types[i], false));
+    }
+    if (out && kinds)
+        fprintf(out, "by kind: %-30s %7s  types (tensors)\n", "tensor", "bpw");
+    for (size_t i = 0; i < nk; i++) {
+        if (out && kinds) {
+            fprintf(out, "         %-30s %7.3f ", kind[i].name, bpw(&kind[i]));
+            for (uint32_t id = 0; id < 64; id++) {
+                const char *tn;
+                if (kind[i].by_type[id] && ggml_type_info(id, &tn, NULL, NULL))
+                    fprintf(out, " %s %llu", tn, (unsigned long long)kind[i].by_type[id]);
+            }
+            fprintf(out, "\n");
+        }
+        json_object_array_add(jk, mix_json(&kind[i], true));
+    }
+    json_object_object_add(o, "types", jt);
+    json_object_object_add(o, "kinds", jk);
+    free(types);
+    return o;
+}
+
 /* A GGUF file: header, metadata, tensors (ne and ggml type as stored). */
 static int inspect_gguf(const char *path, FILE *out, struct json_object **jo, struct err *e)
 {
@@ -239,6 +338,7 @@ static int inspect_gguf(const char *path, FILE *out, struct json_object **jo, st
         total += t->nbytes;
     }
     fprintf(out, "total: %zu tensors, %llu bytes\n", g.n_tensors, (unsigned long long)total);
+    json_object_object_add(o, "mix", inspect_gguf_mix(&g, out, true));
     json_object_object_add(o, "schema", json_object_new_string("gempack.inspect/1"));
     json_object_object_add(o, "path", json_object_new_string(path));
     json_object_object_add(o, "kind", json_object_new_string("gguf"));
