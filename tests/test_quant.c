@@ -10,6 +10,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/gguf.h"
 #include "quant/quant.h"
 #include "tests/helpers.h"
 
@@ -713,6 +714,16 @@ Test(quant, format_rows)
         cr_assert(qmode_from_name(f->name, &back) && back == (enum qmode)m, "%s", f->name);
         cr_assert_str_eq(qmode_name((enum qmode)m), f->name);
         cr_assert(!f->mlx || (qmode_from_name(f->mlx, &back) && back == (enum qmode)m), "%s: MLX name", f->name);
+        if (f->ggml) { /* a ggml block type: its blocks alone, read only, ggml's block and bytes */
+            uint32_t block, bytes;
+            const char *gname;
+            cr_assert(ggml_type_info(f->ggml, &gname, &block, &bytes) && !strcmp(gname, f->name), "%s", f->name);
+            cr_assert(!strcmp(f->feature, "quant:ggml") && f->parts == 1 && !f->mlx && !f->quantize, "%s", f->name);
+            cr_assert(quant_params_valid((enum qmode)m, 8, (int)block) && qformat_fixed(f), "%s", f->name);
+            cr_assert_eq(qformat_bytes(f, 4 * block, 8, (int)block, DT_U8), 4 * (uint64_t)bytes, "%s", f->name);
+            cr_assert_eq(qformat_part_dtype(f, QP_WEIGHT, DT_BF16), DT_U8);
+            continue;
+        }
         cr_assert(!strncmp(f->feature, "quant:", 6) && !strcmp(f->feature + 6, f->name), "%s", f->feature);
         cr_assert(f->parts == 2 || f->parts == 3, "%s: %d parts", f->name, f->parts);
         for (int bits = 1; bits <= 8; bits++)
