@@ -40,8 +40,8 @@ for vf in e2b:ct-w4a16 e4b:ct-w4a16 12b:ct-w4a16 26b-a4b:ct-w4a16 31b:ct-w4a16 \
     /usr/bin/python3 "$here/reference.py" "$src" --rope-tables f64 -o "$here/data/$v-$f.npz"
 done
 # llama-quantize presets (types per tensor as llama.cpp gives them for gemma4, random valid blocks),
-# dequantized by reference.py's own ggml code: E2B in five presets, the 26B-A4B with MXFP4 experts.
-# The runner does not read these types yet: tests/test_runner.c's golden list takes them when it does.
+# dequantized by reference.py's own ggml code: E2B in five presets, the 26B-A4B with MXFP4 experts
+# (tests/test_runner.c's gguf_presets).
 for vf in e2b:gguf-q4_k_m e2b:gguf-q5_k_m e2b:gguf-q6_k e2b:gguf-iq4_xs e2b:gguf-iq2_xxs \
           26b-a4b:gguf-q4_k_m 26b-a4b:gguf-mxfp4; do
     v=${vf%%:*} f=${vf#*:}
