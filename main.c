@@ -283,7 +283,10 @@ static int cmd_verify(int argc, char **argv)
 static int encode_with(const struct model_text *mt, const struct text_prompts *tp, struct token_seqs *seqs,
                        char **rendered, struct err *e)
 {
-    int rc = ERR_OK;
+    int chats = 0;
+    for (int i = 0; i < tp->n; i++)
+        chats += tp->p[i].chat;
+    int rc = tp->system && !chats ? err_set(e, ERR_USAGE, "'system' goes with a chat prompt (--chat)") : ERR_OK;
     for (int i = 0; rc == ERR_OK && i < tp->n; i++) {
         struct text_prompt p = tp->p[i];
         p.system = tp->system;
@@ -336,8 +339,8 @@ static void stream_token(void *ctx, int seq, int32_t id)
 {
     struct stream *s = ctx;
     size_t plen;
-    uint32_t *nv = realloc(s->ids, (s->n + 1) * sizeof *nv);
-    if (seq != 0 || !nv)
+    uint32_t *nv = seq == 0 ? realloc(s->ids, (s->n + 1) * sizeof *nv) : NULL;
+    if (!nv)
         return;
     s->ids = nv;
     s->ids[s->n++] = (uint32_t)id;

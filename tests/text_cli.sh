@@ -60,6 +60,8 @@ expect 0 "run --prompt ×2: a batch, each text on its own line" -- "$G" run "$T/
 ok "... [0] and [1]" -- test "$(cut -c1-3 "$T/out" | tr '\n' ' ')" = "[0] [1] "
 expect 2 "text and ids together" -- "$G" run "$T/d" --prompt "x" --tokens 2,3
 ok "... said why" -- said "not both"
+expect 2 "--system without --chat" -- "$G" run "$T/d" --prompt "x" --system "Be brief."
+ok "... said why" -- said "--system goes with a chat prompt"
 
 echo "# golden: a golden of text records it and re-tokenizes it"
 expect 0 "golden make --prompt" -- "$G" golden make "$T/d" --prompt "$TEXT" -o "$T/gold.npz"
