@@ -111,18 +111,6 @@ PINS
             tar x -C "$ref/ggml"
         rm -rf "$ref/llama.git" && touch "$ref/ggml/.ok"
     fi
-    # ggml's reference quantization sources (tests/test_ggml.c compiles ggml-quants.c into its
-    # reference driver and reads gguf-py's quants.py as a second reference; tests/ggml/extract_grids.py
-    # reads the IQ codebooks from ggml-common.h)
-    if [ ! -e "$ref/ggml/.ok" ]; then
-        rm -rf "$ref/llama.git" "$ref/ggml" && mkdir -p "$ref/ggml"
-        git clone -q --bare "$ref/npm/node-llama-cpp_3.21.1/package/llama/gitRelease.bundle" "$ref/llama.git"
-        git --git-dir="$ref/llama.git" rev-parse HEAD >"$ref/ggml/COMMIT"
-        git --git-dir="$ref/llama.git" archive HEAD ggml/include ggml/src/ggml-quants.c ggml/src/ggml-quants.h \
-            ggml/src/ggml-common.h ggml/src/ggml-impl.h ggml/src/ggml-cpu/ggml-cpu-impl.h gguf-py/gguf LICENSE |
-            tar x -C "$ref/ggml"
-        rm -rf "$ref/llama.git" && touch "$ref/ggml/.ok"
-    fi
     # Gemma 3's tokenizer.json with its special slots named as Gemma 4 names them
     node tests/tokenizer/gemma4_json.js "$ref"
 else
