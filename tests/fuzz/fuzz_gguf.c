@@ -51,7 +51,7 @@ static void blocks(const struct gguf_tensor *t, uint32_t block, uint32_t bytes)
         abort();
     if (bad >= 0 && (q.bad_scale(t->data, (size_t)bad) != -1 || q.bad_scale(t->data, (size_t)bad + 1) != bad))
         abort(); /* not the first */
-    static float out[MAX_WEIGHTS], via_row[MAX_WEIGHTS];
+    float out[MAX_WEIGHTS], via_row[MAX_WEIGHTS];
     uint64_t row = t->ne[0] < MAX_WEIGHTS ? t->ne[0] : MAX_WEIGHTS / block * block;
     for (uint64_t r = 0, done = 0; row && r < rows && done + row <= MAX_WEIGHTS; r++, done += row) {
         const uint8_t *src = t->data + r * (t->ne[0] / block * bytes);
