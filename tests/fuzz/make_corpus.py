@@ -3,7 +3,7 @@
 are committed under tests/fuzz/corpus/). Run from the repository root:
     /usr/bin/python3 tests/fuzz/make_corpus.py BUILD_DIR
 It uses `gempack fixture` for realistic configs."""
-import hashlib, io, json, os, struct, subprocess, sys, tempfile, zipfile, zlib
+import hashlib, io, json, os, random, struct, subprocess, sys, tempfile, zipfile, zlib
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
@@ -174,6 +174,144 @@ put("gguf", "nonfinite-and-escapes.gguf", gguf(
     [("general.architecture", 8, "gemma4"), ("general.name", 8, b"\x1b]0;pwn\x07\x1b[2J\xff\xfe"),
      ("gemma4.attention.layer_norm_rms_epsilon", 6, float("nan")), ("gemma4.rope.freq_base", 12, float("inf"))],
     [("blk.0.attn_q.weight", [32, 1], 2, struct.pack("<H", 0x7E00) + q4_0[2:])]))
+
+# every ggml block type (ggml-common.h's block layouts): id, weights and bytes per block, the byte offsets
+# of its f16 scale fields (d, then dmin where the type has one)
+GGML_BLOCKS = {
+    "Q4_0": (2, 32, 18, [0]), "Q4_1": (3, 32, 20, [0, 2]), "Q5_0": (6, 32, 22, [0]), "Q5_1": (7, 32, 24, [0, 2]),
+    "Q8_0": (8, 32, 34, [0]), "Q2_K": (10, 256, 84, [80, 82]), "Q3_K": (11, 256, 110, [108]),
+    "Q4_K": (12, 256, 144, [0, 2]), "Q5_K": (13, 256, 176, [0, 2]), "Q6_K": (14, 256, 210, [208]),
+    "IQ2_XXS": (16, 256, 66, [0]), "IQ2_XS": (17, 256, 74, [0]), "IQ3_XXS": (18, 256, 98, [0]),
+    "IQ1_S": (19, 256, 50, [0]), "IQ4_NL": (20, 32, 18, [0]), "IQ3_S": (21, 256, 110, [0]),
+    "IQ2_S": (22, 256, 82, [0]), "IQ4_XS": (23, 256, 136, [0]), "IQ1_M": (29, 256, 56, []),
+    "TQ1_0": (34, 256, 54, [52]), "TQ2_0": (35, 256, 66, [64]), "MXFP4": (39, 32, 17, []),
+}
+# types ggml names without a dequantization here (the reader takes them, ingest refuses them)
+GGML_OTHER = {"Q8_1": (9, 32, 36), "Q8_K": (15, 256, 292), "NVFP4": (40, 64, 36)}
+F16_NAN, F16_INF = 0x7E00, 0x7C00
+
+
+def set_scale(name, blk, h, field=0):
+    """Block bytes blk with its scale field `field` set to the f16 bits h; IQ1_M's f16 is the top nibbles of
+    its four u16 scales (bytes 48..55), MXFP4's scale an e8m0 byte (h & 0xFF)."""
+    b = bytearray(blk)
+    if name == "IQ1_M":
+        for k in range(4):
+            b[49 + 2 * k] = (b[49 + 2 * k] & 0x0F) | ((h >> 4 * k) & 0xF) << 4
+    elif name == "MXFP4":
+        b[0] = h & 0xFF
+    else:
+        struct.pack_into("<H", b, GGML_BLOCKS[name][3][field], h)
+    return bytes(b)
+
+
+def blocks(name, n, seed):
+    """n random blocks of type name with finite scales (0.001 .. 2; MXFP4: exponents 2^-8 .. 2^8)."""
+    _, _, size, fields = GGML_BLOCKS[name]
+    rng, out = random.Random(seed), b""
+    for _ in range(n):
+        blk = rng.randbytes(size)
+        if name == "MXFP4":
+            blk = set_scale(name, blk, rng.randrange(119, 136))
+        else:
+            h = struct.unpack("<H", struct.pack("<e", rng.uniform(0.001, 2.0)))[0]
+            blk = set_scale(name, blk, h)
+            for f in range(1, len(fields)):
+                blk = set_scale(name, blk, struct.unpack("<H", struct.pack("<e", rng.uniform(0.001, 2.0)))[0], f)
+        out += blk
+    return out
+
+
+GG_KV = [("general.architecture", 8, "gemma4"), ("general.file_type", 4, 15)]
+NORM = ("blk.0.attn_norm.weight", [64], 0, struct.pack("<64f", *[1.0] * 64))
+for name, (tid, blk, size, fields) in GGML_BLOCKS.items():
+    low, row2 = name.lower(), blocks(name, 4, tid)       # two rows of two blocks
+    put("gguf", "type-%s.gguf" % low, gguf(GG_KV, [NORM, ("blk.0.attn_q.weight", [2 * blk, 2], tid, row2)]))
+    # experts: [in, out, n_expert], the layout of a fused MoE tensor
+    put("gguf", "type-%s-experts.gguf" % low, gguf(GG_KV, [("blk.0.ffn_down_exps.weight", [blk, 2, 3], tid,
+                                                            blocks(name, 6, tid + 1000))]))
+    put("gguf", "bad-%s-row.gguf" % low, gguf(GG_KV, [("blk.0.attn_q.weight", [blk + blk // 2, 1], tid,
+                                                       blocks(name, 2, tid))]))
+    put("gguf", "bad-%s-short.gguf" % low, gguf(GG_KV, [NORM, ("blk.0.attn_q.weight", [2 * blk, 2], tid, row2[:-size])]))
+    if name == "MXFP4":
+        put("gguf", "bad-mxfp4-e8m0-ff.gguf", gguf(GG_KV, [("a.weight", [2 * blk, 2], tid,
+                                                             row2[:size] + set_scale(name, row2[size:2 * size], 0xFF) + row2[2 * size:])]))
+        put("gguf", "type-mxfp4-e8m0-fe.gguf", gguf(GG_KV, [("a.weight", [blk], tid, set_scale(name, row2[:size], 0xFE))]))
+        continue
+    # the second block's d NaN; infinity in dmin where the type has one, else in d; the last block's d -inf
+    nan = row2[:size] + set_scale(name, row2[size:2 * size], F16_NAN) + row2[2 * size:]
+    inf = row2[:3 * size] + set_scale(name, row2[3 * size:], F16_INF, len(fields) - 1 if fields else 0)
+    put("gguf", "bad-%s-nan.gguf" % low, gguf(GG_KV, [NORM, ("blk.0.attn_q.weight", [2 * blk, 2], tid, nan)]))
+    put("gguf", "bad-%s-inf.gguf" % low, gguf(GG_KV, [("blk.0.attn_q.weight", [2 * blk, 2], tid, inf),
+                                                      ("blk.0.attn_k.weight", [blk], tid,
+                                                       set_scale(name, row2[:size], 0xFC00))]))
+for name, (tid, blk, size) in GGML_OTHER.items():
+    put("gguf", "type-%s.gguf" % name.lower(), gguf(GG_KV, [("a.weight", [blk, 2], tid, random.Random(tid).randbytes(2 * size))]))
+for tid in (4, 5, 99):  # Q4_2 and Q4_3, which ggml removed; an id no ggml has
+    put("gguf", "bad-type-%d.gguf" % tid, gguf(GG_KV, [("a.weight", [32, 2], tid, bytes(40))]))
+
+
+def gguf_shrink(data, rows=2, keep=("blk.0.", "blk.1.")):
+    """A GGUF image cut down: its metadata as it is, the tensors outside blk.* and of the layers in `keep`,
+    each reduced to its first `rows` rows (and first two experts), re-laid at 32-byte alignment."""
+    vsize = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    n_t, n_kv = struct.unpack_from("<QQ", data, 8)
+
+    def skip(t, p):
+        if t == 8:
+            return p + 8 + struct.unpack_from("<Q", data, p)[0]
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", data, p)
+            p += 12
+            if et in vsize:
+                return p + n * vsize[et]
+            for _ in range(n):
+                p = skip(et, p)
+            return p
+        return p + vsize[t]
+    p = 24
+    for _ in range(n_kv):
+        p = skip(8, p)
+        p = skip(struct.unpack_from("<I", data, p)[0], p + 4)
+    kv_blob, infos = data[24:p], []
+    for _ in range(n_t):
+        ln = struct.unpack_from("<Q", data, p)[0]
+        name = data[p + 8:p + 8 + ln].decode()
+        p += 8 + ln
+        nd = struct.unpack_from("<I", data, p)[0]
+        ne = list(struct.unpack_from("<%dQ" % nd, data, p + 4))
+        tid, off = struct.unpack_from("<IQ", data, p + 4 + 8 * nd)
+        p += 4 + 8 * nd + 12
+        infos.append((name, ne, tid, off))
+    base = p + (-p % 32)
+    sizes = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{v[0]: v[1:3] for v in GGML_BLOCKS.values()}}
+    tensors = []
+    for name, ne, tid, off in infos:
+        if name.startswith("blk.") and not name.startswith(keep):
+            continue
+        blk, size = sizes[tid]
+        ne2 = [ne[0]] + [min(n, rows) for n in ne[1:]]
+        nrows = 1
+        for n in ne2[1:]:
+            nrows *= n
+        tensors.append((name, ne2, tid, data[base + off:base + off + nrows * ne[0] // blk * size]))
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), n_kv) + kv_blob
+    blob = b""
+    for name, ne, tid, raw in tensors:
+        blob += b"\0" * (-len(blob) % 32)
+        out += gguf_str(name) + struct.pack("<I%dQIQ" % len(ne), len(ne), *ne, tid, len(blob))
+        blob += raw
+    return out + b"\0" * (-len(out) % 32) + blob
+
+
+# the preset fixtures (`gempack fixture --format gguf-*`), their metadata whole and their tensors cut down
+with tempfile.TemporaryDirectory() as tmp:
+    for fmt, v in [("q4_0", "e2b"), ("q8_0", "e2b"), ("q4_k_m", "e2b"), ("q5_k_m", "e2b"), ("q6_k", "e2b"),
+                   ("iq4_xs", "e2b"), ("iq2_xxs", "e2b"), ("mxfp4", "26b-a4b")]:
+        out = os.path.join(tmp, fmt)
+        subprocess.run([os.path.join(build, "gempack"), "fixture", "--variant", v, "--format", "gguf-" + fmt,
+                        "-o", out], check=True, capture_output=True)
+        put("gguf", "fixture-%s-%s.gguf" % (v, fmt), gguf_shrink(open(os.path.join(out, "model.gguf"), "rb").read()))
 
 # tokenizer: a tokenizer.json with every component Gemma's has, and a GGUF's tokenizer.ggml.* metadata
 tok_json = {
