@@ -452,3 +452,56 @@ Test(template, thousand_messages, .timeout = TH_TIMEOUT(60))
     }
     json_object_put(m);
 }
+
+/* Random templates over the subset (tests/template/random_ref.py, seeded) against python3-jinja2: the same
+ * text, or an error from both, or a refusal by gempack of what it does not model (ERR_UNSUPPORTED). */
+Test(template, random_templates_against_python_jinja2, .timeout = TH_TIMEOUT(240))
+{
+    if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+        cr_skip_test("no python3-jinja2 for /usr/bin/python3: apt-get install python3-jinja2 (setup.sh)");
+    char *dir = th_mkdtemp(), cmd[4096], path[1024];
+    snprintf(path, sizeof path, "%s/random.json", dir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 " GP_SOURCE_DIR "/tests/template/random_ref.py 1 1500 %s", path);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    size_t len;
+    char *text = (char *)th_read(path, &len);
+    struct json_object *rcases;
+    struct err e;
+    cr_assert(text);
+    cr_assert_eq(jsonx_parse(text, len, &rcases, &e), ERR_OK, "%s", e.msg);
+    size_t n = json_object_array_length(rcases), same = 0, both_err = 0, refused = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *c = json_object_array_get_idx(rcases, i), *t, *m, *want;
+        json_object_object_get_ex(c, "t", &t);
+        json_object_object_get_ex(c, "m", &m);
+        bool py_ok = json_object_object_get_ex(c, "text", &want);
+        struct chat_template *tp;
+        char *out = NULL;
+        size_t olen = 0;
+        int rc = tmpl_parse(&tp, json_object_get_string(t), (size_t)json_object_get_string_len(t), "random", &e);
+        if (!rc) {
+            struct tmpl_vars v = {.enable_thinking = -1, .bos_token = "<bos>", .eos_token = "<eos>"};
+            rc = tmpl_render(tp, m, NULL, &v, &out, &olen, &e);
+            tmpl_free(tp);
+        }
+        if (!py_ok && rc)
+            both_err++;
+        else if (py_ok && !rc && olen == (size_t)json_object_get_string_len(want) &&
+                 !memcmp(out, json_object_get_string(want), olen))
+            same++;
+        else if (py_ok && rc == ERR_UNSUPPORTED)
+            refused++;
+        else {
+            bad++;
+            cr_log_error("case %zu: %s -> %s", i, json_object_get_string(t), rc ? e.msg : out);
+        }
+        free(out);
+    }
+    cr_log_info("random templates: %zu, %zu the same text, %zu refused by both, %zu refused by gempack only, %zu differ",
+                n, same, both_err, refused, bad);
+    cr_expect_eq(bad, 0);
+    cr_expect_gt(same, n / 10);
+    json_object_put(rcases);
+    free(text);
+    th_rmtree(dir);
+}

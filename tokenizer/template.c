@@ -212,6 +212,13 @@ static int py_printable(uint32_t c)
         return 0;
     if (c < 0x100)
         return 1;
+    static const uint32_t unprintable[][2] = {
+        {0x1680, 0x1680}, {0x2000, 0x200F}, {0x2028, 0x202F}, {0x205F, 0x2064}, {0x2066, 0x206F}, /* spaces, format */
+        {0x3000, 0x3000}, {0xFEFF, 0xFEFF},
+    };
+    for (size_t i = 0; i < sizeof unprintable / sizeof *unprintable; i++)
+        if (c >= unprintable[i][0] && c <= unprintable[i][1])
+            return 0;
     static const uint32_t ranges[][2] = {
         {0x0100, 0x024F},   /* Latin Extended-A and B */
         {0x0391, 0x03A1}, {0x03A3, 0x03FF}, /* Greek */
@@ -2129,6 +2136,11 @@ static bool hashable(const struct val *v)
     return v->t != V_DICT;
 }
 
+static int undefined_err(struct rt *R, const struct val *v, int line)
+{
+    return rterr(R, ERR_FORMAT, line, "'%s' is undefined", v->name ? v->name : "value");
+}
+
 /* Python's <, as -1/0/1; an error where Python raises TypeError. */
 static int py_cmp(struct rt *R, const struct val *a, const struct val *b, int *out, int line)
 {
@@ -2151,7 +2163,7 @@ static int py_cmp(struct rt *R, const struct val *a, const struct val *b, int *o
         return 0;
     }
     if (a->t == V_UNDEF || b->t == V_UNDEF)
-        return rterr(R, ERR_FORMAT, line, "'%s' is undefined", a->t == V_UNDEF && a->name ? a->name : b->name ? b->name : "value");
+        return undefined_err(R, a->t == V_UNDEF ? a : b, line);
     return rterr(R, ERR_FORMAT, line, "'<' not supported between instances of '%s' and '%s'", type_name(a),
                  type_name(b));
 }
@@ -2248,10 +2260,6 @@ static int iterate(struct rt *R, const struct val *v, struct val **items, size_t
     }
 }
 
-static int undefined_err(struct rt *R, const struct val *v, int line)
-{
-    return rterr(R, ERR_FORMAT, line, "'%s' is undefined", v->name ? v->name : "value");
-}
 
 /* Python attribute names of the builtin types that are not modelled here: reading them is refused. */
 static bool python_attr(const struct val *v, struct sv name)
@@ -3104,9 +3112,9 @@ static int apply_filter(struct rt *R, int id, const struct val *x, const struct 
         return buf_to_val(R, &b, out, line);
     }
     case FL_MAP: {
-        struct val *items, *it;
-        size_t cnt;
-        if (iterate(R, x, &items, &cnt, line))
+        struct val *items = NULL, *it;
+        size_t cnt = 0;
+        if (truthy(x) && iterate(R, x, &items, &cnt, line)) /* jinja2 maps nothing over a falsy value */
             return -1;
         struct val *res;
         *out = mk_list(R, L_GEN, cnt, line, &res);
@@ -3146,6 +3154,8 @@ static int apply_filter(struct rt *R, int id, const struct val *x, const struct 
         return rterr(R, ERR_UNSUPPORTED, line, "filter %d: not supported", id);
     }
 }
+
+static int binop(struct rt *R, int op, const struct val *a, const struct val *b, struct val *out, int line);
 
 /* Python's `x in c`. */
 static int py_in(struct rt *R, const struct val *x, const struct val *c, bool *out, int line)
@@ -3210,17 +3220,13 @@ static int apply_test(struct rt *R, int id, const struct val *x, const struct ar
     case T_NE2: *out = !py_eq(x, y); return 0;
     case T_ODD:
     case T_EVEN:
-        if (want_int(R, test_names[id], x, line))
+    case T_DIVISIBLEBY: { /* value % 2 == 1, value % 2 == 0, value % num == 0 */
+        struct val two = mk_int(2), r, want = mk_int(id == T_ODD);
+        if (binop(R, B_MOD, x, id == T_DIVISIBLEBY ? y : &two, &r, line))
             return -1;
-        *out = (as_int(x) % 2 != 0) == (id == T_ODD);
+        *out = py_eq(&r, &want);
         return 0;
-    case T_DIVISIBLEBY:
-        if (want_int(R, "divisibleby", x, line) || want_int(R, "divisibleby", y, line))
-            return -1;
-        if (as_int(y) == 0)
-            return rterr(R, ERR_FORMAT, line, "integer division or modulo by zero");
-        *out = as_int(y) == -1 || as_int(x) % as_int(y) == 0;
-        return 0;
+    }
     case T_IN: return py_in(R, x, y, out, line);
     default:
         if (py_cmp(R, x, y, &c, line))
@@ -3415,6 +3421,8 @@ static void float_divmod(double a, double b, double *div, double *mod)
 static int binop(struct rt *R, int op, const struct val *a, const struct val *b, struct val *out, int line)
 {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
+    if (op == B_MOD && a->t == V_STR)
+        return rterr(R, ERR_UNSUPPORTED, line, "string formatting with '%%': not supported");
     if (a->t == V_UNDEF || b->t == V_UNDEF)
         return undefined_err(R, a->t == V_UNDEF ? a : b, line);
     if (is_num(a) && is_num(b)) {
@@ -3543,12 +3551,10 @@ static int binop(struct rt *R, int op, const struct val *a, const struct val *b,
         *out = mk_list(R, l->k, l->l->n * (size_t)n, line, &it);
         if (out->t != V_LIST)
             return -1;
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; l->l->n && i < n; i++)
             memcpy(it + (size_t)i * l->l->n, l->l->v, l->l->n * sizeof *it);
         return 0;
     }
-    if (op == B_MOD && a->t == V_STR)
-        return rterr(R, ERR_UNSUPPORTED, line, "string formatting with '%%': not supported");
     return rterr(R, ERR_FORMAT, line, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op], type_name(a),
                  type_name(b));
 }
@@ -3590,13 +3596,27 @@ static int eval_slice(struct rt *R, const struct val *o, const struct val *bd, s
     if (o->t == V_UNDEF)
         return undefined_err(R, o, line);
     bool str = o->t == V_STR;
-    if (!str && !(o->t == V_LIST && (o->k == L_LIST || o->k == L_TUPLE || o->k == L_RANGE))) {
-        *out = mk_undef(NULL);
+    if (o->t == V_DICT)
+        return rterr(R, ERR_FORMAT, line, "unhashable type: 'slice'");
+    if (!str && !(o->t == V_LIST && (o->k == L_LIST || o->k == L_TUPLE || o->k == L_RANGE)))
+        return rterr(R, ERR_FORMAT, line, "'%s' object is not subscriptable", type_name(o));
+    int64_t a = 0, b = 0, s = 1;
+    if (o->t == V_LIST && o->k == L_RANGE) {
+        const struct list *r = o->l;
+        if (slice_indices(R, bd, (int64_t)r->n, &a, &b, &s, line))
+            return -1;
+        size_t cnt = 0;
+        for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
+            cnt++;
+        *out = mk_list(R, L_RANGE, 0, line, &items);
+        if (out->t != V_LIST)
+            return -1;
+        out->l->n = cnt;
+        out->l->start = r->start + a * r->step, out->l->stop = r->start + b * r->step, out->l->step = r->step * s;
         return 0;
     }
     if (iterate(R, o, &items, &n, line))
         return -1;
-    int64_t a = 0, b = 0, s = 1;
     if (slice_indices(R, bd, (int64_t)n, &a, &b, &s, line))
         return -1;
     size_t cnt = 0;
@@ -3619,6 +3639,25 @@ static int eval_slice(struct rt *R, const struct val *o, const struct val *bd, s
     for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
         it[k++] = items[i];
     return 0;
+}
+
+/* An expression jinja2 may fold at compile time: no names and no calls in what decides it. Folded, a slice goes
+ * through getitem (a number's slice is undefined); at run time it is Python's subscription (an error). */
+static bool constant(const struct expr *x)
+{
+    if (!x)
+        return true;
+    if (x->k == E_NAME || x->k == E_CALL)
+        return false;
+    if (x->k == E_AND || x->k == E_OR || x->k == E_COND) /* folded lazily: the first operand may decide */
+        return constant(x->a);
+    for (size_t i = 0; i < x->nargs; i++)
+        if (!constant(x->args[i]))
+            return false;
+    for (size_t i = 0; i < x->nkw; i++)
+        if (!constant(x->kwv[i]))
+            return false;
+    return constant(x->a) && constant(x->b) && constant(x->c);
 }
 
 static int eval(struct rt *R, struct frame *f, const struct expr *x, struct val *out)
@@ -3648,6 +3687,9 @@ static int eval(struct rt *R, struct frame *f, const struct expr *x, struct val 
         struct val bd[3];
         if (eval(R, f, x->a, &a))
             return -1;
+        if (constant(x->a) && a.t != V_STR && a.t != V_UNDEF && !(a.t == V_LIST && a.k != L_GEN && a.k < L_ITEMS))
+            return rterr(R, ERR_UNSUPPORTED, line, "a slice of a constant %s: jinja2's constant folding is not modelled",
+                         type_name(&a));
         for (int i = 0; i < 3; i++) {
             bd[i] = mk_none();
             if (x->args[i] && eval(R, f, x->args[i], &bd[i]))

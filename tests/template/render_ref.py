@@ -23,11 +23,16 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def main():
-    convs = json.load(open(sys.argv[1], encoding="utf-8"))
+def environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def main():
+    convs = json.load(open(sys.argv[1], encoding="utf-8"))
+    env = environment()
     out = []
     for arg in sys.argv[3:]:
         label, path = arg.split("=", 1)
