@@ -316,6 +316,7 @@ static bool set_opt(const struct opt *o, void *base, int *code)
              : o->type == OPT_TOKENS_FILE ? tokens_read_file(optarg, at, &e)
              : o->type == OPT_THRESHOLD   ? golden_threshold_parse(at, o->choices, optarg, &e)
              : o->type == OPT_PROMPT_FILE ? text_prompts_add_file(at, optarg, &e)
+             : o->type == OPT_CHAT_FILE   ? text_prompts_add_conversation(at, optarg, &e)
              : o->type >= OPT_PROMPT      ? text_prompts_add(at, optarg, strlen(optarg), o->type == OPT_CHAT, msg, &e)
                                           : ERR_OK;
     if (rc != ERR_OK)

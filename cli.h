@@ -66,6 +66,7 @@ enum opt_type {
     OPT_PROMPT,                /* one more raw text prompt into a struct text_prompts (ingest/text.h) */
     OPT_PROMPT_FILE,           /* a file's text as one more raw prompt */
     OPT_CHAT,                  /* one more chat prompt (a user turn through the model's template) */
+    OPT_CHAT_FILE,             /* a conversation file (JSON messages, tools) as one more chat prompt */
 };
 
 struct opt {
@@ -94,7 +95,8 @@ struct opt {
 #define PROMPTS(S, f) TYPED(OPT_PROMPT, "prompt", "TEXT", 0x100, S, f, "a prompt as text, tokenized by MODEL's tokenizer (its\nBOS rule applies)"), \
     TYPED(OPT_PROMPT_FILE, "prompt-file", "F", 0x101, S, f, "the whole of a UTF-8 file as one prompt"), \
     TYPED(OPT_CHAT, "chat", "MSG", 0x102, S, f, "a user message rendered through MODEL's chat template\n(with the generation prompt; known templates only)"), \
-    STR("system", "S", 0x103, S, f.system, "a system turn before each --chat message")
+    TYPED(OPT_CHAT_FILE, "chat-file", "F", 0x104, S, f, "a whole conversation through the template: a JSON array\nof messages (role, content, tool_calls, ...) or\n{\"messages\", \"tools\", \"enable_thinking\",\n\"add_generation_prompt\" (default true)}"), \
+    STR("system", "S", 0x103, S, f.system, "a system turn before each chat prompt")
 #define CHOICE(name, code, S, f, choices, values, help) {name, choices, code, help, OPT_CHOICE, offsetof(S, f), sizeof(((S *)0)->f), 0, 0, choices, values}
 
 struct command {

@@ -689,13 +689,14 @@ static int cmd_compare(int argc, char **argv)
 struct tokenize_args {
     struct text_prompts tp;
     bool chat, json;
-    const char *file, *decode;
+    const char *file, *decode, *conversation;
 };
 #define TA struct tokenize_args
 
 static const struct opt tokenize_opts[] = {
     STR("file", "F", 'f', TA, file, "the text of a file instead of TEXT"),
     FLAG("chat", 'c', TA, chat, "TEXT is a user message: rendered through MODEL's chat\ntemplate with the generation prompt first"),
+    STR("chat-file", "F", 'C', TA, conversation, "a whole conversation instead (as run --chat-file takes)"),
     STR("system", "S", 's', TA, tp.system, "with --chat: a system turn before it"),
     STR("decode", "IDS", 'd', TA, decode, "print the text of ids \"2,17,99\" instead (special\ntokens included)"),
     FLAG("json", 'j', TA, json, "one JSON object on stdout (schema gempack.tokenize/1)"),
@@ -778,15 +779,16 @@ static int tokenize_with(int argc, char **argv, struct tokenize_args *a)
     int code;
     for (int c; (c = next_opt(argc, argv, a, &code)) != -1;)
         return c == -2 ? code : common_opt(c);
-    int texts = argc - optind - 1 + (a->file != NULL) + (a->decode != NULL);
+    int texts = argc - optind - 1 + (a->file != NULL) + (a->decode != NULL) + (a->conversation != NULL);
     if (optind >= argc || texts != 1)
-        return usage_error("tokenize", "%s", "expected MODEL and one of TEXT, --file F or --decode IDS");
+        return usage_error("tokenize", "%s", "expected MODEL and one of TEXT, --file F, --chat-file F or --decode IDS");
     struct err e = {0};
     struct model_text mt = {0};
-    int rc = a->file ? text_prompts_add_file(&a->tp, a->file, &e)
-             : a->decode ? ERR_OK
-                         : text_prompts_add(&a->tp, argv[optind + 1], strlen(argv[optind + 1]), false, "TEXT", &e);
-    if (a->tp.n)
+    int rc = a->file           ? text_prompts_add_file(&a->tp, a->file, &e)
+             : a->conversation ? text_prompts_add_conversation(&a->tp, a->conversation, &e)
+             : a->decode       ? ERR_OK
+                               : text_prompts_add(&a->tp, argv[optind + 1], strlen(argv[optind + 1]), false, "TEXT", &e);
+    if (a->tp.n && !a->conversation)
         a->tp.p[0].chat = a->chat;
     if (rc == ERR_OK && (rc = text_open(&mt, argv[optind], &e)) == ERR_OK && !mt.tok)
         rc = err_set(&e, ERR_USAGE, "%s", mt.tok_why);

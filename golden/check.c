@@ -54,8 +54,8 @@ struct json_object *golden_text_meta(const struct model_text *mt, const struct t
     struct json_object *j = json_object_new_object(), *bos = json_object_new_array();
     size_t nb;
     const uint32_t *rule = tok_bos_rule(mt->tok, &nb);
-    json_object_object_add(j, "kind", json_object_new_string(p->chat ? "chat" : "raw"));
-    json_object_object_add(j, "text", json_object_new_string_len(p->text, (int)p->len));
+    json_object_object_add(j, "kind", json_object_new_string(p->conversation ? "conversation" : p->chat ? "chat" : "raw"));
+    json_object_object_add(j, "text", json_object_new_string_len(p->text, (int)p->len)); /* a conversation: its JSON */
     if (p->chat) {
         json_object_object_add(j, "system", p->system ? json_object_new_string(p->system) : NULL);
         json_object_object_add(j, "rendered", json_object_new_string(rendered));
@@ -80,7 +80,8 @@ static int retokenize(const char *model_path, const struct golden *g, const char
         return err_set(e, ERR_FORMAT, "%s: meta.json \"text\" without its kind and text", golden_path);
     json_object_object_get_ex(text, "system", &sys);
     struct text_prompt p = {.text = json_object_get_string(t), .len = (size_t)json_object_get_string_len(t),
-                            .chat = !strcmp(json_object_get_string(kind), "chat"),
+                            .chat = strcmp(json_object_get_string(kind), "raw") != 0,
+                            .conversation = !strcmp(json_object_get_string(kind), "conversation"),
                             .system = json_object_is_type(sys, json_type_string) ? json_object_get_string(sys) : NULL};
     struct model_text mt = {0};
     int32_t *ids = NULL;

@@ -159,27 +159,88 @@ void text_close(struct model_text *t)
     t->tmpl = NULL;
 }
 
+/* A conversation's JSON: its messages (a new reference) and tools (borrowed
+ * from *root, NULL when absent), enable_thinking (-1 absent) and
+ * add_generation_prompt (default true); *root is the parsed document. */
+static int conversation(const char *text, size_t len, const char *what, struct json_object **root,
+                        struct json_object **msgs, struct json_object **tools, int *think, bool *agp, struct err *e)
+{
+    struct json_tokener *tk = json_tokener_new();
+    if (!tk)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    json_tokener_set_flags(tk, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    *root = len <= INT32_MAX ? json_tokener_parse_ex(tk, text, (int)len) : NULL;
+    size_t end = *root && json_tokener_get_error(tk) == json_tokener_success ? json_tokener_get_parse_end(tk) : 0;
+    json_tokener_free(tk);
+    bool ok = *root != NULL;
+    while (ok && end < len && strchr(" \t\r\n", text[end]) && text[end])
+        end++;
+    ok = ok && end == len; /* one document, then whitespace only */
+    struct json_object *v;
+    *msgs = *tools = NULL;
+    *think = -1;
+    *agp = true;
+    if (ok && json_object_is_type(*root, json_type_array)) {
+        *msgs = json_object_get(*root);
+    } else if (ok && json_object_is_type(*root, json_type_object)) {
+        ok = json_object_object_get_ex(*root, "messages", &v) && json_object_is_type(v, json_type_array);
+        *msgs = ok ? json_object_get(v) : NULL;
+        if (ok && json_object_object_get_ex(*root, "tools", &v) && v) {
+            ok = json_object_is_type(v, json_type_array);
+            *tools = v;
+        }
+        if (ok && json_object_object_get_ex(*root, "enable_thinking", &v)) {
+            ok = json_object_is_type(v, json_type_boolean);
+            *think = json_object_get_boolean(v);
+        }
+        if (ok && json_object_object_get_ex(*root, "add_generation_prompt", &v)) {
+            ok = json_object_is_type(v, json_type_boolean);
+            *agp = json_object_get_boolean(v);
+        }
+    } else {
+        ok = false;
+    }
+    if (ok)
+        return ERR_OK;
+    json_object_put(*msgs);
+    json_object_put(*root);
+    *root = *msgs = *tools = NULL;
+    return err_set(e, ERR_FORMAT, "%s: a conversation is one JSON array of messages, or an object with \"messages\" "
+                                  "(an array), \"tools\" (an array), \"enable_thinking\" and \"add_generation_prompt\" "
+                                  "(true or false)", what);
+}
+
 static int render_chat(const struct model_text *t, const struct text_prompt *p, char **out, size_t *len,
                        struct err *e)
 {
     if (!t->tmpl)
         return err_set(e, ERR_USAGE, "%s", t->tmpl_why[0] ? t->tmpl_why : "the model has no chat template; give the "
                                                                           "prompt as raw text (--prompt)");
-    struct json_object *msgs = json_object_new_array();
+    struct tmpl_vars v = {.add_generation_prompt = true, .enable_thinking = -1, .bos_token = "<bos>",
+                          .eos_token = "<eos>"};
+    struct json_object *root = NULL, *given = NULL, *tools = NULL, *msgs = json_object_new_array();
+    int rc = p->conversation ? conversation(p->text, p->len, p->what ? p->what : "conversation", &root, &given, &tools,
+                                            &v.enable_thinking, &v.add_generation_prompt, e)
+                             : ERR_OK;
     if (p->system) {
         struct json_object *m = json_object_new_object();
         json_object_object_add(m, "role", json_object_new_string("system"));
         json_object_object_add(m, "content", json_object_new_string(p->system));
         json_object_array_add(msgs, m);
     }
-    struct json_object *m = json_object_new_object();
-    json_object_object_add(m, "role", json_object_new_string("user"));
-    json_object_object_add(m, "content", json_object_new_string_len(p->text, (int)p->len));
-    json_object_array_add(msgs, m);
-    struct tmpl_vars v = {.add_generation_prompt = true, .enable_thinking = -1, .bos_token = "<bos>",
-                          .eos_token = "<eos>"};
-    int rc = tmpl_render(t->tmpl, msgs, NULL, &v, out, len, e);
+    for (size_t i = 0; given && i < json_object_array_length(given); i++)
+        json_object_array_add(msgs, json_object_get(json_object_array_get_idx(given, i)));
+    if (!p->conversation) {
+        struct json_object *m = json_object_new_object();
+        json_object_object_add(m, "role", json_object_new_string("user"));
+        json_object_object_add(m, "content", json_object_new_string_len(p->text, (int)p->len));
+        json_object_array_add(msgs, m);
+    }
+    if (rc == ERR_OK)
+        rc = tmpl_render(t->tmpl, msgs, tools, &v, out, len, e);
     json_object_put(msgs);
+    json_object_put(given);
+    json_object_put(root);
     return rc;
 }
 
@@ -251,6 +312,24 @@ int text_prompts_add_file(struct text_prompts *s, const char *path, struct err *
     int rc = fio_read_file(path, FIO_INPUT, TOK_MAX_TEXT, &buf, &len, e);
     if (rc == ERR_OK)
         rc = text_prompts_add(s, buf, len, false, path, e);
+    free(buf);
+    return rc;
+}
+
+int text_prompts_add_conversation(struct text_prompts *s, const char *path, struct err *e)
+{
+    char *buf;
+    size_t len;
+    struct json_object *root, *msgs, *tools;
+    int think;
+    bool agp;
+    int rc = fio_read_file(path, FIO_INPUT, TEXT_MAX_FILE, &buf, &len, e);
+    if (rc == ERR_OK && (rc = conversation(buf, len, path, &root, &msgs, &tools, &think, &agp, e)) == ERR_OK) {
+        json_object_put(msgs);
+        json_object_put(root);
+        if ((rc = text_prompts_add(s, buf, len, true, path, e)) == ERR_OK)
+            s->p[s->n - 1].conversation = true;
+    }
     free(buf);
     return rc;
 }

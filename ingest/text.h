@@ -50,6 +50,8 @@ struct text_prompt {
     const char *text;               /* raw text, or the user message */
     size_t len;
     bool chat;
+    bool conversation;              /* chat: text is a whole conversation, JSON: a messages array, or
+                                       {"messages", "tools"?, "enable_thinking"?, "add_generation_prompt"?} */
     const char *system;             /* chat: a system turn first, or NULL */
 };
 
@@ -66,6 +68,8 @@ int text_prompts_add(struct text_prompts *s, const char *text, size_t len, bool 
                      struct err *e);
 /* Appends the whole of a file as one raw prompt (at most TOK_MAX_TEXT bytes). */
 int text_prompts_add_file(struct text_prompts *s, const char *path, struct err *e);
+/* Appends a conversation file (its JSON checked now) as one chat prompt. */
+int text_prompts_add_conversation(struct text_prompts *s, const char *path, struct err *e);
 void text_prompts_free(struct text_prompts *s);
 
 /* Ids of a prompt (malloc'ed) and, for a chat prompt, the rendered text

@@ -96,6 +96,9 @@ fi
 expect 0 "compare A B --prompt (directory against its pack)" -- "$G" compare "$T/d" "$T/d.gpk" --prompt "$TEXT"
 
 echo "# bad text gets a clear error"
+printf '{"messages": 3}' >"$T/badconv.json"
+expect 2 "a conversation that is not one" -- "$G" tokenize "$T/d" --chat-file "$T/badconv.json"
+ok "... says what one is" -- said "a conversation is one JSON array of messages"
 printf 'ab\xffcd' >"$T/bad.txt"
 expect 2 "invalid UTF-8" -- "$G" run "$T/d" --prompt-file "$T/bad.txt"
 ok "... names the file and the byte" -- said "bad.txt: text byte 2"
@@ -141,9 +144,39 @@ PY
     expect 0 "$name: golden make --chat" -- "$G" golden make "$T/c" --chat "Hi there" -o "$T/cg.npz"
     expect 0 "$name: golden check re-renders and re-tokenizes" -- "$G" golden check "$T/c" "$T/cg.npz"
     ok "... the same ids" -- said "re-tokenized by the model's tokenizer"
+    cat >"$T/conv.json" <<'JSON'
+{"messages": [{"role": "system", "content": "  You call tools. \u3000"},
+              {"role": "user", "content": "Weather in Paris, in C?"},
+              {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather",
+               "arguments": {"city": "Paris", "unit": "C", "days": 2, "ratio": 1e-05, "exact": 2.0, "alerts": null, "hourly": true}}}]},
+              {"role": "tool", "tool_call_id": "c1", "content": "{\"t\": 21.5}"},
+              {"role": "assistant", "content": "It is 21.5 C."},
+              {"role": "user", "content": "And tomorrow?"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"},
+     "unit": {"type": "string", "enum": ["C", "F"]}, "days": {"type": "integer", "nullable": true}}, "required": ["city"]}}}],
+ "enable_thinking": false}
+JSON
+    expect 0 "$name: tokenize --chat-file (tools, a tool call and its response, multi-turn)" -- \
+        "$G" tokenize "$T/c" --chat-file "$T/conv.json" --json
+    /usr/bin/python3 - "$tm" "$T/conv.json" >"$T/want2.txt" <<'PY'
+import json, sys, jinja2.sandbox
+env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+c = json.load(open(sys.argv[2]))
+sys.stdout.write(env.from_string(open(sys.argv[1]).read()).render(
+    messages=c['messages'], tools=c['tools'], enable_thinking=c['enable_thinking'], add_generation_prompt=True,
+    bos_token='<bos>', eos_token='<eos>'))
+PY
+    ok "... rendered as python3-jinja2 renders it" -- test "$(jget 'd["rendered"]')" = "$(cat "$T/want2.txt")"
+    conv_ids=$(jget 'd["ids"]')
+    expect 0 "$name: golden make --chat-file" -- "$G" golden make "$T/c" --chat-file "$T/conv.json" -o "$T/cf.npz"
+    expect 0 "$name: golden check re-renders the conversation" -- "$G" golden check "$T/c" "$T/cf.npz"
+    ok "... the same ids" -- said "re-tokenized by the model's tokenizer"
     expect 0 "$name: convert keeps the template" -- "$G" convert "$T/c" -o "$T/c.gpk"
     expect 0 "$name: tokenize --chat on the pack" -- "$G" tokenize "$T/c.gpk" --chat "Hi there" --system "Be brief." --json
     ok "... the same ids" -- test "$(jget 'd["ids"]')" = "$chat_ids"
+    expect 0 "$name: tokenize --chat-file on the pack" -- "$G" tokenize "$T/c.gpk" --chat-file "$T/conv.json" --json
+    ok "... the same ids" -- test "$(jget 'd["ids"]')" = "$conv_ids"
     rm -f "$T/c.gpk"
 done
 if [ ${#tmpls[@]} -gt 0 ]; then
