@@ -872,7 +872,7 @@ static const struct command commands[] = {
      "differing position and both pieces. A table goes to stderr.\n",
      golden_check_opts, "Exit: 0 pass, 1 regression, 2 error (unreadable files, vocabulary or length\nmismatch).",
      cmd_golden_check},
-    {"tokenize", "gempack tokenize MODEL (TEXT | --file F | --decode IDS) [--chat [--system S]] [--json]",
+    {"tokenize", "gempack tokenize MODEL (TEXT | --file F | --chat-file F | --decode IDS) [--chat [--system S]] [--json]",
      "text to token ids and pieces by a model's tokenizer, and back",
      "Tokenizes TEXT with MODEL's tokenizer (its tokenizer.json, a GGUF's\n"
      "tokenizer.ggml.* metadata, or the one a pack stores), exactly as HF tokenizers\n"
