@@ -98,9 +98,9 @@ static int native(struct gctx *c, const char *name, const struct gguf_tensor *t,
                     t->name, tname ? tname : "unknown");
         return ERR_OK;
     }
-    struct ggml_qtype g;
-    int64_t bad = ggml_qtype_find(t->type, &g) ? g.bad_scale(t->data, t->nbytes / bb) : -1;
-    if (!(c->flags & SRC_HEADERS) && bad >= 0)
+    struct ggml_qtype g; /* the values: read when the file is opened for them, not by check */
+    int64_t bad = !(c->flags & SRC_HEADERS) && ggml_qtype_find(t->type, &g) ? g.bad_scale(t->data, t->nbytes / bb) : -1;
+    if (bad >= 0)
         return err_set(e, ERR_FORMAT, "%s: tensor %s (%s): block %lld has a scale that is not finite", s->path,
                        t->name, tname, (long long)bad);
     uint64_t in = shape[rank - 1], rows = 1, half = rank == 3 ? shape[1] : 0, rb = in / blk * bb, sh[3];

@@ -7,7 +7,8 @@
 #     that overflow the hidden state make an error naming the layer
 #  3. GGUF metadata that would make a non-finite config names the key
 #  4. smaller: which file is wrong, and what a path is
-#  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run
+#  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run; a ggml
+#     block whose scale is not finite is refused by run, naming tensor, type and block
 #  6. a pack cut short in place under a running command: an error, never a signal
 set -u
 G=$(realpath "$1")
@@ -240,6 +241,30 @@ PY
     ok "... no pack" -- test ! -e "$T/gi.gpk"
     expect 2 "run refuses it" -- "$G" run "$T/gi" --tokens 2,3
 done
+
+echo "# 5b. a ggml block whose scale is not finite (a Q4_K_M file)"
+"$G" fixture --variant e2b --format gguf-q4_k_m -o "$T/km" >/dev/null 2>&1
+"$G" inspect "$T/km/model.gguf" >"$T/km.txt" 2>&1
+python3 - "$T/km/model.gguf" "$T/km.txt" "$T/kmnan.gguf" <<'PY'
+import re, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+txt = open(sys.argv[2]).read()
+data = int(re.search(r'data at (\d+)', txt).group(1))
+names = [l.split()[0] for l in txt.splitlines() if re.match(r'\s+blk\.\d+\.\w+\.weight\s+Q4_K\s', l)]
+offs, off = {}, 0
+for l in txt.splitlines():  # offsets: the tensors in file order, each padded to the alignment (32)
+    m = re.match(r'\s+(\S+)\s+\S+\s+ne \[.*\]\s+(\d+)$', l)
+    if m:
+        offs[m.group(1)] = off
+        off += (int(m.group(2)) + 31) // 32 * 32
+t = names[0]
+at = data + offs[t] + 144  # the second block's f16 d
+b[at:at + 2] = b'\x00\x7e'  # NaN
+open(sys.argv[3], 'wb').write(b)
+PY
+expect 0 "check reads no values: a NaN block scale passes it" -- "$G" check "$T/kmnan.gguf"
+expect 2 "run refuses the NaN block scale" -- "$G" run "$T/kmnan.gguf" --tokens 2,3
+ok "... naming the tensor, its type and the block" -- grep -qE "tensor blk\.[0-9]+\.[a-z_]+\.weight \(Q4_K\): block 1 has a scale that is not finite" "$T/err"
 
 echo "# 6. a pack cut short in place under a run"
 "$G" convert "$T/ok" -o "$T/cut.gpk" >/dev/null 2>&1
