@@ -10,6 +10,7 @@
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/sha256.h"
+#include "core/text.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
@@ -37,20 +38,11 @@ static int add(struct carried *c, const char *name, char *data, size_t len, stru
 
 __attribute__((format(printf, 3, 4))) static int note(struct carried *c, struct err *e, const char *fmt, ...)
 {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    bool ok = text_list_vadd(&c->notes, &c->n_notes, fmt, ap);
     va_end(ap);
-    char **v = realloc(c->notes, (c->n_notes + 1) * sizeof *v);
-    if (!v || !(v[c->n_notes] = strdup(buf))) {
-        if (v)
-            c->notes = v;
-        return err_set(e, ERR_NOMEM, "cannot allocate a note");
-    }
-    c->notes = v;
-    c->n_notes++;
-    return ERR_OK;
+    return ok ? ERR_OK : err_set(e, ERR_NOMEM, "cannot allocate a note");
 }
 
 /* A checkpoint directory's tokenizer files. */

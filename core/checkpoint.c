@@ -9,6 +9,7 @@
 
 #include "core/fileio.h"
 #include "core/jsonx.h"
+#include "core/text.h"
 
 #define INDEX_MAX_BYTES (64u << 20)
 
@@ -19,17 +20,10 @@ static int cmp_ct(const void *a, const void *b)
 
 __attribute__((format(printf, 2, 3))) static void warn(struct ckpt *c, const char *fmt, ...)
 {
-    char buf[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    text_list_vadd(&c->warnings, &c->n_warnings, fmt, ap);
     va_end(ap);
-    char **w = realloc(c->warnings, (c->n_warnings + 1) * sizeof *w);
-    if (!w)
-        return;
-    c->warnings = w;
-    if ((w[c->n_warnings] = strdup(buf)))
-        c->n_warnings++;
 }
 
 static bool plain_file_name(const char *s)

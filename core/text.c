@@ -1,6 +1,8 @@
 #include "core/text.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int text_utf8_len(const unsigned char *s, size_t n)
 {
@@ -43,4 +45,18 @@ size_t text_escape(const char *s, size_t n, bool json, bool last, char *out, siz
     }
     *used = i;
     return o;
+}
+
+bool text_list_vadd(char ***v, size_t *n, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    char **nv = realloc(*v, (*n + 1) * sizeof *nv);
+    if (!nv)
+        return false;
+    *v = nv;
+    if (!(nv[*n] = strdup(buf)))
+        return false;
+    (*n)++;
+    return true;
 }

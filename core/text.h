@@ -6,6 +6,7 @@
 #ifndef GP_TEXT_H
 #define GP_TEXT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -22,5 +23,10 @@ int text_utf8_len(const unsigned char *s, size_t n);
  * end is left unread unless `last`. Returns the bytes written; *used tells
  * how many of s were read. */
 size_t text_escape(const char *s, size_t n, bool json, bool last, char *out, size_t *used);
+
+/* Appends a formatted message (at most 1023 bytes) to the list *v of *n
+ * strings (warnings, problems, notes); false when out of memory (the list
+ * unchanged). */
+bool text_list_vadd(char ***v, size_t *n, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 
 #endif

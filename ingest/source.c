@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
+#include "core/text.h"
 #include "ingest/transcode.h"
 
 const char *source_kind_name(enum source_kind k)
@@ -106,17 +107,10 @@ int ts_commit(struct source *src, struct tshard *s, const char *name, struct err
 
 void src_problem(struct source *s, const char *fmt, ...)
 {
-    char buf[600];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    text_list_vadd(&s->problems, &s->n_problems, fmt, ap);
     va_end(ap);
-    char **p = realloc(s->problems, (s->n_problems + 1) * sizeof *p);
-    if (!p)
-        return;
-    s->problems = p;
-    if ((p[s->n_problems] = strdup(buf)))
-        s->n_problems++;
 }
 
 struct source_module *src_module(struct source *s, const char *name, const char *key, const char *from,

@@ -12,6 +12,7 @@
 #include "core/crc.h"
 #include "core/fileio.h"
 #include "core/sha256.h"
+#include "core/text.h"
 
 /* Cold file: 64-byte header, then the payload.
  *   0 u8[8] "GPKCACHE"   8 u32 version (1)   12 u32 header crc32 of [16, 64)
@@ -32,17 +33,10 @@ struct prefix_entry {
 
 __attribute__((format(printf, 2, 3))) static void warn(struct prefix_cache *pc, const char *fmt, ...)
 {
-    char buf[600];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    text_list_vadd(&pc->warnings, &pc->n_warnings, fmt, ap);
     va_end(ap);
-    char **w = realloc(pc->warnings, (pc->n_warnings + 1) * sizeof *w);
-    if (!w)
-        return;
-    pc->warnings = w;
-    if ((w[pc->n_warnings] = strdup(buf)))
-        pc->n_warnings++;
 }
 
 int prefix_init(struct prefix_cache *pc, const struct runner *r, const struct prefix_opts *o, struct err *e)
