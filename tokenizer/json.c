@@ -217,18 +217,10 @@ static int number(struct jp *p, bool *integer, uint64_t *v)
     return ERR_OK;
 }
 
-static int obj_begin(struct jp *p)
+/* Enters an object ('{') or an array ('['), one level deeper. */
+static int begin(struct jp *p, char open)
 {
-    if (expect(p, '{'))
-        return p->e->code;
-    if (++p->depth > JSONX_MAX_DEPTH)
-        return fail(p, "nested deeper than 32");
-    return ERR_OK;
-}
-
-static int arr_begin(struct jp *p)
-{
-    if (expect(p, '['))
+    if (expect(p, open))
         return p->e->code;
     if (++p->depth > JSONX_MAX_DEPTH)
         return fail(p, "nested deeper than 32");
@@ -277,14 +269,14 @@ static int skip_value(struct jp *p)
     uint64_t v;
     switch (c) {
     case '{':
-        if (obj_begin(p))
+        if (begin(p, '{'))
             return p->e->code;
         while (!obj_key(p, &first, &more, &s, &n) && more)
             if (skip_value(p))
                 return p->e->code;
         return more ? (int)p->e->code : ERR_OK;
     case '[':
-        if (arr_begin(p))
+        if (begin(p, '['))
             return p->e->code;
         while (!arr_next(p, &first, &more) && more)
             if (skip_value(p))
@@ -384,7 +376,7 @@ static int obj_type(struct jp *p, const char *what, char *type, size_t cap)
     type[0] = 0;
     if (peek(p) != '{')
         return err_set(p->e, ERR_FORMAT, "%s: byte %zu: %s must be an object or null", p->name, p->pos, what);
-    if (obj_begin(p))
+    if (begin(p, '{'))
         return p->e->code;
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         if (key_is(k, n, "type")) {
@@ -415,7 +407,7 @@ static int pattern(struct jp *p, const char *what, char **out, size_t *n)
     const char *k;
     size_t kn;
     *out = NULL;
-    if (peek(p) != '{' || obj_begin(p))
+    if (peek(p) != '{' || begin(p, '{'))
         return err_set(p->e, ERR_FORMAT, "%s: %s's pattern must be an object", p->name, what);
     while (!obj_key(p, &first, &more, &k, &kn) && more) {
         if (!key_is(k, kn, "String") || *out) {
@@ -444,7 +436,7 @@ static int fields(struct jp *p, void *ctx, field_fn field)
     bool first = true, more = true;
     const char *k;
     size_t n;
-    if (obj_begin(p))
+    if (begin(p, '{'))
         return p->e->code;
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         if (key_is(k, n, "type")) {
@@ -508,7 +500,7 @@ static int seq_field(struct jp *p, void *ctx, const char *key, size_t n)
     if (strcmp(key, dec ? "decoders" : "normalizers"))
         return unknown_field(p, c, key);
     bool first = true, more = true;
-    if (arr_begin(p))
+    if (begin(p, '['))
         return p->e->code;
     while (!arr_next(p, &first, &more) && more) {
         int rc;
@@ -671,7 +663,7 @@ static int special_entry(struct jp *p, struct special *sp)
     bool first = true, more = true, got = false;
     const char *k;
     size_t n;
-    if (peek(p) != '{' || obj_begin(p))
+    if (peek(p) != '{' || begin(p, '{'))
         return err_set(p->e, ERR_FORMAT, "%s: post_processor special token must be an object", p->name);
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         if (!key_is(k, n, "ids")) {
@@ -680,7 +672,7 @@ static int special_entry(struct jp *p, struct special *sp)
             continue;
         }
         bool f2 = true, m2 = true;
-        if (arr_begin(p))
+        if (begin(p, '['))
             return p->e->code;
         got = true;
         while (!arr_next(p, &f2, &m2) && m2) {
@@ -703,13 +695,13 @@ static int special_entry(struct jp *p, struct special *sp)
 static int read_template(struct jp *p, struct tokenizer *t, const struct special *sp, size_t nsp)
 {
     bool first = true, more = true, seq = false;
-    if (peek(p) != '[' || arr_begin(p))
+    if (peek(p) != '[' || begin(p, '['))
         return err_set(p->e, ERR_FORMAT, "%s: post_processor's single must be a list", p->name);
     while (!arr_next(p, &first, &more) && more) {
         bool f2 = true, m2 = true;
         const char *k;
         size_t n;
-        if (peek(p) != '{' || obj_begin(p))
+        if (peek(p) != '{' || begin(p, '{'))
             return err_set(p->e, ERR_FORMAT, "%s: post_processor's single: items are objects", p->name);
         while (!obj_key(p, &f2, &m2, &k, &n) && m2) {
             bool is_seq = key_is(k, n, "Sequence");
@@ -719,7 +711,7 @@ static int read_template(struct jp *p, struct tokenizer *t, const struct special
             bool f3 = true, m3 = true, got = false;
             const char *k3, *s;
             size_t n3, sn;
-            if (peek(p) != '{' || obj_begin(p))
+            if (peek(p) != '{' || begin(p, '{'))
                 return err_set(p->e, ERR_FORMAT, "%s: post_processor item must be an object", p->name);
             while (!obj_key(p, &f3, &m3, &k3, &n3) && m3) {
                 if (key_is(k3, n3, "type_id")) {
@@ -783,7 +775,7 @@ static int read_post_processor(struct jp *p, struct tokenizer *t)
         bool first = true, more = true;
         const char *k;
         size_t n;
-        if (peek(p) != '{' || obj_begin(p))
+        if (peek(p) != '{' || begin(p, '{'))
             rc = err_set(p->e, ERR_FORMAT, "%s: post_processor's special_tokens must be an object", p->name);
         while (!rc && !(rc = obj_key(p, &first, &more, &k, &n)) && more) {
             struct special *q = realloc(sp, (nsp + 1) * sizeof *q);
@@ -865,7 +857,7 @@ static int read_vocab(struct jp *p, struct tokenizer *t)
     bool first = true, more = true;
     const char *k;
     size_t n;
-    if (peek(p) != '{' || obj_begin(p))
+    if (peek(p) != '{' || begin(p, '{'))
         return err_set(p->e, ERR_FORMAT, "%s: model's vocab must be an object", p->name);
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         uint64_t id;
@@ -884,7 +876,7 @@ static int read_merges(struct jp *p, struct tokenizer *t)
 {
     bool first = true, more = true;
     uint64_t rank = 0;
-    if (peek(p) != '[' || arr_begin(p))
+    if (peek(p) != '[' || begin(p, '['))
         return err_set(p->e, ERR_FORMAT, "%s: model's merges must be a list", p->name);
     while (!arr_next(p, &first, &more) && more) {
         const char *a, *b;
@@ -901,7 +893,7 @@ static int read_merges(struct jp *p, struct tokenizer *t)
             an = (size_t)(sp - a);
         } else {
             bool f2 = true, m2 = true;
-            if (peek(p) != '[' || arr_begin(p) || arr_next(p, &f2, &m2) || !m2 || peek(p) != '"' ||
+            if (peek(p) != '[' || begin(p, '[') || arr_next(p, &f2, &m2) || !m2 || peek(p) != '"' ||
                 jstring(p, 0, &a, &an) || arr_next(p, &f2, &m2) || !m2 || peek(p) != '"' || jstring(p, 1, &b, &bn) ||
                 arr_next(p, &f2, &m2) || m2)
                 return err_set(p->e, ERR_FORMAT, "%s: byte %zu: merge %llu must be [\"a\", \"b\"] or \"a b\"", p->name,
@@ -946,7 +938,7 @@ static int read_model(struct jp *p, struct tokenizer *t)
 static int read_added(struct jp *p, struct tokenizer *t)
 {
     bool first = true, more = true;
-    if (peek(p) != '[' || arr_begin(p))
+    if (peek(p) != '[' || begin(p, '['))
         return err_set(p->e, ERR_FORMAT, "%s: added_tokens must be a list", p->name);
     for (size_t i = 0; !arr_next(p, &first, &more) && more; i++) {
         bool f2 = true, m2 = true, fl[5] = {0}, have_id = false;
@@ -956,7 +948,7 @@ static int read_added(struct jp *p, struct tokenizer *t)
         uint64_t id = 0;
         const char *k;
         size_t n;
-        int rc = peek(p) != '{' || obj_begin(p) ? err_set(p->e, ERR_FORMAT, "%s: added token %zu must be an object",
+        int rc = peek(p) != '{' || begin(p, '{') ? err_set(p->e, ERR_FORMAT, "%s: added token %zu must be an object",
                                                          p->name, i)
                                                : ERR_OK;
         while (!rc && !(rc = obj_key(p, &f2, &m2, &k, &n)) && m2) {
@@ -1001,7 +993,7 @@ static int read_top(struct jp *p, struct tokenizer *t)
     size_t n, model_at = 0, added_at = 0;
     bool model = false, added = false;
     unsigned seen = 0;
-    if (peek(p) != '{' || obj_begin(p))
+    if (peek(p) != '{' || begin(p, '{'))
         return err_set(p->e, ERR_FORMAT, "%s: not a JSON object", p->name);
     while (!obj_key(p, &first, &more, &k, &n) && more) {
         int rc;
