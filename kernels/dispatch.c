@@ -111,6 +111,10 @@ static const struct {
     [QM_MXFP4] = {1u << 4, KERN_QGEMM_MIN_TOKENS},
     [QM_NVFP4] = {1u << 4, KERN_QGEMM_MIN_TOKENS},
     [QM_MXFP8] = {1u << 8, KERN_QGEMM_MIN_TOKENS},
+#define GGML_FUSED(t) [QM_GGML_##t] = {1u << 8, INT64_MAX}, /* ggml blocks (kern_gtype_of): no GEMM */
+    GGML_FUSED(Q4_1) GGML_FUSED(Q5_0) GGML_FUSED(Q5_1) GGML_FUSED(Q4_K) GGML_FUSED(Q5_K) GGML_FUSED(Q6_K)
+    GGML_FUSED(IQ4_NL) GGML_FUSED(IQ4_XS)
+#undef GGML_FUSED
 };
 #define FORMATS (sizeof fused / sizeof fused[0])
 
@@ -123,7 +127,8 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
                 continue;
             struct wmat w = {.quantized = true, .mode = (enum qmode)m, .bits = bits, .gs = 16,
                              .cols = (cols + 31) / 32 * 32};
-            size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n), g = kern_qgemm_ws_bytes(&w, GEMM_ROWS, n);
+            size_t b = kern_qinput_bytes(&w, n), b8 = kern_q8input_bytes(&w, n);
+            size_t g = fused[m].gemm_from < INT64_MAX ? kern_qgemm_ws_bytes(&w, GEMM_ROWS, n) : 0;
             most = b > most ? b : most;
             most = b8 > most ? b8 : most;
             gemm = g > gemm ? g : gemm;

@@ -34,21 +34,31 @@ void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum
  * MX, cols rounded up to blocks of 16 words. */
 static int64_t qinput_stride(const struct wmat *w)
 {
+    if (kern_gtype_of(w->mode)) /* ggml: x as it is */
+        return w->cols;
     const int64_t blk = w->mode == QM_AFFINE ? 16 : 16 * (32 / w->bits);
     return (w->cols + blk - 1) / blk * blk;
+}
+
+/* w with the group size of the prepared input's sums: ggml's, KERN_GSUM. */
+static struct wmat sums_view(const struct wmat *w)
+{
+    struct wmat v = *w;
+    v.gs = kern_gtype_of(w->mode) ? KERN_GSUM : w->gs;
+    return v;
 }
 
 /* Floats of the group sums, rounded up to a cache line: the rearranged
  * input after them starts 64-byte aligned, as the kernels' loads are. */
 static int64_t qinput_sums(const struct wmat *w, int64_t n)
 {
-    return (n * (w->cols / w->gs) + 15) / 16 * 16;
+    return (n * (w->cols / sums_view(w).gs) + 15) / 16 * 16;
 }
 
 /* Tokens the prepared input holds: the GEMM's panels filled up with zeros. */
 static int64_t qinput_tokens(const struct wmat *w, int64_t n, bool gemm)
 {
-    const int64_t panel = !gemm ? 1 : w->mode == QM_AFFINE ? AGEMM_T : 4;
+    const int64_t panel = !gemm || kern_gtype_of(w->mode) ? 1 : w->mode == QM_AFFINE ? AGEMM_T : 4;
     return (n + panel - 1) / panel * panel;
 }
 
@@ -66,12 +76,18 @@ int64_t kern_qinput_layout(const struct wmat *w, int64_t n, bool gemm, void *buf
 
 void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, int64_t part)
 {
-    const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word, ng = cols / w->gs;
+    const struct wmat sv = sums_view(w);
+    const int64_t cols = w->cols, per_word = 32 / w->bits, blk = 16 * per_word, ng = cols / sv.gs;
     const int64_t stride = qinput_stride(w), t0 = part * KERN_QINPUT_PART;
     const int64_t t1 = t0 + KERN_QINPUT_PART < qinput_tokens(w, n, gemm) ? t0 + KERN_QINPUT_PART : qinput_tokens(w, n, gemm);
     float *xsum = buf, *xd = xsum + qinput_sums(w, n);
     if (t0 < n)
-        kern_group_sums(w, x + t0 * cols, (t1 < n ? t1 : n) - t0, xsum + t0 * ng);
+        kern_group_sums(&sv, x + t0 * cols, (t1 < n ? t1 : n) - t0, xsum + t0 * ng);
+    if (kern_gtype_of(w->mode)) { /* ggml: x as it is */
+        if (t0 < n)
+            memcpy(xd + t0 * cols, x + t0 * cols, (size_t)(((t1 < n ? t1 : n) - t0) * cols) * sizeof *xd);
+        return;
+    }
     if (w->mode == QM_AFFINE) { /* in column order, each code's place value divided out (the top code's is 1) */
         float unit[8];
         for (int k = 0; k < per_word; k++)

@@ -62,6 +62,35 @@ void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm
 void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1);
 
+/* ggml's block types in the fused kernels (quant/ggml.h). A block is decoded
+ * into its weights' integer codes c (int8, in column order: the twins'
+ * decoders give the same bytes) and, per sub-block of S weights, a scale a
+ * and an offset m: the weight is a·c + m, ggml's value (d·sc·q − dmin·m,
+ * d·(q − 16), d·kvalue ...; a and m are exact products). The definition,
+ * kern_gdot_ref, per row and token: 16 lanes A = +0, B = +0; for each
+ * sub-block j of the row in order, p[l] = x_l·c_l, then for S = 32 p[l] =
+ * fma(x_(16+l), c_(16+l), p[l]) (x_i, c_i: the sub-block's i-th input and
+ * code); A[l] = fma(p[l], a_j, A[l]); for a type with offsets (S = 32) B =
+ * fma(m_j, Σx_j, B), Σx_j the prepared input's sum of the sub-block's
+ * inputs. The result is A's lanes summed as in kern_dot_ref, plus B. The
+ * prepared input (kern_qinput) holds x as it is (stride cols) and the sums
+ * of every 32 columns. */
+#define KERN_GSUM 32
+struct kern_gblock {
+    int8_t c[256];
+    float a[16], m[16];
+};
+struct kern_gtype {
+    int S;                    /* weights per sub-block: 16 or 32 */
+    bool offsets;             /* m_j present (S = 32) */
+    void (*params)(const uint8_t *blk, float *a, float *m); /* a and m of each sub-block */
+    void (*codes)(const uint8_t *blk, int8_t *c);           /* the scalar decoder of c */
+};
+/* The fused row of a ggml mode; NULL for the modes the reference runs. */
+const struct kern_gtype *kern_gtype_of(enum qmode m);
+void kern_gdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                   int64_t row1);
+
 /* The definition of the bf16 kernels: per row and token, two chains of 16
  * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
  * column order, the chains added lane by lane, then the lanes summed as in

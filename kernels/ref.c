@@ -127,6 +127,10 @@ static void qdot_affine_ref(const struct wmat *w, const struct kern_qinput *in, 
 void kern_qdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        kern_gdot_ref(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->mode == QM_AFFINE) {
         qdot_affine_ref(w, in, n, y, row0, row1);
         return;

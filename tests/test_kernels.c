@@ -54,8 +54,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/bytes.h"
 #include "core/cpu.h"
 #include "core/dtype.h"
+#include "quant/format.h"
+#include "quant/ggml.h"
 #include "quant/quant.h"
 #include "kernels/arm/arm.h"
 #include "kernels/x86/x86.h"
@@ -205,6 +208,55 @@ static void make_mx(struct tmat *t, int64_t rows, int64_t cols, enum qmode mode,
     free(wbuf);
 }
 
+/* The fused ggml types (kernels/ggml.c) and where their f16 scale fields sit
+ * (d, then m or dmin, or -1). */
+static const struct {
+    enum qmode mode;
+    int d_at, m_at;
+} ggml_fused[] = {
+    {QM_GGML_Q4_1, 0, 2}, {QM_GGML_Q5_0, 0, -1}, {QM_GGML_Q5_1, 0, 2}, {QM_GGML_Q4_K, 0, 2},
+    {QM_GGML_Q5_K, 0, 2}, {QM_GGML_Q6_K, 208, -1}, {QM_GGML_IQ4_NL, 0, -1}, {QM_GGML_IQ4_XS, 0, -1},
+};
+
+/* ggml blocks of ggml_fused[k]: random bytes (every code, sub-block scale and
+ * high bit), the f16 scales random finite values of either sign; the exact
+ * values are quant/ggml's dequantization (ggml's bits: tests/test_ggml.c). */
+static void make_ggml(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    struct ggml_qtype q;
+    cr_assert(ggml_qtype_find(qformat_of(ggml_fused[k].mode)->ggml, &q));
+    const int64_t nb = cols / q.block;
+    struct wmat *m = &t->m;
+    *m = (struct wmat){.quantized = true, .mode = ggml_fused[k].mode, .dtype = DT_U8, .bits = 8, .gs = (int)q.block,
+                       .rows = rows, .cols = cols, .row_bytes = (size_t)nb * q.bytes, .row_stride = (size_t)nb * q.bytes};
+    m->expert_bytes = (size_t)rows * m->row_bytes;
+    t->wraw = malloc((size_t)rows * m->row_bytes + 1);
+    t->wd = malloc((size_t)(rows * cols) * sizeof *t->wd);
+    t->mag = malloc((size_t)(rows * cols) * sizeof *t->mag);
+    float *row = malloc((size_t)cols * sizeof *row);
+    cr_assert(t->wraw && t->wd && t->mag && row);
+    m->w = t->wraw + 1; /* unaligned, as in a mapped file */
+    uint64_t s = seed;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *wr = t->wraw + 1 + (size_t)r * m->row_bytes;
+        for (size_t i = 0; i < m->row_bytes; i++)
+            wr[i] = (uint8_t)(th_rng_next(&s) >> 56);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = wr + (size_t)b * q.bytes;
+            wr_u16le(blk + ggml_fused[k].d_at, f32_to_f16(th_rng_float(&s) * 0.01f));
+            if (ggml_fused[k].m_at >= 0)
+                wr_u16le(blk + ggml_fused[k].m_at, f32_to_f16(th_rng_float(&s) * 0.1f));
+        }
+        q.dequant(wr, row, (size_t)cols);
+        for (int64_t j = 0; j < cols; j++) {
+            t->wd[r * cols + j] = row[j];
+            t->mag[r * cols + j] = fabs((double)row[j]);
+        }
+    }
+    free(row);
+}
+
 /* Float weights (F32 / F16 / BF16) from random floats. */
 static void make_float(struct tmat *t, int64_t rows, int64_t cols, enum dtype dt, uint64_t seed)
 {
@@ -302,7 +354,7 @@ static void assert_close_exact(const char *what, const float *got, const double 
 
 /* ------------------------------------------------------------------ the paths */
 
-enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_MX, WK_OTHER, WK_ANY }; /* WK_OTHER: no fused kernel */
+enum wkind { WK_Q4, WK_Q8, WK_BF16, WK_MX, WK_GGML, WK_OTHER, WK_ANY }; /* WK_OTHER: no fused kernel */
 
 struct path {
     const char *name;
@@ -407,6 +459,7 @@ static const struct path paths[] = {
     {"q8_def", kern_matvec_q_def, WK_Q8, NEED_NONE, NULL, false},
     {"bf16_def", kern_matvec_bf16_ref, WK_BF16, NEED_NONE, NULL, false},
     {"mx_def", kern_matvec_q_def, WK_MX, NEED_NONE, NULL, false},
+    {"ggml_def", kern_matvec_q_def, WK_GGML, NEED_NONE, NULL, false},
 #if GP_X86
     {"q4_avx2", kern_matvec_q_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def, false},
     {"q8_avx2", kern_matvec_q_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def, false},
@@ -416,6 +469,8 @@ static const struct path paths[] = {
     {"bf16_avx512", kern_matvec_bf16_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, false},
     {"mx_avx2", kern_matvec_q_avx2, WK_MX, CPU_AVX2, kern_matvec_q_def, false},
     {"mx_avx512", kern_matvec_q_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, false},
+    {"ggml_avx2", kern_matvec_q_avx2, WK_GGML, CPU_AVX2, kern_matvec_q_def, false},
+    {"ggml_avx512", kern_matvec_q_avx512, WK_GGML, CPU_AVX512, kern_matvec_q_def, false},
     {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
@@ -427,6 +482,7 @@ static const struct path paths[] = {
     {"q8_neon", kern_matvec_q_neon, WK_Q8, CPU_NEON, kern_matvec_q_def, false},
     {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref, false},
     {"mx_neon", kern_matvec_q_neon, WK_MX, CPU_NEON, kern_matvec_q_def, false},
+    {"ggml_neon", kern_matvec_q_neon, WK_GGML, CPU_NEON, kern_matvec_q_def, false},
 #endif
     {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL, false},
 };
@@ -439,7 +495,8 @@ static bool path_serves(const struct path *p, const struct wmat *w)
     case WK_Q4: return affine && w->bits == 4;
     case WK_Q8: return affine && w->bits == 8;
     case WK_BF16: return !w->quantized && w->dtype == DT_BF16;
-    case WK_MX: return w->quantized && w->mode != QM_AFFINE;
+    case WK_MX: return w->quantized && w->mode != QM_AFFINE && !qformat_of(w->mode)->ggml;
+    case WK_GGML: return w->quantized && kern_gtype_of(w->mode);
     case WK_OTHER: return affine ? w->bits != 4 && w->bits != 8 : !w->quantized && w->dtype != DT_BF16;
     default: return true;
     }
@@ -569,6 +626,28 @@ static void mx_grid(const struct path *p)
     }
 }
 
+/* Every fused ggml type on rows of 1, 3 and 9 blocks (and 2,304 columns:
+ * E2B's 9 K-blocks), 1 and 5 tokens. */
+static void ggml_grid(const struct path *p)
+{
+    uint64_t seed = 5000;
+    for (size_t k = 0; k < LEN(ggml_fused); k++) {
+        struct ggml_qtype q;
+        cr_assert(ggml_qtype_find(qformat_of(ggml_fused[k].mode)->ggml, &q));
+        const int64_t cols_grid[] = {q.block, 3 * q.block, 9 * q.block, 2304};
+        for (size_t c = 0; c < LEN(cols_grid); c++)
+            for (size_t r = 0; r < LEN(rows_grid); r++) {
+                struct tmat t;
+                make_ggml(&t, rows_grid[r], cols_grid[c], k, seed++);
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld, %lld]", q.name, (long long)rows_grid[r], (long long)cols_grid[c]);
+                check_tmat(p, &t, 1, seed++, what);
+                check_tmat(p, &t, 5, seed++, what);
+                tmat_free(&t);
+            }
+    }
+}
+
 static void float_grid(const struct path *p, enum dtype dt)
 {
     uint64_t seed = 1000;
@@ -597,6 +676,7 @@ static void run_path(const char *name)
     case WK_Q8: quant_grid(p, 8); break;
     case WK_BF16: float_grid(p, DT_BF16); break;
     case WK_MX: mx_grid(p); break;
+    case WK_GGML: ggml_grid(p); break;
     case WK_OTHER:
         for (int bits = 2; bits <= 6; bits++)
             if (bits != 4)
@@ -678,6 +758,7 @@ Test(kernels, q4_def) { run_path("q4_def"); }
 Test(kernels, q8_def) { run_path("q8_def"); }
 Test(kernels, bf16_def) { run_path("bf16_def"); }
 Test(kernels, mx_def) { run_path("mx_def"); }
+Test(kernels, ggml_def) { run_path("ggml_def"); }
 #if GP_X86
 Test(kernels, q4_avx2) { run_path("q4_avx2"); }
 Test(kernels, q8_avx2) { run_path("q8_avx2"); }
@@ -687,6 +768,8 @@ Test(kernels, q8_avx512) { run_path("q8_avx512"); }
 Test(kernels, bf16_avx512) { run_path("bf16_avx512"); }
 Test(kernels, mx_avx2) { run_path("mx_avx2"); }
 Test(kernels, mx_avx512) { run_path("mx_avx512"); }
+Test(kernels, ggml_avx2) { run_path("ggml_avx2"); }
+Test(kernels, ggml_avx512) { run_path("ggml_avx512"); }
 Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
@@ -698,6 +781,7 @@ Test(kernels, q4_neon) { run_path("q4_neon"); }
 Test(kernels, q8_neon) { run_path("q8_neon"); }
 Test(kernels, bf16_neon) { run_path("bf16_neon"); }
 Test(kernels, mx_neon) { run_path("mx_neon"); }
+Test(kernels, ggml_neon) { run_path("ggml_neon"); }
 #endif
 /* 25 s under qemu-user on an idle 2-core machine (tests/arm64.sh): room for a loaded one */
 Test(kernels, blas, .timeout = TH_TIMEOUT(240)) { run_path("blas"); }

@@ -401,6 +401,10 @@ AVX2 INLINE void adot256(const struct wmat *w, const struct kern_qinput *in, int
 AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        kern_gdot_avx2(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows256m)
     } else if (w->bits == 4) {

@@ -636,6 +636,10 @@ AVX512 INLINE void adot512(const struct wmat *w, const struct kern_qinput *in, i
 AVX512 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        kern_gdot_avx512(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->mode != QM_AFFINE) {
         MX_TOKENS_DISPATCH(qrows512m)
     } else if (w->bits == 4) {
