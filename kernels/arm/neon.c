@@ -6,11 +6,13 @@
  * result is the same on x86 and arm64. The scheme of the fused kernels is
  * described in x86/avx512.c. */
 #include <arm_neon.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "kernels/arm/arm.h"
+#include "quant/ggml.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #if defined(__clang__)
@@ -186,9 +188,164 @@ INLINE void arange_neon(const struct wmat *w, const struct kern_qinput *in, int6
 }
 
 /* The MX modes take the scalar definition on arm64 (the same bits, slower). */
+/* ---- ggml's block types (kern_gdot_ref): a block's codes decoded into the
+ * scalar decoders' bytes, then the definition's lanes, up to 4 tokens a pass. */
+
+/* 16 bytes as 32 codes at c: the low nibbles, then the high ones, each
+ * ORed with the fifth bits hb (NULL: none). */
+INLINE void nib16(const uint8_t *q, const uint8x16_t *hb, int8_t *c)
+{
+    const uint8x16_t v = vld1q_u8(q), m = vdupq_n_u8(0x0f);
+    uint8x16_t lo = vandq_u8(v, m), hi = vshrq_n_u8(v, 4);
+    if (hb)
+        lo = vorrq_u8(lo, hb[0]), hi = vorrq_u8(hi, hb[1]);
+    vst1q_u8((uint8_t *)c, lo);
+    vst1q_u8((uint8_t *)c + 16, hi);
+}
+
+/* Bit j of the u32 at qh as byte j (16 where set), j < 16 in h[0], the rest in h[1]. */
+INLINE void bits32(const uint8_t *qh, uint8x16_t h[2])
+{
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t b = vld1q_u8(bit), v16 = vdupq_n_u8(16);
+    for (int i = 0; i < 2; i++)
+        h[i] = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qh[2 * i]), vdup_n_u8(qh[2 * i + 1])), b), v16);
+}
+
+/* c[0..n) = kvalues[c[i]] (IQ4), or c[i] − sub. */
+INLINE void remap(int8_t *c, int n, bool iq4, int sub)
+{
+    const int8x16_t kv = vld1q_s8(ggml_kvalues_iq4nl);
+    for (int i = 0; i < n; i += 16) {
+        const uint8x16_t v = vld1q_u8((const uint8_t *)c + i);
+        vst1q_s8(c + i, iq4 ? vqtbl1q_s8(kv, v) : vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8((int8_t)sub)));
+    }
+}
+
+static void gcodes_neon(enum qmode m, const uint8_t *b, int8_t *c)
+{
+    uint8x16_t h[2];
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30), v16 = vdupq_n_u8(16);
+    switch (m) {
+    case QM_GGML_Q4_1: nib16(b + 4, NULL, c); break;
+    case QM_GGML_Q5_0: bits32(b + 2, h), nib16(b + 6, h, c), remap(c, 32, false, 16); break;
+    case QM_GGML_Q5_1: bits32(b + 4, h), nib16(b + 8, h, c); break;
+    case QM_GGML_IQ4_NL: nib16(b + 2, NULL, c), remap(c, 32, true, 0); break;
+    case QM_GGML_IQ4_XS:
+        for (int j = 0; j < 8; j++)
+            nib16(b + 8 + 16 * j, NULL, c + 32 * j);
+        remap(c, 256, true, 0);
+        break;
+    case QM_GGML_Q4_K:
+    case QM_GGML_Q5_K: {
+        const bool five = m == QM_GGML_Q5_K;
+        for (int k = 0; k < 4; k++)
+            for (int half = 0; half < 2; half++) { /* bytes 16·half .. +15 of part k */
+                const uint8x16_t v = vld1q_u8(b + (five ? 48 : 16) + 32 * k + 16 * half);
+                uint8x16_t lo = vandq_u8(v, m4), hi = vshrq_n_u8(v, 4);
+                if (five) {
+                    const uint8x16_t qh = vld1q_u8(b + 16 + 16 * half);
+                    lo = vorrq_u8(lo, vandq_u8(vtstq_u8(qh, vdupq_n_u8((uint8_t)(1u << 2 * k))), v16));
+                    hi = vorrq_u8(hi, vandq_u8(vtstq_u8(qh, vdupq_n_u8((uint8_t)(2u << 2 * k))), v16));
+                }
+                vst1q_u8((uint8_t *)c + 64 * k + 16 * half, lo);
+                vst1q_u8((uint8_t *)c + 64 * k + 32 + 16 * half, hi);
+            }
+        break;
+    }
+    case QM_GGML_Q6_K:
+        for (int h6 = 0; h6 < 2; h6++)
+            for (int half = 0; half < 2; half++) {
+                const int o = 16 * half;
+                const uint8x16_t v0 = vld1q_u8(b + 64 * h6 + o), v1 = vld1q_u8(b + 64 * h6 + 32 + o);
+                const uint8x16_t qh = vld1q_u8(b + 128 + 32 * h6 + o);
+                uint8_t *d = (uint8_t *)c + 128 * h6 + o;
+                vst1q_u8(d, vorrq_u8(vandq_u8(v0, m4), vandq_u8(vshlq_n_u8(qh, 4), m30)));
+                vst1q_u8(d + 32, vorrq_u8(vandq_u8(v1, m4), vandq_u8(vshlq_n_u8(qh, 2), m30)));
+                vst1q_u8(d + 64, vorrq_u8(vshrq_n_u8(v0, 4), vandq_u8(qh, m30)));
+                vst1q_u8(d + 96, vorrq_u8(vshrq_n_u8(v1, 4), vandq_u8(vshrq_n_u8(qh, 2), m30)));
+            }
+        remap(c, 256, false, 32);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Codes c[0..15] as floats in f[0..3]. */
+INLINE void cvt16(const int8_t *c, float32x4_t f[4])
+{
+    const int8x16_t v = vld1q_s8(c);
+    const int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_s8(vget_high_s8(v));
+    f[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+    f[1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo)));
+    f[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+    f[3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)));
+}
+
+INLINE void grows_neon(const struct wmat *w, const struct kern_gtype *gt, const struct kern_qinput *in, int64_t t0,
+                       const int T, float *y, int64_t row0, int64_t row1)
+{
+    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, S = gt->S;
+    const int64_t nsum = w->cols / KERN_GSUM;
+    for (int64_t r = row0; r < row1; r++) {
+        float32x4_t A[4][4];
+        float B[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int u = 0; u < T; u++)
+            for (int c = 0; c < 4; c++)
+                A[u][c] = vdupq_n_f32(0.0f);
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *blk = row + (size_t)(bi * bb);
+            struct kern_gblock g;
+            gt->params(blk, g.a, g.m);
+            gcodes_neon(w->mode, blk, g.c);
+            for (int64_t j = 0; j < ns; j++) {
+                const int64_t col = bi * w->gs + j * S;
+                float32x4_t c0[4], c1[4];
+                cvt16(g.c + j * S, c0);
+                if (S == 32)
+                    cvt16(g.c + j * S + 16, c1);
+                const float32x4_t a = vdupq_n_f32(g.a[j]);
+                for (int u = 0; u < T; u++) {
+                    const float *x = in->xd + (t0 + u) * in->stride + col;
+                    for (int c = 0; c < 4; c++) {
+                        float32x4_t p = vmulq_f32(vld1q_f32(x + 4 * c), c0[c]);
+                        if (S == 32)
+                            p = vfmaq_f32(p, vld1q_f32(x + 16 + 4 * c), c1[c]);
+                        A[u][c] = vfmaq_f32(A[u][c], p, a);
+                    }
+                    if (gt->offsets)
+                        B[u] = fmaf(g.m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
+                }
+            }
+        }
+        for (int u = 0; u < T; u++)
+            y[(t0 + u) * w->rows + r] = sum16(A[u]) + B[u];
+    }
+}
+
+static void gdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                      int64_t row1)
+{
+    const struct kern_gtype *gt = kern_gtype_of(w->mode);
+    for (int64_t t0 = 0; t0 < n; t0 += 4) {
+        switch (n - t0 < 4 ? n - t0 : 4) {
+        case 1: grows_neon(w, gt, in, t0, 1, y, row0, row1); break;
+        case 2: grows_neon(w, gt, in, t0, 2, y, row0, row1); break;
+        case 3: grows_neon(w, gt, in, t0, 3, y, row0, row1); break;
+        default: grows_neon(w, gt, in, t0, 4, y, row0, row1); break;
+        }
+    }
+}
+
 void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                     int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        gdot_neon(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->mode != QM_AFFINE) {
         kern_qdot_ref(w, in, n, y, row0, row1);
         return;
