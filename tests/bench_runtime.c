@@ -49,7 +49,10 @@
 #include "converter/convert.h"
 #include "core/fileio.h"
 #include "fixtures/fixture.h"
+#include "core/bytes.h"
 #include "kernels/kernels.h"
+#include "quant/format.h"
+#include "quant/ggml.h"
 #include "runner/forward.h"
 
 static double now(void)
@@ -661,6 +664,73 @@ static int kernel_bench(void)
     return 0;
 }
 
+/* ggml blocks of `mode` for a [rows, cols] matrix: random bytes, every
+ * block's f16 scale fields at 2^-7 (d at d_at, dmin/m after it). */
+static int gsynth_make(struct synth *m, enum qmode mode, int64_t rows, int64_t cols)
+{
+    struct ggml_qtype q;
+    if (!ggml_qtype_find(qformat_of(mode)->ggml, &q))
+        return 1;
+    const size_t bytes = (size_t)(rows * cols) / q.block * q.bytes;
+    if (!(m->mem = malloc(bytes)))
+        return 1;
+    uint64_t z = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < bytes; i++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        m->mem[i] = (uint8_t)(z >> 56);
+    }
+    const size_t d_at = mode == QM_GGML_Q6_K ? 208 : 0, fields = mode == QM_GGML_Q6_K ? 1 : 2;
+    for (size_t b = 0; b < bytes / q.bytes; b++)
+        for (size_t f = 0; f < fields; f++)
+            wr_u16le(m->mem + b * q.bytes + d_at + 2 * f, 0x2000); /* f16 2^-7 */
+    m->w = (struct wmat){.quantized = true, .mode = mode, .dtype = DT_U8, .w = m->mem, .bits = 8, .gs = (int)q.block,
+                         .rows = rows, .cols = cols, .row_bytes = (size_t)cols / q.block * q.bytes,
+                         .row_stride = (size_t)cols / q.block * q.bytes};
+    return 0;
+}
+
+/* The fused ggml kernels' matvec (one token, 1536 columns) in L2 and from
+ * RAM, against the read bandwidth of the same run. */
+static int gkernel_bench(void)
+{
+    static const enum qmode modes[] = {QM_GGML_Q4_K, QM_GGML_Q6_K, QM_GGML_Q5_K, QM_GGML_IQ4_XS, QM_GGML_Q4_1,
+                                       QM_GGML_Q5_0, QM_GGML_IQ4_NL};
+    struct kern_table t;
+    kern_init(&t, KERN_BEST);
+    float x[1536];
+    for (int i = 0; i < 1536; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        printf("%s matvec (%s kernels), one token, 1536 columns\n", qmode_name(modes[k]), t.name);
+        for (int ram = 0; ram < 2; ram++) {
+            struct synth m;
+            const int64_t rows = ram ? 1 << 19 : 512; /* from RAM: 300-450 MB */
+            float *y = malloc((size_t)rows * sizeof *y);
+            if (!y || gsynth_make(&m, modes[k], rows, 1536)) {
+                free(y);
+                return 1;
+            }
+            const double bytes = (double)rows * (double)m.w.row_bytes;
+            if (kern_reserve(&t, 1, 1536, 2) != ERR_OK)
+                return 1;
+            if (!ram) {
+                double dt = time_matvec(&t, &m.w, x, y, 1, 2000);
+                printf("  in L2 (%.0f KB), 1 thread: %.2f GB/s, %.1f weights/ns\n", bytes / 1e3, bytes / dt / 1e9,
+                       (double)rows * 1536.0 / dt / 1e9);
+            }
+            for (int threads = 1; ram && threads <= 2; threads++) {
+                double bw = read_bandwidth(threads), dt = time_matvec(&t, &m.w, x, y, threads, 5);
+                printf("  from RAM (%.0f MB), %d thread%s: %.2f GB/s = %.1f %% of the read bandwidth (%.2f GB/s)\n",
+                       bytes / 1e6, threads, threads == 1 ? " " : "s", bytes / dt / 1e9, 100.0 * bytes / dt / 1e9 / bw, bw);
+            }
+            free(m.mem);
+            free(y);
+        }
+    }
+    kern_free(&t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "limits";
@@ -684,6 +754,8 @@ int main(int argc, char **argv)
         return convert_bench();
     if (!strcmp(mode, "kernel"))
         return kernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel\n");
+    if (!strcmp(mode, "gkernel"))
+        return gkernel_bench();
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
     return 2;
 }
