@@ -231,7 +231,10 @@ static int weights(const struct wmat *w)
 }
 
 /* The level's kernel of a path for j->w into j; false: the level has none. */
-static bool use_q8(const struct kern_table *t, struct mm_job *j) { return (j->q8dot = t->q8dot) && kern_q8_supports(j->w); }
+static bool use_q8(const struct kern_table *t, struct mm_job *j)
+{
+    return (j->q8dot = t->q8dot) && (kern_q8_supports(j->w) || kern_gtype_of(j->w->mode));
+}
 static bool use_blas(const struct kern_table *t, struct mm_job *j) { return (j->blas = t->blas); }
 static bool use_qgemm(const struct kern_table *t, struct mm_job *j) { return (j->qgemm = t->qgemm) != NULL; }
 static bool use_qdot(const struct kern_table *t, struct mm_job *j) { return (j->qdot = t->qdot) != NULL; }
@@ -281,11 +284,12 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
             continue;
         if (p->in == IN_Q8) {
             const struct kern_q8input *q8 = same ? prev->q8in : NULL;
-            void *buf = q8 || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_q8input_bytes(w, n));
+            const struct wmat qv = kern_gq8_view(w);
+            void *buf = q8 || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_q8input_bytes(&qv, n));
             if (!q8 && !buf)
                 continue;
             if (buf)
-                t->q8prep(w, x, n, buf, q8in);
+                t->q8prep(&qv, x, n, buf, q8in);
             j->q8in = q8 ? q8 : q8in;
         } else if (p->in != IN_X) { /* prepared once (kern_matmul_many's first job) and read by every tile */
             const struct kern_qinput *q = same && prev->qin && prev->qin->gemm == (p->in == IN_QGEMM) ? prev->qin : NULL;

@@ -164,3 +164,34 @@ void kern_gdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n
             y[t * w->rows + r] = kern_lanes_sum16(A) + B;
         }
 }
+
+/* KERN_Q8 on ggml's blocks (internal.h): per sub-block the exact int32 sum
+ * of code times int8 input, folded into lane j % 16. */
+void kern_gq8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                     int64_t row1)
+{
+    const struct kern_gtype *gt = kern_gtype_of(w->mode);
+    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, ng = w->cols / KERN_GSUM;
+    for (int64_t r = row0; r < row1; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const int8_t *xq = in->xq + t * in->stride;
+            const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
+            float L[16] = {0};
+            for (int64_t bi = 0; bi < nb; bi++) {
+                const uint8_t *blk = w->w + (size_t)r * w->row_stride + (size_t)(bi * bb);
+                struct kern_gblock g;
+                gt->params(blk, g.a, g.m);
+                gt->codes(blk, g.c);
+                for (int64_t j = 0; j < ns; j++) {
+                    const int64_t col = bi * w->gs + j * gt->S, sub = col / gt->S;
+                    int32_t S = 0;
+                    for (int i = 0; i < gt->S; i++)
+                        S += g.c[j * gt->S + i] * xq[col + i];
+                    L[sub % 16] = fmaf((float)S, d[col / KERN_GSUM] * g.a[j], L[sub % 16]);
+                    if (gt->offsets)
+                        L[sub % 16] = fmaf(g.m[j], xs[col / KERN_GSUM], L[sub % 16]);
+                }
+            }
+            y[t * w->rows + r] = kern_lanes_sum16(L);
+        }
+}

@@ -91,6 +91,24 @@ const struct kern_gtype *kern_gtype_of(enum qmode m);
 void kern_gdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1);
 
+/* KERN_Q8 on them: the input quantized per KERN_GSUM columns (kern_q8input
+ * of 8 bits, group KERN_GSUM: kern_gq8_view), per row and token 16 lanes L =
+ * +0; for each sub-block j of the row in order, S_j = Σ c·xq (exact in
+ * int32), L[j % 16] = fma(S_j, d·a_j, L[j % 16]) (d·a_j one rounded product,
+ * d the input scale of the sub-block's 32 columns), then for a type with
+ * offsets L[j % 16] = fma(m_j, Σx_j, L[j % 16]); the result is L's lanes
+ * summed as in kern_dot_ref. */
+void kern_gq8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                     int64_t row1);
+/* The view of w whose kern_q8input the ggml kernels read (w itself otherwise). */
+static inline struct wmat kern_gq8_view(const struct wmat *w)
+{
+    struct wmat v = *w;
+    if (kern_gtype_of(w->mode))
+        v.bits = 8, v.gs = KERN_GSUM;
+    return v;
+}
+
 /* The definition of the bf16 kernels: per row and token, two chains of 16
  * lanes, column j's product fused into lane j % 16 of chain (j / 16) % 2 in
  * column order, the chains added lane by lane, then the lanes summed as in

@@ -71,6 +71,10 @@ static int32_t q8_group(const struct wmat *w, int64_t r, const int8_t *xq, int64
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        kern_gq8dot_ref(w, in, n, y, row0, row1);
+        return;
+    }
     const int64_t ng = w->cols / w->gs;
     for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {

@@ -695,18 +695,23 @@ static int gkernel_bench(void)
 {
     static const enum qmode modes[] = {QM_GGML_Q4_K, QM_GGML_Q6_K, QM_GGML_Q5_K, QM_GGML_IQ4_XS, QM_GGML_Q4_1,
                                        QM_GGML_Q5_0, QM_GGML_IQ4_NL};
-    struct kern_table t;
-    kern_init(&t, KERN_BEST);
     float x[1536];
     for (int i = 0; i < 1536; i++)
         x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
-    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
-        printf("%s matvec (%s kernels), one token, 1536 columns\n", qmode_name(modes[k]), t.name);
+    for (size_t k = 0; k < 2 * sizeof modes / sizeof modes[0]; k++) {
+        struct kern_table t;
+        kern_init(&t, k % 2 ? KERN_Q8 : KERN_BEST); /* each type exact, then on int8 activations */
+        if (k % 2 && !t.q8dot) {
+            kern_free(&t);
+            continue;
+        }
+        printf("%s matvec (%s%s%s kernels), one token, 1536 columns\n", qmode_name(modes[k / 2]), t.name,
+               t.q8dot ? "+int8 " : "", t.q8dot ? t.q8name : "");
         for (int ram = 0; ram < 2; ram++) {
             struct synth m;
             const int64_t rows = ram ? 1 << 19 : 512; /* from RAM: 300-450 MB */
             float *y = malloc((size_t)rows * sizeof *y);
-            if (!y || gsynth_make(&m, modes[k], rows, 1536)) {
+            if (!y || gsynth_make(&m, modes[k / 2], rows, 1536)) {
                 free(y);
                 return 1;
             }
@@ -726,8 +731,8 @@ static int gkernel_bench(void)
             free(m.mem);
             free(y);
         }
+        kern_free(&t);
     }
-    kern_free(&t);
     return 0;
 }
 

@@ -1646,9 +1646,10 @@ Test(kernels, axpy_paths_bitwise_equal_reference)
 static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n, float *y)
 {
     struct kern_q8input in;
-    void *buf = malloc(kern_q8input_bytes(w, n));
+    const struct wmat v = kern_gq8_view(w); /* ggml: the input of 8 bits per 32 columns */
+    void *buf = malloc(kern_q8input_bytes(&v, n));
     cr_assert(buf);
-    kern_q8input_prepare(w, x, n, buf, &in);
+    kern_q8input_prepare(&v, x, n, buf, &in);
     fn(w, &in, n, y, 0, w->rows);
     free(buf);
 }
@@ -1717,6 +1718,63 @@ Test(kernels_q8, twins_bitwise_equal_reference, .timeout = TH_TIMEOUT(120))
                         }
         cr_log_info("kernels_q8: %s, %d shapes bitwise equal", tw->name, cases);
     }
+}
+
+/* ggml's fused types on int8 activations: every twin gives kern_gq8dot_ref's
+ * bits (rows of 1, 3 and 9 blocks and E2B's 2,304 columns; windows of 16
+ * sub-blocks whole and partial), and the definition stays within the error
+ * of its input: per weight |w|·d/2 (d the 32 columns' input scale), plus
+ * float rounding. */
+Test(kernels_q8, ggml_twins_bitwise_equal_reference, .timeout = TH_TIMEOUT(120))
+{
+    int cases = 0;
+    for (size_t k = 0; k < LEN(ggml_fused); k++) {
+        struct ggml_qtype q;
+        cr_assert(ggml_qtype_find(qformat_of(ggml_fused[k].mode)->ggml, &q));
+        const int64_t cols_grid[] = {q.block, 3 * q.block, 9 * q.block, 2304};
+        for (size_t ci = 0; ci < LEN(cols_grid); ci++)
+            for (size_t ri = 0; ri < LEN(q8_rows); ri++) {
+                const int64_t rows = q8_rows[ri], cols = cols_grid[ci];
+                struct tmat t;
+                make_ggml(&t, rows, cols, k, (uint64_t)(7000 + cases));
+                for (int64_t n = 1; n <= 5; n += 4) {
+                    uint64_t seed = (uint64_t)(8000 + cases);
+                    float *x = rand_vec(&seed, (size_t)(n * cols)), *a = nan_vec((size_t)(n * rows));
+                    float *b = nan_vec((size_t)(n * rows));
+                    q8_run(kern_q8dot_ref, &t.m, x, n, a);
+                    for (int64_t i = 0; i < n * rows; i++) { /* within the int8 input's error of the exact product */
+                        const int64_t tk = i / rows, r = i % rows;
+                        double exact = 0.0, bound = 0.0;
+                        for (int64_t g = 0; g < cols / 32; g++) {
+                            double m = 0.0;
+                            for (int j = 0; j < 32; j++)
+                                m = fmax(m, fabs((double)x[tk * cols + 32 * g + j]));
+                            for (int j = 0; j < 32; j++) {
+                                const int64_t c = 32 * g + j;
+                                exact += t.wd[r * cols + c] * (double)x[tk * cols + c];
+                                bound += fabs(t.wd[r * cols + c]) * (m / 127.0 / 2.0 + 1e-6 * fabs((double)x[tk * cols + c]));
+                            }
+                        }
+                        cr_assert(fabs((double)a[i] - exact) <= bound * 1.01 + 1e-6, "%s %lld x %lld n %lld: y[%lld] %g, exact %g, bound %g",
+                                  q.name, (long long)rows, (long long)cols, (long long)n, (long long)i, (double)a[i], exact, bound);
+                    }
+                    for (const struct q8twin *tw = q8twins; tw->name; tw++)
+                        if (cpu_has(tw->need)) {
+                            memset(b, 0xFF, (size_t)(n * rows) * sizeof *b);
+                            q8_run(tw->fn, &t.m, x, n, b);
+                            cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0,
+                                         "%s %lld x %lld, n %lld: %s differs from kern_gq8dot_ref", q.name,
+                                         (long long)rows, (long long)cols, (long long)n, tw->name);
+                        }
+                    free(x);
+                    free(a);
+                    free(b);
+                }
+                tmat_free(&t);
+                cases++;
+            }
+    }
+    cr_log_info("kernels_q8: ggml, %d shapes bitwise equal", cases);
 }
 
 /* The blocked layout holds the same matrix: the int8 kernels, the exact

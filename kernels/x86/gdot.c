@@ -215,3 +215,170 @@ AVX512 void kern_gdot_avx512(const struct wmat *w, const struct kern_qinput *in,
         }
     }
 }
+
+/* ---- KERN_Q8 on ggml's blocks (kern_gq8dot_ref) ---- */
+
+/* A window of up to 16 sub-blocks of a row from column col0: the blocks
+ * decoded (codes c, zero past the window's nsw sub-blocks; a, m per sub-block). */
+AVX2 static void gq8_window(const struct wmat *w, const struct kern_gtype *gt, const uint8_t *row, int64_t col0,
+                       int64_t nsw, int8_t *c, float *a, float *m)
+{
+    const int64_t bb = (int64_t)w->row_bytes / (w->cols / w->gs), per = w->gs / gt->S;
+    for (int64_t k = 0; k * per < nsw; k++) {
+        const uint8_t *blk = row + (size_t)((col0 / w->gs + k) * bb);
+        gt->params(blk, a + k * per, m + k * per);
+        kern_gcodes_avx2(w->mode, blk, c + k * w->gs);
+    }
+    for (int64_t i = nsw * gt->S; i < 16 * gt->S; i++)
+        c[i] = 0;
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0 + T − 1: per window of 16
+ * sub-blocks, vpdpbusd on |xq| and the codes with xq's signs, the lane sums
+ * reduced by pair_sums to one sum per sub-block, lane i the window's i-th. */
+AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const struct kern_gtype *gt, const struct kern_q8input *in,
+                                  int64_t t0, const int T, float *y, int64_t row0, int64_t row1)
+{
+    const int64_t S = gt->S, nsub = w->cols / S, ng = w->cols / KERN_GSUM;
+    const int chunks = (int)(16 * S / 64); /* 8 (S = 32) or 4 */
+    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        __m512 L[TB];
+        for (int u = 0; u < T; u++)
+            L[u] = _mm512_setzero_ps();
+        for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
+            const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S, len = nsw * S;
+            _Alignas(64) int8_t c[512];
+            _Alignas(64) float a[16] = {0}, m[16] = {0};
+            gq8_window(w, gt, row, col0, nsw, c, a, m);
+            const __mmask16 lanes = mask16(nsw);
+            const __m512 av = _mm512_load_ps(a), mv = _mm512_load_ps(m);
+            for (int u = 0; u < T; u++) {
+                const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
+                __m512i lv[4], s = _mm512_setzero_si512();
+                for (int k = 0; k < chunks; k++) {
+                    const int64_t left = len - 64 * k;
+                    const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
+                    const __m512i xv = _mm512_maskz_loadu_epi8(mk, xq + 64 * k), cv = _mm512_load_si512(c + 64 * k);
+                    const __m512i cs = _mm512_mask_sub_epi8(cv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv);
+                    s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), cs);
+                    int level = 0;
+                    for (int h = k; h & 1; h >>= 1, level++)
+                        s = pair_sums(lv[level], s);
+                    lv[level] = s;
+                }
+                const __m512 dv = S == 32 ? _mm512_maskz_loadu_ps(lanes, in->d + (t0 + u) * ng + col0 / KERN_GSUM)
+                                          : _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps((__mmask16)0xFF,
+                                                                                                in->d + (t0 + u) * ng + col0 / KERN_GSUM));
+                L[u] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, av), L[u], lanes);
+                if (gt->offsets)
+                    L[u] = _mm512_mask3_fmadd_ps(mv, _mm512_maskz_loadu_ps(lanes, in->xsum + (t0 + u) * ng + col0 / KERN_GSUM),
+                                                 L[u], lanes);
+            }
+        }
+        for (int u = 0; u < T; u++)
+            y[(t0 + u) * w->rows + r] = hsum512(L[u]);
+    }
+}
+
+AVX512VNNI void kern_gq8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                   int64_t row0, int64_t row1)
+{
+    const struct kern_gtype *gt = kern_gtype_of(w->mode);
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: gq8rows512(w, gt, in, t0, 1, y, row0, row1); break;
+        case 2: gq8rows512(w, gt, in, t0, 2, y, row0, row1); break;
+        case 3: gq8rows512(w, gt, in, t0, 3, y, row0, row1); break;
+        default: gq8rows512(w, gt, in, t0, 4, y, row0, row1); break;
+        }
+    }
+}
+
+/* The sums of 8 int32 vectors' lanes, vector i's in lane i (exact). */
+AVX2 INLINE __m256i sums8(const __m256i v[8])
+{
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* Σ xq·c over 32 bytes as 8 int32 lane sums (|xq|, |c| <= 127: no pair saturates). */
+AVX2 INLINE __m256i dot32(const int8_t *xq, const int8_t *c)
+{
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)xq), cv = _mm256_loadu_si256((const __m256i *)c);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(cv, xv)), _mm256_set1_epi16(1));
+}
+
+/* As gq8rows512 on 8-lane halves: per sub-block (S = 32) or pair of them
+ * (S = 16, lanes 0-3 and 4-7) the lane sums of maddubs + madd, reduced by hadd. */
+AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, const struct kern_q8input *in, int64_t t0,
+                            const int T, float *y, int64_t row0, int64_t row1)
+{
+    const int64_t S = gt->S, nsub = w->cols / S, ng = w->cols / KERN_GSUM;
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        __m256 lo[TB], hi[TB];
+        for (int u = 0; u < T; u++)
+            lo[u] = hi[u] = _mm256_setzero_ps();
+        for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
+            const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S;
+            _Alignas(64) int8_t c[512];
+            _Alignas(64) float a[16] = {0}, m[16] = {0};
+            gq8_window(w, gt, row, col0, nsw, c, a, m);
+            for (int u = 0; u < T; u++) {
+                const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
+                __m256i s[2];
+                for (int h = 0; h < 2; h++) { /* sub-blocks 8h .. 8h + 7 */
+                    __m256i v[8];
+                    for (int i = 0; i < 8; i++)
+                        v[i] = _mm256_setzero_si256();
+                    if (S == 32) {
+                        for (int i = 0; i < 8 && 8 * h + i < nsw; i++)
+                            v[i] = dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
+                        s[h] = sums8(v);
+                    } else { /* 4 vectors of 2 sub-blocks: halves summed as 8 lanes, then the order restored */
+                        for (int i = 0; i < 4 && 8 * h + 2 * i < nsw; i++)
+                            v[i] = dot32(xq + 16 * (8 * h + 2 * i), c + 16 * (8 * h + 2 * i));
+                        const __m256i q = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                        s[h] = _mm256_permutevar8x32_epi32(q, order);
+                    }
+                }
+                const float *d = in->d + (t0 + u) * ng + col0 / KERN_GSUM, *xs = in->xsum + (t0 + u) * ng + col0 / KERN_GSUM;
+                float dl[16] = {0}, xl[16] = {0};
+                for (int64_t i = 0; i < nsw; i++) {
+                    dl[i] = d[S == 32 ? i : i / 2];
+                    xl[i] = gt->offsets ? xs[i] : 0.0f;
+                }
+                for (int h = 0; h < 2; h++) {
+                    const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(dl + 8 * h), _mm256_load_ps(a + 8 * h));
+                    const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nsw - 8 * h)),
+                                                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+                    __m256 *acc = h ? &hi[u] : &lo[u];
+                    __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), ds, *acc);
+                    if (gt->offsets)
+                        v = _mm256_fmadd_ps(_mm256_load_ps(m + 8 * h), _mm256_loadu_ps(xl + 8 * h), v);
+                    *acc = _mm256_blendv_ps(*acc, v, live);
+                }
+            }
+        }
+        for (int u = 0; u < T; u++)
+            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(lo[u], hi[u]));
+    }
+}
+
+AVX2 void kern_gq8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                           int64_t row1)
+{
+    const struct kern_gtype *gt = kern_gtype_of(w->mode);
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {
+        switch (n - t0 < TB ? n - t0 : TB) {
+        case 1: gq8rows256(w, gt, in, t0, 1, y, row0, row1); break;
+        case 2: gq8rows256(w, gt, in, t0, 2, y, row0, row1); break;
+        case 3: gq8rows256(w, gt, in, t0, 3, y, row0, row1); break;
+        default: gq8rows256(w, gt, in, t0, 4, y, row0, row1); break;
+        }
+    }
+}

@@ -177,6 +177,10 @@ ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *i
 ATTR void F(kern_q8dot_)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) { /* exact int32 sums: the AVX2 kernel's bits are every variant's */
+        kern_gq8dot_avx2(w, in, n, y, row0, row1);
+        return;
+    }
     const int64_t t0 = 0; /* all n tokens, one after the other */
     if (w->blocked) {
         QROWS_DISPATCH(F(q8blocks_), n)

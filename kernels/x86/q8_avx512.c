@@ -24,14 +24,6 @@ AVX512VNNI INLINE __m512 params16(enum dtype t, const uint8_t *src, int64_t n)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src)), 16));
 }
 
-/* The 32 lanes of a then b, adjacent lanes added: lane i is ab[2i] + ab[2i + 1]. */
-AVX512VNNI INLINE __m512i pair_sums(__m512i a, __m512i b)
-{
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
-}
-
 /* Chunk j of a row (its first weight; `bytes` of its 64 code bytes present,
  * none for bytes <= 0: zero sums) for each token: the exact lane sums of q·xq through
  * vpdpbusd (codes unsigned, xq signed). Lane l holds the row's word 16c + l. */
@@ -279,6 +271,10 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
 AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
                                   int64_t row0, int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        kern_gq8dot_avx512(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->blocked) {
         const int64_t t0 = 0; /* all n tokens, one after the other */
         QROWS_DISPATCH(q8blocks512, n)

@@ -57,6 +57,14 @@ AVX512 INLINE float hsum512(__m512 acc)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+/* The 32 lanes of a then b, adjacent lanes added: lane i is ab[2i] + ab[2i + 1]. */
+AVX512 INLINE __m512i pair_sums(__m512i a, __m512i b)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+}
+
 /* The 8 lanes summed in kern_dot_ref's order (l and l + w for w = 4, 2, 1):
  * after v = lo + hi of 16 lanes, their sum in that order. */
 AVX2 INLINE float hsum256(__m256 v)

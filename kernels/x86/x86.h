@@ -16,6 +16,10 @@ void kern_gdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t 
 void kern_gdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
 void kern_gcodes_avx2(enum qmode m, const uint8_t *b, int8_t *c);
+void kern_gq8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                      int64_t row1);
+void kern_gq8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                        int64_t row1);
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
