@@ -41,7 +41,7 @@ AVX2 INLINE void put(int8_t *c, __m256i v)
 }
 
 /* The codes of one block of mode m (the scalar decoders' bytes). */
-AVX2 void kern_gcodes_avx2(enum qmode m, const uint8_t *b, int8_t *c)
+AVX2 INLINE void gcodes(const enum qmode m, const uint8_t *b, int8_t *c)
 {
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ggml_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), b32 = _mm256_set1_epi8(32);
@@ -94,6 +94,82 @@ AVX2 void kern_gcodes_avx2(enum qmode m, const uint8_t *b, int8_t *c)
     }
 }
 
+/* The f16 at p as a float (exact, as f16_to_f32). */
+AVX2 INLINE float h2f(const uint8_t *p)
+{
+    return _cvtsh_ss(rd_u16le(p));
+}
+
+/* Each sub-block's scale a and offset m of a block of mode m (the type
+ * row's params, kernels/ggml.c: the same exact products). Q4_K / Q5_K:
+ * the 12 bytes' 6-bit scales and mins unpacked four at a time, converted
+ * and multiplied in one vector. */
+AVX2 INLINE void gparams(const enum qmode mode, const uint8_t *b, float *a, float *m)
+{
+    switch (mode) {
+    case QM_GGML_Q4_1:
+    case QM_GGML_Q5_1:
+        a[0] = h2f(b), m[0] = h2f(b + 2);
+        break;
+    case QM_GGML_Q5_0:
+    case QM_GGML_IQ4_NL:
+        a[0] = h2f(b);
+        break;
+    case QM_GGML_Q4_K:
+    case QM_GGML_Q5_K: {
+        const uint32_t u0 = rd_u32le(b + 4), u1 = rd_u32le(b + 8), u2 = rd_u32le(b + 12);
+        const uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+        const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+        const __m128i sc = _mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0), mn = _mm_setr_epi32((int)mn_lo, (int)mn_hi, 0, 0);
+        _mm256_storeu_ps(a, _mm256_mul_ps(_mm256_set1_ps(h2f(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(h2f(b + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+        _mm256_storeu_ps(m, _mm256_xor_ps(dm, _mm256_set1_ps(-0.0f)));
+        break;
+    }
+    case QM_GGML_Q6_K: {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        const __m256 d = _mm256_set1_ps(h2f(b + 208));
+        _mm256_storeu_ps(a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(a + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+        break;
+    }
+    case QM_GGML_IQ4_XS: {
+        const float d = h2f(b);
+        const unsigned sh = rd_u16le(b + 2);
+        for (int j = 0; j < 8; j++)
+            a[j] = d * (float)((int)(((b[4 + j / 2] >> 4 * (j % 2)) & 0x0f) | ((sh >> 2 * j) & 3) << 4) - 32);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Sub-block size and whether offsets exist, as constants of a mode. */
+#define G_S(mode) ((mode) == QM_GGML_Q6_K ? 16 : 32)
+#define G_OFF(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q5_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_Q5_K)
+
+/* The row kernel fn specialized by type (w's mode) and token count T. */
+#define G_ONE(fn, m, T) case m: fn(w, m, in, t0, T, y, row0, row1); break;
+#define G_CALL(fn, T)                                                                                                 \
+    switch (w->mode) {                                                                                               \
+        G_ONE(fn, QM_GGML_Q4_1, T) G_ONE(fn, QM_GGML_Q5_0, T) G_ONE(fn, QM_GGML_Q5_1, T) G_ONE(fn, QM_GGML_Q4_K, T) \
+        G_ONE(fn, QM_GGML_Q5_K, T) G_ONE(fn, QM_GGML_Q6_K, T) G_ONE(fn, QM_GGML_IQ4_NL, T)                          \
+        G_ONE(fn, QM_GGML_IQ4_XS, T)                                                                                 \
+    default: break;                                                                                                  \
+    }
+/* fn for every TB tokens of n (then the rest). */
+#define G_TOKENS(fn)                                                                                                 \
+    for (int64_t t0 = 0; t0 < n; t0 += TB) {                                                                         \
+        switch (n - t0 < TB ? n - t0 : TB) {                                                                         \
+        case 1: G_CALL(fn, 1) break;                                                                                 \
+        case 2: G_CALL(fn, 2) break;                                                                                 \
+        case 3: G_CALL(fn, 3) break;                                                                                 \
+        default: G_CALL(fn, 4) break;                                                                                \
+        }                                                                                                            \
+    }
+
 /* Codes c[0..7] as floats. */
 AVX2 INLINE __m256 cvt8(const int8_t *c)
 {
@@ -101,10 +177,10 @@ AVX2 INLINE __m256 cvt8(const int8_t *c)
 }
 
 /* Rows [row0, row1) for tokens t0 .. t0 + T − 1: lanes 0-7 in lo, 8-15 in hi. */
-AVX2 INLINE void grows256(const struct wmat *w, const struct kern_gtype *gt, const struct kern_qinput *in, int64_t t0,
+AVX2 INLINE void grows256(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
                           const int T, float *y, int64_t row0, int64_t row1)
 {
-    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, S = gt->S;
+    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / G_S(mode), S = G_S(mode);
     const int64_t nsum = w->cols / KERN_GSUM;
     for (int64_t r = row0; r < row1; r++) {
         __m256 lo[TB], hi[TB];
@@ -115,8 +191,8 @@ AVX2 INLINE void grows256(const struct wmat *w, const struct kern_gtype *gt, con
         for (int64_t bi = 0; bi < nb; bi++) {
             const uint8_t *blk = row + (size_t)(bi * bb);
             struct kern_gblock g;
-            gt->params(blk, g.a, g.m);
-            kern_gcodes_avx2(w->mode, blk, g.c);
+            gparams(mode, blk, g.a, g.m);
+            gcodes(mode, blk, g.c);
             for (int64_t j = 0; j < ns; j++) {
                 const int64_t col = bi * w->gs + j * S;
                 const int8_t *c = g.c + j * S;
@@ -134,7 +210,7 @@ AVX2 INLINE void grows256(const struct wmat *w, const struct kern_gtype *gt, con
                     }
                     lo[u] = _mm256_fmadd_ps(pl, a, lo[u]);
                     hi[u] = _mm256_fmadd_ps(ph, a, hi[u]);
-                    if (gt->offsets)
+                    if (G_OFF(mode))
                         B[u] = fmaf(g.m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
                 }
             }
@@ -147,15 +223,7 @@ AVX2 INLINE void grows256(const struct wmat *w, const struct kern_gtype *gt, con
 AVX2 void kern_gdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
-    const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: grows256(w, gt, in, t0, 1, y, row0, row1); break;
-        case 2: grows256(w, gt, in, t0, 2, y, row0, row1); break;
-        case 3: grows256(w, gt, in, t0, 3, y, row0, row1); break;
-        default: grows256(w, gt, in, t0, 4, y, row0, row1); break;
-        }
-    }
+    G_TOKENS(grows256)
 }
 
 /* Codes c[0..15] as floats. */
@@ -164,10 +232,10 @@ AVX512 INLINE __m512 cvt16(const int8_t *c)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c)));
 }
 
-AVX512 INLINE void grows512(const struct wmat *w, const struct kern_gtype *gt, const struct kern_qinput *in, int64_t t0,
+AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
                             const int T, float *y, int64_t row0, int64_t row1)
 {
-    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, S = gt->S;
+    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / G_S(mode), S = G_S(mode);
     const int64_t nsum = w->cols / KERN_GSUM;
     for (int64_t r = row0; r < row1; r++) {
         __m512 A[TB];
@@ -179,8 +247,8 @@ AVX512 INLINE void grows512(const struct wmat *w, const struct kern_gtype *gt, c
             const uint8_t *blk = row + (size_t)(bi * bb);
             _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
             struct kern_gblock g;
-            gt->params(blk, g.a, g.m);
-            kern_gcodes_avx2(w->mode, blk, g.c);
+            gparams(mode, blk, g.a, g.m);
+            gcodes(mode, blk, g.c);
             for (int64_t j = 0; j < ns; j++) {
                 const int64_t col = bi * w->gs + j * S;
                 const int8_t *c = g.c + j * S;
@@ -192,7 +260,7 @@ AVX512 INLINE void grows512(const struct wmat *w, const struct kern_gtype *gt, c
                     if (S == 32)
                         p = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), c1, p);
                     A[u] = _mm512_fmadd_ps(p, a, A[u]);
-                    if (gt->offsets)
+                    if (G_OFF(mode))
                         B[u] = fmaf(g.m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
                 }
             }
@@ -205,41 +273,33 @@ AVX512 INLINE void grows512(const struct wmat *w, const struct kern_gtype *gt, c
 AVX512 void kern_gdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
-    const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: grows512(w, gt, in, t0, 1, y, row0, row1); break;
-        case 2: grows512(w, gt, in, t0, 2, y, row0, row1); break;
-        case 3: grows512(w, gt, in, t0, 3, y, row0, row1); break;
-        default: grows512(w, gt, in, t0, 4, y, row0, row1); break;
-        }
-    }
+    G_TOKENS(grows512)
 }
 
 /* ---- KERN_Q8 on ggml's blocks (kern_gq8dot_ref) ---- */
 
 /* A window of up to 16 sub-blocks of a row from column col0: the blocks
  * decoded (codes c, zero past the window's nsw sub-blocks; a, m per sub-block). */
-AVX2 static void gq8_window(const struct wmat *w, const struct kern_gtype *gt, const uint8_t *row, int64_t col0,
+AVX2 INLINE void gq8_window(const struct wmat *w, const enum qmode mode, const uint8_t *row, int64_t col0,
                        int64_t nsw, int8_t *c, float *a, float *m)
 {
-    const int64_t bb = (int64_t)w->row_bytes / (w->cols / w->gs), per = w->gs / gt->S;
+    const int64_t bb = (int64_t)w->row_bytes / (w->cols / w->gs), per = w->gs / G_S(mode);
     for (int64_t k = 0; k * per < nsw; k++) {
         const uint8_t *blk = row + (size_t)((col0 / w->gs + k) * bb);
-        gt->params(blk, a + k * per, m + k * per);
-        kern_gcodes_avx2(w->mode, blk, c + k * w->gs);
+        gparams(mode, blk, a + k * per, m + k * per);
+        gcodes(mode, blk, c + k * w->gs);
     }
-    for (int64_t i = nsw * gt->S; i < 16 * gt->S; i++)
+    for (int64_t i = nsw * G_S(mode); i < 16 * G_S(mode); i++)
         c[i] = 0;
 }
 
 /* Rows [row0, row1) for tokens t0 .. t0 + T − 1: per window of 16
  * sub-blocks, vpdpbusd on |xq| and the codes with xq's signs, the lane sums
  * reduced by pair_sums to one sum per sub-block, lane i the window's i-th. */
-AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const struct kern_gtype *gt, const struct kern_q8input *in,
+AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, const struct kern_q8input *in,
                                   int64_t t0, const int T, float *y, int64_t row0, int64_t row1)
 {
-    const int64_t S = gt->S, nsub = w->cols / S, ng = w->cols / KERN_GSUM;
+    const int64_t S = G_S(mode), nsub = w->cols / S, ng = w->cols / KERN_GSUM;
     const int chunks = (int)(16 * S / 64); /* 8 (S = 32) or 4 */
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int64_t r = row0; r < row1; r++) {
@@ -251,18 +311,22 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const struct kern_gtype 
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S, len = nsw * S;
             _Alignas(64) int8_t c[512];
             _Alignas(64) float a[16] = {0}, m[16] = {0};
-            gq8_window(w, gt, row, col0, nsw, c, a, m);
+            gq8_window(w, mode, row, col0, nsw, c, a, m);
             const __mmask16 lanes = mask16(nsw);
             const __m512 av = _mm512_load_ps(a), mv = _mm512_load_ps(m);
             for (int u = 0; u < T; u++) {
                 const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
                 __m512i lv[4], s = _mm512_setzero_si512();
+#pragma GCC unroll 8
                 for (int k = 0; k < chunks; k++) {
                     const int64_t left = len - 64 * k;
                     const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
                     const __m512i xv = _mm512_maskz_loadu_epi8(mk, xq + 64 * k), cv = _mm512_load_si512(c + 64 * k);
-                    const __m512i cs = _mm512_mask_sub_epi8(cv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv);
-                    s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), cs);
+                    if (G_OFF(mode)) /* codes 0..31: unsigned as they are */
+                        s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cv, xv);
+                    else /* |xq| times the codes with xq's signs */
+                        s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv),
+                                                _mm512_mask_sub_epi8(cv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv));
                     int level = 0;
                     for (int h = k; h & 1; h >>= 1, level++)
                         s = pair_sums(lv[level], s);
@@ -272,7 +336,7 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const struct kern_gtype 
                                           : _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps((__mmask16)0xFF,
                                                                                                 in->d + (t0 + u) * ng + col0 / KERN_GSUM));
                 L[u] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, av), L[u], lanes);
-                if (gt->offsets)
+                if (G_OFF(mode))
                     L[u] = _mm512_mask3_fmadd_ps(mv, _mm512_maskz_loadu_ps(lanes, in->xsum + (t0 + u) * ng + col0 / KERN_GSUM),
                                                  L[u], lanes);
             }
@@ -285,15 +349,7 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const struct kern_gtype 
 AVX512VNNI void kern_gq8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
                                    int64_t row0, int64_t row1)
 {
-    const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: gq8rows512(w, gt, in, t0, 1, y, row0, row1); break;
-        case 2: gq8rows512(w, gt, in, t0, 2, y, row0, row1); break;
-        case 3: gq8rows512(w, gt, in, t0, 3, y, row0, row1); break;
-        default: gq8rows512(w, gt, in, t0, 4, y, row0, row1); break;
-        }
-    }
+    G_TOKENS(gq8rows512)
 }
 
 /* The sums of 8 int32 vectors' lanes, vector i's in lane i (exact). */
@@ -313,10 +369,10 @@ AVX2 INLINE __m256i dot32(const int8_t *xq, const int8_t *c)
 
 /* As gq8rows512 on 8-lane halves: per sub-block (S = 32) or pair of them
  * (S = 16, lanes 0-3 and 4-7) the lane sums of maddubs + madd, reduced by hadd. */
-AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, const struct kern_q8input *in, int64_t t0,
+AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const struct kern_q8input *in, int64_t t0,
                             const int T, float *y, int64_t row0, int64_t row1)
 {
-    const int64_t S = gt->S, nsub = w->cols / S, ng = w->cols / KERN_GSUM;
+    const int64_t S = G_S(mode), nsub = w->cols / S, ng = w->cols / KERN_GSUM;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
@@ -327,7 +383,7 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, c
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S;
             _Alignas(64) int8_t c[512];
             _Alignas(64) float a[16] = {0}, m[16] = {0};
-            gq8_window(w, gt, row, col0, nsw, c, a, m);
+            gq8_window(w, mode, row, col0, nsw, c, a, m);
             for (int u = 0; u < T; u++) {
                 const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
                 __m256i s[2];
@@ -350,7 +406,7 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, c
                 float dl[16] = {0}, xl[16] = {0};
                 for (int64_t i = 0; i < nsw; i++) {
                     dl[i] = d[S == 32 ? i : i / 2];
-                    xl[i] = gt->offsets ? xs[i] : 0.0f;
+                    xl[i] = G_OFF(mode) ? xs[i] : 0.0f;
                 }
                 for (int h = 0; h < 2; h++) {
                     const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(dl + 8 * h), _mm256_load_ps(a + 8 * h));
@@ -358,7 +414,7 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, c
                                                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
                     __m256 *acc = h ? &hi[u] : &lo[u];
                     __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), ds, *acc);
-                    if (gt->offsets)
+                    if (G_OFF(mode))
                         v = _mm256_fmadd_ps(_mm256_load_ps(m + 8 * h), _mm256_loadu_ps(xl + 8 * h), v);
                     *acc = _mm256_blendv_ps(*acc, v, live);
                 }
@@ -372,13 +428,5 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const struct kern_gtype *gt, c
 AVX2 void kern_gq8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                            int64_t row1)
 {
-    const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    for (int64_t t0 = 0; t0 < n; t0 += TB) {
-        switch (n - t0 < TB ? n - t0 : TB) {
-        case 1: gq8rows256(w, gt, in, t0, 1, y, row0, row1); break;
-        case 2: gq8rows256(w, gt, in, t0, 2, y, row0, row1); break;
-        case 3: gq8rows256(w, gt, in, t0, 3, y, row0, row1); break;
-        default: gq8rows256(w, gt, in, t0, 4, y, row0, row1); break;
-        }
-    }
+    G_TOKENS(gq8rows256)
 }

@@ -10,8 +10,8 @@
 #define TB 4 /* tokens sharing one decode of a weight row */
 #define PARAMS_MAX 256 /* scales and biases of a row converted at once */
 #define INLINE static inline __attribute__((always_inline))
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 

@@ -10,12 +10,11 @@ void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t 
                     int64_t row1);
 void kern_qdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
-/* ggml's block types (kern_gdot_ref); the AVX2 decoder of a block's codes, which the AVX-512 kernel calls too. */
+/* ggml's block types (kern_gdot_ref, kern_gq8dot_ref). */
 void kern_gdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
 void kern_gdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
-void kern_gcodes_avx2(enum qmode m, const uint8_t *b, int8_t *c);
 void kern_gq8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                       int64_t row1);
 void kern_gq8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
