@@ -1746,13 +1746,14 @@ Test(kernels_q8, ggml_twins_bitwise_equal_reference, .timeout = TH_TIMEOUT(120))
                         const int64_t tk = i / rows, r = i % rows;
                         double exact = 0.0, bound = 0.0;
                         for (int64_t g = 0; g < cols / 32; g++) {
-                            double m = 0.0;
+                            float m = 0.0f; /* the input's largest |x| of the 32 columns (as the preparation's) */
                             for (int j = 0; j < 32; j++)
-                                m = fmax(m, fabs((double)x[tk * cols + 32 * g + j]));
+                                if (fabsf(x[tk * cols + 32 * g + j]) > m)
+                                    m = fabsf(x[tk * cols + 32 * g + j]);
                             for (int j = 0; j < 32; j++) {
                                 const int64_t c = 32 * g + j;
                                 exact += t.wd[r * cols + c] * (double)x[tk * cols + c];
-                                bound += fabs(t.wd[r * cols + c]) * (m / 127.0 / 2.0 + 1e-6 * fabs((double)x[tk * cols + c]));
+                                bound += fabs(t.wd[r * cols + c]) * ((double)m / 127.0 / 2.0 + 1e-6 * fabs((double)x[tk * cols + c]));
                             }
                         }
                         cr_assert(fabs((double)a[i] - exact) <= bound * 1.01 + 1e-6, "%s %lld x %lld n %lld: y[%lld] %g, exact %g, bound %g",

@@ -552,9 +552,54 @@ DOTPROD INLINE void q8blocks_neon(const struct wmat *w, const struct kern_q8inpu
     default: fn(w, in, n, y, row0, row1, 128, 8); break;                                                             \
     }
 
+/* kern_gq8dot_ref on SDOT: a sub-block's exact sum in int32 lanes, added
+ * across them (exact), then the definition's lane steps. */
+DOTPROD static void gq8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                int64_t row0, int64_t row1)
+{
+    const struct kern_gtype *gt = kern_gtype_of(w->mode);
+    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, S = gt->S;
+    const int64_t ng = w->cols / KERN_GSUM;
+    for (int64_t r = row0; r < row1; r++) {
+        float L[4][16] = {{0}};
+        const int T = n < 4 ? (int)n : 4;
+        for (int64_t t0 = 0; t0 < n; t0 += 4) {
+            const int tb = n - t0 < T ? (int)(n - t0) : T;
+            memset(L, 0, sizeof L);
+            for (int64_t bi = 0; bi < nb; bi++) {
+                const uint8_t *blk = w->w + (size_t)r * w->row_stride + (size_t)(bi * bb);
+                struct kern_gblock g;
+                gt->params(blk, g.a, g.m);
+                gcodes_neon(w->mode, blk, g.c);
+                for (int64_t j = 0; j < ns; j++) {
+                    const int64_t col = bi * w->gs + j * S, sub = col / S;
+                    const int8x16_t c0 = vld1q_s8(g.c + j * S), c1 = S == 32 ? vld1q_s8(g.c + j * S + 16) : vdupq_n_s8(0);
+                    for (int u = 0; u < tb; u++) {
+                        const int8_t *xq = in->xq + (t0 + u) * in->stride + col;
+                        int32x4_t acc = vdotq_s32(vdupq_n_s32(0), c0, vld1q_s8(xq));
+                        if (S == 32)
+                            acc = vdotq_s32(acc, c1, vld1q_s8(xq + 16));
+                        const float *d = in->d + (t0 + u) * ng, *xs = in->xsum + (t0 + u) * ng;
+                        float *l = &L[u][sub % 16];
+                        *l = fmaf((float)vaddvq_s32(acc), d[col / KERN_GSUM] * g.a[j], *l);
+                        if (gt->offsets)
+                            *l = fmaf(g.m[j], xs[col / KERN_GSUM], *l);
+                    }
+                }
+            }
+            for (int u = 0; u < tb; u++)
+                y[(t0 + u) * w->rows + r] = kern_lanes_sum16(L[u]);
+        }
+    }
+}
+
 DOTPROD void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
+    if (kern_gtype_of(w->mode)) {
+        gq8dot_neon(w, in, n, y, row0, row1);
+        return;
+    }
     if (w->blocked) {
         Q8_NEON(q8blocks_neon)
     } else {
