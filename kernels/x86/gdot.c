@@ -293,6 +293,72 @@ AVX2 INLINE void gq8_window(const struct wmat *w, const enum qmode mode, const u
         c[i] = 0;
 }
 
+/* Q4_K / Q5_K scales and mins of one block (12 bytes at q) as four words of
+ * bytes: sub-blocks 0-3 and 4-7's scales, then their mins. */
+INLINE void k45_unpack(const uint8_t *q, uint32_t sm[4])
+{
+    const uint32_t u0 = rd_u32le(q), u1 = rd_u32le(q + 4), u2 = rd_u32le(q + 8);
+    sm[0] = u0 & 0x3f3f3f3fu;
+    sm[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    sm[2] = u1 & 0x3f3f3f3fu;
+    sm[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+}
+
+/* A whole window of Q4_K / Q5_K (two blocks, 16 sub-blocks from col0) for
+ * T tokens, codes in registers: per 64 code bytes of a block (two parts)
+ * their low and high nibbles, whose 256-bit halves regroup into chunks
+ * (part p's low nibbles, then its high ones: gcodes' bytes); the scales
+ * and mins of both blocks in one vector each. */
+AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, const uint8_t *b1,
+                                     const struct kern_q8input *in, int64_t t0, const int T, int64_t col0, int64_t ng,
+                                     __m512 *L)
+{
+    uint32_t s0[4], s1[4];
+    k45_unpack(b0 + 4, s0);
+    k45_unpack(b1 + 4, s1);
+    const __m512 dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(h2f(b0)), _mm512_set1_ps(h2f(b1)));
+    const __m512 dm = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(h2f(b0 + 2)), _mm512_set1_ps(h2f(b1 + 2)));
+    const __m512 av = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                            _mm_setr_epi32((int)s0[0], (int)s0[1], (int)s1[0], (int)s1[1]))));
+    const __m512 mn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                            _mm_setr_epi32((int)s0[2], (int)s0[3], (int)s1[2], (int)s1[3]))));
+    const __m512 mv = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(mn), _mm512_set1_epi32(INT32_MIN)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), v16 = _mm512_set1_epi8(16);
+    __m512i cv[8];
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *blk = k ? b1 : b0;
+        const __m512i qh = mode == QM_GGML_Q5_K ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)))
+                                                : _mm512_setzero_si512();
+        for (int q = 0; q < 2; q++) { /* parts 2q and 2q + 1 */
+            const __m512i v = _mm512_loadu_si512(blk + (mode == QM_GGML_Q5_K ? 48 : 16) + 64 * q);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (mode == QM_GGML_Q5_K) { /* part p's fifth bits: 2p (low nibbles), 2p + 1 (high) */
+                const __m512i blo = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * q)), _mm256_set1_epi8((char)(4 << 4 * q)), 1);
+                const __m512i bhi = _mm512_inserti64x4(_mm512_set1_epi8((char)(2 << 4 * q)), _mm256_set1_epi8((char)(8 << 4 * q)), 1);
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, blo), lo, v16);
+                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, bhi), hi, v16);
+            }
+            cv[4 * k + 2 * q] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+            cv[4 * k + 2 * q + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+        }
+    }
+    for (int u = 0; u < T; u++) {
+        const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
+        __m512i lv[4], s = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cv[k], _mm512_loadu_si512(xq + 64 * k));
+            int level = 0;
+            for (int h = k; h & 1; h >>= 1, level++)
+                s = pair_sums(lv[level], s);
+            lv[level] = s;
+        }
+        const float *d = in->d + (t0 + u) * ng + col0 / KERN_GSUM, *xs = in->xsum + (t0 + u) * ng + col0 / KERN_GSUM;
+        L[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_loadu_ps(d), av), L[u]);
+        L[u] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(xs), L[u]);
+    }
+}
+
 /* Rows [row0, row1) for tokens t0 .. t0 + T − 1: per window of 16
  * sub-blocks, vpdpbusd on |xq| and the codes with xq's signs, the lane sums
  * reduced by pair_sums to one sum per sub-block, lane i the window's i-th. */
@@ -301,6 +367,7 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, c
 {
     const int64_t S = G_S(mode), nsub = w->cols / S, ng = w->cols / KERN_GSUM;
     const int chunks = (int)(16 * S / 64); /* 8 (S = 32) or 4 */
+    const int64_t bb = (int64_t)w->row_bytes / (w->cols / w->gs);
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *row = w->w + (size_t)r * w->row_stride;
@@ -309,6 +376,11 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, c
             L[u] = _mm512_setzero_ps();
         for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S, len = nsw * S;
+            if ((mode == QM_GGML_Q4_K || mode == QM_GGML_Q5_K) && nsw == 16) {
+                const uint8_t *b0 = row + (size_t)(col0 / 256 * bb);
+                k45_window512(mode, b0, b0 + bb, in, t0, T, col0, ng, L);
+                continue;
+            }
             _Alignas(64) int8_t c[512];
             _Alignas(64) float a[16] = {0}, m[16] = {0};
             gq8_window(w, mode, row, col0, nsw, c, a, m);
