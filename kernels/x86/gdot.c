@@ -359,6 +359,47 @@ AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, c
     }
 }
 
+/* A Q6_K block (one window: 16 sub-blocks of 16 from col0) for T tokens,
+ * codes in registers: per half, the 64 bytes of ql with qh's two bits
+ * shifted per 256-bit half (parts 0 and 1, then 2 and 3: gcodes' bytes). */
+AVX512VNNI INLINE void q6k_window512(const uint8_t *b, const struct kern_q8input *in, int64_t t0, const int T,
+                                     int64_t col0, int64_t ng, __m512 *L)
+{
+    const __m512 av = _mm512_mul_ps(_mm512_set1_ps(h2f(b + 208)),
+                                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), b32 = _mm512_set1_epi8(32);
+    const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* qh bits 0-1, 2-3 to 4-5 */
+    const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* bits 4-5, 6-7 */
+    __m512i cv[4];
+    for (int h = 0; h < 2; h++) {
+        const __m512i v = _mm512_loadu_si512(b + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sl), m30));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                           _mm512_and_si512(_mm512_srlv_epi16(qh, sr), m30));
+        cv[2 * h] = _mm512_sub_epi8(lo, b32);
+        cv[2 * h + 1] = _mm512_sub_epi8(hi, b32);
+    }
+    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int u = 0; u < T; u++) {
+        const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
+        __m512i lv[2], s = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i xv = _mm512_loadu_si512(xq + 64 * k);
+            s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv),
+                                    _mm512_mask_sub_epi8(cv[k], _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv[k]));
+            int level = 0;
+            for (int hh = k; hh & 1; hh >>= 1, level++)
+                s = pair_sums(lv[level], s);
+            if (k < 3)
+                lv[level] = s;
+        }
+        const __m512 dv = _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps((__mmask16)0xFF, in->d + (t0 + u) * ng + col0 / KERN_GSUM));
+        L[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, av), L[u]);
+    }
+}
+
 /* Rows [row0, row1) for tokens t0 .. t0 + T − 1: per window of 16
  * sub-blocks, vpdpbusd on |xq| and the codes with xq's signs, the lane sums
  * reduced by pair_sums to one sum per sub-block, lane i the window's i-th. */
@@ -379,6 +420,10 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, c
             if ((mode == QM_GGML_Q4_K || mode == QM_GGML_Q5_K) && nsw == 16) {
                 const uint8_t *b0 = row + (size_t)(col0 / 256 * bb);
                 k45_window512(mode, b0, b0 + bb, in, t0, T, col0, ng, L);
+                continue;
+            }
+            if (mode == QM_GGML_Q6_K) { /* a window is a block */
+                q6k_window512(row + (size_t)(col0 / 256 * bb), in, t0, T, col0, ng, L);
                 continue;
             }
             _Alignas(64) int8_t c[512];
