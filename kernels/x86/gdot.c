@@ -232,6 +232,58 @@ AVX512 INLINE __m512 cvt16(const int8_t *c)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c)));
 }
 
+/* The 4-bit types whose codes index a table of 16 values (Q4_1 and Q4_K:
+ * 0..15; IQ4_NL, IQ4_XS: kvalues). */
+#define G_NIB(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_IQ4_NL || (mode) == QM_GGML_IQ4_XS)
+
+/* One sub-block's steps of the definition for T tokens: codes c0 (its first
+ * 16) and c1, scale a, offset m, at column col. */
+AVX512 INLINE void gsub512(__m512 c0, __m512 c1, float a, float m, const bool off, const struct kern_qinput *in,
+                           int64_t t0, const int T, int64_t col, int64_t nsum, __m512 *A, float *B)
+{
+    const __m512 av = _mm512_set1_ps(a);
+#pragma GCC unroll 4
+    for (int u = 0; u < T; u++) {
+        const float *x = in->xd + (t0 + u) * in->stride + col;
+        const __m512 p = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), c1, _mm512_mul_ps(_mm512_loadu_ps(x), c0));
+        A[u] = _mm512_fmadd_ps(p, av, A[u]);
+        if (off)
+            B[u] = fmaf(m, in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
+    }
+}
+
+/* A block of a G_NIB type from column col: 16 code bytes widened to 32-bit
+ * lanes, whose low and high nibbles pick the code values from a register
+ * (vpermps reads an index's low 4 bits). Q4_K: sub-blocks 2k and 2k + 1 are
+ * the low and high nibbles of bytes 32k .. 32k + 31; the others: a
+ * sub-block's first 16 codes are 16 bytes' low nibbles, the rest their high ones. */
+AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *b, const float *a, const float *m,
+                                const struct kern_qinput *in, int64_t t0, const int T, int64_t col, int64_t nsum,
+                                __m512 *A, float *B)
+{
+    const __m512 tbl = mode == QM_GGML_IQ4_NL || mode == QM_GGML_IQ4_XS
+                           ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)ggml_kvalues_iq4nl)))
+                           : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#define NIB16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+    if (mode == QM_GGML_Q4_K) {
+        for (int k = 0; k < 4; k++) {
+            const __m512i e0 = NIB16(b + 16 + 32 * k), e1 = NIB16(b + 16 + 32 * k + 16);
+            gsub512(_mm512_permutexvar_ps(e0, tbl), _mm512_permutexvar_ps(e1, tbl), a[2 * k], m[2 * k], true, in, t0,
+                    T, col + 64 * k, nsum, A, B);
+            gsub512(_mm512_permutexvar_ps(_mm512_srli_epi32(e0, 4), tbl), _mm512_permutexvar_ps(_mm512_srli_epi32(e1, 4), tbl),
+                    a[2 * k + 1], m[2 * k + 1], true, in, t0, T, col + 64 * k + 32, nsum, A, B);
+        }
+        return;
+    }
+    const int subs = mode == QM_GGML_IQ4_XS ? 8 : 1, at = mode == QM_GGML_IQ4_XS ? 8 : mode == QM_GGML_Q4_1 ? 4 : 2;
+    for (int j = 0; j < subs; j++) {
+        const __m512i e = NIB16(b + at + 16 * j);
+        gsub512(_mm512_permutexvar_ps(e, tbl), _mm512_permutexvar_ps(_mm512_srli_epi32(e, 4), tbl), a[j], m[j],
+                mode == QM_GGML_Q4_1, in, t0, T, col + 32 * j, nsum, A, B);
+    }
+#undef NIB16
+}
+
 AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
                             const int T, float *y, int64_t row0, int64_t row1)
 {
@@ -248,6 +300,10 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
             _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
             struct kern_gblock g;
             gparams(mode, blk, g.a, g.m);
+            if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
+                nib_block512(mode, blk, g.a, g.m, in, t0, T, bi * w->gs, nsum, A, B);
+                continue;
+            }
             gcodes(mode, blk, g.c);
             for (int64_t j = 0; j < ns; j++) {
                 const int64_t col = bi * w->gs + j * S;
