@@ -510,6 +510,7 @@ int convert_run(struct convert_report *r, const char *dir, const struct convert_
     int rc = resolve(given, &opts, e);
     if (rc != ERR_OK)
         return rc;
+    opts.plan.mlx = opts.format_mlx;
     rc = ingest_open(&r->in, &r->cfg, dir, 0, e);
     /* the inputs are known now (opened): an output over one is refused before any work */
     if (rc == ERR_OK && !o->dry_run && !o->format_mlx)
@@ -608,12 +609,13 @@ void convert_print(FILE *out, const struct convert_report *r, bool with_plan)
     free(done);
     if (with_plan)
         plan_print(out, &r->plan);
-    size_t by_act[4] = {0};
+    size_t by_act[ACT_TRANSCODE + 1] = {0};
     for (size_t i = 0; i < r->plan.n; i++)
         by_act[r->plan.items[i].act]++;
-    fprintf(out, "plan: %zu tensors: %zu copied, %zu quantized, %zu requantized, %zu dequantized; %llu bytes, %.3f bits "
-                 "per weight\n",
+    fprintf(out, "plan: %zu tensors: %zu copied, %zu quantized, %zu requantized, %zu dequantized, %zu transcoded; %llu "
+                 "bytes, %.3f bits per weight\n",
             r->plan.n, by_act[ACT_COPY], by_act[ACT_QUANTIZE], by_act[ACT_REQUANTIZE], by_act[ACT_DEQUANTIZE],
+            by_act[ACT_TRANSCODE],
             (unsigned long long)r->plan.bytes,
             r->plan.params ? 8.0 * (double)r->plan.bytes / (double)r->plan.params : 0.0);
     print_exactness(out, r);

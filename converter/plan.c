@@ -1,4 +1,5 @@
 #include "converter/plan.h"
+#include "quant/ggml.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -72,6 +73,7 @@ const char *plan_action_name(enum plan_action a)
     case ACT_QUANTIZE: return "quantize";
     case ACT_REQUANTIZE: return "requantize";
     case ACT_DEQUANTIZE: return "dequantize";
+    case ACT_TRANSCODE: return "transcode";
     }
     return "?";
 }
@@ -160,6 +162,14 @@ static int decide(struct plan_item *it, const struct plan_opts *o, int last_full
         bits = o->bits;
         gs = o->group_size;
         why(it, "--mode %s --bits %d --group-size %d", qmode_name(mode), bits, gs);
+    } else if (o->mlx && src_q && ggml_affine_bits(qformat_of(t->q.mode)->ggml)) {
+        it->act = ACT_TRANSCODE;
+        it->mode = QM_AFFINE;
+        it->bits = ggml_affine_bits(qformat_of(t->q.mode)->ggml);
+        it->group_size = 32;
+        it->dtype = DT_F16;
+        why(it, "%s as MLX affine %d-bit group 32: the same values", qformat_of(t->q.mode)->name, it->bits);
+        return ERR_OK;
     } else {
         why(it, src_q ? "source quantization kept" : "source precision kept");
         return ERR_OK;
@@ -377,6 +387,7 @@ struct qblock {
     struct stream_state *st;
     uint64_t r0;
     size_t cols, ng, ssz, row_bytes;
+    size_t src_row_bytes;    /* ACT_TRANSCODE: a row of the source's blocks */
     enum dtype t;            /* the type the MX quantizer rounds in: the source's */
     float *scratch;          /* [workers][2][cols]: the source row, the output row dequantized */
     uint8_t *out;            /* [block][row_bytes] packed codes */
@@ -421,7 +432,10 @@ static void quant_task(void *arg, int64_t task, int worker)
     b->groups[task] = b->exact[task] = 0;
     b->bad[task] = -1;
     const struct qformat *f = qformat_of(b->it->mode);
-    if (b->it->lattice)
+    if (b->it->act == ACT_TRANSCODE) /* the source's blocks, rewritten: the check below finds any value that moved */
+        b->bad[task] = ggml_to_affine(qformat_of(b->src->t->q.mode)->ggml, b->src->w + r * b->src_row_bytes, b->cols,
+                                      words, sc, bi);
+    else if (b->it->lattice)
         f->lattice(row, b->cols, b->it->dtype, words, sc, bi, &b->groups[task], &b->exact[task]);
     else
         b->bad[task] = f->quantize(b->it->mode, b->t, row, b->cols, b->it->group_size, b->it->bits, b->it->dtype,
@@ -445,8 +459,12 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
     st->nbytes = (size_t)rows * ng * ssz;
     st->scales = malloc(st->nbytes ? st->nbytes : 1);
     st->biases = malloc(st->nbytes ? st->nbytes : 1);
+    const struct norm_tensor *t = src->t;
+    const size_t src_row_bytes = !t->q.quantized ? 0
+                                 : (size_t)qformat_part_cols(qformat_of(t->q.mode), QP_WEIGHT, cols, t->q.bits,
+                                                             t->q.group_size); /* ggml: U8 blocks */
     struct qblock b = {.src = src, .it = it, .st = st, .cols = (size_t)cols, .ng = ng, .ssz = ssz,
-                       .row_bytes = row_bytes, .t = source_type(src->t),
+                       .row_bytes = row_bytes, .src_row_bytes = src_row_bytes, .t = source_type(src->t),
                        .scratch = malloc((size_t)workers * 2 * (size_t)cols * sizeof(float)),
                        .err = malloc((size_t)block * sizeof(double)),
                        .sq = malloc((size_t)block * sizeof(double)),
@@ -466,12 +484,18 @@ static int stream_quantized(const struct source *src, struct plan_item *it, stru
             it->lattice_exact += b.exact[i];
             it->max_err = b.err[i] > it->max_err || b.err[i] != b.err[i] ? b.err[i] : it->max_err;
             it->sq_err += b.sq[i];
-            if (b.bad[i] >= 0)
+            if (b.bad[i] >= 0 && it->act == ACT_TRANSCODE)
+                rc = err_set(e, ERR_UNSUPPORTED, "%s: row %llu, group %lld: its bias −16·d does not fit f16; keep the "
+                                                 "tensor dense (--keep-dense) or convert to a pack",
+                             src->t->name, (unsigned long long)(b.r0 + i), (long long)b.bad[i]);
+            else if (b.bad[i] >= 0)
                 rc = err_set(e, ERR_UNSUPPORTED,
                              "%s: row %llu, group %lld holds a NaN or inf, or magnitudes outside %s's exponent range: "
                              "MLX's quantizer is undefined there; keep the tensor dense (--keep-dense) or use affine",
                              src->t->name, (unsigned long long)(b.r0 + i), (long long)b.bad[i], qmode_name(it->mode));
         }
+        if (rc == ERR_OK && it->act == ACT_TRANSCODE && it->max_err != 0.0) /* never: verified, not assumed */
+            rc = err_set(e, ERR_FORMAT, "%s: transcoded to MLX affine, a value moved by %g", src->t->name, it->max_err);
         if (rc == ERR_OK)
             rc = sink(ctx, b.out, (size_t)n * row_bytes, e);
     }

@@ -36,6 +36,7 @@ struct plan_opts {
     bool skip_last_full;  /* --skip-last-full-attention */
     bool allow_requantize;
     bool qat_lattice;
+    bool mlx;             /* the output is MLX safetensors: ggml blocks MLX affine holds exactly are transcoded */
 };
 
 enum plan_action {
@@ -43,6 +44,7 @@ enum plan_action {
     ACT_QUANTIZE,    /* float -> MLX quantized */
     ACT_REQUANTIZE,  /* MLX quantized -> float32 -> MLX quantized another way */
     ACT_DEQUANTIZE,  /* MLX quantized -> F32 (a dense-kept module of a quantized source) */
+    ACT_TRANSCODE,   /* ggml Q4_1 / Q5_0 / Q5_1 blocks -> MLX affine group 32, value for value (an MLX output) */
 };
 
 struct plan_item {

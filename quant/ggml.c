@@ -13,6 +13,7 @@
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/gguf.h"
+#include "quant/quant.h"
 
 static float f16_at(const uint8_t *p)
 {
@@ -531,4 +532,43 @@ bool ggml_qtype_find_name(const char *name, struct ggml_qtype *out)
 bool ggml_qtype_at(size_t i, struct ggml_qtype *out)
 {
     return i < N_ROWS && fill(i, out);
+}
+
+/* ---- exact MLX affine forms ---- */
+
+int ggml_affine_bits(uint32_t id)
+{
+    return id == 3 ? 4 : id == 6 || id == 7 ? 5 : 0; /* Q4_1; Q5_0, Q5_1 */
+}
+
+/* A block's codes: 16 bytes of nibbles at q (weight j low, 16 + j high), a
+ * fifth bit from the u32 at qh (bit j of weight j) unless qh is NULL. */
+static void nib_codes(const uint8_t *q, const uint8_t *qh, uint8_t *c)
+{
+    const uint32_t h = qh ? rd_u32le(qh) : 0;
+    for (int j = 0; j < 16; j++) {
+        c[j] = (uint8_t)((q[j] & 0x0f) | (h >> j & 1) << 4);
+        c[j + 16] = (uint8_t)((q[j] >> 4) | (h >> (j + 16) & 1) << 4);
+    }
+}
+
+int64_t ggml_to_affine(uint32_t id, const uint8_t *b, size_t n, uint32_t *words, uint8_t *scales, uint8_t *biases)
+{
+    const int bits = ggml_affine_bits(id);
+    const size_t bytes = id == 3 ? 20 : id == 6 ? 22 : 24;
+    for (size_t g = 0; g < n / 32; g++, b += bytes) {
+        uint8_t c[32];
+        nib_codes(b + (id == 3 ? 4 : id == 6 ? 6 : 8), id == 3 ? NULL : b + (id == 6 ? 2 : 4), c);
+        quant_pack_codes(c, 32, bits, words + g * (size_t)bits);
+        memcpy(scales + 2 * g, b, 2); /* d */
+        if (id == 6) { /* −16·d: exact in f16 unless it overflows */
+            const uint16_t h = f32_to_f16(-16.0f * f16_at(b));
+            if ((h & 0x7c00u) == 0x7c00u)
+                return (int64_t)g;
+            wr_u16le(biases + 2 * g, h);
+        } else {
+            memcpy(biases + 2 * g, b + 2, 2); /* m */
+        }
+    }
+    return -1;
 }

@@ -37,6 +37,17 @@ bool ggml_qtype_find_name(const char *name, struct ggml_qtype *out);
 /* Row i of the table (false past its end): for walking every type. */
 bool ggml_qtype_at(size_t i, struct ggml_qtype *out);
 
+/* The ggml types MLX affine group 32 holds exactly in as many bits (Q4_1:
+ * 4 bits, scale d, bias m; Q5_1: 5 bits, d, m; Q5_0: 5 bits, d, −16·d;
+ * docs/INPUTS.md §6.3): their bits, else 0. */
+int ggml_affine_bits(uint32_t id);
+
+/* n weights of such blocks as MLX affine group 32: codes packed as
+ * quant_pack_codes does, f16 scales and biases (one per group). Returns the
+ * first group whose bias f16 cannot hold (Q5_0's −16·d past 65504), or -1. */
+int64_t ggml_to_affine(uint32_t id, const uint8_t *blocks, size_t n, uint32_t *words, uint8_t *scales,
+                       uint8_t *biases);
+
 /* Format data (quant/ggml_grids.c, generated from ggml-common.h by
  * tests/ggml/extract_grids.py). Grid rows are an entry's bytes, least
  * significant first. */

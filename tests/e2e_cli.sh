@@ -111,6 +111,19 @@ expect 0 "convert --format mlx --mode mxfp8" -- "$G" convert "$T/e2b" --format m
 expect 0 "the mxfp8 export passes check" -- "$G" check "$T/mlx-mx8"
 ok "its config names the mode" -- test "$(json_field "$T/mlx-mx8/config.json" "d['quantization']['mode']")" = mxfp8
 
+# a GGUF's ggml blocks in an MLX export: Q5_0 / Q5_1 (and Q4_1) as affine with the same values, the others refused
+expect 0 "fixture gguf-q4_k_m" -- "$G" fixture --variant e2b --format gguf-q4_k_m -o "$T/km"
+expect 2 "MLX export of K-quant blocks refused" -- "$G" convert "$T/km/model.gguf" --format mlx -o "$T/km-mlx"
+ok "... naming tensor and type" -- grep -qE "layers\.[0-9]+\.[a-z_.]+\.weight is Q[46]_K blocks, which no MLX mode holds exactly" "$T/err"
+rule='down_proj|layers\.(4|9)\.self_attn\.o_proj=8:64' # the Q4_K / Q6_K tensors of the fixture
+expect 0 "MLX export: K-quants requantized, Q5_0 transcoded" -- "$G" convert "$T/km/model.gguf" --format mlx -o "$T/km-mlx" --allow-requantize --quantize "$rule"
+ok "... 66 transcoded" -- grep -q "12 requantized, 0 dequantized, 66 transcoded" "$T/out"
+ok "... counted exact" -- grep -q "exact: 148 of 160 tensors" "$T/out"
+expect 0 "the export passes check" -- "$G" check "$T/km-mlx"
+"$G" convert "$T/km/model.gguf" --format mlx -o "$T/x" --allow-requantize --quantize "$rule" --dry-run 2>/dev/null |
+    awk '$2 == "transcode" {print $1}' >"$T/transcoded.txt"
+ok "reference.py reads the GGUF's values in the export" -- /usr/bin/python3 tests/ggml/mlx_export_check.py golden "$T/km/model.gguf" "$T/km-mlx" "$T/transcoded.txt"
+
 # progress: a line on a terminal, nothing otherwise
 expect 0 "convert off a terminal" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/notty.gpk"
 ok "no progress line off a terminal" -- sh -c '! grep -q "MiB/s" "$1"' - "$T/err"

@@ -13,7 +13,9 @@
 
 #include "core/bytes.h"
 #include "core/gguf.h"
+#include "core/dtype.h"
 #include "quant/ggml.h"
+#include "quant/quant.h"
 #include "tests/helpers.h"
 
 #define REF GP_SOURCE_DIR "/build-ref/ggml"
@@ -275,6 +277,59 @@ Test(ggml, bit_identical, .timeout = TH_TIMEOUT(300))
         gguf_py(ref.dir, t.name, b, nb * t.bytes, got, n);
         free(b), free(want), free(got);
     }
+    ref_close(&ref);
+}
+
+/* Q4_1, Q5_0 and Q5_1 as MLX affine group 32 (ggml_to_affine): dequantized
+ * as MLX does (quant_dequant_row, f16 scales and biases), every float has
+ * the bits of ggml's own dequantization of the blocks, but for Q5_0's zeros
+ * (−0 in ggml where d < 0, +0 in MLX); the other types have no such form. */
+Test(ggml, affine_forms_exact, .timeout = TH_TIMEOUT(120))
+{
+    struct ref ref;
+    ref_open(&ref);
+    struct ggml_qtype t;
+    int forms = 0;
+    for (size_t i = 0; ggml_qtype_at(i, &t); i++) {
+        const int nbits = ggml_affine_bits(t.id);
+        cr_assert_eq(nbits != 0, t.id == GGML_Q4_1 || t.id == GGML_Q5_0 || t.id == GGML_Q5_1, "%s", t.name);
+        if (!nbits)
+            continue;
+        size_t nb;
+        uint8_t *b = make_blocks(layout_of(ref.l, t.id), &nb);
+        for (size_t k = 0; k < nb; k++) /* finite scales (a NaN block is refused when the file is read) */
+            for (int f = 0; f < (t.id == GGML_Q5_0 ? 1 : 2); f++)
+                if ((rd_u16le(b + k * t.bytes + 2 * f) & 0x7c00) == 0x7c00)
+                    wr_u16le(b + k * t.bytes + 2 * f, 0x3c00);
+        for (size_t k = 0; k < nb && t.id == GGML_Q5_0; k++) /* −16·d within f16: |d| <= 2048 */
+            if (fabsf(f16_to_f32(rd_u16le(b + k * t.bytes))) > 2048.0f)
+                wr_u16le(b + k * t.bytes, 0x6800);
+        const size_t n = nb * 32;
+        uint32_t *words = malloc(n * (size_t)nbits / 8);
+        uint8_t *sc = malloc(2 * nb), *bi = malloc(2 * nb);
+        float *got = malloc(n * sizeof *got);
+        cr_assert(words && sc && bi && got);
+        cr_assert_eq(ggml_to_affine(t.id, b, n, words, sc, bi), -1, "%s: a bias that f16 holds", t.name);
+        quant_dequant_row((const uint8_t *)words, sc, bi, DT_F16, n, 32, nbits, got);
+        float *want = ref_dequant(ref.dir, ref.exe, t.id, b, nb * t.bytes, n);
+        size_t zeros = 0; /* Q5_0 at q = 16 with d < 0: ggml's 0·d is −0, MLX's 16d − 16d is +0 */
+        for (size_t k = 0; k < n; k++) {
+            cr_assert(bits(got[k]) == bits(want[k]) || (got[k] == 0.0f && want[k] == 0.0f),
+                      "%s: weight %zu: MLX affine %g (0x%08x), ggml %g (0x%08x)", t.name, k, (double)got[k],
+                      bits(got[k]), (double)want[k], bits(want[k]));
+            zeros += bits(got[k]) != bits(want[k]);
+        }
+        cr_assert(t.id == GGML_Q5_0 || zeros == 0, "%s: %zu zeros of another sign", t.name, zeros);
+        if (t.id == GGML_Q5_0) { /* a d whose −16·d overflows f16 is named, not rounded */
+            wr_u16le(b + 3 * t.bytes, 0x7800); /* 32768 */
+            cr_assert_eq(ggml_to_affine(t.id, b, n, words, sc, bi), 3);
+        }
+        cr_log_info("%s: %zu blocks as MLX affine %d-bit group 32: ggml's values (%zu zeros of the other sign)", t.name,
+                    nb, nbits, zeros);
+        free(b), free(words), free(sc), free(bi), free(got), free(want);
+        forms++;
+    }
+    cr_assert_eq(forms, 3);
     ref_close(&ref);
 }
 
