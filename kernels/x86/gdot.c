@@ -1,8 +1,13 @@
-/* gdot.c - the x86 twins of kern_gdot_ref (kernels/internal.h, ggml's block
- * types): a block's codes decoded with byte shuffles into the same int8
- * bytes as the scalar decoders (AVX2, also called by the AVX-512 kernel),
- * its scales and offsets by the type's row (kernels/ggml.c), then the
- * definition's lanes for up to TB tokens at once, the codes converted once. */
+/* gdot.c - the x86 twins of ggml's block types' definitions (kernels/ggml.c:
+ * kern_gdot_ref, and kern_gq8dot_ref for --kernels q8), bit for bit. A
+ * block's codes are decoded with byte shuffles into the scalar decoders'
+ * int8 bytes (gcodes) and its scales and offsets with a few vector ops
+ * (gparams: the same exact products); the kernels are specialized by type
+ * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
+ * codes up as floats (vpermps), the others convert the decoded bytes. Int8:
+ * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
+ * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes in
+ * registers. The AVX2 kernels run the same steps on 8-lane halves. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -18,14 +23,14 @@ AVX2 INLINE __m256i nib16(const uint8_t *q)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
-/* Byte j = `val` where bit j of the 32 at qh is set, else 0. */
-AVX2 INLINE __m256i bits32(const uint8_t *qh, char val)
+/* Byte j = 16 where bit j of the 32 at qh is set, else 0. */
+AVX2 INLINE __m256i bits32(const uint8_t *qh)
 {
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                                           3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)rd_u32le(qh)), pick), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(val));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
 }
 
 /* Byte j = 16 where qh's byte j has bit `b` set. */
@@ -50,10 +55,10 @@ AVX2 INLINE void gcodes(const enum qmode m, const uint8_t *b, int8_t *c)
         put(c, nib16(b + 4));
         break;
     case QM_GGML_Q5_0:
-        put(c, _mm256_sub_epi8(_mm256_or_si256(nib16(b + 6), bits32(b + 2, 16)), _mm256_set1_epi8(16)));
+        put(c, _mm256_sub_epi8(_mm256_or_si256(nib16(b + 6), bits32(b + 2)), _mm256_set1_epi8(16)));
         break;
     case QM_GGML_Q5_1:
-        put(c, _mm256_or_si256(nib16(b + 8), bits32(b + 4, 16)));
+        put(c, _mm256_or_si256(nib16(b + 8), bits32(b + 4)));
         break;
     case QM_GGML_IQ4_NL:
         put(c, _mm256_shuffle_epi8(kv, nib16(b + 2)));
