@@ -134,20 +134,26 @@ const struct kern_gtype *kern_gtype_of(enum qmode m)
     return (unsigned)m < QM_COUNT && gtypes[m].codes ? &gtypes[m] : NULL;
 }
 
+/* Block bi of row r decoded: its codes, scales and offsets. */
+static void block_of(const struct wmat *w, const struct kern_gtype *gt, int64_t r, int64_t bi, struct kern_gblock *g)
+{
+    const uint8_t *blk = w->w + (size_t)r * w->row_stride + (size_t)bi * (w->row_bytes / (size_t)(w->cols / w->gs));
+    gt->params(blk, g->a, g->m);
+    gt->codes(blk, g->c);
+}
+
 void kern_gdot_ref(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                    int64_t row1)
 {
     const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S;
+    const int64_t nb = w->cols / w->gs, ns = w->gs / gt->S;
     for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {
             const float *x = in->xd + t * in->stride, *xs = in->xsum + t * (w->cols / KERN_GSUM);
             float A[16] = {0}, B = 0.0f;
             for (int64_t bi = 0; bi < nb; bi++) {
-                const uint8_t *blk = w->w + (size_t)r * w->row_stride + (size_t)(bi * bb);
                 struct kern_gblock g;
-                gt->params(blk, g.a, g.m);
-                gt->codes(blk, g.c);
+                block_of(w, gt, r, bi, &g);
                 for (int64_t j = 0; j < ns; j++) {
                     const int64_t col = bi * w->gs + j * gt->S;
                     const int8_t *c = g.c + j * gt->S;
@@ -171,17 +177,15 @@ void kern_gq8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_
                      int64_t row1)
 {
     const struct kern_gtype *gt = kern_gtype_of(w->mode);
-    const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / gt->S, ng = w->cols / KERN_GSUM;
+    const int64_t nb = w->cols / w->gs, ns = w->gs / gt->S, ng = w->cols / KERN_GSUM;
     for (int64_t r = row0; r < row1; r++)
         for (int64_t t = 0; t < n; t++) {
             const int8_t *xq = in->xq + t * in->stride;
             const float *d = in->d + t * ng, *xs = in->xsum + t * ng;
             float L[16] = {0};
             for (int64_t bi = 0; bi < nb; bi++) {
-                const uint8_t *blk = w->w + (size_t)r * w->row_stride + (size_t)(bi * bb);
                 struct kern_gblock g;
-                gt->params(blk, g.a, g.m);
-                gt->codes(blk, g.c);
+                block_of(w, gt, r, bi, &g);
                 for (int64_t j = 0; j < ns; j++) {
                     const int64_t col = bi * w->gs + j * gt->S, sub = col / gt->S;
                     int32_t S = 0;
