@@ -9,7 +9,8 @@
  *             bytes of weights read per token, % of the bandwidth bound: five
  *             rounds of (read bandwidth, 1 untimed + 8 timed decode steps),
  *             the median ratio; then, as a control, the same rounds with a
- *             read of the step's bytes in place of each step
+ *             read of the step's bytes in place of each step; `decode MODEL`
+ *             the same on any model (an E2B-shaped Q4_K_M GGUF, say)
  *   prefill [T]  prefill tokens/s at a T-token prompt (default 512; 4-bit
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
  *             int8 kernels, and of the bf16 checkpoint (the convert
@@ -21,6 +22,8 @@
  *             token reads (MoE: its top-k experts) over the read bandwidth
  *   convert   convert of an E2B-shaped bf16 checkpoint to 4-bit: GB/s of input
  *             and peak RSS against the largest tensor + 256 MiB
+ *   gkernel   the fused ggml kernels' matvec alone (Q4_K, Q6_K, Q5_K, IQ4_XS,
+ *             Q4_1, Q5_0, IQ4_NL; exact and int8), in L2 and from RAM
  *   kernel    the fused 4-bit matvec alone (kern_matmul, one token, g64, bf16
  *             scales, 1536 columns like most E2B matrices): on a 512-row matrix
  *             that stays in L2 (1 thread), and on a 512 MiB one from RAM (1 and
@@ -285,11 +288,15 @@ static int read_control(uint64_t step_bytes, int threads)
     return 0;
 }
 
-static int decode(int bits)
+/* bits: the E2B-shaped pack of 4 or 8 bits (made once); or any model at `path`
+ * (an E2B-shaped GGUF: `gempack fixture --variant e2b --full-size --format gguf-q4_k_m`). */
+static int decode(int bits, const char *path)
 {
     char pack[4200], name[32];
     snprintf(name, sizeof name, "e2b-q%d", bits);
-    if (ensure(name, "e2b", bits, true, pack, sizeof pack))
+    if (path)
+        snprintf(pack, sizeof pack, "%s", path);
+    else if (ensure(name, "e2b", bits, true, pack, sizeof pack))
         return 1;
     struct model m;
     struct err e = {0};
@@ -308,9 +315,8 @@ static int decode(int bits)
                 return 1;
             }
             t_load = now() - t_load;
-            printf("decode, E2B-shaped %d-bit pack (%s): %.0f MB of weights read per token, copied to anonymous "
-                   "memory in blocks of rows in %.2f s (run's default)\n", bits, pack, (double)m.weight_bytes / 1e6,
-                   t_load);
+            printf("decode, %s: %.0f MB of weights read per token, copied to anonymous memory (4/8-bit affine in "
+                   "blocks of rows) in %.2f s (run's default)\n", pack, (double)m.weight_bytes / 1e6, t_load);
         }
         struct runner r;
         if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = 16,
@@ -750,7 +756,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(mode, "decode"))
-        return decode(argc > 2 ? atoi(argv[2]) : 4);
+        return argc > 2 && atoi(argv[2]) == 0 ? decode(0, argv[2]) : decode(argc > 2 ? atoi(argv[2]) : 4, NULL);
     if (!strcmp(mode, "prefill"))
         return prefill(argc > 2 ? atoi(argv[2]) : 512);
     if (!strcmp(mode, "big") && argc > 2)
@@ -761,6 +767,6 @@ int main(int argc, char **argv)
         return kernel_bench();
     if (!strcmp(mode, "gkernel"))
         return gkernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|decode MODEL|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
     return 2;
 }
