@@ -236,11 +236,17 @@ ParameterizedTest(size_t *i, runner, qat_formats, .timeout = TH_TIMEOUT(120))
     th_rmtree(tmp);
 }
 
+/* --kernels q8's bars against the float64 goldens (q8_kernels_vs_golden below). */
+#define Q8_KLD_MAX 5e-4
+#define Q8_TOP1_MIN 0.95
+
 /* llama-quantize presets (ggml block types per tensor, fixtures/formats.c):
  * the GGUF against its golden from golden/reference.py (its own NumPy
  * dequantization of every type); the pack keeps every block (every tensor
  * exact, the same logits bit for bit); the MLX export refuses the blocks by
- * tensor and type. */
+ * tensor and type; --kernels q8 within its bars. Seen 2026-11-28
+ * (KERN_NUMERICS 9): exact max |dlogit| 1.2e-5-4.2e-5, top-1 1.000; q8 KLD
+ * max 7.7e-8-1.9e-5, top-1 1.000, max |dlogit| 0.45-1.0. */
 static struct format_case presets[] = {
     {"e2b", FXF_GGUF_Q4_K_M, "gguf-q4_k_m"},     {"e2b", FXF_GGUF_Q5_K_M, "gguf-q5_k_m"},
     {"e2b", FXF_GGUF_Q6_K, "gguf-q6_k"},         {"e2b", FXF_GGUF_IQ4_XS, "gguf-iq4_xs"},
@@ -283,6 +289,28 @@ ParameterizedTest(size_t *i, runner, gguf_presets, .timeout = TH_TIMEOUT(120))
     int64_t T = s.len[0], V;
     float *a = prompt_logits(src, s.seq[0], T, &V), *b = prompt_logits(pack, s.seq[0], T, &V);
     cr_expect(rows_equal(a, b, T, V), "%s: the source and its pack differ", golden);
+    /* --kernels q8 (the fused ggml types and the Q8_0 tensors on int8 activations): the q8 bars
+     * against the golden, and decode steps on 2 threads give one prompt's bits */
+    char *gp = golden_path(golden);
+    struct golden g;
+    cr_assert_eq(golden_read(gp, 0, &g, &e), ERR_OK, "%s", e.msg);
+    float *q8 = run_logits_kern(src, g.tokens, g.T, 0, 1, KERN_Q8, &V), *q8d = run_logits_kern(src, g.tokens, g.T, 1, 2, KERN_Q8, &V);
+    float *ex = run_logits(src, g.tokens, g.T, 0, 1, &V);
+    struct golden_thresholds th = {-1, -1, -1, -1, -1, -1};
+    struct golden_metrics mq, me;
+    golden_compare(&g, q8, th, &mq);
+    golden_compare(&g, ex, th, &me);
+    cr_log_info("q8 %s: max |dlogit| %.3g (exact kernels %.3g), KLD mean %.3g max %.3g, top-1 %.3f", golden, mq.max_abs,
+                me.max_abs, mq.kld_mean, mq.kld_max, mq.top1);
+    cr_expect(mq.max_abs > 10 * me.max_abs, "%s: q8 max |d| %.3g: the int8 path was not taken", golden, mq.max_abs);
+    cr_expect(mq.kld_max <= Q8_KLD_MAX, "%s: q8 KLD max %.3g > %g", golden, mq.kld_max, Q8_KLD_MAX);
+    cr_expect(mq.top1 >= Q8_TOP1_MIN, "%s: q8 top-1 agreement %.3f < %g", golden, mq.top1, Q8_TOP1_MIN);
+    cr_expect_eq(memcmp(q8, q8d, (size_t)(g.T * V) * sizeof *q8), 0, "%s: q8 decode on 2 threads differs", golden);
+    free(q8);
+    free(q8d);
+    free(ex);
+    golden_free(&g);
+    free(gp);
     free(a);
     free(b);
     tokens_free(&s);
@@ -787,8 +815,6 @@ Test(runner, q4_pack_kld_vs_float_golden, .timeout = TH_TIMEOUT(120))
  * top-1 allowing one flip in the 24 positions. And the invariants the exact
  * kernels keep, kept: decode steps on 2 threads give the bits of one
  * single-threaded prompt. */
-#define Q8_KLD_MAX 5e-4
-#define Q8_TOP1_MIN 0.95
 
 struct q8_case {
     const char *variant;
