@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "converter/convert.h"
+#include "core/pool.h"
 #include "fixtures/fixture.h"
 #include "golden/check.h"
 #include "golden/compare.h"
@@ -162,7 +163,7 @@ static const struct opt convert_opts[] = {
     FLAG("qat-lattice", 'l', CV, o.plan.qat_lattice, "4-bit group 32 on the QAT q4_0 grid where a group\nsits on it exactly (scale d, bias -8d)"),
     FLAG("text-only", 't', CV, o.text_only, "MLX export without vision/audio towers"),
     OWN("align", "N", 'a', "pack data alignment, a power of two 64..65536 (default 4096)"),
-    UINT("threads", "N", 'n', CV, o.threads, 1, 64, "quantization threads, 1..64 (default 1; the output\nbytes are identical for any N)"),
+    UINT("threads", "N", 'n', CV, o.threads, 1, 64, "quantization threads, 1..64 (default: every core this\nprocess may use; the output bytes are identical for any N)"),
     FLAG("dry-run", 'd', CV, o.dry_run, "print the per-tensor plan and totals; write nothing"),
     FLAG("eval", 'e', CV, eval, "compare the output with the source (gempack compare)\non the fixture prompt and store the quality card in\nthe pack's manifest or OUT/gempack_quality.json"),
     TYPED(OPT_TOKENS, "eval-tokens", "IDS", 'E', CV, eval_tokens, "one more prompt for --eval (repeatable; implies it)"),
@@ -241,7 +242,7 @@ static int convert_with(int argc, char **argv, struct convert_args *a)
 
 static int cmd_convert(int argc, char **argv)
 {
-    struct convert_args a = {.o = {.align = 4096, .threads = 1}};
+    struct convert_args a = {.o = {.align = 4096, .threads = pool_default_threads()}};
     int code = convert_with(argc, argv, &a);
     for (size_t i = 0; i < a.o.plan.n_quantize; i++)
         plan_rule_free(&a.o.plan.quantize[i]);
@@ -395,7 +396,7 @@ static const struct opt run_opts[] = {
     OWN("prefix-cache-dir", "DIR", 'D', "also keep entries on disk in DIR, across runs"),
     UINT("prefix-block", "N", 'B', RA, c.prefix_o.block, 1, 1u << 20, "tokens per prefix block (default 64)"),
     UINT("prefix-cache-hot-bytes", "N", 'H', RA, c.prefix_o.hot_limit, 0, 1ull << 40, "RAM the hot tier may hold (default 256 MiB)"),
-    UINT("threads", "N", 'n', RA, c.threads, 1, 64, "worker threads (default 1; results are identical\nfor any N)"),
+    UINT("threads", "N", 'n', RA, c.threads, 1, 64, "worker threads (default: every core this process may\nuse; results are identical for any N)"),
     CHOICE("kernels", 'K', RA, c.kernels, "scalar|best|blas|q8", NULL, "best (default: fused SIMD dequant kernels, every mode\nbitwise identical), scalar (the reference), or blas\n(OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\nlogits within ~1e-4 of the other modes), or q8 (4/8-bit\nweights times int8-quantized activations, llama.cpp's\ntrade: faster decode, approximate logits, still identical\nfor any --threads; not for golden checks)"),
     FLAG("mmap", 'M', RA, c.mmap, "read the matrices in place from the mapped file (default:\ncopied once into anonymous memory advised for huge pages,\nwhich streams faster; costs that much memory and a copy)"),
     FLAG("json", 'j', RA, json, "one JSON object on stdout (tokens, timings, caches)"),
@@ -488,7 +489,7 @@ static int run_with(int argc, char **argv, struct run_args *a)
 
 static int cmd_run(int argc, char **argv)
 {
-    struct run_args a = {.c = {.threads = 1, .kernels = KERN_BEST, .s = {.top_p = 1.0f, .generate = -1},
+    struct run_args a = {.c = {.threads = pool_default_threads(), .kernels = KERN_BEST, .s = {.top_p = 1.0f, .generate = -1},
                                .kv = {.group_size = 64}, .prefix_o = {.block = 64, .hot_limit = 256u << 20}}};
     int code = run_with(argc, argv, &a);
     tokens_free(&a.seqs);
@@ -513,7 +514,7 @@ static const struct opt golden_make_opts[] = {
     TYPED(OPT_TOKENS_FILE, "tokens-file", "F", 'T', GA, seqs, "or a file of them (as run takes)"),
     PROMPTS(GA, tp),
     STR("output", "G.npz", 'o', GA, out, "the golden to write (a prompt given as text is recorded\nwith it and tokenized again by golden check)"),
-    UINT("threads", "N", 'n', GA, threads, 1, 64, "worker threads (the logits are identical for any N)"),
+    UINT("threads", "N", 'n', GA, threads, 1, 64, "worker threads (default: every core this process may\nuse; the logits are identical for any N)"),
     {0}};
 
 static int golden_make_with(int argc, char **argv, struct golden_args *a)
@@ -554,7 +555,7 @@ static int golden_make_with(int argc, char **argv, struct golden_args *a)
 
 static int cmd_golden_make(int argc, char **argv)
 {
-    struct golden_args a = {.threads = 1};
+    struct golden_args a = {.threads = pool_default_threads()};
     int code = golden_make_with(argc, argv, &a);
     tokens_free(&a.seqs);
     text_prompts_free(&a.tp);
@@ -565,7 +566,7 @@ static const struct opt golden_check_opts[] = {
     FLAG("json", 'j', GA, json, "print the verdict (schema gempack.golden/1) on stdout"),
     THRESHOLDS(GA, o.over, "thresholds, also --nmse X, --kld-mean X, --kld-p99 X,\n--kld-max X, --top1 X: the golden's meta.json\n\"tolerances\" otherwise (default max-abs 1e-4, top1 1.0);\noff disables that check"),
     TYPED(OPT_MODE, "mode", "M", 'm', GA, o.chunk, "prefill (default), decode or chunked:N"),
-    UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (the logits are identical for any N)"),
+    UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (default: every core this process may\nuse; the logits are identical for any N)"),
     STR("report", "OUT.html", 'R', GA, o.report, "also one self-contained HTML page (per-position KL\nand top-1 against the golden)"),
     {0}};
 
@@ -617,7 +618,7 @@ static const struct opt compare_opts[] = {
     CHOICE("kv-bits", 'b', CA, o.kv_b.bits, "4|8", kv_bits, "B's KV cache quantized (A's stays float)"),
     CHOICE("kv-group-size", 'G', CA, o.kv_b.group_size, "32|64|128", group_sizes, "its group size (default 64)"),
     THRESHOLDS(CA, o.th, "thresholds on the totals, also --nmse X, --kld-mean X,\n--kld-p99 X, --kld-max X (KL(A||B)), --top1 X;\nnone by default"),
-    UINT("threads", "N", 'n', CA, o.threads, 1, 64, "worker threads (the results are identical for any N)"),
+    UINT("threads", "N", 'n', CA, o.threads, 1, 64, "worker threads (default: every core this process may\nuse; the results are identical for any N)"),
     FLAG("json", 'j', CA, json, "the report (schema gempack.compare/1) on stdout"),
     STR("report", "OUT.html", 'R', CA, report, "also one self-contained HTML page of the comparison"),
     {0}};
@@ -677,7 +678,7 @@ static int compare_with(int argc, char **argv, struct compare_args *a)
 
 static int cmd_compare(int argc, char **argv)
 {
-    struct compare_args a = {.o = {.threads = 1, .th = {-1, -1, -1, -1, -1, -1}}};
+    struct compare_args a = {.o = {.threads = pool_default_threads(), .th = {-1, -1, -1, -1, -1, -1}}};
     int code = compare_with(argc, argv, &a);
     tokens_free(&a.seqs);
     text_prompts_free(&a.tp);

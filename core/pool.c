@@ -26,8 +26,10 @@
  * (another thread, or a task calling pool_run) runs its tasks itself.
  * Which thread runs a task never changes a result. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include "core/pool.h"
@@ -213,4 +215,17 @@ void pool_run(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, 
         }
     }
     pthread_mutex_unlock(&pool.busy);
+}
+
+int pool_default_threads(void)
+{
+    long n = 0;
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)n;
 }

@@ -17,4 +17,9 @@ void pool_run(int threads, int64_t n_tasks, void (*fn)(void *arg, int64_t task, 
 /* The threads pool_run uses: threads clamped to [1, min(n_tasks, POOL_MAX_THREADS)]. */
 int pool_workers(int threads, int64_t n_tasks);
 
+/* The CPUs this process may run on (its affinity mask on Linux, else the
+ * online CPUs), clamped to [1, POOL_MAX_THREADS]: every command's default
+ * --threads (results never depend on the count). */
+int pool_default_threads(void);
+
 #endif

@@ -6,6 +6,7 @@
 
 #include "core/fileio.h"
 #include "core/npz.h"
+#include "core/pool.h"
 #include "golden/compare.h"
 #include "golden/report.h"
 #include "gp_config.h"
@@ -13,7 +14,7 @@
 
 struct golden_check_opts golden_check_defaults(void)
 {
-    return (struct golden_check_opts){.threads = 1,
+    return (struct golden_check_opts){.threads = pool_default_threads(),
                                       .over = {(double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN,
                                                (double)NAN}};
 }

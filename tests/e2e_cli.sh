@@ -304,6 +304,11 @@ expect 0 "golden check: committed e2b-bf16 golden, pack" -- "$G" golden check "$
 expect 0 "run --threads 1" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 1 --dump-logits "$T/th1.npz"
 expect 0 "run --threads 2" -- "$G" run "$E" --tokens-file "$E/tokens.json" --threads 2 --dump-logits "$T/th2.npz"
 ok "--threads 1 and 2 dump identical bytes" -- cmp -s "$T/th1.npz" "$T/th2.npz"
+expect 0 "run, threads by default" -- "$G" run "$E" --tokens-file "$E/tokens.json" --json --dump-logits "$T/thd.npz"
+ok "... every CPU of its affinity mask (nproc)" -- test "$(json_field "$T/out" "d['threads']")" = "$(nproc)"
+ok "... the same bytes" -- cmp -s "$T/th1.npz" "$T/thd.npz"
+expect 0 "run on one CPU (taskset)" -- taskset -c 0 "$G" run "$E" --tokens-file "$E/tokens.json" --json
+ok "... one thread" -- test "$(json_field "$T/out" "d['threads']")" = 1
 expect 0 "run --mode decode" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode decode --dump-logits "$T/dec.npz"
 expect 0 "run --mode prefill" -- "$G" run "$E" --tokens-file "$E/tokens.json" --mode prefill --dump-logits "$T/pre.npz"
 ok "decode and prefill logits agree within 1e-5" -- $PY -c '
