@@ -122,7 +122,7 @@ ok "... counted exact" -- grep -q "exact: 148 of 160 tensors" "$T/out"
 expect 0 "the export passes check" -- "$G" check "$T/km-mlx"
 "$G" convert "$T/km/model.gguf" --format mlx -o "$T/x" --allow-requantize --quantize "$rule" --dry-run 2>/dev/null |
     awk '$2 == "transcode" {print $1}' >"$T/transcoded.txt"
-ok "reference.py reads the GGUF's values in the export" -- /usr/bin/python3 tests/ggml/mlx_export_check.py golden "$T/km/model.gguf" "$T/km-mlx" "$T/transcoded.txt"
+ok "reference.py reads the GGUF's values in the export" -- /usr/bin/python3 "$(dirname "$0")/ggml/mlx_export_check.py" "$(dirname "$0")/../golden" "$T/km/model.gguf" "$T/km-mlx" "$T/transcoded.txt"
 
 # progress: a line on a terminal, nothing otherwise
 expect 0 "convert off a terminal" -- "$G" convert "$T/e2b" --bits 4 --align 64 -o "$T/notty.gpk"
