@@ -97,7 +97,7 @@ static const struct opt fixture_opts[] = {
     FLAG("multimodal", 'm', FX, multimodal, "add a vision tower with more layers than the first\nKV-shared layer, an audio tower stub and projectors"),
     UINT("shards", "N", 's', FX, shards, 1, 99999, "N shards with model.safetensors.index.json (default 1)"),
     UINT("seed", "N", 'S', FX, seed, 0, UINT64_MAX, "weight and token seed (default 0)"),
-    FLAG("full-size", 'F', FX, full_size, "the variant's real dimensions"),
+    FLAG("full-size", 'F', FX, full_size, "the variant's real dimensions (safetensors or a GGUF\nformat, written row by row)"),
     FLAG("headers-only", 'H', FX, headers_only, "write only each shard's header (as a range request gets)"),
     STR("output", "DIR", 'o', FX, out_dir, "output directory (created; absent or empty)"),
     {0}};

@@ -244,6 +244,36 @@ Test(fixture, gguf_mxfp4_experts_26b)
     th_rmtree(tmp);
 }
 
+/* IQ2_XXS on the tiny E4B (4 heads / 2 KV heads, no experts): llama-quantize gives attn_v Q2_K, whose rows
+ * of 64 fall back to Q4_0, the seeded weights by ggml's Q4_0 quantizer: the same blocks as the gguf-q4_0
+ * fixture's attn_v (whose golden reference.py checks). */
+Test(fixture, gguf_iq2_xxs_q4_0_fallback_e4b)
+{
+    char *tmp = th_mkdtemp();
+    struct fixture_opts o = fx("e4b", FX_HF);
+    o.format = FXF_GGUF_IQ2_XXS;
+    char *a = th_fixture(tmp, "iq2", o);
+    o.format = FXF_GGUF_Q4_0;
+    char *b = th_fixture(tmp, "q4", o);
+    struct gguf_file ga, gb;
+    open_gguf(&ga, a);
+    open_gguf(&gb, b);
+    for (int l = 0; l < 12; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        const struct gguf_tensor *x = gguf_find_tensor(&ga, name), *y = gguf_find_tensor(&gb, name);
+        cr_assert(x && y, "%s missing", name);
+        cr_assert_eq(x->type, GGML_Q4_0, "%s: type %u", name, x->type);
+        cr_assert_eq(x->nbytes, x->ne[0] / 32 * x->ne[1] * 18, "%s bytes", name);
+        cr_assert(x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes), "%s: not the Q4_0 blocks", name);
+    }
+    gguf_close(&ga);
+    gguf_close(&gb);
+    free(a);
+    free(b);
+    th_rmtree(tmp);
+}
+
 /* ------------------------------------------------------------ determinism */
 
 Test(fixture, deterministic_e2b_hf)
@@ -901,6 +931,15 @@ Test(fixture, usage_errors)
     o = fx("e2b", FX_HF);
     o.shards = 0;
     expect_usage(o, "--shards 0");
+    o = fx("e2b", FX_HF); /* --full-size goes with the GGUF formats only */
+    o.format = FXF_CT_W4A16;
+    o.full_size = true;
+    expect_usage(o, "--format ct-w4a16 --full-size");
+    o = fx("e2b", FX_HF);
+    o.format = FXF_GGUF_Q4_K_M;
+    o.full_size = true;
+    o.headers_only = true;
+    expect_usage(o, "--format gguf-q4_k_m --full-size --headers-only");
 }
 
 /* ---- the fixtures' tokenizer ---- */
