@@ -694,7 +694,7 @@ struct eval_args {
     struct eval_opts o;
     struct golden_thresholds th;
     bool json;
-    const char *report;
+    const char *report, *baseline;
 };
 #define EA struct eval_args
 
@@ -712,6 +712,7 @@ static const struct opt eval_opts[] = {
     UINT("threads", "N", 'n', EA, o.threads, 1, 64, "worker threads (default: every core this process may\nuse; the results are identical for any N)"),
     FLAG("json", 'j', EA, json, "the result (schema gempack.eval/1) on stdout"),
     STR("report", "OUT.html", 'R', EA, report, "also one self-contained HTML page: the table, the KLD\ndistributions, the categories and size against KLD"),
+    STR("baseline", "OLD.json", 'B', EA, baseline, "an earlier --json result on the same text: each candidate's\nKLD against its own there, position by position (sign test)"),
     {0}};
 
 static int eval_with(int argc, char **argv, struct eval_args *a)
@@ -739,6 +740,8 @@ static int eval_with(int argc, char **argv, struct eval_args *a)
     if (rc == ERR_OK)
         rc = eval_run(argv[optind], (const char *const *)argv + optind + 1, argc - optind - 1, &a->o, &r, &e);
     progress_end(&line);
+    if (rc == ERR_OK && a->baseline)
+        rc = eval_baseline(&r, a->baseline, &e);
     if (rc == ERR_OK && a->report)
         rc = eval_report_write(a->report, &r, &e);
     if (rc != ERR_OK) {

@@ -842,6 +842,84 @@ void eval_free(struct eval_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* ---- a baseline ---- */
+
+/* P(X <= k) + P(X >= n − k) for X ~ Binomial(n, 1/2), k <= n/2: the sign
+ * test's two-sided p-value, summed in log space (capped at 1). */
+static double sign_test(int64_t k, int64_t n)
+{
+    if (n == 0)
+        return 1.0;
+    double sum = 0.0;
+    for (int64_t i = 0; i <= k; i++)
+        sum += exp(lgamma((double)n + 1) - lgamma((double)i + 1) - lgamma((double)(n - i) + 1) - (double)n * log(2.0));
+    return fmin(1.0, 2.0 * sum);
+}
+
+int eval_baseline(struct eval_result *r, const char *path, struct err *e)
+{
+    char *buf;
+    size_t len;
+    struct json_object *j = NULL;
+    int rc = fio_read_file(path, 0, 1u << 30, &buf, &len, e);
+    if (rc != ERR_OK)
+        return rc;
+    if ((rc = jsonx_parse(buf, len, &j, e)) != ERR_OK)
+        err_prefix(e, "%s", path);
+    free(buf);
+    struct json_object *v, *text = json_object_object_get(j, "text"), *ref = json_object_object_get(j, "reference");
+    const char *want[][2] = {{"schema", "gempack.eval/1"}, {"text.sha256", r->text_sha256},
+                             {"reference.tokenizer_sha256", r->tok_sha256}};
+    struct json_object *got[] = {json_object_object_get(j, "schema"), json_object_object_get(text, "sha256"),
+                                 json_object_object_get(ref, "tokenizer_sha256")};
+    for (size_t i = 0; rc == ERR_OK && i < sizeof got / sizeof got[0]; i++)
+        if (!json_object_is_type(got[i], json_type_string) || strcmp(json_object_get_string(got[i]), want[i][1]))
+            rc = err_set(e, ERR_FORMAT, "%s: %s is %s; this run's is %s", path, want[i][0],
+                         got[i] ? json_object_to_json_string(got[i]) : "absent", want[i][1]);
+    if (rc == ERR_OK && (!json_object_object_get_ex(j, "positions", &v) || json_object_get_int64(v) != r->positions ||
+                         !json_object_object_get_ex(j, "ctx", &v) || json_object_get_int64(v) != r->ctx))
+        rc = err_set(e, ERR_FORMAT, "%s: other windows (ctx, positions) than this run's (%lld, %lld)", path,
+                     (long long)r->ctx, (long long)r->positions);
+    struct json_object *cs = json_object_object_get(j, "candidates");
+    for (int i = 0; rc == ERR_OK && i < r->n; i++) {
+        struct eval_cand *x = &r->c[i];
+        struct json_object *old = NULL;
+        for (int pass = 0; pass < 2 && !old; pass++) /* the same weights, else the same path */
+            for (size_t k = 0; k < json_object_array_length(cs) && !old; k++) {
+                struct json_object *c = json_object_array_get_idx(cs, k);
+                const char *key = pass ? "path" : "fingerprint", *val = pass ? x->path : x->fingerprint;
+                const char *s = json_object_get_string(json_object_object_get(c, key));
+                if (s && !strcmp(s, val))
+                    old = c;
+            }
+        if (!old)
+            continue;
+        struct json_object *pk = json_object_object_get(old, "kld_per_position");
+        if (!json_object_is_type(pk, json_type_array) || (int64_t)json_object_array_length(pk) != r->positions) {
+            rc = err_set(e, ERR_FORMAT, "%s: %s: kld_per_position is not %lld numbers", path, x->path,
+                         (long long)r->positions);
+            break;
+        }
+        struct eval_paired *b = &x->base;
+        double sum = 0.0;
+        for (int64_t p = 0; p < r->positions; p++) {
+            struct json_object *o = json_object_array_get_idx(pk, (size_t)p);
+            const double k = o ? json_object_get_double(o) : (double)INFINITY; /* null: infinite */
+            sum += k;
+            b->worse += x->kld[p] > k, b->better += x->kld[p] < k, b->ties += x->kld[p] == k;
+        }
+        b->has = true;
+        b->kld_mean_old = sum / (double)r->positions;
+        b->p_value = sign_test(b->worse < b->better ? b->worse : b->better, b->worse + b->better);
+        if (b->p_value < 0.05 && b->worse > b->better) {
+            fail_if(x, "baseline", b->p_value, 0.05, false);
+            r->pass = false;
+        }
+    }
+    json_object_put(j);
+    return rc;
+}
+
 /* ---- reports ---- */
 
 void eval_print(FILE *out, const struct eval_result *r)
@@ -861,6 +939,14 @@ void eval_print(FILE *out, const struct eval_result *r)
                 x->bpw, (double)x->bytes / 1e6, s->ppl, s->ppl_ratio, s->kld_mean, s->kld_ci95, s->kld_median,
                 s->kld_p99, s->kld_max, s->topk[0], s->topk[EVAL_TOPK - 1], s->regret_mean, x->path,
                 x->pass ? "" : "  FAIL");
+    }
+    for (int i = 0; i < r->n; i++) {
+        const struct eval_paired *b = &r->c[i].base;
+        if (b->has)
+            fprintf(out, "#%d against the baseline: KLD mean %.3g -> %.3g; %lld positions up, %lld down, %lld equal; "
+                         "sign test p = %.3g%s\n", i + 1, b->kld_mean_old, r->c[i].all.kld_mean, (long long)b->worse,
+                    (long long)b->better, (long long)b->ties, b->p_value,
+                    b->p_value < 0.05 ? (b->worse > b->better ? " (worse)" : " (better)") : "");
     }
     if (r->n_cat > 1) {
         fprintf(out, "per category (KLD mean / PPL ratio / top-1 of each candidate):\n");
@@ -941,6 +1027,16 @@ struct json_object *eval_json(const struct eval_result *r, const struct eval_opt
         for (int64_t p = 0; p < r->positions; p++) /* per position, for a paired comparison with another run */
             json_object_array_add(pk, golden_num(x->kld[p]));
         json_object_object_add(c, "kld_per_position", pk);
+        if (x->base.has) {
+            struct json_object *b = json_object_new_object();
+            json_object_object_add(b, "kld_mean_old", golden_num(x->base.kld_mean_old));
+            json_object_object_add(b, "kld_mean", golden_num(x->all.kld_mean));
+            json_object_object_add(b, "positions_worse", json_object_new_int64(x->base.worse));
+            json_object_object_add(b, "positions_better", json_object_new_int64(x->base.better));
+            json_object_object_add(b, "positions_equal", json_object_new_int64(x->base.ties));
+            json_object_object_add(b, "sign_test_p", golden_num(x->base.p_value));
+            json_object_object_add(c, "baseline", b);
+        }
         json_object_object_add(c, "verdict", json_object_new_string(x->pass ? "pass" : "fail"));
         json_object_object_add(c, "failures", json_object_get(x->failures));
         json_object_array_add(cs, c);

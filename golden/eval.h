@@ -91,6 +91,12 @@ struct eval_cand {
     struct eval_stats *cat;    /* [n_cat] */
     bool pass;
     struct json_object *failures;
+    struct eval_paired {      /* against the same candidate in a baseline result (eval_baseline) */
+        bool has;
+        double kld_mean_old;
+        int64_t worse, better, ties; /* positions whose KLD went up, down, neither */
+        double p_value;        /* two-sided sign test: the chance of a split at least this uneven */
+    } base;
 };
 
 struct eval_result {
@@ -112,6 +118,13 @@ struct eval_result {
 
 int eval_run(const char *ref, const char *const *cands, int n_cands, const struct eval_opts *o, struct eval_result *r,
              struct err *e);
+/* Pairs each candidate with the one of the same fingerprint (else path) in
+ * a baseline result (`--json` of an earlier run on the same text, tokenizer
+ * and windows: refused naming the field otherwise) and runs the sign test on
+ * their per-position KLD; a candidate significantly worse (p < 0.05, more
+ * positions up than down) fails ("baseline"). */
+int eval_baseline(struct eval_result *r, const char *path, struct err *e);
+
 void eval_print(FILE *out, const struct eval_result *r);
 struct json_object *eval_json(const struct eval_result *r, const struct eval_opts *o);
 void eval_free(struct eval_result *r);

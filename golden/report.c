@@ -379,6 +379,21 @@ int eval_report_write(const char *path, const struct eval_result *r, struct err 
         put(&p, "</p>\n");
     }
     eval_table(&p, r);
+    bool paired = false;
+    for (int i = 0; i < r->n; i++)
+        paired |= r->c[i].base.has;
+    if (paired)
+        put(&p, "<h2>Against the baseline</h2>\n<table id=\"baseline\"><tr><th>#</th><th>KLD mean then</th><th>now</th>"
+                "<th>positions up</th><th>down</th><th>equal</th><th>sign test p</th></tr>\n");
+    for (int i = 0; i < r->n; i++) {
+        const struct eval_paired *b = &r->c[i].base;
+        if (b->has)
+            put(&p, "<tr><td>#%d</td><td>%.3g</td><td>%.3g</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%.3g</td></tr>\n",
+                i + 1, b->kld_mean_old, r->c[i].all.kld_mean, (long long)b->worse, (long long)b->better,
+                (long long)b->ties, b->p_value);
+    }
+    if (paired)
+        put(&p, "</table>\n");
     put(&p, "<h2>KL divergence per position</h2>\n");
     eval_cdf_svg(&p, r);
     if (r->n_cat > 1) {

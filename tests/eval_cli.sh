@@ -119,6 +119,30 @@ expect 2 "--ref of another text" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --ctx 32 
 ok "... naming it" -- grep -q "meta.json text_sha256" "$T/err"
 expect 2 "--save-ref and --ref together" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --save-ref "$T/x.npz" --ref "$T/ref.npz"
 
+echo "# --baseline: each candidate against itself in an earlier result, position by position"
+cp "$T/e2b-q4.gpk" "$T/cand"
+expect 0 "a result to compare with later" -- "$G" eval "$T/e2b" "$T/cand" --text-file "$T/text.txt" --ctx 32 --json
+cp "$T/out" "$T/base.json"
+expect 0 "the same candidate again: every position equal, p = 1" -- "$G" eval "$T/e2b" "$T/cand" --text-file "$T/text.txt" --ctx 32 --baseline "$T/base.json" --json
+ok "... in the JSON" -- test "$(jget '[d["candidates"][0]["baseline"][k] for k in ("positions_worse", "positions_better", "sign_test_p")]')" = "[0, 0, 1.0]"
+cp "$T/e2b-qkm/model.gguf" "$T/cand" # the same path, a worse model
+expect 1 "a worse candidate under the same path fails the sign test (exit 1)" -- "$G" eval "$T/e2b" "$T/cand" --text-file "$T/text.txt" --ctx 32 --baseline "$T/base.json" --json --report "$T/base.html"
+ok "... the split and p computed independently (exact binomial)" -- $PY - "$T/out" "$T/base.json" <<'PY'
+import json, sys
+from math import comb
+d, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+new, old = d["candidates"][0]["kld_per_position"], b["candidates"][0]["kld_per_position"]
+up = sum(x > y for x, y in zip(new, old)); down = sum(x < y for x, y in zip(new, old)); n = up + down
+p = min(1.0, 2 * sum(comb(n, i) for i in range(min(up, down) + 1)) / 2 ** n)
+c = d["candidates"][0]
+assert c["baseline"]["positions_worse"] == up and c["baseline"]["positions_better"] == down, (up, down)
+assert abs(c["baseline"]["sign_test_p"] - p) <= 1e-9 * p, (c["baseline"]["sign_test_p"], p)
+assert c["verdict"] == "fail" and any(f["metric"] == "baseline" for f in c["failures"])
+PY
+ok "... on the page" -- grep -q 'id="baseline"' "$T/base.html"
+expect 2 "a baseline of other windows refused" -- "$G" eval "$T/e2b" "$T/cand" --text-file "$T/text.txt" --ctx 16 --baseline "$T/base.json"
+ok "... naming them" -- grep -q "other windows (ctx, positions)" "$T/err"
+
 echo "# thresholds, the built-in sample, errors"
 expect 1 "a KLD threshold below the Q4_K_M candidate's fails (exit 1)" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" "$T/e2b-qkm/model.gguf" --text-file "$T/text.txt" --ctx 32 --kld-mean 1e-4 --json
 ok "... the failing candidate named, the other passing" -- test "$(jget '[c["verdict"] for c in d["candidates"]]')" = "['pass', 'fail']"
