@@ -231,8 +231,8 @@ int report_write(const char *path, const char *title, const char *a, const char 
 /* A candidate's color: eight distinct ones, then around again. */
 static const char *cand_color(int i)
 {
-    static const char *const c[8] = {"#1565c0", "#ef6c00", "#2e7d32", "#8e24aa", "#00897b", "#c62828", "#6d4c41",
-                                     "#546e7a"};
+    static const char *const c[8] = {REPORT_CAND1, REPORT_CAND2, "#8e24aa", "#00897b", "#6d4c41", "#546e7a",
+                                     "#d81b60", "#f9a825"}; /* none the verdict's green or red */
     return c[i % 8];
 }
 

@@ -19,6 +19,8 @@ struct plan;
 #define REPORT_TOP1_OK "#43a047"
 #define REPORT_TOP1_MISS "#e53935"
 #define REPORT_HIDDEN "#ef6c00"
+#define REPORT_CAND1 "#3949ab" /* eval: the first two candidates' curves, bars and points */
+#define REPORT_CAND2 "#fb8c00"
 
 /* plan: the conversion's, whose every tensor's error against the source's values the page lists; or NULL. */
 int report_write(const char *path, const char *title, const char *a, const char *b, const struct compare_result *r,
