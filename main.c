@@ -7,6 +7,7 @@
  * a mismatch; golden check: a regression); 2 usage error, unreadable input or
  * any other failure. */
 #include <getopt.h>
+#include <math.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +15,12 @@
 
 #include "cli.h"
 #include "converter/convert.h"
+#include "core/fileio.h"
 #include "core/pool.h"
 #include "fixtures/fixture.h"
 #include "golden/check.h"
 #include "golden/compare.h"
+#include "golden/eval.h"
 #include "golden/report.h"
 #include "ingest/check.h"
 #include "ingest/inspect.h"
@@ -685,6 +688,81 @@ static int cmd_compare(int argc, char **argv)
     return code;
 }
 
+/* ---- eval ---- */
+
+struct eval_args {
+    struct eval_opts o;
+    struct golden_thresholds th;
+    bool json;
+    const char *report, *baseline;
+};
+#define EA struct eval_args
+
+static const struct opt eval_opts[] = {
+    STR("text-file", "F", 'f', EA, o.text_path, "the text (UTF-8; sections \"@@ category NAME\" and\n\"@@ chat NAME\"): default the built-in sample"),
+    UINT("ctx", "N", 'c', EA, o.ctx, 4, 1u << 20, "tokens per window (default 512); its second half is\nscored, as llama.cpp's perplexity does"),
+    UINT("chunks", "K", 'C', EA, o.chunks, 1, 1u << 30, "score the first K windows only"),
+    STR("save-ref", "F", 'S', EA, o.save_ref, "also store the reference's distributions at the scored\npositions (top-32 log-probabilities and the rest's mass)"),
+    STR("ref", "F", 'r', EA, o.ref_file, "take the reference's distributions from F (made by\n--save-ref on the same text and settings): REF is not run"),
+    TH("kld-mean", "kld_mean", 'k', EA, th, "thresholds on each candidate, also --kld-p99 X, --kld-max X,\n--top1 X (a share), --ppl-ratio X; none by default"),
+    TH("kld-p99", "kld_p99", 'p', EA, th, NULL),
+    TH("kld-max", "kld_max", 'K', EA, th, NULL),
+    TH("top1", "top1", '1', EA, th, NULL),
+    OWN("ppl-ratio", "X", 'P', NULL),
+    UINT("threads", "N", 'n', EA, o.threads, 1, 64, "worker threads (default: every core this process may\nuse; the results are identical for any N)"),
+    FLAG("json", 'j', EA, json, "the result (schema gempack.eval/1) on stdout"),
+    STR("report", "OUT.html", 'R', EA, report, "also one self-contained HTML page: the table, the KLD\ndistributions, the categories and size against KLD"),
+    STR("baseline", "OLD.json", 'B', EA, baseline, "an earlier --json result on the same text: each candidate's\nKLD against its own there, position by position (sign test)"),
+    {0}};
+
+static int eval_with(int argc, char **argv, struct eval_args *a)
+{
+    int code;
+    for (int c; (c = next_opt(argc, argv, a, &code)) != -1;) {
+        if (c != 'P')
+            return c == -2 ? code : common_opt(c);
+        char *end;
+        a->o.th_ppl_ratio = strtod(optarg, &end);
+        if (!*optarg || *end || !(a->o.th_ppl_ratio >= 0.0) || isinf(a->o.th_ppl_ratio))
+            return usage_error("eval", "--ppl-ratio %s: expected a finite number >= 0", optarg);
+    }
+    if (argc - optind < 2)
+        return usage_error("eval", "%s", "expected REF and at least one CAND");
+    if (a->o.save_ref && a->o.ref_file)
+        return usage_error("eval", "%s", "--save-ref stores what --ref reads: give one of them");
+    a->o.th_kld_mean = a->th.kld_mean, a->o.th_kld_p99 = a->th.kld_p99, a->o.th_kld_max = a->th.kld_max;
+    a->o.th_top1 = a->th.top1_min;
+    struct eval_result r;
+    struct err e = {0};
+    struct progress_line line;
+    a->o.progress = progress_on_tty(&line);
+    int rc = a->report ? fio_check_output(a->report, &e) : ERR_OK;
+    if (rc == ERR_OK)
+        rc = eval_run(argv[optind], (const char *const *)argv + optind + 1, argc - optind - 1, &a->o, &r, &e);
+    progress_end(&line);
+    if (rc == ERR_OK && a->baseline)
+        rc = eval_baseline(&r, a->baseline, &e);
+    if (rc == ERR_OK && a->report)
+        rc = eval_report_write(a->report, &r, &e);
+    if (rc != ERR_OK) {
+        eval_free(&r);
+        return fail(&e);
+    }
+    eval_print(a->json ? stderr : stdout, &r);
+    if (a->json)
+        print_json(eval_json(&r, &a->o));
+    bool pass = r.pass;
+    eval_free(&r);
+    return pass ? 0 : EXIT_VERDICT;
+}
+
+static int cmd_eval(int argc, char **argv)
+{
+    struct eval_args a = {.o = {.ctx = 512, .threads = pool_default_threads(), .th_ppl_ratio = -1},
+                          .th = {-1, -1, -1, -1, -1, -1}};
+    return eval_with(argc, argv, &a);
+}
+
 /* ---- tokenize ---- */
 
 struct tokenize_args {
@@ -858,6 +936,16 @@ static const struct command commands[] = {
      "confidence. Per layer: the hidden state and both branches of B against A\n"
      "(relative error, cosine, SQNR) and the layer whose error jumps.\n",
      compare_opts, "Exit: 0 within the thresholds, 1 outside, 2 error.", cmd_compare},
+    {"eval", "gempack eval REF CAND... [--text-file F] [--ctx N] [--chunks K] [--save-ref F | --ref F] [options]",
+     "candidates against one reference on text: PPL, KLD, agreement, per category",
+     "Tokenizes the text once with REF's tokenizer (every candidate's must give\n"
+     "the same ids), cuts it into windows of --ctx tokens, each starting with BOS,\n"
+     "and scores each window's second half as llama.cpp's perplexity does. Per\n"
+     "candidate: PPL and its ratio to REF's, KL(REF||CAND) mean (95 % interval),\n"
+     "median, p90, p99, max, top-1..5 agreement, argmax regret, bits per weight\n"
+     "and size; the same per category of the text. All models in one process,\n"
+     "one window at a time (exact kernels).\n",
+     eval_opts, "Exit: 0 within the thresholds, 1 outside, 2 error.", cmd_eval},
     {"golden make", "gempack golden make MODEL (--prompt TEXT | --chat MSG | --tokens IDS | a -file form) -o G.npz",
      "golden logits of a model on a prompt",
      "Runs MODEL on the tokens and stores tokens.npy, logits.npy [T, V] and\n"

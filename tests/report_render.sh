@@ -88,6 +88,16 @@ ok "the tensor table" -- grep -q "<td>layers.3.mlp.down_proj.weight</td><td>quan
 shot "$T/convert.html" "$T/convert.png"
 read -r p kl <<<"$(count "$T/convert.png" $PASS $KL)"
 ok "the convert page renders" -- test "$p" -gt 40000 -a "$kl" -gt 500
+# eval --report: the candidates' curves, category bars and frontier points in their colors
+C1=3949ab C2=fb8c00
+printf '@@ category prose\nThe quick brown fox jumps over the lazy dog, again and again, until the dog gets up.\n@@ category code\nint main(void) { return 0; }\n' >"$T/t.txt"
+expect 0 "eval --report" -- "$G" eval "$T/a" "$T/a4.gpk" "$T/b.gpk" --text-file "$T/t.txt" --ctx 16 --report "$T/eval.html"
+ok "the eval page fetches nothing" -- sh -c '! grep -Eq "(src|href)=\"(https?:)?//" "$1"' - "$T/eval.html"
+shot "$T/eval.html" "$T/eval.png"
+read -r p c1 c2 <<<"$(count "$T/eval.png" $PASS $C1 $C2)"
+echo "eval page: banner $p, candidate 1 $c1, candidate 2 $c2 pixels"
+ok "the eval page: banner, both candidates drawn" -- test "$p" -gt 40000 -a "$c1" -gt 300 -a "$c2" -gt 300
 mkdir -p "$(dirname "$G")/meson-logs" && cp "$T/pass.png" "$(dirname "$G")/meson-logs/report-compare.png" &&
-    cp "$T/convert.png" "$(dirname "$G")/meson-logs/report-convert.png"
+    cp "$T/convert.png" "$(dirname "$G")/meson-logs/report-convert.png" &&
+    cp "$T/eval.png" "$(dirname "$G")/meson-logs/report-eval.png"
 finish
