@@ -478,6 +478,9 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, c
             L[u] = _mm512_setzero_ps();
         for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S, len = nsw * S;
+            const uint8_t *wb = row + (size_t)(col0 / w->gs * bb); /* the window's bytes, and PREFETCH past them */
+            for (int64_t o = 0; o < nsw * S / w->gs * bb; o += 64)
+                _mm_prefetch((const char *)wb + PREFETCH + o, _MM_HINT_T0);
             if ((mode == QM_GGML_Q4_K || mode == QM_GGML_Q5_K) && nsw == 16) {
                 const uint8_t *b0 = row + (size_t)(col0 / 256 * bb);
                 k45_window512(mode, b0, b0 + bb, in, t0, T, col0, ng, L);
