@@ -299,7 +299,7 @@ static int model_size(const struct model *m, uint64_t *bytes, uint64_t *params, 
 /* What is kept of the reference at one position: its whole log-softmax
  * (run), or its EVAL_REF_TOPK largest with the rest's log-mass (a file). */
 struct refpos {
-    const double *lp;          /* [V] or NULL */
+    const double *lp, *p;      /* [V] the log-probabilities and their exp, or NULL */
     const int32_t *top;        /* [K] ids, largest first (file) */
     const double *top_lp;      /* [K] */
     double tail_lp;            /* log Σ p over the ids not in top */
@@ -363,7 +363,7 @@ static void measure(const struct refpos *p, const float *q, int64_t V, int64_t n
     if (p->lp) {
         for (int64_t k = 0; k < V; k++)
             if (p->lp[k] > -HUGE_VAL) /* p = 0 terms are 0 */
-                kld += exp(p->lp[k]) * (p->lp[k] - lq[k]);
+                kld += p->p[k] * (p->lp[k] - lq[k]);
         o->regret = p->lp[p->argmax] - p->lp[b];
     } else {
         for (int i = 0; i < EVAL_REF_TOPK; i++)
@@ -729,53 +729,53 @@ int eval_run(const char *ref, const char *const *cands, int n_cands, const struc
     double *regret = rc == ERR_OK ? malloc((size_t)(n_cands * r->positions + 1) * sizeof *regret) : NULL;
     double *zr = rc == ERR_OK ? malloc((size_t)V * sizeof *zr) : NULL, *lp = zr ? malloc((size_t)V * sizeof *lp) : NULL;
     double *zq = lp ? malloc((size_t)V * sizeof *zq) : NULL, *lq = zq ? malloc((size_t)V * sizeof *lq) : NULL;
-    if (rc == ERR_OK && (!r->nll_ref || !r->pos_cat || !ranks || !regret || !lq))
+    double *pr = lq ? malloc((size_t)V * sizeof *pr) : NULL;
+    if (rc == ERR_OK && (!r->nll_ref || !r->pos_cat || !ranks || !regret || !pr))
         rc = err_set(e, ERR_NOMEM, "out of memory");
-    /* the windows */
+    /* the windows: every model's logits of one, then each scored position's measures, the reference's once */
     for (int64_t w = 0; rc == ERR_OK && w < r->windows; w++) {
         const int32_t *tok = wt + w * o->ctx;
         progress_report(&o->progress, "windows", (uint64_t)w, (uint64_t)r->windows, "windows");
         if (!o->ref_file)
             rc = evmodel_window(R, tok, o->ctx, e);
-        for (int i = 0; rc == ERR_OK && i <= n_cands; i++) {
-            if (i > 0 && (rc = evmodel_window(&C[i - 1], tok, o->ctx, e)) != ERR_OK)
-                break;
-            for (int64_t j = first; j <= o->ctx - 2; j++) {
-                const int64_t pos = w * per + (j - first), next = s.ids[w * o->ctx + j + 1];
-                struct refpos rp = {0};
-                if (o->ref_file) {
-                    rp = (struct refpos){.top = st.top + pos * EVAL_REF_TOPK, .top_lp = st.top_lp + pos * EVAL_REF_TOPK,
-                                         .tail_lp = st.tail_lp[pos], .nll = st.nll[pos], .argmax = st.top[pos * EVAL_REF_TOPK]};
-                } else {
-                    const float *row = R->logits + j * V;
-                    if (golden_row_broken(row, V)) {
-                        rc = err_set(e, ERR_RANGE, "%s: window %lld, position %lld: the reference's logits are no "
-                                                   "distribution (NaN or +inf)", ref, (long long)w, (long long)j);
-                        break;
-                    }
-                    for (int64_t k = 0; k < V; k++)
-                        zr[k] = (double)row[k];
-                    golden_log_softmax(zr, V, lp);
-                    rp = (struct refpos){.lp = lp, .nll = -lp[next], .argmax = golden_argmax(zr, V)};
+        for (int i = 0; rc == ERR_OK && i < n_cands; i++)
+            rc = evmodel_window(&C[i], tok, o->ctx, e);
+        for (int64_t j = first; rc == ERR_OK && j <= o->ctx - 2; j++) {
+            const int64_t pos = w * per + (j - first), next = s.ids[w * o->ctx + j + 1];
+            struct refpos rp;
+            if (o->ref_file) {
+                rp = (struct refpos){.top = st.top + pos * EVAL_REF_TOPK, .top_lp = st.top_lp + pos * EVAL_REF_TOPK,
+                                     .tail_lp = st.tail_lp[pos], .nll = st.nll[pos], .argmax = st.top[pos * EVAL_REF_TOPK]};
+            } else {
+                const float *row = R->logits + j * V;
+                if (golden_row_broken(row, V)) {
+                    rc = err_set(e, ERR_RANGE, "%s: window %lld, position %lld: the reference's logits are no "
+                                               "distribution (NaN or +inf)", ref, (long long)w, (long long)j);
+                    break;
                 }
-                if (i == 0) { /* the reference's own measures */
-                    r->nll_ref[pos] = rp.nll;
-                    r->pos_cat[pos] = s.cat[w * o->ctx + j + 1];
-                    if (o->save_ref) {
-                        top_k(lp, V, EVAL_REF_TOPK, st.top + pos * EVAL_REF_TOPK);
-                        for (int k = 0; k < EVAL_REF_TOPK; k++)
-                            st.top_lp[pos * EVAL_REF_TOPK + k] = lp[st.top[pos * EVAL_REF_TOPK + k]];
-                        st.tail_lp[pos] = tail_logmass(lp, V, st.top + pos * EVAL_REF_TOPK, EVAL_REF_TOPK);
-                        st.nll[pos] = rp.nll;
-                    }
-                    continue;
+                for (int64_t k = 0; k < V; k++)
+                    zr[k] = (double)row[k];
+                golden_log_softmax(zr, V, lp);
+                for (int64_t k = 0; k < V; k++)
+                    pr[k] = exp(lp[k]);
+                rp = (struct refpos){.lp = lp, .p = pr, .nll = -lp[next], .argmax = golden_argmax(zr, V)};
+                if (o->save_ref) {
+                    top_k(lp, V, EVAL_REF_TOPK, st.top + pos * EVAL_REF_TOPK);
+                    for (int k = 0; k < EVAL_REF_TOPK; k++)
+                        st.top_lp[pos * EVAL_REF_TOPK + k] = lp[st.top[pos * EVAL_REF_TOPK + k]];
+                    st.tail_lp[pos] = tail_logmass(lp, V, st.top + pos * EVAL_REF_TOPK, EVAL_REF_TOPK);
+                    st.nll[pos] = rp.nll;
                 }
+            }
+            r->nll_ref[pos] = rp.nll;
+            r->pos_cat[pos] = s.cat[w * o->ctx + j + 1];
+            for (int i = 0; i < n_cands; i++) {
                 struct posm pm;
-                measure(&rp, C[i - 1].logits + j * V, V, next, zq, lq, &pm);
-                r->c[i - 1].kld[pos] = pm.kld;
-                r->c[i - 1].nll[pos] = pm.nll;
-                ranks[(i - 1) * r->positions + pos] = pm.rank;
-                regret[(i - 1) * r->positions + pos] = pm.regret;
+                measure(&rp, C[i].logits + j * V, V, next, zq, lq, &pm);
+                r->c[i].kld[pos] = pm.kld;
+                r->c[i].nll[pos] = pm.nll;
+                ranks[i * r->positions + pos] = pm.rank;
+                regret[i * r->positions + pos] = pm.regret;
             }
         }
     }
@@ -808,6 +808,7 @@ int eval_run(const char *ref, const char *const *cands, int n_cands, const struc
     free(lp);
     free(zq);
     free(lq);
+    free(pr);
     free(wt);
     refstore_free(&st);
     for (int i = 0; mods && i <= n_cands; i++)

@@ -11,8 +11,9 @@
  * concatenated; every candidate with a tokenizer must give the same ids.
  * The stream is cut into windows of `ctx` tokens, each starting with BOS in
  * place of its first token; positions ctx/2 .. ctx − 2 of a window are
- * scored, each predicting the next token. A window runs through REF, then
- * through each candidate: memory holds one window's logits of two models. */
+ * scored, each predicting the next token. A window runs through REF and
+ * every candidate, then each position is measured (the reference's
+ * distribution once): memory holds one window's logits per model. */
 #ifndef GP_GOLDEN_EVAL_H
 #define GP_GOLDEN_EVAL_H
 
