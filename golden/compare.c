@@ -11,6 +11,7 @@
 #include "core/pack.h"
 #include "core/sha256.h"
 #include "fixtures/fixture.h"
+#include "golden/eval.h"
 #include "golden/report.h"
 #include "gp_config.h"
 #include "runner/model.h"
@@ -454,6 +455,36 @@ static struct json_object *card_json(const struct compare_result *r, const struc
     return c;
 }
 
+/* The card's "sample": eval of the output against src on the first
+ * CARD_WINDOWS windows of CARD_CTX tokens of the built-in sample (text
+ * sha256, windows, PPL ratio, KLD mean and p99, top-1), or {"skipped": why}
+ * (no tokenizer, a text too short): never a failure of the conversion. */
+#define CARD_CTX 128
+#define CARD_WINDOWS 8
+static struct json_object *card_sample(const char *src, const char *out, int threads, struct progress progress)
+{
+    struct eval_opts eo = {.ctx = CARD_CTX, .chunks = CARD_WINDOWS, .threads = threads, .th_kld_mean = -1,
+                           .th_kld_p99 = -1, .th_kld_max = -1, .th_top1 = -1, .th_ppl_ratio = -1, .progress = progress};
+    struct eval_result r;
+    struct err e = {0};
+    struct json_object *j = json_object_new_object();
+    if (eval_run(src, &out, 1, &eo, &r, &e) != ERR_OK) {
+        json_object_object_add(j, "skipped", json_object_new_string(e.msg));
+    } else {
+        const struct eval_stats *s = &r.c[0].all;
+        json_object_object_add(j, "text_sha256", json_object_new_string(r.text_sha256));
+        json_object_object_add(j, "ctx", json_object_new_int64(r.ctx));
+        json_object_object_add(j, "windows", json_object_new_int64(r.windows));
+        json_object_object_add(j, "positions", json_object_new_int64(r.positions));
+        json_object_object_add(j, "ppl_ratio", golden_num(s->ppl_ratio));
+        json_object_object_add(j, "kld_mean", golden_num(s->kld_mean));
+        json_object_object_add(j, "kld_p99", golden_num(s->kld_p99));
+        json_object_object_add(j, "top1", golden_num(s->topk[0]));
+    }
+    eval_free(&r);
+    return j;
+}
+
 int card_make(const char *src, const struct convert_opts *o, const struct convert_report *cr,
               const struct token_seqs *prompts, const char *report, struct progress progress, struct card *c,
               struct err *e)
@@ -474,6 +505,8 @@ int card_make(const char *src, const struct convert_opts *o, const struct conver
     if (rc == ERR_OK)
         c->json = card_json(&c->r, &p);
     tokens_free(&p);
+    if (rc == ERR_OK) /* the built-in sample, a few windows: the output's PPL and KLD on text */
+        json_object_object_add(c->json, "sample", card_sample(src, o->out, o->threads, progress));
     if (rc != ERR_OK || !o->format_mlx)
         return rc == ERR_OK ? pack_set_field(o->out, "quality", json_object_get(c->json), e) : rc;
     const char *text = json_object_to_json_string_ext(c->json, JSON_C_TO_STRING_PRETTY);

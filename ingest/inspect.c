@@ -48,6 +48,18 @@ static void print_card(FILE *out, struct json_object *q)
     if (json_object_object_get_ex(q, "gempack_version", &v))
         fprintf(out, " (gempack %s)", json_object_get_string(v));
     fputc('\n', out);
+    if (json_object_object_get_ex(q, "sample", &t) && json_object_object_get_ex(t, "ppl_ratio", &v)) {
+        fprintf(out, "  quality   on the built-in sample: PPL ratio %.5g", json_object_get_double(v));
+        if (json_object_object_get_ex(t, "kld_mean", &v))
+            fprintf(out, ", KLD mean %.4g", json_object_get_double(v));
+        if (json_object_object_get_ex(t, "positions", &v))
+            fprintf(out, " over %lld positions", (long long)json_object_get_int64(v));
+        if (json_object_object_get_ex(t, "text_sha256", &v))
+            fprintf(out, " (text sha256 %.16s...)", json_object_get_string(v));
+        fputc('\n', out);
+    } else if (json_object_object_get_ex(q, "sample", &t) && json_object_object_get_ex(t, "skipped", &v)) {
+        fprintf(out, "  quality   on the built-in sample: skipped (%s)\n", json_object_get_string(v));
+    }
 }
 
 static int inspect_pack(const char *path, FILE *out, struct json_object **jo, struct err *e)

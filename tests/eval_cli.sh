@@ -143,6 +143,16 @@ ok "... on the page" -- grep -q 'id="baseline"' "$T/base.html"
 expect 2 "a baseline of other windows refused" -- "$G" eval "$T/e2b" "$T/cand" --text-file "$T/text.txt" --ctx 16 --baseline "$T/base.json"
 ok "... naming them" -- grep -q "other windows (ctx, positions)" "$T/err"
 
+echo "# convert --eval: the quality card's eval on the built-in sample"
+expect 0 "convert --eval" -- "$G" convert "$T/e2b" --bits 4 --eval -o "$T/card.gpk"
+expect 0 "inspect --json shows the card" -- "$G" inspect "$T/card.gpk" --json
+card_sha=$(jget 'd["manifest"]["quality"]["sample"]["text_sha256"]')
+ok "... with the sample's PPL ratio, KLD and windows" -- test "$(jget 'sorted(k for k in d["manifest"]["quality"]["sample"])')" = "['ctx', 'kld_mean', 'kld_p99', 'positions', 'ppl_ratio', 'text_sha256', 'top1', 'windows']"
+expect 0 "eval of the same pair on the built-in sample" -- "$G" eval "$T/e2b" "$T/card.gpk" --ctx 128 --chunks 8 --json
+ok "... the card names the built-in sample's text and agrees with eval" -- test "$card_sha,$(jget 'd["candidates"][0]["all"]["kld"]["mean"]')" = "$(jget 'd["text"]["sha256"]'),$("$G" inspect "$T/card.gpk" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["manifest"]["quality"]["sample"]["kld_mean"])')"
+expect 0 "inspect's text" -- "$G" inspect "$T/card.gpk"
+ok "... a line for the sample" -- grep -q "quality   on the built-in sample: PPL ratio" "$T/out"
+
 echo "# thresholds, the built-in sample, errors"
 expect 1 "a KLD threshold below the Q4_K_M candidate's fails (exit 1)" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" "$T/e2b-qkm/model.gguf" --text-file "$T/text.txt" --ctx 32 --kld-mean 1e-4 --json
 ok "... the failing candidate named, the other passing" -- test "$(jget '[c["verdict"] for c in d["candidates"]]')" = "['pass', 'fail']"
