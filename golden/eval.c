@@ -576,14 +576,7 @@ static int load_ref(const char *path, const struct eval_result *r, const int32_t
 
 static void fail_if(struct eval_cand *c, const char *metric, double v, double limit, bool above)
 {
-    if (limit < 0 || (above ? v <= limit : v >= limit))
-        return;
-    struct json_object *f = json_object_new_object();
-    json_object_object_add(f, "metric", json_object_new_string(metric));
-    json_object_object_add(f, "value", golden_num(v));
-    json_object_object_add(f, "threshold", golden_num(limit));
-    json_object_array_add(c->failures, f);
-    c->pass = false;
+    c->pass &= !golden_fail_if(c->failures, metric, v, limit, above);
 }
 
 /* Every candidate with a tokenizer gives the stream's ids (named at the first difference). */

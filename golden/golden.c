@@ -287,15 +287,16 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
     free(kl);
 }
 
-static void fail_if(struct json_object *failures, const char *name, double value, double limit, bool above)
+bool golden_fail_if(struct json_object *failures, const char *name, double value, double limit, bool above)
 {
     if (limit < 0 || (above ? value <= limit : value >= limit))
-        return;
+        return false;
     struct json_object *f = json_object_new_object();
     json_object_object_add(f, "metric", json_object_new_string(name));
     json_object_object_add(f, "value", golden_num(value));
     json_object_object_add(f, "threshold", json_object_new_double(limit));
     json_object_array_add(failures, f);
+    return true;
 }
 
 bool golden_row_broken(const float *x, int64_t n)
@@ -323,13 +324,13 @@ struct json_object *golden_verdict(const struct golden_metrics *m, const struct 
 {
     struct json_object *o = json_object_new_object(), *jm = json_object_new_object(), *jt = json_object_new_object(),
                        *f = json_object_new_array();
-    fail_if(f, "max_abs", m->max_abs, t->max_abs, true);
-    fail_if(f, "nmse", m->nmse, t->nmse, true);
-    fail_if(f, "kld_mean", m->kld_mean, t->kld_mean, true);
-    fail_if(f, "kld_p99", m->kld_p99, t->kld_p99, true);
-    fail_if(f, "kld_max", m->kld_max, t->kld_max, true);
-    fail_if(f, "top1", m->top1, t->top1_min, false);
-    fail_if(f, "nonfinite_positions", (double)m->nonfinite, 0.0, true);
+    golden_fail_if(f, "max_abs", m->max_abs, t->max_abs, true);
+    golden_fail_if(f, "nmse", m->nmse, t->nmse, true);
+    golden_fail_if(f, "kld_mean", m->kld_mean, t->kld_mean, true);
+    golden_fail_if(f, "kld_p99", m->kld_p99, t->kld_p99, true);
+    golden_fail_if(f, "kld_max", m->kld_max, t->kld_max, true);
+    golden_fail_if(f, "top1", m->top1, t->top1_min, false);
+    golden_fail_if(f, "nonfinite_positions", (double)m->nonfinite, 0.0, true);
     *pass = json_object_array_length(f) == 0;
     json_object_object_add(o, "schema", json_object_new_string("gempack.golden/1"));
     json_object_object_add(o, "verdict", json_object_new_string(*pass ? "pass" : "fail"));

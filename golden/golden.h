@@ -81,6 +81,11 @@ void golden_compare(const struct golden *g, const float *got, struct golden_thre
  * every value -inf (-inf alone is a masked token, probability 0). */
 bool golden_row_broken(const float *x, int64_t n);
 
+/* Appends {metric: name, value, threshold: limit} to failures when value is
+ * past limit (above: greater than it; else less), limit < 0 being unchecked;
+ * true when it did. */
+bool golden_fail_if(struct json_object *failures, const char *name, double value, double limit, bool above);
+
 /* v as a JSON number, or NULL (JSON null) when v is NaN or infinite. */
 struct json_object *golden_num(double v);
 
