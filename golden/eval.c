@@ -178,8 +178,10 @@ static int pieces_of(const struct model_text *t, const struct eval_text *tx, str
     return ERR_OK;
 }
 
-/* The stream of the pieces by tokenizer tok (without BOS; a rendered chat's
- * leading BOS, the template's, dropped), every id within vocab. */
+/* The stream of the pieces by tokenizer tok, every id within vocab: the
+ * tokenizer's BOS rule once at its start (as llama.cpp's perplexity
+ * tokenizes its whole text), a rendered chat's own leading BOS (the
+ * template's) dropped. */
 static int tokenize(const struct tokenizer *tok, int64_t vocab, const struct piece *p, int n, struct stream *s,
                     struct err *e)
 {
@@ -187,14 +189,18 @@ static int tokenize(const struct tokenizer *tok, int64_t vocab, const struct pie
     int rc = ERR_OK;
     size_t cap = 0, nb;
     const uint32_t *bos = tok_bos_rule(tok, &nb);
+    bool first = true;
     for (int i = 0; rc == ERR_OK && i < n; i++) {
         uint32_t *ids;
         size_t m;
         if (!p[i].text)
             continue;
-        if ((rc = tok_encode(tok, p[i].text, p[i].len, false, &ids, &m, e)) != ERR_OK)
+        const bool lead = first; /* this piece's ids begin with the BOS rule */
+        if ((rc = tok_encode(tok, p[i].text, p[i].len, lead, &ids, &m, e)) != ERR_OK)
             break;
-        size_t skip = p[i].chat && nb && m >= nb && !memcmp(ids, bos, nb * sizeof *bos) ? nb : 0;
+        first = false;
+        const size_t at = lead ? nb : 0; /* where the template's BOS would be */
+        size_t skip = p[i].chat && nb && m >= at + nb && !memcmp(ids + at, bos, nb * sizeof *bos) ? nb : 0;
         if ((size_t)s->n + m > cap) {
             size_t nc = 2 * ((size_t)s->n + m) + 1024;
             int32_t *a = realloc(s->ids, nc * sizeof *a);

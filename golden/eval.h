@@ -8,7 +8,8 @@
  * Text: a file or the built-in sample, in sections (eval_text_parse): plain
  * text of a category, or a conversation rendered through REF's chat
  * template. Each section is tokenized alone with REF's tokenizer, the ids
- * concatenated; every candidate with a tokenizer must give the same ids.
+ * concatenated after its BOS rule (llama.cpp's perplexity tokenizes its
+ * whole text so); every candidate with a tokenizer must give the same ids.
  * The stream is cut into windows of `ctx` tokens, each starting with BOS in
  * place of its first token; positions ctx/2 .. ctx − 2 of a window are
  * scored, each predicting the next token. A window runs through REF and
