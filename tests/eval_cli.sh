@@ -158,7 +158,7 @@ expect 1 "a KLD threshold below the Q4_K_M candidate's fails (exit 1)" -- "$G" e
 ok "... the failing candidate named, the other passing" -- test "$(jget '[c["verdict"] for c in d["candidates"]]')" = "['pass', 'fail']"
 expect 1 "--ppl-ratio 0.5 fails a candidate above it" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --text-file "$T/text.txt" --ctx 32 --ppl-ratio 0.5
 expect 2 "--ppl-ratio -1 refused" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --ppl-ratio -1
-expect 0 "the built-in sample" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --ctx 32 --json
+expect 0 "the built-in sample" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --ctx 32 --chunks 4 --json
 ok "... named, with its sha256" -- test "$(jget 'd["text"]["source"], len(d["text"]["sha256"])')" = "('built-in sample', 64)"
 printf '@@ category Prose\nshouting\n' >"$T/bad.txt"
 expect 2 "a section name out of [a-z0-9_-] refused" -- "$G" eval "$T/e2b" "$T/e2b-q4.gpk" --text-file "$T/bad.txt"
