@@ -21,6 +21,7 @@
 #include "golden/check.h"
 #include "golden/compare.h"
 #include "golden/eval.h"
+#include "golden/generation.h"
 #include "golden/report.h"
 #include "ingest/check.h"
 #include "ingest/inspect.h"
@@ -376,7 +377,7 @@ struct run_args {
     struct run_config c;
     struct token_seqs seqs;
     struct text_prompts tp;
-    bool json;
+    bool json, check_gen;
 };
 #define RA struct run_args
 
@@ -402,8 +403,39 @@ static const struct opt run_opts[] = {
     UINT("threads", "N", 'n', RA, c.threads, 1, 64, "worker threads (default: every core this process may\nuse; results are identical for any N)"),
     CHOICE("kernels", 'K', RA, c.kernels, "scalar|best|blas|q8", NULL, "best (default: fused SIMD dequant kernels, every mode\nbitwise identical), scalar (the reference), or blas\n(OpenBLAS sgemm for steps of >= 32 tokens: faster prefill,\nlogits within ~1e-4 of the other modes), or q8 (4/8-bit\nweights times int8-quantized activations, llama.cpp's\ntrade: faster decode, approximate logits, still identical\nfor any --threads; not for golden checks)"),
     FLAG("mmap", 'M', RA, c.mmap, "read the matrices in place from the mapped file (default:\ncopied once into anonymous memory advised for huge pages,\nwhich streams faster; costs that much memory and a copy)"),
+    FLAG("check-generation", 'C', RA, check_gen, "exit 1 when a generation check flags (a reserved\n<unusedN> token, a repetition loop); they are reported\nwhenever tokens are generated"),
     FLAG("json", 'j', RA, json, "one JSON object on stdout (tokens, timings, caches)"),
     {0}};
+
+/* The generation checks of each sequence's generated ids (jo "generated"):
+ * reported on out and as jo "generation_check"; true when one flagged. */
+static bool check_generation(struct json_object *jo, int n_seq, const struct tokenizer *t, FILE *out)
+{
+    struct json_object *g = json_object_object_get(jo, "generated"), *all = json_object_new_array();
+    bool flagged = false;
+    for (int b = 0; b < n_seq; b++) {
+        struct json_object *row = n_seq == 1 ? g : json_object_array_get_idx(g, b);
+        int64_t n = (int64_t)json_object_array_length(row);
+        int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+        struct gen_flags f = {0};
+        char line[400], which[24] = "";
+        for (int64_t i = 0; ids && i < n; i++)
+            ids[i] = json_object_get_int(json_object_array_get_idx(row, (size_t)i));
+        if (ids)
+            gen_check(ids, n, t, &f);
+        free(ids);
+        gen_flags_text(&f, line, sizeof line);
+        if (n_seq > 1)
+            snprintf(which, sizeof which, " [%d]", b);
+        fprintf(out, "generation check%s: %s\n", which, line);
+        flagged |= gen_flagged(&f);
+        json_object_array_add(all, gen_flags_json(&f));
+    }
+    json_object_object_add(jo, "generation_check", n_seq == 1 ? json_object_get(json_object_array_get_idx(all, 0))
+                                                               : json_object_get(all));
+    json_object_put(all);
+    return flagged;
+}
 
 static int run_with(int argc, char **argv, struct run_args *a)
 {
@@ -479,6 +511,12 @@ static int run_with(int argc, char **argv, struct run_args *a)
         json_object_object_add(jo, "tokenizer_sha256", json_object_new_string(mt.tok_sha256));
         json_object_put(texts);
     }
+    bool flagged = false;
+    if (rc == ERR_OK && c->s.generate > 0) {
+        if (!a->tp.n) /* ids: the model's tokenizer, if it has one, names <unusedN> */
+            (void)text_open(&mt, argv[optind], &(struct err){0});
+        flagged = check_generation(jo, seqs->n, mt.tok, a->json || a->tp.n ? stderr : stdout);
+    }
     free(st.ids);
     text_close(&mt);
     if (rc != ERR_OK)
@@ -487,7 +525,7 @@ static int run_with(int argc, char **argv, struct run_args *a)
         print_json(jo);
     else
         json_object_put(jo);
-    return 0;
+    return flagged && a->check_gen ? EXIT_VERDICT : 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -571,6 +609,7 @@ static const struct opt golden_check_opts[] = {
     TYPED(OPT_MODE, "mode", "M", 'm', GA, o.chunk, "prefill (default), decode or chunked:N"),
     UINT("threads", "N", 'n', GA, o.threads, 1, 64, "worker threads (default: every core this process may\nuse; the logits are identical for any N)"),
     STR("report", "OUT.html", 'R', GA, o.report, "also one self-contained HTML page (per-position KL\nand top-1 against the golden)"),
+    FLAG("self-test", 'S', GA, o.self_test, "also prove the gate live: the model's logits with one\nposition's top-1 flipped (the golden's top token lowered\nby its margin + max(1, 2 x max-abs)) must fail the\nthresholds, else the check fails"),
     {0}};
 
 static int cmd_golden_check(int argc, char **argv)
@@ -591,14 +630,8 @@ static int cmd_golden_check(int argc, char **argv)
         return fail(&e);
     golden_print(stderr, argv[optind], argv[optind + 1], &res);
     bool pass;
-    if (a.json) {
-        struct json_object *v = golden_verdict(&res.m, &res.th, &pass);
-        if (res.retokenized) {
-            json_object_object_add(v, "text", json_object_new_string(res.retokenized > 0 ? "same ids" : res.retoken_diff));
-            json_object_object_add(v, "verdict", json_object_new_string(res.pass ? "pass" : "fail"));
-        }
-        print_json(v);
-    }
+    if (a.json)
+        print_json(golden_result_json(&res, &pass));
     return res.pass ? 0 : EXIT_VERDICT;
 }
 

@@ -10,6 +10,7 @@
 #include "golden/compare.h"
 #include "golden/report.h"
 #include "gp_config.h"
+#include "kernels/kernels.h"
 #include "runner/forward.h"
 
 struct golden_check_opts golden_check_defaults(void)
@@ -69,9 +70,9 @@ struct json_object *golden_text_meta(const struct model_text *mt, const struct t
     return j;
 }
 
-/* A golden of text: the model's tokenizer must give the golden's ids again. */
-static int retokenize(const char *model_path, const struct golden *g, const char *golden_path,
-                      struct golden_result *res, struct err *e)
+/* A golden of text: the model's tokenizer (mt) must give the golden's ids again. */
+static int retokenize(const struct model_text *mt, const char *model_path, const struct golden *g,
+                      const char *golden_path, struct golden_result *res, struct err *e)
 {
     struct json_object *text = NULL, *kind, *t, *sys = NULL;
     if (!g->meta || !json_object_object_get_ex(g->meta, "text", &text) || !text)
@@ -84,23 +85,67 @@ static int retokenize(const char *model_path, const struct golden *g, const char
                             .chat = strcmp(json_object_get_string(kind), "raw") != 0,
                             .conversation = !strcmp(json_object_get_string(kind), "conversation"),
                             .system = json_object_is_type(sys, json_type_string) ? json_object_get_string(sys) : NULL};
-    struct model_text mt = {0};
     int32_t *ids = NULL;
     int64_t n = 0;
     char *rendered = NULL;
-    int rc = text_open(&mt, model_path, e);
-    if (rc == ERR_OK && !mt.tok)
-        rc = err_set(e, ERR_USAGE, "%s records text, and %s", golden_path, mt.tok_why);
-    if (rc == ERR_OK)
-        rc = text_encode(&mt, &p, &ids, &n, &rendered, e);
+    int rc = mt->tok ? text_encode(mt, &p, &ids, &n, &rendered, e)
+                     : err_set(e, ERR_USAGE, "%s records text, and %s (%s)", golden_path, mt->tok_why, model_path);
     if (rc == ERR_OK) {
-        res->retokenized = text_first_diff(mt.tok, g->tokens, g->T, ids, n, res->retoken_diff,
+        res->retokenized = text_first_diff(mt->tok, g->tokens, g->T, ids, n, res->retoken_diff,
                                            sizeof res->retoken_diff) < 0 ? 1 : -1;
     }
     free(ids);
     free(rendered);
-    text_close(&mt);
     return rc;
+}
+
+/* The golden's meta.json string `key` into dst ("" when absent). */
+static void meta_string(const struct golden *g, const char *key, char *dst, size_t cap)
+{
+    struct json_object *v = NULL;
+    snprintf(dst, cap, "%s", g->meta && json_object_object_get_ex(g->meta, key, &v) &&
+                                     json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "");
+}
+
+static void provenance(const struct model *m, const struct model_text *mt, const struct golden *g,
+                       struct golden_provenance *p)
+{
+    struct json_object *v = NULL;
+    snprintf(p->model_fingerprint, sizeof p->model_fingerprint, "%s", m->fingerprint);
+    snprintf(p->tokenizer_sha256, sizeof p->tokenizer_sha256, "%s", mt->tok_sha256);
+    snprintf(p->template_sha256, sizeof p->template_sha256, "%s", mt->tmpl_sha256);
+    meta_string(g, "producer", p->golden_producer, sizeof p->golden_producer);
+    meta_string(g, "model_fingerprint", p->golden_fingerprint, sizeof p->golden_fingerprint);
+    p->golden_numerics = g->meta && json_object_object_get_ex(g->meta, "numerics", &v) &&
+                                 json_object_is_type(v, json_type_int) ? json_object_get_int(v) : -1;
+}
+
+/* golden_self_test: perturbs logits[T, V] at one position, compares with the
+ * thresholds in force and puts the position back. */
+static void self_test(const struct golden *g, float *logits, struct golden_result *res)
+{
+    struct golden_self_test *st = &res->self_test;
+    int64_t t = g->T / 2, V = g->V, top = golden_argmax(g->logits + t * V, V);
+    float *row = logits + t * V, saved = row[top], other = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        if (v != top && row[v] > other)
+            other = row[v];
+    double margin = V > 1 && isfinite(saved) && isfinite(other) ? (double)saved - (double)other : 0.0;
+    *st = (struct golden_self_test){.ran = true, .position = t,
+                                    .amount = margin + fmax(1.0, 2.0 * res->th.max_abs)};
+    row[top] = (float)((double)saved - st->amount);
+    struct golden_metrics pm;
+    golden_compare(g, logits, res->th, &pm);
+    row[top] = saved;
+    bool pass;
+    struct json_object *v = golden_verdict(&pm, &res->th, &pass), *f = json_object_object_get(v, "failures");
+    st->caught = !pass;
+    for (size_t i = 0, k = 0; i < json_object_array_length(f) && k < sizeof st->failed_on; i++) {
+        const char *name = json_object_get_string(json_object_object_get(json_object_array_get_idx(f, i), "metric"));
+        int w = snprintf(st->failed_on + k, sizeof st->failed_on - k, "%s%s", i ? ", " : "", name);
+        k += w > 0 ? (size_t)w : 0;
+    }
+    json_object_put(v);
 }
 
 int golden_check_model(const char *model_path, const char *golden_path, const struct golden_check_opts *o,
@@ -129,8 +174,14 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
                          golden_path, (long long)t, g.tokens[t], (long long)g.V);
     if (rc == ERR_OK && o->report)
         rc = fio_check_output(o->report, e); /* before any work: not over an input */
+    struct model_text mt = {0};
     if (rc == ERR_OK)
-        rc = retokenize(model_path, &g, golden_path, res, e);
+        rc = text_open(&mt, model_path, e);
+    if (rc == ERR_OK) {
+        provenance(&m, &mt, &g, &res->prov);
+        rc = retokenize(&mt, model_path, &g, golden_path, res, e);
+    }
+    text_close(&mt);
     int64_t step = o->chunk > 0 && o->chunk < g.T ? o->chunk : g.T;
     struct golden_positions gp = {.outer = &o->progress, .what = "positions", .total = g.T, .passes = 1};
     if (rc == ERR_OK)
@@ -150,7 +201,9 @@ int golden_check_model(const char *model_path, const char *golden_path, const st
         golden_compare(&g, logits, res->th, &res->m);
         struct json_object *v = golden_verdict(&res->m, &res->th, &res->pass);
         json_object_put(v);
-        res->pass = res->pass && res->retokenized >= 0;
+        if (o->self_test)
+            self_test(&g, logits, res);
+        res->pass = res->pass && res->retokenized >= 0 && (!o->self_test || res->self_test.caught);
     }
     if (rc == ERR_OK && o->report)
         rc = report(&g, logits, res, model_path, golden_path, o->report, e);
@@ -192,7 +245,56 @@ void golden_print(FILE *out, const char *model_path, const char *golden_path, co
                 res->retokenized > 0 ? "re-tokenized by the model's tokenizer: the golden's ids"
                                      : "the golden's ids and the model's tokenizer's differ at ",
                 res->retokenized > 0 ? "" : res->retoken_diff);
-    fprintf(out, "verdict: %s\n", res->pass ? "PASS" : "FAIL (regression)");
+    const struct golden_provenance *p = &res->prov;
+    fprintf(out, "  %-16s model %.16s, gempack %s, numerics %d; golden by %s", "measured", p->model_fingerprint,
+            GEMPACK_VERSION, KERN_NUMERICS, p->golden_producer[0] ? p->golden_producer : "(not recorded)");
+    if (p->golden_numerics >= 0)
+        fprintf(out, ", numerics %d%s", p->golden_numerics,
+                p->golden_numerics != KERN_NUMERICS ? " (not this build's: a gempack golden made before the "
+                                                      "kernels' numerics changed)" : "");
+    fputc('\n', out);
+    const struct golden_self_test *st = &res->self_test;
+    if (st->ran)
+        fprintf(out, "  %-16s position %lld, the golden's top token lowered by %.4g: %s%s%s\n", "self-test",
+                (long long)st->position, st->amount, st->caught ? "caught (" : "NOT CAUGHT: these thresholds pass "
+                "a flipped top-1 and a logit off by that much", st->failed_on, st->caught ? ")" : "");
+    fprintf(out, "verdict: %s\n", res->pass ? "PASS" : !st->ran || st->caught ? "FAIL (regression)"
+                                                                           : "FAIL (the self-test was not caught)");
+}
+
+struct json_object *golden_result_json(const struct golden_result *res, bool *pass)
+{
+    const struct golden_provenance *p = &res->prov;
+    struct json_object *v = golden_verdict(&res->m, &res->th, pass), *m = json_object_new_object(),
+                       *model = json_object_new_object(), *golden = json_object_new_object();
+    json_object_object_add(model, "fingerprint", json_object_new_string(p->model_fingerprint));
+    json_object_object_add(model, "tokenizer_sha256", p->tokenizer_sha256[0] ? json_object_new_string(p->tokenizer_sha256) : NULL);
+    json_object_object_add(model, "template_sha256", p->template_sha256[0] ? json_object_new_string(p->template_sha256) : NULL);
+    json_object_object_add(golden, "producer", p->golden_producer[0] ? json_object_new_string(p->golden_producer) : NULL);
+    json_object_object_add(golden, "model_fingerprint",
+                           p->golden_fingerprint[0] ? json_object_new_string(p->golden_fingerprint) : NULL);
+    json_object_object_add(golden, "numerics", p->golden_numerics >= 0 ? json_object_new_int(p->golden_numerics) : NULL);
+    json_object_object_add(golden, "reference", json_object_new_string(res->f64 ? "float64" : "float32"));
+    json_object_object_add(m, "model", model);
+    json_object_object_add(m, "golden", golden);
+    json_object_object_add(m, "gempack_version", json_object_new_string(GEMPACK_VERSION));
+    json_object_object_add(m, "numerics", json_object_new_int(KERN_NUMERICS));
+    json_object_object_add(m, "kernels", json_object_new_string("best"));
+    json_object_object_add(v, "measured", m);
+    if (res->retokenized)
+        json_object_object_add(v, "text", json_object_new_string(res->retokenized > 0 ? "same ids" : res->retoken_diff));
+    if (res->self_test.ran) {
+        const struct golden_self_test *st = &res->self_test;
+        struct json_object *t = json_object_new_object();
+        json_object_object_add(t, "position", json_object_new_int64(st->position));
+        json_object_object_add(t, "amount", json_object_new_double(st->amount));
+        json_object_object_add(t, "caught", json_object_new_boolean(st->caught));
+        json_object_object_add(t, "failed_on", json_object_new_string(st->failed_on));
+        json_object_object_add(v, "self_test", t);
+    }
+    json_object_object_add(v, "verdict", json_object_new_string(res->pass ? "pass" : "fail"));
+    *pass = res->pass;
+    return v;
 }
 
 int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, int threads, const char *out_path,
@@ -208,7 +310,11 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
         return rc;
     }
     *V = m.cfg.vocab_size;
+    struct model_text mt = {0};
     rc = fio_check_output(out_path, e); /* before any work: not over an input */
+    if (rc == ERR_OK)
+        rc = text_open(&mt, model_path, e); /* its tokenizer's and template's sha256 */
+    text_close(&mt);
     if (rc == ERR_OK)
         rc = runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = KERN_BEST, .n_seq = 1,
                                                        .max_step = T, .max_context = T,
@@ -221,6 +327,11 @@ int golden_make_file(const char *model_path, const int32_t *tokens, int64_t T, i
         struct json_object *meta = json_object_new_object(), *tol = json_object_new_object();
         json_object_object_add(meta, "producer", json_object_new_string("gempack golden make " GEMPACK_VERSION));
         json_object_object_add(meta, "model_fingerprint", json_object_new_string(m.fingerprint));
+        json_object_object_add(meta, "tokenizer_sha256", mt.tok_sha256[0] ? json_object_new_string(mt.tok_sha256) : NULL);
+        json_object_object_add(meta, "template_sha256", mt.tmpl_sha256[0] ? json_object_new_string(mt.tmpl_sha256) : NULL);
+        json_object_object_add(meta, "gempack_version", json_object_new_string(GEMPACK_VERSION));
+        json_object_object_add(meta, "numerics", json_object_new_int(KERN_NUMERICS));
+        json_object_object_add(meta, "kernels", json_object_new_string("best"));
         json_object_object_add(meta, "dtype", json_object_new_string("float32"));
         json_object_object_add(meta, "positions_scored", json_object_new_int64(T));
         json_object_object_add(meta, "kl_direction", json_object_new_string("KL(golden || model)"));

@@ -5,7 +5,8 @@
 # PPL ratio 1); PPL and KLD recomputed in NumPy from the windows' logits
 # (gempack run --dump-logits) with their own log-softmax; --save-ref / --ref;
 # thresholds and exit codes; the HTML page; bad text and a tokenizer that
-# gives other ids refused.
+# gives other ids refused; the gates: what goldens and checks record, golden
+# check --self-test, generation checks recomputed in Python.
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -177,4 +178,64 @@ json.dump(t, open(sys.argv[1], "w"))
 PY
 expect 2 "a candidate whose tokenizer gives other ids stops the run" -- "$G" eval "$T/e2b" "$T/other" --text-file "$T/text.txt" --ctx 32
 ok "... naming it and the first differing position" -- grep -q "other: its tokenizer and the reference's give different ids at position" "$T/err"
+
+echo "# gates: what a golden and a check record, golden check --self-test, generation checks"
+expect 0 "golden make from ids" -- "$G" golden make "$T/e2b" --tokens-file "$T/e2b/tokens.json" -o "$T/g.npz"
+$PY - "$T/g.npz" "$T/e2b/tokenizer.json" >"$T/meta" <<'PY'
+import hashlib, json, sys, zipfile
+m = json.loads(zipfile.ZipFile(sys.argv[1]).read("meta.json"))
+print(m["gempack_version"], m["numerics"], m["kernels"], m["tokenizer_sha256"] == hashlib.sha256(open(sys.argv[2], "rb").read()).hexdigest(), m["template_sha256"], len(m["model_fingerprint"]))
+PY
+ok "... records gempack's version, numerics, kernels, the tokenizer's sha256 (hashlib) and the fingerprint" -- \
+    grep -qE "^[0-9]+\.[0-9]+\.[0-9]+ [0-9]+ best True (None|[0-9a-f]{64}) 64$" "$T/meta"
+expect 0 "golden check --self-test against the model itself" -- "$G" golden check "$T/e2b" "$T/g.npz" --self-test --json
+cp "$T/out" "$T/st.json"
+ok "... the perturbation caught by max_abs and top1, the check passing" -- \
+    test "$(jget 'd["self_test"]["caught"], d["self_test"]["failed_on"], d["verdict"]')" = "(True, 'max_abs, top1', 'pass')"
+ok "... position T/2, amount = the golden's margin there + 1 (recomputed from its logits)" -- $PY - "$T/g.npz" "$T/st.json" <<'PY'
+import io, json, sys, zipfile
+import numpy as np
+z = zipfile.ZipFile(sys.argv[1]); d = json.load(open(sys.argv[2]))
+x = np.load(io.BytesIO(z.read("logits.npy"))).astype(np.float64)
+t = x.shape[0] // 2; r = np.sort(x[t])
+assert d["self_test"]["position"] == t
+assert abs(d["self_test"]["amount"] - (r[-1] - r[-2] + 1.0)) < 1e-5, (d["self_test"]["amount"], r[-1] - r[-2] + 1)
+PY
+ok "... records the model, the golden's producer and numerics, this build's" -- \
+    test "$(jget 'len(d["measured"]["model"]["fingerprint"]), d["measured"]["golden"]["numerics"] == d["measured"]["numerics"] >= 9, d["measured"]["golden"]["producer"].startswith("gempack golden make")')" = "(64, True, True)"
+expect 1 "--self-test with the gates off: not caught, so the check fails" -- "$G" golden check "$T/e2b" "$T/g.npz" --self-test --max-abs off --top1 off
+ok "... saying the self-test was not caught" -- grep -q "FAIL (the self-test was not caught)" "$T/err"
+expect 0 "--self-test of the committed reference golden (float64, NumPy)" -- "$G" golden check "$T/e2b" "$HERE/../golden/data/e2b-bf16.npz" --self-test
+
+# generation checks, recomputed in Python from the generated ids and tokenizer.json's pieces
+cat >"$T/gencheck.py" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1])); vocab = json.load(open(sys.argv[2]))["model"]["vocab"]
+piece = {i: p for p, i in vocab.items()}
+ids = d["generated"]; n = len(ids)
+res = [i for i, x in enumerate(ids) if re.fullmatch(r"<unused[0-9]+>", piece.get(x, ""))]
+best = None  # (length, -period, -start): a span of >= 16 ids and >= 4 periods, each id equal to the one `period` before
+for p in range(1, 65):
+    for s in range(n):
+        e = s + p
+        while e < n and ids[e] == ids[e - p]:
+            e += 1
+        e = min(e, n)
+        if e - s >= 16 and e - s >= 4 * p and (best is None or (e - s, -p, -s) > best):
+            best = (e - s, -p, -s)
+want = {"reserved": {"count": len(res), "first_position": res[0] if res else None, "first_id": ids[res[0]] if res else None},
+        "loop": {"start": -best[2], "period": -best[1], "length": best[0]} if best else None, "flagged": bool(res or best)}
+assert d["generation_check"] == want, (d["generation_check"], want)
+print("flagged" if want["flagged"] else "clean", "reserved" if res else "", "loop" if best else "")
+PY
+for s in 1 2 3 4 5 6 7 8; do
+    "$G" run "$T/e2b" --tokens 2,17,99 --generate 40 --temperature 3 --seed $s --json >"$T/gen$s.json" 2>/dev/null
+done
+"$G" run "$T/e2b" --tokens 2,17,99 --generate 64 --json >"$T/gen0.json" 2>/dev/null
+ok "generation checks of nine runs (greedy, then sampled) equal Python's on their ids" -- \
+    sh -c 'for f in "$1"/gen*.json; do '$PY' "$1/gencheck.py" "$f" "$1/e2b/tokenizer.json" || exit 1; done >"$1/gen.txt"' sh "$T"
+ok "... the greedy one a loop, among the others a reserved <unusedN> and a clean one" -- \
+    sh -c 'head -1 "$1/gen.txt" | grep -q loop && grep -q reserved "$1/gen.txt" && grep -q clean "$1/gen.txt"' sh "$T"
+expect 1 "run --check-generation: a loop fails the run (exit 1)" -- "$G" run "$T/e2b" --tokens 2,17,99 --generate 64 --check-generation
+ok "... reported with the report" -- grep -q "generation check: a repetition loop: 64 tokens from generated position 0 repeat a span of 1" "$T/out"
 finish

@@ -7,7 +7,8 @@
  * message naming the problem. Metrics: synthetic logits with answers known in
  * closed form (identical, constant shift, scaling, argmax flip, two-way KL,
  * p99 by nearest rank, NaN). Verdict: pass/fail, the failures list, disabled
- * (negative) thresholds. */
+ * (negative) thresholds. Generation checks (golden/generation.h): loops at and
+ * just past each bound of their definition, on hand-built id sequences. */
 #include <criterion/criterion.h>
 
 #include <json-c/json.h>
@@ -19,6 +20,7 @@
 #include "core/err.h"
 #include "core/fileio.h"
 #include "core/npz.h"
+#include "golden/generation.h"
 #include "golden/golden.h"
 #include "tests/helpers.h"
 
@@ -900,4 +902,64 @@ Test(golden, npy_parse_rejects_corrupt_arrays)
     cr_assert(strstr(e.msg, "beyond"), "%s", e.msg);
     cr_assert_eq(npy_parse(img, 6, "short.npy", &a, &e), ERR_FORMAT, "a 6-byte image");
     free(img);
+}
+
+/* Ids 0..period-1 repeated to n ids, after `lead` distinct ids (1000 + i). */
+static int64_t periodic(int32_t *ids, int64_t lead, int64_t period, int64_t n)
+{
+    for (int64_t i = 0; i < lead; i++)
+        ids[i] = (int32_t)(1000 + i);
+    for (int64_t i = 0; i < n; i++)
+        ids[lead + i] = (int32_t)(i % period);
+    return lead + n;
+}
+
+Test(generation, loops_at_their_bounds)
+{
+    /* {lead, period, periodic ids, loop expected}: a loop needs >= 16 ids and >= 4 periods, period <= 64 */
+    static const struct { int64_t lead, period, n; bool loop; } cases[] = {
+        {0, 1, 16, true},  {0, 1, 15, false}, {5, 1, 40, true},   {0, 3, 18, true},   {0, 3, 15, false},
+        {0, 5, 20, true},  {0, 5, 19, false}, {2, 16, 64, true},  {2, 16, 63, false}, {0, 64, 256, true},
+        {0, 65, 400, false}, {0, 7, 7, false},
+    };
+    static int32_t ids[600];
+    for (size_t k = 0; k < LEN(cases); k++) {
+        int64_t n = periodic(ids, cases[k].lead, cases[k].period, cases[k].n);
+        struct gen_flags f;
+        gen_check(ids, n, NULL, &f);
+        cr_assert_eq(f.loop_length > 0, cases[k].loop, "case %zu: loop %lld", k, (long long)f.loop_length);
+        cr_assert(!f.reserved_checked && f.n_reserved == 0 && gen_flagged(&f) == cases[k].loop);
+        if (cases[k].loop) {
+            cr_assert_eq(f.loop_start, cases[k].lead, "case %zu", k);
+            cr_assert_eq(f.loop_period, cases[k].period, "case %zu", k);
+            cr_assert_eq(f.loop_length, cases[k].n, "case %zu", k);
+        }
+    }
+}
+
+Test(generation, the_longest_loop_shortest_period_first)
+{
+    /* 20 x id 7 (period 1, and also period 2), then 10 distinct, then "1 2" 12 times: the 24-id span wins */
+    int32_t ids[54];
+    for (int i = 0; i < 20; i++)
+        ids[i] = 7;
+    for (int i = 0; i < 10; i++)
+        ids[20 + i] = 100 + i;
+    for (int i = 0; i < 24; i++)
+        ids[30 + i] = 1 + i % 2;
+    struct gen_flags f;
+    gen_check(ids, 54, NULL, &f);
+    cr_assert_eq(f.loop_start, 30);
+    cr_assert_eq(f.loop_period, 2);
+    cr_assert_eq(f.loop_length, 24);
+    ids[53] = 9; /* now 23 ids of period 2 against 20 of period 1: still period 2, one shorter */
+    gen_check(ids, 54, NULL, &f);
+    cr_assert_eq(f.loop_length, 23);
+    cr_assert_eq(f.loop_period, 2);
+    for (int i = 30; i < 54; i++) /* only the run of 7s: period 1 beats the period-2 reading of it */
+        ids[i] = 200 + i;
+    gen_check(ids, 54, NULL, &f);
+    cr_assert_eq(f.loop_period, 1);
+    cr_assert_eq(f.loop_length, 20);
+    cr_assert_eq(f.loop_start, 0);
 }
