@@ -56,10 +56,11 @@ static const struct {
     {CPU_AVX512, {.name = "avx512", .qdot = kern_qdot_avx512, .matvec_bf16 = kern_matvec_bf16_avx512,
                   .dot = kern_dot_avx512, .dots = kern_dots_avx512, .axpy = kern_axpy_avx512,
                   .gelu_mul = kern_gelu_mul_avx512, .softcap = kern_softcap_avx512, .qgemm = kern_qgemm_avx512,
+                  .qgemm_modes = 1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8,
                   .bf16gemm = kern_bf16gemm_avx512, .refgemm = kern_refgemm_avx512}},
     {CPU_AVX2, {.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2, .dot = kern_dot_avx2,
                 .dots = kern_dots_avx2, .axpy = kern_axpy_avx2, .gelu_mul = kern_gelu_mul_avx2,
-                .softcap = kern_softcap_avx2}},
+                .softcap = kern_softcap_avx2, .qgemm = kern_qgemm_avx2, .qgemm_modes = 1u << QM_AFFINE}},
 #elif GP_ARM64
     {CPU_NEON, {.name = "neon", .qdot = kern_qdot_neon, .matvec_bf16 = kern_matvec_bf16_neon, .dot = kern_dot_neon,
                 .dots = kern_dots_neon, .axpy = kern_axpy_neon, .gelu_mul = kern_gelu_mul_ref,
@@ -236,7 +237,10 @@ static bool use_q8(const struct kern_table *t, struct mm_job *j)
     return (j->q8dot = t->q8dot) && (kern_q8_supports(j->w) || kern_gtype_of(j->w->mode));
 }
 static bool use_blas(const struct kern_table *t, struct mm_job *j) { return (j->blas = t->blas); }
-static bool use_qgemm(const struct kern_table *t, struct mm_job *j) { return (j->qgemm = t->qgemm) != NULL; }
+static bool use_qgemm(const struct kern_table *t, struct mm_job *j)
+{
+    return (j->qgemm = t->qgemm) != NULL && t->qgemm_modes >> j->w->mode & 1;
+}
 static bool use_qdot(const struct kern_table *t, struct mm_job *j) { return (j->qdot = t->qdot) != NULL; }
 static bool use_bf16gemm(const struct kern_table *t, struct mm_job *j) { return (j->gemm = t->bf16gemm) != NULL; }
 static bool use_bf16(const struct kern_table *t, struct mm_job *j) { return (j->fn = t->matvec_bf16) != NULL; }

@@ -328,7 +328,7 @@ static inline float kern_lanes_sum16(float lane[16])
 /* Tokens of a panel of the blocked GEMM (x86/avx512.c; its workspace: input.c). */
 #define GEMM_TP 16
 
-/* Tokens of a panel of the affine GEMM (x86/avx512.c), its input laid out so
+/* Tokens of a panel of the affine GEMM (x86/avx512.c, x86/avx2.c), its input laid out so
  * (input.c); sets of 16 rows it runs side by side (its workspace: input.c). */
 #define AGEMM_T 12
 #define AGEMM_KC 2048 /* columns of a tile decoded at a time (a multiple of every group size) */

@@ -94,6 +94,7 @@ struct kern_table {
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
     q8prep_fn q8prep;         /* KERN_Q8: their input's preparation */
     qgemm_fn qgemm;           /* the fused kernels as a blocked GEMM, for steps of many tokens (NULL: none) */
+    unsigned qgemm_modes;     /* the quantization modes qgemm takes: bit 1 << mode */
     gemm_fn bf16gemm;         /* matvec_bf16 as a blocked GEMM, likewise */
     gemm_fn refgemm;          /* kern_matmul_ref's bits, faster (NULL: the reference itself) */
     struct kern_ws *ws;       /* [POOL_MAX_THREADS] each worker's scratch, kept across calls */

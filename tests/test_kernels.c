@@ -410,16 +410,26 @@ static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n
     qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
 }
 
-static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     struct kern_qinput in;
     void *buf = aligned_alloc(64, (kern_qinput_bytes(w, n) + 63) / 64 * 64);
     void *ws = aligned_alloc(64, (kern_qgemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
     cr_assert(buf && ws);
     prepare_input(w, x, n, true, buf, &in);
-    kern_qgemm_avx512(w, &in, n, y, r0, r1, ws);
+    fn(w, &in, n, y, r0, r1, ws);
     free(buf);
     free(ws);
+}
+
+static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qgemm_alone(kern_qgemm_avx512, w, x, n, y, r0, r1);
+}
+
+static void kern_matmul_q_gemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qgemm_alone(kern_qgemm_avx2, w, x, n, y, r0, r1);
 }
 
 static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
@@ -471,6 +481,8 @@ static const struct path paths[] = {
     {"mx_avx512", kern_matvec_q_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, false},
     {"ggml_avx2", kern_matvec_q_avx2, WK_GGML, CPU_AVX2, kern_matvec_q_def, false},
     {"ggml_avx512", kern_matvec_q_avx512, WK_GGML, CPU_AVX512, kern_matvec_q_def, false},
+    {"q4_gemm_avx2", kern_matmul_q_gemm_avx2, WK_Q4, CPU_AVX2, kern_matvec_q_def, true},
+    {"q8_gemm_avx2", kern_matmul_q_gemm_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def, true},
     {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
@@ -770,6 +782,8 @@ Test(kernels, mx_avx2) { run_path("mx_avx2"); }
 Test(kernels, mx_avx512) { run_path("mx_avx512"); }
 Test(kernels, ggml_avx2) { run_path("ggml_avx2"); }
 Test(kernels, ggml_avx512) { run_path("ggml_avx512"); }
+Test(kernels, q4_gemm_avx2) { run_path("q4_gemm_avx2"); }
+Test(kernels, q8_gemm_avx2) { run_path("q8_gemm_avx2"); }
 Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
@@ -948,7 +962,8 @@ Test(kernels, init_tables)
                   t.bf16gemm == kern_bf16gemm_avx512 && t.refgemm == kern_refgemm_avx512);
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && !t.qgemm && !t.bf16gemm && !t.refgemm &&
+        cr_assert(t.qdot == kern_qdot_avx2 && t.qgemm == kern_qgemm_avx2 && t.qgemm_modes == 1u << QM_AFFINE &&
+                  !t.bf16gemm && !t.refgemm &&
                   t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
@@ -1001,12 +1016,15 @@ static size_t tables(struct kern_table *t, const char **label)
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
                                      .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
                                      .gelu_mul = kern_gelu_mul_avx2,
-                                     .softcap = kern_softcap_avx2,
+                                     .softcap = kern_softcap_avx2, .qgemm = kern_qgemm_avx2,
+                                     .qgemm_modes = 1u << QM_AFFINE,
+                                     .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
     }
     if (cpu_has(CPU_AVX512)) {
         label[k] = "AVX-512 only";
         t[k++] = (struct kern_table){.name = "avx512", .qdot = kern_qdot_avx512, .qgemm = kern_qgemm_avx512,
+                                     .qgemm_modes = 1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8,
                                      .bf16gemm = kern_bf16gemm_avx512, .refgemm = kern_refgemm_avx512,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .matvec_bf16 = kern_matvec_bf16_avx512,
@@ -1032,6 +1050,9 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= (w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS) && t->qgemm == kern_qgemm_avx512 &&
         w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
+    if (n >= KERN_AGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx2 && w->quantized && w->mode == QM_AFFINE &&
+        (w->bits == 4 || w->bits == 8))
+        return kern_matmul_q_gemm_avx2;
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx512;
 #endif

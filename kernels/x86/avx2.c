@@ -414,6 +414,184 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
     }
 }
 
+/* ---- affine 4/8-bit as a blocked GEMM: agemm512 of avx512.c on 8 lanes ----
+ *
+ * The same workspace (codes [set, column, 16], scales and biases [set,
+ * group, 16], A [panel, set, AGEMM_T, 16]) and the same operations per
+ * (row, token): a set's two halves × AGEMM_H2 tokens of one chain in
+ * registers, the even words' chain over the group first (kept in memory),
+ * then the odd words', the two added and folded into A with the scale. */
+
+#define AGEMM_H2 6 /* tokens at a time: 2 halves × 6 = 12 chains of AVX2's 16 registers */
+
+/* Chain c (0: even words, 1: odd) of a set's group (q: [gs, 16]) for
+ * AGEMM_H2 tokens (xg: the group's input, [gs, AGEMM_T]) into p[half][u]:
+ * its t-th column is word 2·(t / per_word) + c's code t % per_word. */
+AVX2 INLINE void agemm_col256(const float *q, const float *xg, int j, __m256 (*p)[AGEMM_H2], const bool first)
+{
+    const __m256 v0 = _mm256_load_ps(q + 16 * j), v1 = _mm256_load_ps(q + 16 * j + 8);
+#pragma GCC unroll 6
+    for (int u = 0; u < AGEMM_H2; u++) {
+        const __m256 xb = _mm256_broadcast_ss(xg + j * AGEMM_T + u);
+        p[0][u] = first ? _mm256_mul_ps(xb, v0) : _mm256_fmadd_ps(xb, v0, p[0][u]);
+        p[1][u] = first ? _mm256_mul_ps(xb, v1) : _mm256_fmadd_ps(xb, v1, p[1][u]);
+    }
+}
+
+AVX2 INLINE void agemm_chain256(const float *q, const float *xg, int gs, int c, __m256 (*p)[AGEMM_H2],
+                                const int per_word)
+{
+    const int j0 = c * per_word;
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++)
+        agemm_col256(q, xg, j0 + k, p, k == 0);
+    for (int i = 2 * per_word; i < gs; i += 2 * per_word)
+#pragma GCC unroll 8
+        for (int k = 0; k < per_word; k++)
+            agemm_col256(q, xg, i + j0 + k, p, false);
+}
+
+/* One set (codes q: [ng·gs, 16]; scales st: [ng, 16]) × AGEMM_T tokens
+ * (x: [ng·gs, AGEMM_T]) folded into A ([AGEMM_T, 16]). */
+AVX2 INLINE void agemm_block256(const float *q, const float *x, const float *st, int64_t ng, int gs, float *A,
+                                const int per_word)
+{
+    for (int64_t g = 0; g < ng; g++) {
+        const float *qg = q + g * gs * 16;
+        const __m256 sc[2] = {_mm256_load_ps(st + 16 * g), _mm256_load_ps(st + 16 * g + 8)};
+        for (int h = 0; h < AGEMM_T; h += AGEMM_H2) {
+            const float *xg = x + g * gs * AGEMM_T + h;
+            __m256 p[2][AGEMM_H2];
+            float pe[2][AGEMM_H2][8] __attribute__((aligned(32)));
+            agemm_chain256(qg, xg, gs, 0, p, per_word);
+            for (int l = 0; l < 2; l++)
+                for (int u = 0; u < AGEMM_H2; u++)
+                    _mm256_store_ps(pe[l][u], p[l][u]);
+            agemm_chain256(qg, xg, gs, 1, p, per_word);
+            for (int l = 0; l < 2; l++)
+                for (int u = 0; u < AGEMM_H2; u++) {
+                    float *a = A + (h + u) * 16 + 8 * l;
+                    _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_add_ps(_mm256_load_ps(pe[l][u]), p[l][u]), sc[l],
+                                                       _mm256_load_ps(a)));
+                }
+        }
+    }
+}
+
+/* The block on its own for each width. */
+__attribute__((noinline)) AVX2 static void agemm_block_b4_256(const float *q, const float *x, const float *st, int64_t ng,
+                                                              int gs, float *A)
+{
+    agemm_block256(q, x, st, ng, gs, A, 8);
+}
+
+__attribute__((noinline)) AVX2 static void agemm_block_b8_256(const float *q, const float *x, const float *st, int64_t ng,
+                                                              int gs, float *A)
+{
+    agemm_block256(q, x, st, ng, gs, A, 4);
+}
+
+/* agemm_decode512 on two halves: groups [g0, g1) of rows r0 .. r0+15 (m:
+ * those in the tile) into qt [(g1 − g0)·gs, 16], scales into st and biases
+ * into bt [groups, 16] (at group g); zeros for the others. */
+AVX2 INLINE void agemm_decode256(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                 float *st, float *bt, const int bits)
+{
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    uint32_t lanes[32 * 16] __attribute__((aligned(32))); /* by rows: the group in the blocked layout */
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *base = !m ? NULL
+                              : w->blocked ? w->w + kern_block_off(w, r0 / 16, g)
+                                           : w->w + (size_t)r0 * w->row_stride + (size_t)(4 * g * wpg);
+        for (int c = 0; m && !w->blocked && c < wpg; c += 8)
+            for (int h = 0; h < 2; h++)
+                rows_to_lanes256(base + 4 * c + (size_t)(8 * h) * w->row_stride, w->row_stride, m >> 8 * h & 0xFF,
+                                 wpg - c < 8 ? wpg - c : 8, lanes + 16 * c + 8 * h);
+        for (int i = 0; i < wpg; i++)
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = !m ? _mm256_setzero_si256()
+                                  : w->blocked ? _mm256_maskload_epi32((const int *)(const void *)(base + 64 * i + 32 * h),
+                                                                       _mm256_castps_si256(half_mask256(m, h)))
+                                               : _mm256_load_si256((const __m256i *)(const void *)(lanes + 16 * i + 8 * h));
+#pragma GCC unroll 8
+                for (int k = 0; k < per_word; k++)
+                    _mm256_store_ps(qt + ((g - g0) * w->gs + i * per_word + k) * 16 + 8 * h, code256(v, k, bits, QM_AFFINE));
+            }
+        if (w->blocked || !m) {
+            for (int h = 0; h < 2; h++) {
+                _mm256_store_ps(st + 16 * g + 8 * h, m ? params8(w, w->s, base, NULL, r0, g, m, h) : _mm256_setzero_ps());
+                _mm256_store_ps(bt + 16 * g + 8 * h, m ? params8(w, w->b, base, NULL, r0, g, m, h) : _mm256_setzero_ps());
+            }
+        } else if ((g - g0) % 16 == 0) {
+            params_to_lanes256(w, w->s, r0, g, g1 - g < 16 ? (int)(g1 - g) : 16, m, st + 16 * g);
+            params_to_lanes256(w, w->b, r0, g, g1 - g < 16 ? (int)(g1 - g) : 16, m, bt + 16 * g);
+        }
+    }
+}
+
+/* agemm512's tile: slices of AGEMM_KC columns decoded once and run for
+ * every panel of tokens, then the bias terms. */
+AVX2 INLINE void agemm256(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                          int64_t row1, float *ws, const int bits)
+{
+    const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
+    const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
+    const int64_t kc = cols < AGEMM_KC ? cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
+    float *qt = ws, *st = qt + sets * kc * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
+    memset(A, 0, (size_t)(panels * sets * AGEMM_T * 16) * sizeof *A); /* [panels, sets, AGEMM_T, 16] */
+    for (int64_t c0 = 0; c0 < cols; c0 += kc) {
+        const int64_t g0 = c0 / w->gs, g1 = (c0 + kc < cols ? c0 + kc : cols) / w->gs;
+        for (int64_t s = 0; s < sets; s++)
+            agemm_decode256(w, rbase + 16 * s, kern_rows_mask(rbase + 16 * s, row0, row1), g0, g1, qt + s * kc * 16,
+                            st + s * ng * 16, bt + s * ng * 16, bits);
+        for (int64_t p = 0; p < panels; p++) {
+            const float *x = in->xd + p * AGEMM_T * in->stride + c0 * AGEMM_T; /* tokens p·AGEMM_T .., the slice */
+            for (int64_t s = 0; s < sets; s++)
+                if (kern_rows_mask(rbase + 16 * s, row0, row1))
+                    (bits == 4 ? agemm_block_b4_256 : agemm_block_b8_256)(qt + s * kc * 16, x, st + (s * ng + g0) * 16,
+                                                                          g1 - g0, w->gs, A + (p * sets + s) * AGEMM_T * 16);
+        }
+    }
+    for (int64_t p = 0; p < panels; p++) {
+        const int64_t t0 = p * AGEMM_T;
+        const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
+        for (int64_t s = 0; s < sets; s++) {
+            const int64_t r = rbase + 16 * s;
+            const uint32_t m = kern_rows_mask(r, row0, row1);
+            for (int u0 = 0; u0 < tp && m; u0 += 4) { /* 4 tokens' bias chains side by side */
+                const int nu = tp - u0 < 4 ? tp - u0 : 4;
+                const float *xs = in->xsum + (t0 + u0) * ng;
+                __m256 b[4][2];
+                for (int k = 0; k < 8; k++)
+                    b[k / 2][k % 2] = _mm256_setzero_ps();
+                for (int64_t g = 0; g < ng; g++) {
+                    const __m256 b0 = _mm256_load_ps(bt + (s * ng + g) * 16), b1 = _mm256_load_ps(bt + (s * ng + g) * 16 + 8);
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++) {
+                        const __m256 xb = _mm256_set1_ps(xs[(u < nu ? u : 0) * ng + g]);
+                        b[u][0] = _mm256_fmadd_ps(b0, xb, b[u][0]);
+                        b[u][1] = _mm256_fmadd_ps(b1, xb, b[u][1]);
+                    }
+                }
+                for (int u = 0; u < nu; u++)
+                    for (int h = 0; h < 2; h++)
+                        _mm256_maskstore_ps(y + (t0 + u0 + u) * w->rows + r + 8 * h, _mm256_castps_si256(half_mask256(m, h)),
+                                            _mm256_add_ps(_mm256_load_ps(A + ((p * sets + s) * AGEMM_T + u0 + u) * 16 + 8 * h),
+                                                          b[u][h]));
+            }
+        }
+    }
+}
+
+AVX2 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                          int64_t row1, void *ws)
+{
+    if (w->bits == 4)
+        agemm256(w, in, n, y, row0, row1, ws, 4);
+    else
+        agemm256(w, in, n, y, row0, row1, ws, 8);
+}
+
 /* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):
  * `cols - j` of them present. */
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,

@@ -609,13 +609,19 @@ AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, 
         for (int64_t s = 0; s < sets; s++) {
             const int64_t r = rbase + 16 * s;
             const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
-            for (int u = 0; u < tp && m; u++) {
-                const float *xs = in->xsum + (t0 + u) * ng;
-                __m512 b = _mm512_setzero_ps();
-                for (int64_t g = 0; g < ng; g++)
-                    b = _mm512_fmadd_ps(_mm512_load_ps(bt + (s * ng + g) * 16), _mm512_set1_ps(xs[g]), b);
-                _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r, m,
-                                      _mm512_add_ps(_mm512_load_ps(A + ((p * sets + s) * AGEMM_T + u) * 16), b));
+            for (int u0 = 0; u0 < tp && m; u0 += 4) { /* 4 tokens' bias chains side by side */
+                const int nu = tp - u0 < 4 ? tp - u0 : 4;
+                const float *xs = in->xsum + (t0 + u0) * ng;
+                __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+                for (int64_t g = 0; g < ng; g++) {
+                    const __m512 bg = _mm512_load_ps(bt + (s * ng + g) * 16);
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        b[u] = _mm512_fmadd_ps(bg, _mm512_set1_ps(xs[(u < nu ? u : 0) * ng + g]), b[u]);
+                }
+                for (int u = 0; u < nu; u++)
+                    _mm512_mask_storeu_ps(y + (t0 + u0 + u) * w->rows + r, m,
+                                          _mm512_add_ps(_mm512_load_ps(A + ((p * sets + s) * AGEMM_T + u0 + u) * 16), b[u]));
             }
         }
     }
