@@ -1,7 +1,7 @@
 #!/bin/bash
 # eval_cli.sh GEMPACK - `gempack eval` end to end on fixtures: the bf16 source
 # against its MLX affine 4-bit, mxfp4, compressed-tensors w4a16, GGUF Q4_0 and
-# GGUF Q4_K_M forms (two topologies); the reference against itself (KLD 0,
+# GGUF Q4_K_M forms (all five topologies); the reference against itself (KLD 0,
 # PPL ratio 1); PPL and KLD recomputed in NumPy from the windows' logits
 # (gempack run --dump-logits) with their own log-softmax; --save-ref / --ref;
 # thresholds and exit codes; the HTML page; bad text and a tokenizer that
@@ -29,7 +29,7 @@ for (int i = 0; i < n; i++)
 A second prose section joins the first category.
 EOF
 
-for v in e2b 26b-a4b; do
+for v in e2b e4b 12b 26b-a4b 31b; do
     echo "# $v: the source against five formats of it"
     "$G" fixture --variant $v -o "$T/$v" >/dev/null 2>&1
     "$G" fixture --variant $v --format ct-w4a16 -o "$T/$v-ct" >/dev/null 2>&1
