@@ -69,6 +69,7 @@ static int open_dir(struct model_text *t, const char *dir, struct err *e)
     free(buf);
     free(path);
     buf = NULL;
+    path = NULL;
     if (rc == ERR_OK && (path = fio_join(dir, "chat_template.jinja")) && input_kind(path) != IN_MISSING) {
         if ((rc = fio_read_file(path, FIO_INPUT, TEXT_MAX_FILE, &buf, &len, e)) == ERR_OK)
             set_template(t, buf, len, path);

@@ -10,6 +10,8 @@
 #  5. a compressed-tensors g_idx outside its groups is refused by check, convert and run; a ggml
 #     block whose scale is not finite is refused by run, naming tensor, type and block
 #  6. a pack cut short in place under a running command: an error, never a signal
+#  7. a tokenizer.json that does not parse: refused by the text commands naming
+#     it (it was a double free); goldens of ids are made and checked without it
 set -u
 G=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -280,4 +282,17 @@ for mode in --mmap ""; do
     [ $rc = 2 ] && ok "... says why" -- said "was cut short or rewritten in place while this command read it"
     "$G" convert "$T/ok" -o "$T/cut.gpk.new" >/dev/null 2>&1 && mv "$T/cut.gpk.new" "$T/cut.gpk"
 done
+echo "# 7. a tokenizer.json that does not parse"
+rm -rf "$T/bt" && "$G" fixture --variant e2b -o "$T/bt" >/dev/null 2>&1
+"$G" golden make "$T/bt" --tokens 2,17,99 -o "$T/bt-ids.npz" >/dev/null 2>&1
+"$G" golden make "$T/bt" --prompt "hello there" -o "$T/bt-text.npz" >/dev/null 2>&1
+printf '{"model": {"vocab": {"a": 1' >"$T/bt/tokenizer.json"
+expect 2 "tokenize: refused, not a crash" -- "$G" tokenize "$T/bt" "hi"
+ok "... naming the file" -- said "bt/tokenizer.json"
+expect 2 "run --prompt: refused" -- "$G" run "$T/bt" --prompt "hi"
+expect 0 "golden make from ids: the model runs without it" -- "$G" golden make "$T/bt" --tokens 2,17,99 -o "$T/bt-ids2.npz"
+expect 0 "golden check of ids: passes, recording no tokenizer" -- "$G" golden check "$T/bt" "$T/bt-ids.npz" --json
+ok "... tokenizer_sha256 null" -- python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["measured"]["model"]["tokenizer_sha256"] is None' "$T/out"
+expect 2 "golden check of text: refused, naming the file" -- "$G" golden check "$T/bt" "$T/bt-text.npz"
+ok "... naming the file" -- said "bt/tokenizer.json"
 finish
