@@ -221,7 +221,7 @@ static const struct {
 /* ggml blocks of ggml_fused[k]: random bytes (every code, sub-block scale and
  * high bit), the f16 scales random finite values of either sign; the exact
  * values are quant/ggml's dequantization (ggml's bits: tests/test_ggml.c). */
-static void make_ggml(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint64_t seed)
+static void make_ggml_fill(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint64_t seed, int fill)
 {
     memset(t, 0, sizeof *t);
     struct ggml_qtype q;
@@ -241,7 +241,7 @@ static void make_ggml(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint
     for (int64_t r = 0; r < rows; r++) {
         uint8_t *wr = t->wraw + 1 + (size_t)r * m->row_bytes;
         for (size_t i = 0; i < m->row_bytes; i++)
-            wr[i] = (uint8_t)(th_rng_next(&s) >> 56);
+            wr[i] = fill < 0 ? (uint8_t)(th_rng_next(&s) >> 56) : (uint8_t)fill;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *blk = wr + (size_t)b * q.bytes;
             wr_u16le(blk + ggml_fused[k].d_at, f32_to_f16(th_rng_float(&s) * 0.01f));
@@ -255,6 +255,12 @@ static void make_ggml(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint
         }
     }
     free(row);
+}
+
+/* ggml blocks of random bytes, f16 d (and m) in range. */
+static void make_ggml(struct tmat *t, int64_t rows, int64_t cols, size_t k, uint64_t seed)
+{
+    make_ggml_fill(t, rows, cols, k, seed, -1);
 }
 
 /* Float weights (F32 / F16 / BF16) from random floats. */
@@ -1797,6 +1803,36 @@ Test(kernels_q8, ggml_twins_bitwise_equal_reference, .timeout = TH_TIMEOUT(120))
             }
     }
     cr_log_info("kernels_q8: ggml, %d shapes bitwise equal", cases);
+}
+
+/* The twins sum a window's products in 16-bit lanes where they fit: every
+ * code byte 0x00 or 0xFF (each type's largest codes of either sign) against
+ * inputs that all quantize to +127, -127 or alternate, bit for bit with the
+ * definition. */
+Test(kernels_q8, ggml_twins_extreme_sums)
+{
+    for (size_t k = 0; k < LEN(ggml_fused); k++)
+        for (int fill = 0; fill <= 0xFF; fill += 0xFF) {
+            const int64_t rows = 3, cols = 2304, n = 5;
+            struct tmat t;
+            make_ggml_fill(&t, rows, cols, k, 77, fill);
+            float *x = malloc((size_t)(n * cols) * sizeof *x), *a = nan_vec((size_t)(n * rows)),
+                  *b = nan_vec((size_t)(n * rows));
+            cr_assert(x);
+            for (int64_t i = 0; i < n * cols; i++) /* tokens: +1, -1, alternating, +1, -1 */
+                x[i] = i / cols % 2 ? -1.0f : i / cols == 2 && i % 2 ? -1.0f : 1.0f;
+            q8_run(kern_q8dot_ref, &t.m, x, n, a);
+            for (const struct q8twin *tw = q8twins; tw->name; tw++)
+                if (cpu_has(tw->need)) {
+                    q8_run(tw->fn, &t.m, x, n, b);
+                    cr_assert_eq(memcmp(a, b, (size_t)(n * rows) * sizeof *a), 0, "%s bytes 0x%02x: %s differs",
+                                 qmode_name(ggml_fused[k].mode), fill, tw->name);
+                }
+            free(x);
+            free(a);
+            free(b);
+            tmat_free(&t);
+        }
 }
 
 /* The blocked layout holds the same matrix: the int8 kernels, the exact

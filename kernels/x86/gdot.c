@@ -6,8 +6,9 @@
  * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
  * codes up as floats (vpermps), the others convert the decoded bytes. Int8:
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
- * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes in
- * registers. The AVX2 kernels run the same steps on 8-lane halves. */
+ * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
+ * scales in registers and sum in 16-bit lanes where the sums fit
+ * (lane_pair_sums). The AVX2 kernels run the same steps on 8-lane halves. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -354,15 +355,23 @@ AVX2 INLINE void gq8_window(const struct wmat *w, const enum qmode mode, const u
         c[i] = 0;
 }
 
-/* Q4_K / Q5_K scales and mins of one block (12 bytes at q) as four words of
- * bytes: sub-blocks 0-3 and 4-7's scales, then their mins. */
-INLINE void k45_unpack(const uint8_t *q, uint32_t sm[4])
+/* Q4_K / Q5_K: two blocks' 6-bit scales and mins as bytes (the low half:
+ * b0's 8 scales, then b1's; the high half: their mins), and their d and
+ * dmin as floats d0 dmin0 d1 dmin1. Per block (16 bytes: d, dmin, u0 u1 u2):
+ * sub-blocks 0-3 are u0 / u1 & 0x3f, 4-7 are u2 (>> 4 for the mins) & 0x0f
+ * with bits 6-7 of u0 / u1 above. */
+AVX2 INLINE __m256i k45_bytes2(const uint8_t *b0, const uint8_t *b1, __m128 *dm)
 {
-    const uint32_t u0 = rd_u32le(q), u1 = rd_u32le(q + 4), u2 = rd_u32le(q + 8);
-    sm[0] = u0 & 0x3f3f3f3fu;
-    sm[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-    sm[2] = u1 & 0x3f3f3f3fu;
-    sm[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    const __m128i v0 = _mm_loadu_si128((const __m128i *)b0), v1 = _mm_loadu_si128((const __m128i *)b1);
+    *dm = _mm_cvtph_ps(_mm_unpacklo_epi32(v0, v1));
+    const __m256i w = _mm256_shuffle_epi32(_mm256_set_m128i(v1, v0), 0xF9); /* u0 u1 u2 u2 */
+    const __m256i lo = _mm256_and_si256(w, _mm256_set1_epi8(0x3f));
+    const __m256i hi = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)), _mm256_set1_epi8(0x0f)),
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_shuffle_epi32(w, 0x40), 2), _mm256_set1_epi8(0x30)));
+    /* per block: scales 0-3, mins 0-3, scales 4-7, mins 4-7; then scales, mins */
+    const __m256i sm = _mm256_shuffle_epi32(_mm256_blend_epi32(lo, hi, 0xCC), 0xD8);
+    return _mm256_permute4x64_epi64(sm, 0xD8);
 }
 
 /* A whole window of Q4_K / Q5_K (two blocks, 16 sub-blocks from col0) for
@@ -374,15 +383,14 @@ AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, c
                                      const struct kern_q8input *in, int64_t t0, const int T, int64_t col0, int64_t ng,
                                      __m512 *L)
 {
-    uint32_t s0[4], s1[4];
-    k45_unpack(b0 + 4, s0);
-    k45_unpack(b1 + 4, s1);
-    const __m512 dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(h2f(b0)), _mm512_set1_ps(h2f(b1)));
-    const __m512 dm = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(h2f(b0 + 2)), _mm512_set1_ps(h2f(b1 + 2)));
-    const __m512 av = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                            _mm_setr_epi32((int)s0[0], (int)s0[1], (int)s1[0], (int)s1[1]))));
-    const __m512 mn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                            _mm_setr_epi32((int)s0[2], (int)s0[3], (int)s1[2], (int)s1[3]))));
+    __m128 f;
+    const __m256i sm = k45_bytes2(b0, b1, &f);
+    const __m512 dd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                                            _mm512_castps128_ps512(f));
+    const __m512 dm = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+                                            _mm512_castps128_ps512(f));
+    const __m512 av = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(sm))));
+    const __m512 mn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(sm, 1))));
     const __m512 mv = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(mn), _mm512_set1_epi32(INT32_MIN)));
     const __m512i m4 = _mm512_set1_epi8(0x0f), v16 = _mm512_set1_epi8(16);
     __m512i cv[8];
@@ -403,17 +411,18 @@ AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, c
             cv[4 * k + 2 * q + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
         }
     }
+    /* the sums' lanes: lane_pair_sums twice (|sums| <= 8 * 31 * 127), then across 128-bit lanes */
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
     for (int u = 0; u < T; u++) {
         const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
-        __m512i lv[4], s = _mm512_setzero_si512();
+        __m512i r[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cv[k], _mm512_loadu_si512(xq + 64 * k));
-            int level = 0;
-            for (int h = k; h & 1; h >>= 1, level++)
-                s = pair_sums(lv[level], s);
-            lv[level] = s;
-        }
+        for (int k = 0; k < 8; k++)
+            r[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cv[k], _mm512_loadu_si512(xq + 64 * k));
+        const __m512i p0 = lane_pair_sums(lane_pair_sums(r[0], r[1]), lane_pair_sums(r[2], r[3]));
+        const __m512i p1 = lane_pair_sums(lane_pair_sums(r[4], r[5]), lane_pair_sums(r[6], r[7]));
+        const __m512i s = _mm512_permutexvar_epi32(order, _mm512_add_epi32(_mm512_shuffle_i64x2(p0, p1, 0x88),
+                                                                          _mm512_shuffle_i64x2(p0, p1, 0xDD)));
         const float *d = in->d + (t0 + u) * ng + col0 / KERN_GSUM, *xs = in->xsum + (t0 + u) * ng + col0 / KERN_GSUM;
         L[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_loadu_ps(d), av), L[u]);
         L[u] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(xs), L[u]);
@@ -442,20 +451,18 @@ AVX512VNNI INLINE void q6k_window512(const uint8_t *b, const struct kern_q8input
         cv[2 * h + 1] = _mm512_sub_epi8(hi, b32);
     }
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    /* the sums' lanes: lane_pair_sums twice (|sums| <= 8 * 32 * 127) */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int u = 0; u < T; u++) {
         const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
-        __m512i lv[2], s = _mm512_setzero_si512();
+        __m512i r[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m512i xv = _mm512_loadu_si512(xq + 64 * k);
-            s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv),
-                                    _mm512_mask_sub_epi8(cv[k], _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv[k]));
-            int level = 0;
-            for (int hh = k; hh & 1; hh >>= 1, level++)
-                s = pair_sums(lv[level], s);
-            if (k < 3)
-                lv[level] = s;
+            r[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv),
+                                       _mm512_mask_sub_epi8(cv[k], _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv[k]));
         }
+        const __m512i s = _mm512_permutexvar_epi32(order, lane_pair_sums(lane_pair_sums(r[0], r[1]), lane_pair_sums(r[2], r[3])));
         const __m512 dv = _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps((__mmask16)0xFF, in->d + (t0 + u) * ng + col0 / KERN_GSUM));
         L[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, av), L[u]);
     }
@@ -470,24 +477,24 @@ AVX512VNNI INLINE void gq8rows512(const struct wmat *w, const enum qmode mode, c
     const int64_t S = G_S(mode), nsub = w->cols / S, ng = w->cols / KERN_GSUM;
     const int chunks = (int)(16 * S / 64); /* 8 (S = 32) or 4 */
     const int64_t bb = (int64_t)w->row_bytes / (w->cols / w->gs);
+    const int64_t wbytes = 16 * S / w->gs * bb; /* a whole window's bytes */
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int64_t r = row0; r < row1; r++) {
-        const uint8_t *row = w->w + (size_t)r * w->row_stride;
+        const uint8_t *row = w->w + (size_t)r * w->row_stride, *wb = row; /* the window's bytes */
         __m512 L[TB];
         for (int u = 0; u < T; u++)
             L[u] = _mm512_setzero_ps();
-        for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
+        for (int64_t w0 = 0; w0 < nsub; w0 += 16, wb += wbytes) {
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S, len = nsw * S;
-            const uint8_t *wb = row + (size_t)(col0 / w->gs * bb); /* the window's bytes, and PREFETCH past them */
-            for (int64_t o = 0; o < nsw * S / w->gs * bb; o += 64)
+            const int64_t nb = nsw == 16 ? wbytes : nsw * S / w->gs * bb;
+            for (int64_t o = 0; o < nb; o += 64) /* PREFETCH past them */
                 _mm_prefetch((const char *)wb + PREFETCH + o, _MM_HINT_T0);
             if ((mode == QM_GGML_Q4_K || mode == QM_GGML_Q5_K) && nsw == 16) {
-                const uint8_t *b0 = row + (size_t)(col0 / 256 * bb);
-                k45_window512(mode, b0, b0 + bb, in, t0, T, col0, ng, L);
+                k45_window512(mode, wb, wb + bb, in, t0, T, col0, ng, L);
                 continue;
             }
             if (mode == QM_GGML_Q6_K) { /* a window is a block */
-                q6k_window512(row + (size_t)(col0 / 256 * bb), in, t0, T, col0, ng, L);
+                q6k_window512(wb, in, t0, T, col0, ng, L);
                 continue;
             }
             _Alignas(64) int8_t c[512];

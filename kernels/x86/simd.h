@@ -65,6 +65,13 @@ AVX512 INLINE __m512i pair_sums(__m512i a, __m512i b)
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
+/* pair_sums within each 128-bit lane, for sums below 2^15 in magnitude
+ * (exact): lanes 4L .. 4L + 3 are a's 4L + 0/1 and 4L + 2/3 added, then b's. */
+AVX512 INLINE __m512i lane_pair_sums(__m512i a, __m512i b)
+{
+    return _mm512_madd_epi16(_mm512_packs_epi32(a, b), _mm512_set1_epi16(1));
+}
+
 /* The 8 lanes summed in kern_dot_ref's order (l and l + w for w = 4, 2, 1):
  * after v = lo + hi of 16 lanes, their sum in that order. */
 AVX2 INLINE float hsum256(__m256 v)
