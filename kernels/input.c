@@ -156,9 +156,16 @@ static int64_t q8input_params(const struct wmat *w, int64_t n)
     return (2 * n * (w->cols / w->gs) + 15) / 16 * 16;
 }
 
+/* Sums of 16 xq: 8-bit inputs only. */
+static int64_t q8input_qsums(const struct wmat *w, int64_t n)
+{
+    return w->bits == 8 ? n * q8input_stride(w) / 16 : 0;
+}
+
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)q8input_params(w, n) * sizeof(float) + (size_t)(n * q8input_stride(w));
+    return (size_t)q8input_params(w, n) * sizeof(float) + (size_t)(n * q8input_stride(w)) +
+           (size_t)q8input_qsums(w, n) * sizeof(int32_t);
 }
 
 void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
@@ -169,8 +176,21 @@ void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern
     p->d = buf;
     p->xsum = p->d + n * p->ng;
     p->xq = (int8_t *)(void *)(p->d + q8input_params(w, n));
+    p->qsum = q8input_qsums(w, n) ? (int32_t *)(void *)(p->xq + n * stride) : NULL;
     memset(p->xq, 0, (size_t)(n * stride));
-    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .stride = stride};
+    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .qsum = p->qsum, .stride = stride};
+}
+
+void kern_q8input_qsums(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p)
+{
+    if (!p->qsum)
+        return;
+    for (int64_t i = 0; i < n * in->stride / 16; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += p->xq[16 * i + j];
+        p->qsum[i] = s;
+    }
 }
 
 /* One definition for every path (internal.h): d = max|x|/127 per group, xq =
@@ -208,6 +228,7 @@ void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void 
                 p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
             }
         }
+    kern_q8input_qsums(in, n, &p);
 }
 
 /* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the

@@ -1994,6 +1994,14 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                              "q%d g%d %lld groups: group sums", bits, gs, (long long)ng);
                 cr_assert_eq(memcmp(a.xq, b.xq, (size_t)(n * a.stride)), 0, "q%d g%d %lld groups: xq", bits, gs,
                              (long long)ng);
+                for (int64_t i = 0; bits == 8 && i < n * a.stride / 16; i++) { /* Σ of each 16 xq */
+                    int32_t sum = 0;
+                    for (int j = 0; j < 16; j++)
+                        sum += a.xq[16 * i + j];
+                    cr_assert(a.qsum[i] == sum && b.qsum[i] == sum, "q8 g%d: qsum[%lld] %d / %d, xq sum %d", gs,
+                              (long long)i, a.qsum[i], b.qsum[i], sum);
+                }
+                cr_assert(bits == 8 || (!a.qsum && !b.qsum));
                 cr_assert(isnan(a.d[0]) && a.d[ng] == 0.0f && a.d[2 * ng] == 0.0f, "the hostile groups are there");
                 free(ba);
                 free(bb);

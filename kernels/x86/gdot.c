@@ -431,38 +431,38 @@ AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, c
 
 /* A Q6_K block (one window: 16 sub-blocks of 16 from col0) for T tokens,
  * codes in registers: per half, the 64 bytes of ql with qh's two bits
- * shifted per 256-bit half (parts 0 and 1, then 2 and 3: gcodes' bytes). */
+ * shifted per 256-bit half (parts 0 and 1, then 2 and 3: gcodes' bytes),
+ * as stored (c + 32, unsigned); a sub-block's sum is Σ (c + 32)·xq − 32·Σ xq. */
 AVX512VNNI INLINE void q6k_window512(const uint8_t *b, const struct kern_q8input *in, int64_t t0, const int T,
                                      int64_t col0, int64_t ng, __m512 *L)
 {
     const __m512 av = _mm512_mul_ps(_mm512_set1_ps(h2f(b + 208)),
                                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))));
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), b32 = _mm512_set1_epi8(32);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* qh bits 0-1, 2-3 to 4-5 */
     const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* bits 4-5, 6-7 */
     __m512i cv[4];
     for (int h = 0; h < 2; h++) {
         const __m512i v = _mm512_loadu_si512(b + 64 * h);
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sl), m30));
-        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                           _mm512_and_si512(_mm512_srlv_epi16(qh, sr), m30));
-        cv[2 * h] = _mm512_sub_epi8(lo, b32);
-        cv[2 * h + 1] = _mm512_sub_epi8(hi, b32);
+        cv[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sl), m30));
+        cv[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                        _mm512_and_si512(_mm512_srlv_epi16(qh, sr), m30));
     }
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    /* the sums' lanes: lane_pair_sums twice (|sums| <= 8 * 32 * 127) */
+    /* the sums' lanes: lane_pair_sums (|sums| <= 4 * 63 * 127), then in 32 bits within 128-bit lanes */
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int u = 0; u < T; u++) {
         const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
         __m512i r[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const __m512i xv = _mm512_loadu_si512(xq + 64 * k);
-            r[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv),
-                                       _mm512_mask_sub_epi8(cv[k], _mm512_movepi8_mask(xv), _mm512_setzero_si512(), cv[k]));
-        }
-        const __m512i s = _mm512_permutexvar_epi32(order, lane_pair_sums(lane_pair_sums(r[0], r[1]), lane_pair_sums(r[2], r[3])));
+        for (int k = 0; k < 4; k++)
+            r[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cv[k], _mm512_loadu_si512(xq + 64 * k));
+        const __m512 p0 = _mm512_castsi512_ps(lane_pair_sums(r[0], r[1])), p1 = _mm512_castsi512_ps(lane_pair_sums(r[2], r[3]));
+        const __m512i sums = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(p0, p1, 0x88)),
+                                              _mm512_castps_si512(_mm512_shuffle_ps(p0, p1, 0xDD)));
+        const __m512i qs = _mm512_loadu_si512(in->qsum + (t0 + u) * (in->stride / 16) + col0 / 16);
+        const __m512i s = _mm512_sub_epi32(_mm512_permutexvar_epi32(order, sums), _mm512_slli_epi32(qs, 5));
         const __m512 dv = _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps((__mmask16)0xFF, in->d + (t0 + u) * ng + col0 / KERN_GSUM));
         L[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, av), L[u]);
     }
