@@ -156,16 +156,10 @@ static int64_t q8input_params(const struct wmat *w, int64_t n)
     return (2 * n * (w->cols / w->gs) + 15) / 16 * 16;
 }
 
-/* Sums of 16 xq: 8-bit inputs only. */
-static int64_t q8input_qsums(const struct wmat *w, int64_t n)
-{
-    return w->bits == 8 ? n * q8input_stride(w) / 16 : 0;
-}
-
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n)
 {
-    return (size_t)q8input_params(w, n) * sizeof(float) + (size_t)(n * q8input_stride(w)) +
-           (size_t)q8input_qsums(w, n) * sizeof(int32_t);
+    const size_t xq = (size_t)(n * q8input_stride(w)); /* 8 bits: xq, xqs, then a sum per 16 */
+    return (size_t)q8input_params(w, n) * sizeof(float) + xq + (w->bits == 8 ? xq + xq / 16 * sizeof(int32_t) : 0);
 }
 
 void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
@@ -176,12 +170,14 @@ void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern
     p->d = buf;
     p->xsum = p->d + n * p->ng;
     p->xq = (int8_t *)(void *)(p->d + q8input_params(w, n));
-    p->qsum = q8input_qsums(w, n) ? (int32_t *)(void *)(p->xq + n * stride) : NULL;
+    p->xqs = w->bits == 8 ? p->xq + n * stride : NULL;
+    p->qsum = w->bits == 8 ? (int32_t *)(void *)(p->xqs + n * stride) : NULL;
     memset(p->xq, 0, (size_t)(n * stride));
-    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .qsum = p->qsum, .stride = stride};
+    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .xqs = p->xqs, .qsum = p->qsum,
+                                .stride = stride};
 }
 
-void kern_q8input_qsums(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p)
+void kern_q8input_finish(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p)
 {
     if (!p->qsum)
         return;
@@ -191,6 +187,11 @@ void kern_q8input_qsums(const struct kern_q8input *in, int64_t n, struct kern_q8
             s += p->xq[16 * i + j];
         p->qsum[i] = s;
     }
+    for (int64_t t = 0; t < n; t++) /* of each whole 128, quarters 0 and 3 stay, 1 and 2 swap */
+        for (int64_t c = 0; c < in->stride; c += 32) {
+            const int64_t q = c % 128 / 32, from = c + 128 - c % 128 > in->stride ? c : c + 32 * ((q == 1) - (q == 2));
+            memcpy(p->xqs + t * in->stride + c, p->xq + t * in->stride + from, 32);
+        }
 }
 
 /* One definition for every path (internal.h): d = max|x|/127 per group, xq =
@@ -228,7 +229,7 @@ void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void 
                 p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
             }
         }
-    kern_q8input_qsums(in, n, &p);
+    kern_q8input_finish(in, n, &p);
 }
 
 /* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the

@@ -165,6 +165,8 @@ struct kern_q8input {
                                  nibbles' 64), zero past cols */
     const float *d;           /* [n, cols/gs] group scales (NaN for a group with a NaN or inf) */
     const float *xsum;        /* [n, cols/gs] exact fp32 group sums, in column order */
+    const int8_t *xqs;        /* 8 bits: [n, stride] xq with each 128 columns' second and
+                                 third 32 swapped (the order of Q4_K's nibbles); 4 bits: NULL */
     const int32_t *qsum;      /* 8 bits: [n, stride/16] Σ xq of each 16 columns (what codes
                                  stored with an offset subtract); 4 bits: NULL */
     int64_t stride;           /* bytes per token: cols rounded up to 512/bits */
@@ -343,13 +345,13 @@ void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum
  * into buf the preparations write, and the group count (input.c). */
 struct kern_q8parts {
     float *d, *xsum;
-    int8_t *xq;
+    int8_t *xq, *xqs;
     int32_t *qsum;
     int64_t ng;
 };
 void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
                          struct kern_q8parts *p);
-/* The qsum of a prepared input from its xq (every preparation's last step). */
-void kern_q8input_qsums(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p);
+/* The xqs and qsum of a prepared input from its xq (every preparation's last step). */
+void kern_q8input_finish(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p);
 
 #endif

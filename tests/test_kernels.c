@@ -2001,7 +2001,12 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                     cr_assert(a.qsum[i] == sum && b.qsum[i] == sum, "q8 g%d: qsum[%lld] %d / %d, xq sum %d", gs,
                               (long long)i, a.qsum[i], b.qsum[i], sum);
                 }
-                cr_assert(bits == 8 || (!a.qsum && !b.qsum));
+                for (int64_t i = 0; bits == 8 && i < n * a.stride; i++) { /* xqs: of whole 128s, 32-63 <-> 64-95 */
+                    const int64_t c = i % a.stride, g = c - c % 128, o = c % 128;
+                    const int64_t from = g + 128 > a.stride ? c : g + (o >= 32 && o < 64 ? o + 32 : o >= 64 && o < 96 ? o - 32 : o);
+                    cr_assert(a.xqs[i] == a.xq[i - c + from] && b.xqs[i] == a.xqs[i], "q8 g%d: xqs[%lld]", gs, (long long)i);
+                }
+                cr_assert(bits == 8 || (!a.qsum && !b.qsum && !a.xqs && !b.xqs));
                 cr_assert(isnan(a.d[0]) && a.d[ng] == 0.0f && a.d[2 * ng] == 0.0f, "the hostile groups are there");
                 free(ba);
                 free(bb);

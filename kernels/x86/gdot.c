@@ -8,7 +8,9 @@
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
  * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
  * scales in registers and sum in 16-bit lanes where the sums fit
- * (lane_pair_sums). The AVX2 kernels run the same steps on 8-lane halves. */
+ * (lane_pair_sums): Q4_K / Q5_K's nibbles against the input in their order
+ * (xqs), Q6_K's codes as stored (+32) with 32·Σxq subtracted (qsum). The
+ * AVX2 kernels run the same steps on 8-lane halves. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -407,14 +409,14 @@ AVX512VNNI INLINE void k45_window512(const enum qmode mode, const uint8_t *b0, c
                 lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, blo), lo, v16);
                 hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, bhi), hi, v16);
             }
-            cv[4 * k + 2 * q] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-            cv[4 * k + 2 * q + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+            cv[4 * k + 2 * q] = lo; /* sub-blocks 4q and 4q + 2 of block k, against xqs */
+            cv[4 * k + 2 * q + 1] = hi;
         }
     }
     /* the sums' lanes: lane_pair_sums twice (|sums| <= 8 * 31 * 127), then across 128-bit lanes */
-    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    const __m512i order = _mm512_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
     for (int u = 0; u < T; u++) {
-        const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
+        const int8_t *xq = in->xqs + (t0 + u) * in->stride + col0;
         __m512i r[8];
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)

@@ -343,5 +343,5 @@ AVX512 void kern_q8input_prepare_avx512(const struct wmat *w, const float *x, in
             }
         }
     }
-    kern_q8input_qsums(in, n, &p);
+    kern_q8input_finish(in, n, &p);
 }
