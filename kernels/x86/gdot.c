@@ -557,6 +557,13 @@ AVX2 INLINE __m256i dot32(const int8_t *xq, const int8_t *c)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(cv, xv)), _mm256_set1_epi16(1));
 }
 
+/* dot32 for codes 0..31 (no pair saturates): vpmaddubsw takes them as they are. */
+AVX2 INLINE __m256i dot32u(const int8_t *xq, const int8_t *c)
+{
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)xq), cv = _mm256_loadu_si256((const __m256i *)c);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), _mm256_set1_epi16(1));
+}
+
 /* As gq8rows512 on 8-lane halves: per sub-block (S = 32) or pair of them
  * (S = 16, lanes 0-3 and 4-7) the lane sums of maddubs + madd, reduced by hadd. */
 AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const struct kern_q8input *in, int64_t t0,
@@ -572,18 +579,38 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const s
         for (int64_t w0 = 0; w0 < nsub; w0 += 16) {
             const int64_t nsw = nsub - w0 < 16 ? nsub - w0 : 16, col0 = w0 * S;
             _Alignas(64) int8_t c[512];
-            _Alignas(64) float a[16] = {0}, m[16] = {0};
+            _Alignas(64) float a[16], m[16];
+            if (nsw < 16)
+                for (int i = 0; i < 16; i++)
+                    a[i] = m[i] = 0.0f;
             gq8_window(w, mode, row, col0, nsw, c, a, m);
             for (int u = 0; u < T; u++) {
                 const int8_t *xq = in->xq + (t0 + u) * in->stride + col0;
                 __m256i s[2];
-                for (int h = 0; h < 2; h++) { /* sub-blocks 8h .. 8h + 7 */
+                for (int h = 0; nsw == 16 && h < 2; h++) { /* sub-blocks 8h .. 8h + 7 of a whole window */
+                    __m256i v[8];
+                    if (S == 32) {
+#pragma GCC unroll 8
+                        for (int i = 0; i < 8; i++)
+                            v[i] = G_OFF(mode) ? dot32u(xq + 32 * (8 * h + i), c + 32 * (8 * h + i))
+                                               : dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
+                        s[h] = sums8(v);
+                    } else {
+#pragma GCC unroll 4
+                        for (int i = 0; i < 4; i++)
+                            v[i] = dot32(xq + 16 * (8 * h + 2 * i), c + 16 * (8 * h + 2 * i));
+                        const __m256i q = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                        s[h] = _mm256_permutevar8x32_epi32(q, order);
+                    }
+                }
+                for (int h = 0; nsw < 16 && h < 2; h++) { /* sub-blocks 8h .. 8h + 7 */
                     __m256i v[8];
                     for (int i = 0; i < 8; i++)
                         v[i] = _mm256_setzero_si256();
                     if (S == 32) {
                         for (int i = 0; i < 8 && 8 * h + i < nsw; i++)
-                            v[i] = dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
+                            v[i] = G_OFF(mode) ? dot32u(xq + 32 * (8 * h + i), c + 32 * (8 * h + i))
+                                               : dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
                         s[h] = sums8(v);
                     } else { /* 4 vectors of 2 sub-blocks: halves summed as 8 lanes, then the order restored */
                         for (int i = 0; i < 4 && 8 * h + 2 * i < nsw; i++)
@@ -593,6 +620,18 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const s
                     }
                 }
                 const float *d = in->d + (t0 + u) * ng + col0 / KERN_GSUM, *xs = in->xsum + (t0 + u) * ng + col0 / KERN_GSUM;
+                if (nsw == 16) { /* a whole window: d and Σx as they are (S = 16: d[i / 2]) */
+                    for (int h = 0; h < 2; h++) {
+                        const __m256 dv = S == 32 ? _mm256_loadu_ps(d + 8 * h)
+                                                  : _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(d + 4 * h)),
+                                                                             _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+                        __m256 *acc = h ? &hi[u] : &lo[u];
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(dv, _mm256_load_ps(a + 8 * h)), *acc);
+                        if (G_OFF(mode))
+                            *acc = _mm256_fmadd_ps(_mm256_load_ps(m + 8 * h), _mm256_loadu_ps(xs + 8 * h), *acc);
+                    }
+                    continue;
+                }
                 float dl[16] = {0}, xl[16] = {0};
                 for (int64_t i = 0; i < nsw; i++) {
                     dl[i] = d[S == 32 ? i : i / 2];
