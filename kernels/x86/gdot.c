@@ -557,9 +557,12 @@ AVX2 INLINE __m256i dot32(const int8_t *xq, const int8_t *c)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(cv, xv)), _mm256_set1_epi16(1));
 }
 
-/* dot32 for codes 0..31 (no pair saturates): vpmaddubsw takes them as they are. */
-AVX2 INLINE __m256i dot32u(const int8_t *xq, const int8_t *c)
+/* dot32 of a mode's codes: those of the types with offsets (0..31, no pair
+ * saturates) go into vpmaddubsw as they are, the others through xq's signs. */
+AVX2 INLINE __m256i gdot32(const enum qmode mode, const int8_t *xq, const int8_t *c)
 {
+    if (!G_OFF(mode))
+        return dot32(xq, c);
     const __m256i xv = _mm256_loadu_si256((const __m256i *)xq), cv = _mm256_loadu_si256((const __m256i *)c);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), _mm256_set1_epi16(1));
 }
@@ -592,8 +595,7 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const s
                     if (S == 32) {
 #pragma GCC unroll 8
                         for (int i = 0; i < 8; i++)
-                            v[i] = G_OFF(mode) ? dot32u(xq + 32 * (8 * h + i), c + 32 * (8 * h + i))
-                                               : dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
+                            v[i] = gdot32(mode, xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
                         s[h] = sums8(v);
                     } else {
 #pragma GCC unroll 4
@@ -609,8 +611,7 @@ AVX2 INLINE void gq8rows256(const struct wmat *w, const enum qmode mode, const s
                         v[i] = _mm256_setzero_si256();
                     if (S == 32) {
                         for (int i = 0; i < 8 && 8 * h + i < nsw; i++)
-                            v[i] = G_OFF(mode) ? dot32u(xq + 32 * (8 * h + i), c + 32 * (8 * h + i))
-                                               : dot32(xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
+                            v[i] = gdot32(mode, xq + 32 * (8 * h + i), c + 32 * (8 * h + i));
                         s[h] = sums8(v);
                     } else { /* 4 vectors of 2 sub-blocks: halves summed as 8 lanes, then the order restored */
                         for (int i = 0; i < 4 && 8 * h + 2 * i < nsw; i++)
