@@ -10,7 +10,10 @@
  *             rounds of (read bandwidth, 1 untimed + 8 timed decode steps),
  *             the median ratio; then, as a control, the same rounds with a
  *             read of the step's bytes in place of each step; `decode MODEL`
- *             the same on any model (an E2B-shaped Q4_K_M GGUF, say)
+ *             the same on any model (an E2B-shaped Q4_K_M GGUF, say);
+ *             `decode B|MODEL T [1,2,4]` after a T-token prompt (default
+ *             16), the bound's bytes the weights and the f32 KV cache a step
+ *             reads, at those thread counts (default 1,2; control: each)
  *   prefill [T]  prefill tokens/s at a T-token prompt (default 512; 4-bit
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
  *             int8 kernels, and of the bf16 checkpoint (the convert
@@ -90,8 +93,8 @@ static void *rd_main(void *arg)
 /* Seconds to read n words at m, split over `threads` (at most 2). */
 static double read_once(const uint64_t *m, size_t n, int threads)
 {
-    struct rd_job j[2];
-    pthread_t t[2];
+    struct rd_job j[POOL_MAX_THREADS];
+    pthread_t t[POOL_MAX_THREADS];
     double t0 = now();
     for (int k = 0; k < threads; k++) {
         j[k] = (struct rd_job){m + k * (n / (size_t)threads), n / (size_t)threads, 0};
@@ -288,9 +291,23 @@ static int read_control(uint64_t step_bytes, int threads)
     return 0;
 }
 
+/* Bytes of f32 KV cache a decode step at position P reads: every layer reads
+ * its visible keys' K and V (sliding layers the last sliding_window). */
+static uint64_t kv_step_bytes(const struct gp_config *c, int64_t P)
+{
+    uint64_t b = 0;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        const struct cfg_layer *ly = &c->layers[i];
+        int64_t keys = ly->type == LT_SLIDING && c->sliding_window < P + 1 ? c->sliding_window : P + 1;
+        b += (uint64_t)(keys * 2 * ly->kv_heads * ly->head_dim) * sizeof(float);
+    }
+    return b;
+}
+
 /* bits: the E2B-shaped pack of 4 or 8 bits (made once); or any model at `path`
- * (an E2B-shaped GGUF: `gempack fixture --variant e2b --full-size --format gguf-q4_k_m`). */
-static int decode(int bits, const char *path)
+ * (an E2B-shaped GGUF: `gempack fixture --variant e2b --full-size --format gguf-q4_k_m`);
+ * decode after a T-token prompt, its bound the weights and the KV bytes a step reads. */
+static int decode(int bits, const char *path, int T, const int *thread_list, int n_threads)
 {
     char pack[4200], name[32];
     snprintf(name, sizeof name, "e2b-q%d", bits);
@@ -300,10 +317,10 @@ static int decode(int bits, const char *path)
         return 1;
     struct model m;
     struct err e = {0};
-    for (int run = 0; run < 4; run++) { /* 1 and 2 threads, exact kernels then int8 activations */
-        int threads = 1 + run % 2;
-        enum kern_level level = run < 2 ? KERN_BEST : KERN_Q8;
-        if (threads == 1) { /* loaded as gempack run does, unless --mmap: in blocks of rows */
+    for (int run = 0; run < 2 * n_threads; run++) { /* each thread count, exact kernels then int8 activations */
+        int threads = thread_list[run % n_threads];
+        enum kern_level level = run < n_threads ? KERN_BEST : KERN_Q8;
+        if (run % n_threads == 0) { /* loaded as gempack run does, unless --mmap: in blocks of rows */
             if (model_open(&m, pack, &e) != ERR_OK) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
@@ -319,15 +336,22 @@ static int decode(int bits, const char *path)
                    "blocks of rows) in %.2f s (run's default)\n", pack, (double)m.weight_bytes / 1e6, t_load);
         }
         struct runner r;
-        if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = 16,
-                                                       .max_context = 16 + DECODE_ROUNDS * (DECODE_STEPS + 1)},
+        if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = T < 512 ? T : 512,
+                                                       .max_context = T + DECODE_ROUNDS * (DECODE_STEPS + 1)},
                         &e) != ERR_OK)
             return 1;
-        int32_t tok[16];
-        for (int i = 0; i < 16; i++)
-            tok[i] = 2 + 37 * i;
+        int32_t *tok = malloc((size_t)T * sizeof *tok);
+        for (int i = 0; i < T; i++)
+            tok[i] = 2 + (int32_t)((i * 7919) % 262000);
         float *logits = malloc((size_t)m.cfg.vocab_size * sizeof *logits);
-        runner_prompt(&r, tok, 16, 0, NULL, logits, &e);
+        double t_prompt = now();
+        int rc = runner_prompt(&r, tok, T, 512, NULL, logits, &e); /* in chunks of 512 */
+        t_prompt = now() - t_prompt;
+        free(tok);
+        if (rc != ERR_OK) {
+            fprintf(stderr, "bench: %s\n", e.msg);
+            return 1;
+        }
         /* The read bandwidth of this VM moves by ±30 % within minutes, so each
          * round measures it right before its decode steps; the rounds' ratios
          * are sorted and the median is the figure. Each round's first step is
@@ -336,6 +360,7 @@ static int decode(int bits, const char *path)
          * it, with the threads pinned or not (4-bit: 24-42 ms against 22-28);
          * a decode in progress has no pauses. */
         double tps[DECODE_ROUNDS], bw[DECODE_ROUNDS], ratio[DECODE_ROUNDS], warm[DECODE_ROUNDS];
+        uint64_t step_bytes = m.weight_bytes + kv_step_bytes(&m.cfg, T + DECODE_ROUNDS * (DECODE_STEPS + 1) / 2);
         for (int k = 0; k < DECODE_ROUNDS; k++) {
             bw[k] = read_bandwidth(threads);
             int32_t first = 3 + k * (DECODE_STEPS + 1);
@@ -348,7 +373,7 @@ static int decode(int bits, const char *path)
                 runner_forward(&r, &next, 1, logits, false, NULL, &e);
             }
             tps[k] = DECODE_STEPS / (now() - t0);
-            ratio[k] = tps[k] / (bw[k] * 1e9 / (double)m.weight_bytes);
+            ratio[k] = tps[k] / (bw[k] * 1e9 / (double)step_bytes);
         }
         qsort(tps, DECODE_ROUNDS, sizeof *tps, cmp_double);
         qsort(bw, DECODE_ROUNDS, sizeof *bw, cmp_double);
@@ -357,21 +382,21 @@ static int decode(int bits, const char *path)
         const int mid = DECODE_ROUNDS / 2;
         char kn[64];
         snprintf(kn, sizeof kn, "%s%s%s", r.kt.name, r.kt.q8dot ? "+int8 " : "", r.kt.q8dot ? r.kt.q8name : "");
-        printf("  %d thread%s, %-18s kernels: %.2f tokens/s (rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
+        printf("  %d thread%s, %-18s kernels, after a %d-token prompt (%.1f s; %.0f MB of KV a step): %.2f tokens/s "
+               "(rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
                "-> bound %.2f tokens/s; per round %.1f %% of its bound (%.1f-%.1f %%) (target >= 90 %% on 2 threads: "
                "%s); the untimed first step of a round %.1f ms (median; %.1f-%.1f)\n",
-               threads, threads == 1 ? " " : "s", kn, tps[mid], tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
-               bw[DECODE_ROUNDS - 1], bw[mid] * 1e9 / (double)m.weight_bytes, 100.0 * ratio[mid], 100.0 * ratio[0],
+               threads, threads == 1 ? " " : "s", kn, T, t_prompt, (double)(step_bytes - m.weight_bytes) / 1e6, tps[mid],
+               tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
+               bw[DECODE_ROUNDS - 1], bw[mid] * 1e9 / (double)step_bytes, 100.0 * ratio[mid], 100.0 * ratio[0],
                100.0 * ratio[DECODE_ROUNDS - 1], threads == 2 ? (ratio[mid] >= 0.9 ? "PASS" : "MISS") : "-",
                1e3 * warm[mid], 1e3 * warm[0], 1e3 * warm[DECODE_ROUNDS - 1]);
         free(logits);
         runner_free(&r);
-        if (threads == 2) {
-            uint64_t step_bytes = m.weight_bytes;
+        if (level == KERN_Q8 && read_control(step_bytes, threads))
+            return 1;
+        if (run % n_threads == n_threads - 1)
             model_close(&m);
-            if (level == KERN_Q8 && read_control(step_bytes, threads))
-                return 1;
-        }
     }
     return 0;
 }
@@ -755,8 +780,27 @@ int main(int argc, char **argv)
             printf("int8 dot products (AVX-512 VNNI), %d thread%s: %.1f GOP/s\n", t, t == 1 ? "" : "s", int8_gops(t));
         return 0;
     }
-    if (!strcmp(mode, "decode"))
-        return argc > 2 && atoi(argv[2]) == 0 ? decode(0, argv[2]) : decode(argc > 2 ? atoi(argv[2]) : 4, NULL);
+    if (!strcmp(mode, "decode")) { /* decode B|MODEL [PROMPT [THREADS,...]] */
+        int list[8] = {1, 2}, n = 2;
+        if (argc > 4)
+            for (char *p = argv[4]; n < 8 && *p; p += *p == ',') {
+                if (p == argv[4])
+                    n = 0;
+                list[n] = (int)strtol(p, &p, 10);
+                if (list[n] < 1 || list[n] > POOL_MAX_THREADS || (*p && *p != ',')) {
+                    fprintf(stderr, "bench: thread counts: a list like 1,2,4 (1-%d)\n", POOL_MAX_THREADS);
+                    return 2;
+                }
+                n++;
+            }
+        int T = argc > 3 ? atoi(argv[3]) : 16;
+        if (T < 1) {
+            fprintf(stderr, "bench: a prompt of at least 1 token\n");
+            return 2;
+        }
+        return argc > 2 && atoi(argv[2]) == 0 ? decode(0, argv[2], T, list, n)
+                                              : decode(argc > 2 ? atoi(argv[2]) : 4, NULL, T, list, n);
+    }
     if (!strcmp(mode, "prefill"))
         return prefill(argc > 2 ? atoi(argv[2]) : 512);
     if (!strcmp(mode, "big") && argc > 2)
@@ -767,6 +811,6 @@ int main(int argc, char **argv)
         return kernel_bench();
     if (!strcmp(mode, "gkernel"))
         return gkernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|decode MODEL|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
     return 2;
 }

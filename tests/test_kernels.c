@@ -2183,28 +2183,35 @@ static const float *kv_test_entry(const void *ctx, int64_t row, int64_t p, int64
 }
 
 /* kern_attention: every level's table gives the scalar table's bits (1 to 3
- * threads), and those are within float rounding of a float64 evaluation, on
- * grouped heads (group 6: a full and a partial block of KERN_ATTN_HEADS),
+ * threads), each query row alone gives the same bits as in its step, and
+ * those are within float rounding of a float64 evaluation; on grouped heads,
  * full and sliding windows, queries at scattered positions, masked keys,
- * and head dims around the 16-lane steps. */
+ * head dims around the 16-lane steps; steps of 4 rows over 23 keys and of 20
+ * rows over 150 keys (d 70). */
 Test(kernels, attention_levels_bitwise_and_close_to_float64)
 {
-    static const int64_t dims[] = {16, 37, 64};
+    static const struct {
+        int64_t d, N, P;
+    } cases[] = {{16, 4, 23}, {37, 4, 23}, {64, 4, 23}, {70, 20, 150}};
     struct kern_table ref, best;
     kern_init(&ref, KERN_SCALAR);
     kern_init(&best, KERN_BEST);
-    for (size_t di = 0; di < LEN(dims); di++)
+    for (size_t ci = 0; ci < LEN(cases); ci++)
         for (int window = 0; window <= 5; window += 5) {
-            const int64_t d = dims[di], G = 2, Nq = 12, N = 4, P = 23;
-            uint64_t s = 500 + (uint64_t)(di * 7 + (size_t)window);
+            const int64_t d = cases[ci].d, G = 2, Nq = 12, N = cases[ci].N, P = cases[ci].P;
+            uint64_t s = 500 + (uint64_t)(ci * 7 + (size_t)window);
             float *q = rand_vec(&s, (size_t)(N * Nq * d)), *k = rand_vec(&s, (size_t)(P * G * d));
             float *v = rand_vec(&s, (size_t)(P * G * d));
-            int64_t pos[4] = {0, 7, 21, 22};
-            uint8_t hide[4 * 23] = {0};
-            hide[2 * P + 20] = hide[3 * P + 0] = 1;             /* masked keys */
+            int64_t pos[20] = {0, 7, P - 2, P - 1};
+            for (int64_t r = 4; r < N; r++)
+                pos[r] = (r * 37 + 5) % P;
+            uint8_t *hide = calloc((size_t)(N * P), 1);
+            hide[2 * P + P - 3] = hide[3 * P + 0] = 1;          /* masked keys */
+            for (int64_t r = 4; r < N; r++)
+                hide[r * P + pos[r] / 2] = 1;
             struct kv_test kv = {k, v, hide, P, G, d};
-            float *out[4], *scratch = malloc(3 * kern_attn_scratch(P, d) * sizeof(float));
-            cr_assert(scratch);
+            float *out[5], *scratch = malloc(3 * kern_attn_scratch(P, d) * sizeof(float));
+            cr_assert(scratch && hide);
             for (int run = 0; run < 4; run++) {
                 out[run] = nan_vec((size_t)(N * Nq * d));
                 struct kern_attn a = {.q = q, .out = out[run], .pos = pos, .N = N, .Nq = Nq, .G = G, .d = d,
@@ -2212,15 +2219,23 @@ Test(kernels, attention_levels_bitwise_and_close_to_float64)
                                       .scratch = scratch};
                 kern_attention(run ? &best : &ref, &a, run ? run : 1);
             }
-            for (int run = 1; run < 4; run++)
+            out[4] = nan_vec((size_t)(N * Nq * d));
+            for (int64_t r = 0; r < N; r++) { /* row r alone, as a decode step */
+                struct kv_test kr = {k, v, hide + r * P, P, G, d};
+                struct kern_attn a = {.q = q + r * Nq * d, .out = out[4] + r * Nq * d, .pos = pos + r, .N = 1,
+                                      .Nq = Nq, .G = G, .d = d, .window = window, .kv = kv_test_entry, .ctx = &kr,
+                                      .keys = pos[r] + 1, .scratch = scratch};
+                kern_attention(&best, &a, 2);
+            }
+            for (int run = 1; run < 5; run++)
                 cr_assert_eq(memcmp(out[0], out[run], (size_t)(N * Nq * d) * sizeof(float)), 0,
-                             "d %lld window %d: %d threads of %s differ from the scalar table", (long long)d, window,
-                             run, best.name);
+                             "d %lld window %d: %s of %s differ from the scalar table", (long long)d, window,
+                             run < 4 ? "these threads" : "rows alone", best.name);
             double worst = 0.0;
             for (int64_t r = 0; r < N; r++)
                 for (int64_t h = 0; h < Nq; h++) {
                     int64_t g = h / (Nq / G), k0 = window && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
-                    double sc[23], m = -(double)INFINITY, sum = 0.0;
+                    double sc[150], m = -(double)INFINITY, sum = 0.0;
                     for (int64_t p = k0; p <= pos[r]; p++) {
                         sc[p] = -(double)INFINITY;
                         if (hide[r * P + p])
@@ -2241,9 +2256,10 @@ Test(kernels, attention_levels_bitwise_and_close_to_float64)
                     }
                 }
             cr_assert_lt(worst, 1e-5, "d %lld window %d: %g from float64", (long long)d, window, worst);
-            for (int run = 0; run < 4; run++)
+            for (int run = 0; run < 5; run++)
                 free(out[run]);
             free(scratch);
+            free(hide);
             free(q);
             free(k);
             free(v);
