@@ -173,8 +173,9 @@ typedef const float *(*kern_kv_fn)(const void *ctx, int64_t row, int64_t p, int6
  * q·k (scale 1) of keys max(0, pos − window + 1) .. pos (window 0: from 0)
  * in position order, softmax (max subtracted, exp, sum, each weight one
  * division), out = Σ w·v over the keys in order, a weight below 2^-100
- * skipped. Tasks are fixed by the problem (kernels/attention.c); dots and
- * axpy are the table's (bit-identical on every level). */
+ * skipped. The tasks (kernels/attention.c) depend on the rows and threads,
+ * the bits do not; dots and axpy are the table's (bit-identical on every
+ * level). */
 struct kern_attn {
     const float *q;           /* [N, Nq, d] */
     float *out;               /* [N, Nq, d] */
@@ -183,11 +184,12 @@ struct kern_attn {
     kern_kv_fn kv;
     const void *ctx;
     int64_t keys;             /* most keys any query sees */
-    float *scratch;           /* per worker (pool_workers(threads, tasks)) kern_attn_scratch floats */
+    float *scratch;           /* kern_attn_scratch(N, Nq, keys, d, threads) floats (or more) */
 };
 
-/* Floats of scratch one worker needs for up to `keys` keys of head dim d. */
-size_t kern_attn_scratch(int64_t keys, int64_t d);
+/* Floats of scratch an attention of up to N query rows, Nq heads, `keys`
+ * keys of head dim d needs on `threads` threads. */
+size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int threads);
 
 void kern_attention(const struct kern_table *t, const struct kern_attn *a, int threads);
 

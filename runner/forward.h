@@ -85,7 +85,7 @@ struct run_state {
     float *pg;                 /* [N, P] per-layer input gate */
     float *ple_tok;            /* [L, P] one token's row of the per-layer table */
     float *rope_cs[2];         /* [N, d] per layer type: each row's cos, sin */
-    float *scores;             /* [threads, kern_attn_scratch(max_context, dmax)] */
+    float *scores;             /* kern_attn_scratch(max_step, n_heads, max_context, dmax, threads) */
     float *moe;                /* [H normed router input | E logits] */
     uint8_t *taken;            /* [E] */
     int64_t *moe_top;          /* [B, K] each token's experts (B = min(MOE_BLOCK, N)) */

@@ -78,7 +78,8 @@ static size_t run_state_layout(struct runner *r, uint8_t *base)
     s->ple_tok = carve(base, &at, L * P, sizeof(float));
     for (int t = 0; t < 2; t++)
         s->rope_cs[t] = carve(base, &at, N * (size_t)r->rope_dim[t], sizeof(float));
-    s->scores = carve(base, &at, (size_t)r->o.threads * kern_attn_scratch(r->o.max_context, (int64_t)d), sizeof(float));
+    s->scores = carve(base, &at, kern_attn_scratch((int64_t)N, c->n_heads, r->o.max_context, (int64_t)d, r->o.threads),
+                      sizeof(float));
     size_t B = !E ? 0 : N < MOE_BLOCK ? N : MOE_BLOCK;                 /* routed experts: tokens, a piece's rows */
     size_t MP = (size_t)moe_piece(r->kt.blas, (int64_t)B);
     s->moe = carve(base, &at, H + E, sizeof(float));

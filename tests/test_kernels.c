@@ -2183,8 +2183,9 @@ static const float *kv_test_entry(const void *ctx, int64_t row, int64_t p, int64
 }
 
 /* kern_attention: every level's table gives the scalar table's bits (1 to 3
- * threads), each query row alone gives the same bits as in its step, and
- * those are within float rounding of a float64 evaluation; on grouped heads,
+ * threads by rows; 17 threads, split for the 4-row steps), each query row
+ * alone gives the same bits as in its step (1 thread: by rows; 8 threads:
+ * split), and those are within float rounding of a float64 evaluation; on grouped heads,
  * full and sliding windows, queries at scattered positions, masked keys,
  * head dims around the 16-lane steps; steps of 4 rows over 23 keys and of 20
  * rows over 150 keys (d 70). */
@@ -2210,27 +2211,30 @@ Test(kernels, attention_levels_bitwise_and_close_to_float64)
             for (int64_t r = 4; r < N; r++)
                 hide[r * P + pos[r] / 2] = 1;
             struct kv_test kv = {k, v, hide, P, G, d};
-            float *out[5], *scratch = malloc(3 * kern_attn_scratch(P, d) * sizeof(float));
+            float *out[7], *scratch = malloc(kern_attn_scratch(N, Nq, P, d, 17) * sizeof(float));
             cr_assert(scratch && hide);
-            for (int run = 0; run < 4; run++) {
+            static const int threads[5] = {1, 1, 2, 3, 17};
+            for (int run = 0; run < 5; run++) {
                 out[run] = nan_vec((size_t)(N * Nq * d));
                 struct kern_attn a = {.q = q, .out = out[run], .pos = pos, .N = N, .Nq = Nq, .G = G, .d = d,
                                       .window = window, .kv = kv_test_entry, .ctx = &kv, .keys = P,
                                       .scratch = scratch};
-                kern_attention(run ? &best : &ref, &a, run ? run : 1);
+                kern_attention(run ? &best : &ref, &a, threads[run]);
             }
-            out[4] = nan_vec((size_t)(N * Nq * d));
-            for (int64_t r = 0; r < N; r++) { /* row r alone, as a decode step */
-                struct kv_test kr = {k, v, hide + r * P, P, G, d};
-                struct kern_attn a = {.q = q + r * Nq * d, .out = out[4] + r * Nq * d, .pos = pos + r, .N = 1,
-                                      .Nq = Nq, .G = G, .d = d, .window = window, .kv = kv_test_entry, .ctx = &kr,
-                                      .keys = pos[r] + 1, .scratch = scratch};
-                kern_attention(&best, &a, 2);
+            for (int run = 5; run < 7; run++) {
+                out[run] = nan_vec((size_t)(N * Nq * d));
+                for (int64_t r = 0; r < N; r++) { /* row r alone, as a decode step */
+                    struct kv_test kr = {k, v, hide + r * P, P, G, d};
+                    struct kern_attn a = {.q = q + r * Nq * d, .out = out[run] + r * Nq * d, .pos = pos + r, .N = 1,
+                                          .Nq = Nq, .G = G, .d = d, .window = window, .kv = kv_test_entry,
+                                          .ctx = &kr, .keys = pos[r] + 1, .scratch = scratch};
+                    kern_attention(&best, &a, run == 5 ? 1 : 8);
+                }
             }
-            for (int run = 1; run < 5; run++)
+            for (int run = 1; run < 7; run++)
                 cr_assert_eq(memcmp(out[0], out[run], (size_t)(N * Nq * d) * sizeof(float)), 0,
-                             "d %lld window %d: %s of %s differ from the scalar table", (long long)d, window,
-                             run < 4 ? "these threads" : "rows alone", best.name);
+                             "d %lld window %d: run %d of %s (%s) differs from the scalar table", (long long)d,
+                             window, run, best.name, run < 5 ? "the step" : "rows alone");
             double worst = 0.0;
             for (int64_t r = 0; r < N; r++)
                 for (int64_t h = 0; h < Nq; h++) {
@@ -2256,7 +2260,7 @@ Test(kernels, attention_levels_bitwise_and_close_to_float64)
                     }
                 }
             cr_assert_lt(worst, 1e-5, "d %lld window %d: %g from float64", (long long)d, window, worst);
-            for (int run = 0; run < 5; run++)
+            for (int run = 0; run < 7; run++)
                 free(out[run]);
             free(scratch);
             free(hide);
