@@ -129,10 +129,9 @@ static void row_task(void *arg, int64_t task, int worker)
 struct split_job {
     const struct kern_table *t;
     const struct kern_attn *a;
-    int64_t r0, R;            /* rows r0 .. r0 + R - 1 */
-    int64_t lo, hi;           /* positions any of them sees: lo .. hi */
+    int64_t lo, hi;           /* positions any of the step's rows sees: lo .. hi */
     int64_t chunks, dchunks;  /* scores tasks, values tasks per KV head */
-    float *s;                 /* [R, Nq, keys]: row r's head h scores of its keys k0(r) + i, then weights */
+    float *s;                 /* [N, Nq, keys]: row r's head h scores of its keys k0(r) + i, then weights */
     float *buf;               /* [workers, ATTN_KEYS, d] decoded keys or values */
 };
 
@@ -151,13 +150,13 @@ static void scores_task(void *arg, int64_t task, int worker)
     float w[ATTN_KEYS];
     int at[ATTN_KEYS];
     for (int64_t b = c0; b <= c1; b += ATTN_KEYS)
-        for (int64_t r = 0; r < j->R; r++) {
-            const int64_t row = j->r0 + r, k0 = first_key(a, row), P = a->pos[row];
+        for (int64_t row = 0; row < a->N; row++) {
+            const int64_t k0 = first_key(a, row), P = a->pos[row];
             const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < c1 ? b + ATTN_KEYS - 1 : c1;
             if (p0 > p1 || p0 > P)
                 continue;
             const float *q = a->q + (row * a->Nq + g * group) * d;           /* [group, d] */
-            float *s = j->s + (r * a->Nq + g * group) * a->keys;             /* [group, keys]: key k0 + i at i */
+            float *s = j->s + (row * a->Nq + g * group) * a->keys;           /* [group, keys]: key k0 + i at i */
             int live = 0;
             for (int64_t p = p0; p <= p1 && p <= P; p++) {
                 kv[live] = a->kv(a->ctx, row, p, g, 0, buf + (p - p0) * d);
@@ -182,7 +181,7 @@ static void softmax_task(void *arg, int64_t task, int worker)
     (void)worker;
     const struct split_job *j = arg;
     const struct kern_attn *a = j->a;
-    const int64_t row = j->r0 + task / a->Nq, n = a->pos[row] - first_key(a, row) + 1;
+    const int64_t row = task / a->Nq, n = a->pos[row] - first_key(a, row) + 1;
     softmax_keys(j->s + task * a->keys, n);
 }
 
@@ -199,16 +198,16 @@ static void values_task(void *arg, int64_t task, int worker)
     float *buf = j->buf + (size_t)worker * ATTN_KEYS * d;                    /* [ATTN_KEYS, d] */
     const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
     float w[ATTN_KEYS];
-    for (int64_t r = 0; r < j->R; r++)
+    for (int64_t row = 0; row < a->N; row++)
         for (int64_t u = 0; u < group; u++)
-            memset(a->out + ((j->r0 + r) * a->Nq + g * group + u) * d + c, 0, (size_t)nc * sizeof(float));
+            memset(a->out + (row * a->Nq + g * group + u) * d + c, 0, (size_t)nc * sizeof(float));
     for (int64_t b = j->lo; b <= j->hi; b += ATTN_KEYS)
-        for (int64_t r = 0; r < j->R; r++) {
-            const int64_t row = j->r0 + r, k0 = first_key(a, row), P = a->pos[row];
+        for (int64_t row = 0; row < a->N; row++) {
+            const int64_t k0 = first_key(a, row), P = a->pos[row];
             const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P;
             if (p0 > p1)
                 continue;
-            const float *s = j->s + (r * a->Nq + g * group) * a->keys - k0 + p0; /* [group, keys] from key p0 */
+            const float *s = j->s + (row * a->Nq + g * group) * a->keys - k0 + p0; /* [group, keys] from key p0 */
             float *o = a->out + (row * a->Nq + g * group) * d + c;            /* [group, d] from column c */
             for (int64_t p = p0; p <= p1; p++) {
                 bool used = false;
@@ -236,7 +235,7 @@ void kern_attention(const struct kern_table *t, const struct kern_attn *a, int t
         pool_run(threads, a->N * a->G * blocks, row_task, &j);
         return;
     }
-    struct split_job j = {.t = t, .a = a, .r0 = 0, .R = a->N, .lo = INT64_MAX, .hi = -1, .s = a->scratch,
+    struct split_job j = {.t = t, .a = a, .lo = INT64_MAX, .hi = -1, .s = a->scratch,
                           .buf = a->scratch + a->N * a->Nq * a->keys, .dchunks = (a->d + ATTN_DCOLS - 1) / ATTN_DCOLS};
     for (int64_t row = 0; row < a->N; row++) {
         j.lo = first_key(a, row) < j.lo ? first_key(a, row) : j.lo;
@@ -244,6 +243,6 @@ void kern_attention(const struct kern_table *t, const struct kern_attn *a, int t
     }
     j.chunks = (j.hi - j.lo + ATTN_CHUNK) / ATTN_CHUNK;
     pool_run(threads, a->G * j.chunks, scores_task, &j);
-    pool_run(threads, j.R * a->Nq, softmax_task, &j);
+    pool_run(threads, a->N * a->Nq, softmax_task, &j);
     pool_run(threads, a->G * j.dchunks, values_task, &j);
 }
