@@ -80,7 +80,7 @@ static void row_task(void *arg, int64_t task, int worker)
     const int64_t k0 = first_key(a, row), n = a->pos[row] - k0 + 1;       /* keys k0 .. pos */
     const float *q = a->q + (row * a->Nq + h0) * d;                         /* [nh, d] */
     float *o = a->out + (row * a->Nq + h0) * d;                             /* [nh, d] */
-    float *s = a->scratch + (size_t)worker * (ATTN_HEADS * a->keys + ATTN_KEYS * d); /* [nh, keys] scores, then weights */
+    float *s = a->scratch + (size_t)worker * (ATTN_HEADS * a->keys + ATTN_KEYS * d); /* [nh, keys] scores, weights */
     float *buf = s + ATTN_HEADS * a->keys;                                 /* [ATTN_KEYS, d] decoded keys or values */
     const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
     float w[ATTN_KEYS];
@@ -218,7 +218,7 @@ static void values_task(void *arg, int64_t task, int worker)
             for (int64_t u = 0; u < group; u++) {
                 int m = 0;
                 for (int64_t p = p0; p <= p1; p++)
-                    if (kv[p - p0] && !(s[u * a->keys + p - p0] < 0x1p-100f)) { /* NULL: hidden (a weight of NaN scores) */
+                    if (kv[p - p0] && !(s[u * a->keys + p - p0] < 0x1p-100f)) { /* NULL: hidden (weight NaN) */
                         w[m] = s[u * a->keys + p - p0];
                         x[m++] = kv[p - p0] + c;
                     }

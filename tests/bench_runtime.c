@@ -90,7 +90,7 @@ static void *rd_main(void *arg)
     return NULL;
 }
 
-/* Seconds to read n words at m, split over `threads` (at most 2). */
+/* Seconds to read n words at m, split over `threads` (at most POOL_MAX_THREADS). */
 static double read_once(const uint64_t *m, size_t n, int threads)
 {
     struct rd_job j[POOL_MAX_THREADS];
@@ -336,9 +336,9 @@ static int decode(int bits, const char *path, int T, const int *thread_list, int
                    "blocks of rows) in %.2f s (run's default)\n", pack, (double)m.weight_bytes / 1e6, t_load);
         }
         struct runner r;
-        if (runner_init(&r, &m, &(struct runner_opts){.threads = threads, .kernels = level, .n_seq = 1, .max_step = T < 512 ? T : 512,
-                                                       .max_context = T + DECODE_ROUNDS * (DECODE_STEPS + 1)},
-                        &e) != ERR_OK)
+        struct runner_opts ro = {.threads = threads, .kernels = level, .n_seq = 1, .max_step = T < 512 ? T : 512,
+                                 .max_context = T + DECODE_ROUNDS * (DECODE_STEPS + 1)};
+        if (runner_init(&r, &m, &ro, &e) != ERR_OK)
             return 1;
         int32_t *tok = malloc((size_t)T * sizeof *tok);
         for (int i = 0; i < T; i++)
@@ -386,10 +386,10 @@ static int decode(int bits, const char *path, int T, const int *thread_list, int
                "(rounds %.2f-%.2f); read bandwidth %.2f GB/s (%.2f-%.2f) "
                "-> bound %.2f tokens/s; per round %.1f %% of its bound (%.1f-%.1f %%) (target >= 90 %% on 2 threads: "
                "%s); the untimed first step of a round %.1f ms (median; %.1f-%.1f)\n",
-               threads, threads == 1 ? " " : "s", kn, T, t_prompt, (double)(step_bytes - m.weight_bytes) / 1e6, tps[mid],
-               tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0],
-               bw[DECODE_ROUNDS - 1], bw[mid] * 1e9 / (double)step_bytes, 100.0 * ratio[mid], 100.0 * ratio[0],
-               100.0 * ratio[DECODE_ROUNDS - 1], threads == 2 ? (ratio[mid] >= 0.9 ? "PASS" : "MISS") : "-",
+               threads, threads == 1 ? " " : "s", kn, T, t_prompt, (double)(step_bytes - m.weight_bytes) / 1e6,
+               tps[mid], tps[0], tps[DECODE_ROUNDS - 1], bw[mid], bw[0], bw[DECODE_ROUNDS - 1],
+               bw[mid] * 1e9 / (double)step_bytes, 100.0 * ratio[mid], 100.0 * ratio[0], 100.0 * ratio[DECODE_ROUNDS - 1],
+               threads == 2 ? (ratio[mid] >= 0.9 ? "PASS" : "MISS") : "-",
                1e3 * warm[mid], 1e3 * warm[0], 1e3 * warm[DECODE_ROUNDS - 1]);
         free(logits);
         runner_free(&r);
@@ -811,6 +811,7 @@ int main(int argc, char **argv)
         return kernel_bench();
     if (!strcmp(mode, "gkernel"))
         return gkernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|prefill [TOKENS]|big 26b-a4b|31b|convert|kernel|gkernel\n");
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|prefill [TOKENS]|"
+                    "big 26b-a4b|31b|convert|kernel|gkernel\n");
     return 2;
 }
