@@ -60,6 +60,57 @@ static void softmax_keys(float *su, int64_t n)
         su[p] /= sum;
 }
 
+/* Row `row`'s keys p0 .. p1 (a block of at most ATTN_KEYS it may see) of
+ * KV head g scored against heads q[nh, d]: s[u·keys + p − p0] for head u,
+ * −inf for a key its mask hides. */
+static void score_keys(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, const float *q,
+                       int nh, int64_t p0, int64_t p1, float *s, float *buf)
+{
+    const float *kv[ATTN_KEYS];
+    float w[ATTN_KEYS];
+    int at[ATTN_KEYS], live = 0;
+    for (int64_t p = p0; p <= p1; p++) {
+        kv[live] = a->kv(a->ctx, row, p, g, 0, buf + (p - p0) * a->d);
+        at[live] = (int)(p - p0);
+        if (kv[live])
+            live++;
+        else
+            for (int u = 0; u < nh; u++)
+                s[u * a->keys + p - p0] = -INFINITY;                          /* a hidden key: -inf */
+    }
+    for (int u = 0; live && u < nh; u++) {
+        t->dots(q + u * a->d, kv, live, a->d, w);                             /* q·k, scale 1.0 */
+        for (int l = 0; l < live; l++)
+            s[u * a->keys + at[l]] = w[l];
+    }
+}
+
+/* The same block's values into heads' outputs o[nh, d] (from column c, nc
+ * columns): o += w·v key by key, w = s[u·keys + p − p0]; a weight below
+ * 2^-100 is skipped (it adds at most 2^-100·|v|; its w·v would be subnormal,
+ * slow), and a value no head uses is not fetched. */
+static void add_values(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, int nh,
+                       int64_t p0, int64_t p1, const float *s, float *o, int64_t c, int64_t nc, float *buf)
+{
+    const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
+    float w[ATTN_KEYS];
+    for (int64_t p = p0; p <= p1; p++) {
+        bool used = false;
+        for (int u = 0; u < nh; u++)
+            used |= !(s[u * a->keys + p - p0] < 0x1p-100f);
+        kv[p - p0] = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL;
+    }
+    for (int u = 0; u < nh; u++) {
+        int m = 0;
+        for (int64_t p = p0; p <= p1; p++)
+            if (kv[p - p0] && !(s[u * a->keys + p - p0] < 0x1p-100f)) { /* NULL: hidden (a weight of NaN scores) */
+                w[m] = s[u * a->keys + p - p0];
+                x[m++] = kv[p - p0] + c;
+            }
+        t->axpy(o + u * a->d, w, x, m, nc);
+    }
+}
+
 struct rows_job {
     const struct kern_table *t;
     const struct kern_attn *a;
@@ -77,53 +128,18 @@ static void row_task(void *arg, int64_t task, int worker)
     const int64_t row = task / per_row, g = task % per_row / j->blocks;
     const int64_t h0 = g * group + task % j->blocks * ATTN_HEADS, h1 = (g + 1) * group; /* g's heads end at h1 */
     const int nh = (int)(h1 - h0 < ATTN_HEADS ? h1 - h0 : ATTN_HEADS);
-    const int64_t k0 = first_key(a, row), n = a->pos[row] - k0 + 1;       /* keys k0 .. pos */
+    const int64_t k0 = first_key(a, row), P = a->pos[row], n = P - k0 + 1; /* keys k0 .. P */
     const float *q = a->q + (row * a->Nq + h0) * d;                         /* [nh, d] */
     float *o = a->out + (row * a->Nq + h0) * d;                             /* [nh, d] */
     float *s = a->scratch + (size_t)worker * (ATTN_HEADS * a->keys + ATTN_KEYS * d); /* [nh, keys] scores, weights */
     float *buf = s + ATTN_HEADS * a->keys;                                 /* [ATTN_KEYS, d] decoded keys or values */
-    const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
-    float w[ATTN_KEYS];
-    int at[ATTN_KEYS];
-    for (int64_t b = 0; b < n; b += ATTN_KEYS) {
-        const int nb = (int)(n - b < ATTN_KEYS ? n - b : ATTN_KEYS);
-        int live = 0;
-        for (int i = 0; i < nb; i++) {
-            kv[live] = a->kv(a->ctx, row, k0 + b + i, g, 0, buf + i * d);
-            at[live] = i;
-            if (kv[live])
-                live++;
-            else
-                for (int u = 0; u < nh; u++)
-                    s[u * a->keys + b + i] = -INFINITY;                     /* a hidden key: -inf */
-        }
-        for (int u = 0; u < nh; u++) {
-            j->t->dots(q + u * d, kv, live, d, w);                          /* q·k, scale 1.0 */
-            for (int l = 0; l < live; l++)
-                s[u * a->keys + b + at[l]] = w[l];
-        }
-    }
+    for (int64_t b = k0; b <= P; b += ATTN_KEYS)
+        score_keys(j->t, a, row, g, q, nh, b, b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P, s + b - k0, buf);
     for (int u = 0; u < nh; u++)
         softmax_keys(s + u * a->keys, n);
     memset(o, 0, (size_t)(nh * d) * sizeof *o);
-    for (int64_t b = 0; b < n; b += ATTN_KEYS) {
-        const int nb = (int)(n - b < ATTN_KEYS ? n - b : ATTN_KEYS);
-        for (int i = 0; i < nb; i++) { /* a weight below 2^-100 adds at most 2^-100·|v|; its w·v would be subnormal (slow) */
-            bool used = false;
-            for (int u = 0; u < nh; u++)
-                used |= !(s[u * a->keys + b + i] < 0x1p-100f);
-            kv[i] = used ? a->kv(a->ctx, row, k0 + b + i, g, 1, buf + i * d) : NULL;
-        }
-        for (int u = 0; u < nh; u++) {
-            int m = 0;
-            for (int i = 0; i < nb; i++)
-                if (kv[i] && !(s[u * a->keys + b + i] < 0x1p-100f)) { /* kv[i] NULL: hidden (a weight of NaN scores) */
-                    w[m] = s[u * a->keys + b + i];
-                    x[m++] = kv[i];
-                }
-            j->t->axpy(o + u * d, w, x, m, d); /* o += w·v, key by key */
-        }
-    }
+    for (int64_t b = k0; b <= P; b += ATTN_KEYS)
+        add_values(j->t, a, row, g, nh, b, b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P, s + b - k0, o, 0, d, buf);
 }
 
 struct split_job {
@@ -136,8 +152,7 @@ struct split_job {
 };
 
 /* Pass 1, task (g, c): positions lo + c·ATTN_CHUNK .. (+ATTN_CHUNK − 1), in
- * blocks of ATTN_KEYS; for each row, its visible ones' keys (a hidden one's
- * score −inf) against each head of group g. */
+ * blocks of ATTN_KEYS; each row's visible ones against each head of group g. */
 static void scores_task(void *arg, int64_t task, int worker)
 {
     const struct split_job *j = arg;
@@ -146,32 +161,13 @@ static void scores_task(void *arg, int64_t task, int worker)
     const int64_t c0 = j->lo + task % j->chunks * ATTN_CHUNK;
     const int64_t c1 = c0 + ATTN_CHUNK - 1 < j->hi ? c0 + ATTN_CHUNK - 1 : j->hi;
     float *buf = j->buf + (size_t)worker * ATTN_KEYS * d;                    /* [ATTN_KEYS, d] */
-    const float *kv[ATTN_KEYS];
-    float w[ATTN_KEYS];
-    int at[ATTN_KEYS];
     for (int64_t b = c0; b <= c1; b += ATTN_KEYS)
         for (int64_t row = 0; row < a->N; row++) {
-            const int64_t k0 = first_key(a, row), P = a->pos[row];
-            const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < c1 ? b + ATTN_KEYS - 1 : c1;
-            if (p0 > p1 || p0 > P)
-                continue;
-            const float *q = a->q + (row * a->Nq + g * group) * d;           /* [group, d] */
-            float *s = j->s + (row * a->Nq + g * group) * a->keys;           /* [group, keys]: key k0 + i at i */
-            int live = 0;
-            for (int64_t p = p0; p <= p1 && p <= P; p++) {
-                kv[live] = a->kv(a->ctx, row, p, g, 0, buf + (p - p0) * d);
-                at[live] = (int)(p - p0);
-                if (kv[live])
-                    live++;
-                else
-                    for (int64_t u = 0; u < group; u++)
-                        s[u * a->keys + p - k0] = -INFINITY;                  /* a hidden key: -inf */
-            }
-            for (int64_t u = 0; live && u < group; u++) {
-                j->t->dots(q + u * d, kv, live, d, w);                        /* q·k, scale 1.0 */
-                for (int l = 0; l < live; l++)
-                    s[u * a->keys + p0 - k0 + at[l]] = w[l];
-            }
+            const int64_t k0 = first_key(a, row), P = a->pos[row] < c1 ? a->pos[row] : c1;
+            const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P;
+            if (p0 <= p1)
+                score_keys(j->t, a, row, g, a->q + (row * a->Nq + g * group) * d, (int)group, p0, p1,
+                           j->s + (row * a->Nq + g * group) * a->keys + p0 - k0, buf);
         }
 }
 
@@ -186,9 +182,7 @@ static void softmax_task(void *arg, int64_t task, int worker)
 }
 
 /* Pass 3, task (g, c): columns c·ATTN_DCOLS .. of every row's outputs for
- * the heads of group g: o = Σ w·v over the keys in position order, a weight
- * below 2^-100 skipped (it adds at most 2^-100·|v|; its w·v would be
- * subnormal, slow). */
+ * the heads of group g, over the keys in position order. */
 static void values_task(void *arg, int64_t task, int worker)
 {
     const struct split_job *j = arg;
@@ -196,8 +190,6 @@ static void values_task(void *arg, int64_t task, int worker)
     const int64_t group = a->Nq / a->G, d = a->d, g = task / j->dchunks, c = task % j->dchunks * ATTN_DCOLS;
     const int64_t nc = d - c < ATTN_DCOLS ? d - c : ATTN_DCOLS;
     float *buf = j->buf + (size_t)worker * ATTN_KEYS * d;                    /* [ATTN_KEYS, d] */
-    const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
-    float w[ATTN_KEYS];
     for (int64_t row = 0; row < a->N; row++)
         for (int64_t u = 0; u < group; u++)
             memset(a->out + (row * a->Nq + g * group + u) * d + c, 0, (size_t)nc * sizeof(float));
@@ -205,25 +197,9 @@ static void values_task(void *arg, int64_t task, int worker)
         for (int64_t row = 0; row < a->N; row++) {
             const int64_t k0 = first_key(a, row), P = a->pos[row];
             const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P;
-            if (p0 > p1)
-                continue;
-            const float *s = j->s + (row * a->Nq + g * group) * a->keys - k0 + p0; /* [group, keys] from key p0 */
-            float *o = a->out + (row * a->Nq + g * group) * d + c;            /* [group, d] from column c */
-            for (int64_t p = p0; p <= p1; p++) {
-                bool used = false;
-                for (int64_t u = 0; u < group; u++)
-                    used |= !(s[u * a->keys + p - p0] < 0x1p-100f);
-                kv[p - p0] = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * d) : NULL;
-            }
-            for (int64_t u = 0; u < group; u++) {
-                int m = 0;
-                for (int64_t p = p0; p <= p1; p++)
-                    if (kv[p - p0] && !(s[u * a->keys + p - p0] < 0x1p-100f)) { /* NULL: hidden (weight NaN) */
-                        w[m] = s[u * a->keys + p - p0];
-                        x[m++] = kv[p - p0] + c;
-                    }
-                j->t->axpy(o + u * d, w, x, m, nc); /* o += w·v, key by key */
-            }
+            if (p0 <= p1)
+                add_values(j->t, a, row, g, (int)group, p0, p1, j->s + (row * a->Nq + g * group) * a->keys + p0 - k0,
+                           a->out + (row * a->Nq + g * group) * d + c, c, nc, buf);
         }
 }
 
