@@ -24,7 +24,7 @@
 #include "core/pool.h"
 #include "kernels/kernels.h"
 
-#define ATTN_HEADS 4       /* by rows: query heads per task (each key and value read once for them) */
+#define ATTN_HEADS 8       /* by rows: query heads per task (each key and value read once for them) */
 #define ATTN_KEYS 16       /* keys scored with one dots call, or added with one axpy call */
 #define ATTN_SPLIT_ROWS 4  /* split: at most this many rows */
 #define ATTN_CHUNK 64      /* split: positions per scores task */
@@ -61,54 +61,42 @@ static void softmax_keys(float *su, int64_t n)
 }
 
 /* Row `row`'s keys p0 .. p1 (a block of at most ATTN_KEYS it may see) of
- * KV head g scored against heads q[nh, d]: s[u·keys + p − p0] for head u,
- * −inf for a key its mask hides. */
+ * KV head g scored against heads q[nh, d], each key fetched once for all:
+ * s[u·keys + p − p0] for head u, −inf for a key its mask hides. */
 static void score_keys(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, const float *q,
                        int nh, int64_t p0, int64_t p1, float *s, float *buf)
 {
     const float *kv[ATTN_KEYS];
-    float w[ATTN_KEYS];
     int at[ATTN_KEYS], live = 0;
     for (int64_t p = p0; p <= p1; p++) {
         kv[live] = a->kv(a->ctx, row, p, g, 0, buf + (p - p0) * a->d);
         at[live] = (int)(p - p0);
-        if (kv[live])
-            live++;
-        else
-            for (int u = 0; u < nh; u++)
-                s[u * a->keys + p - p0] = -INFINITY;                          /* a hidden key: -inf */
+        live += kv[live] != NULL;
     }
-    for (int u = 0; live && u < nh; u++) {
-        t->dots(q + u * a->d, kv, live, a->d, w);                             /* q·k, scale 1.0 */
-        for (int l = 0; l < live; l++)
-            s[u * a->keys + at[l]] = w[l];
+    t->dots(q, nh, kv, live, a->d, s, a->keys);                               /* q·k, scale 1.0 */
+    for (int u = 0; live < p1 - p0 + 1 && u < nh; u++) {                      /* hidden keys: −inf */
+        float *su = s + u * a->keys;
+        for (int l = live - 1, p = (int)(p1 - p0); p >= 0; p--)
+            su[p] = l >= 0 && at[l] == p ? su[l--] : -INFINITY;
     }
 }
 
 /* The same block's values into heads' outputs o[nh, d] (from column c, nc
- * columns): o += w·v key by key, w = s[u·keys + p − p0]; a weight below
- * 2^-100 is skipped (it adds at most 2^-100·|v|; its w·v would be subnormal,
- * slow), and a value no head uses is not fetched. */
+ * columns): o += w·v key by key, w = s[u·keys + p − p0], each value fetched
+ * once for all the heads; a value no head adds (KERN_WEIGHT_MIN) is not
+ * fetched. */
 static void add_values(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, int nh,
                        int64_t p0, int64_t p1, const float *s, float *o, int64_t c, int64_t nc, float *buf)
 {
-    const float *kv[ATTN_KEYS], *x[ATTN_KEYS];
-    float w[ATTN_KEYS];
+    const float *x[ATTN_KEYS];
     for (int64_t p = p0; p <= p1; p++) {
         bool used = false;
         for (int u = 0; u < nh; u++)
-            used |= !(s[u * a->keys + p - p0] < 0x1p-100f);
-        kv[p - p0] = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL;
+            used |= !(s[u * a->keys + p - p0] < KERN_WEIGHT_MIN);
+        const float *v = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL;
+        x[p - p0] = v ? v + c : NULL;                        /* NULL: hidden (a weight of NaN scores) */
     }
-    for (int u = 0; u < nh; u++) {
-        int m = 0;
-        for (int64_t p = p0; p <= p1; p++)
-            if (kv[p - p0] && !(s[u * a->keys + p - p0] < 0x1p-100f)) { /* NULL: hidden (a weight of NaN scores) */
-                w[m] = s[u * a->keys + p - p0];
-                x[m++] = kv[p - p0] + c;
-            }
-        t->axpy(o + u * a->d, w, x, m, nc);
-    }
+    t->axpy(o, a->d, nh, s, a->keys, x, (int)(p1 - p0 + 1), nc);
 }
 
 struct rows_job {

@@ -218,14 +218,28 @@ static inline size_t kern_block_off(const struct wmat *w, int64_t B, int64_t g)
  * order exactly, so every level gives the same bits. */
 float kern_dot_ref(const float *a, const float *b, int64_t n);
 
-/* out[j] = the dot product of a and b[j] (that order) for j < m: attention's
- * scores of one query against a block of keys, the keys' chains side by side. */
-void kern_dots_ref(const float *a, const float *const *b, int m, int64_t n, float *out);
+/* out[u·ld + j] = the dot product of q's row u (q + u·n) and b[j] (that
+ * order) for heads u < nh and keys j < m: attention's scores of a query's
+ * heads against a block of keys, each key read once for all of them. */
+void kern_dots_ref(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
 
-/* y[i] += a[j]·x[j][i] for j = 0 .. m−1 in order, each a multiply, then an
- * add (every path gives the same bits): attention's weighted values, y kept
- * in registers across a block of them. */
-void kern_axpy_ref(float *y, const float *a, const float *const *x, int m, int64_t n);
+/* For each head u < nh, y[u·ld + i] += w[u·wld + j]·x[j][i] (i < n) for
+ * j = 0 .. m−1 in order, each a multiply, then an add (every path gives the
+ * same bits): attention's weighted values, each value read once for all the
+ * heads. A NULL x[j], or a weight below KERN_WEIGHT_MIN (kernels.h; NaN is
+ * not below it), adds nothing. */
+void kern_axpy_ref(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m, int64_t n);
+
+/* The twins' view of that rule for heads u < H (H ≤ 8) of a block of up to
+ * 16 values: bit u of use[j] set where head u adds x[j]. */
+static inline void kern_weights_used(const float *w, int64_t wld, int H, const float *const *x, int m, unsigned *use)
+{
+    for (int j = 0; j < m; j++) {
+        use[j] = 0;
+        for (int u = 0; x[j] && u < H; u++)
+            use[j] |= (unsigned)!(w[u * wld + j] < KERN_WEIGHT_MIN) << u;
+    }
+}
 
 /* kern_exp and its twins: v clamped to ±87 (2^n stays a finite normal
  * number; NaN stays NaN), v = n·ln2 + r with n an integer, e^r − 1 by its

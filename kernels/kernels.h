@@ -68,8 +68,12 @@ typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, in
                          int64_t row1);
 typedef void (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
 typedef float (*dot_fn)(const float *a, const float *b, int64_t n);
-typedef void (*dots_fn)(const float *a, const float *const *b, int m, int64_t n, float *out);
-typedef void (*axpy_fn)(float *y, const float *a, const float *const *x, int m, int64_t n);
+typedef void (*dots_fn)(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
+typedef void (*axpy_fn)(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                        int64_t n);
+/* Attention's weights below this add nothing to its values (axpy_fn): such a
+ * weight would add at most 2^-100·|v|, and its product would be subnormal, slow. */
+#define KERN_WEIGHT_MIN 0x1p-100f
 typedef void (*gelu_mul_fn)(float *g, const float *u, int64_t n);
 typedef void (*softcap_fn)(float *x, float cap, int64_t n);
 

@@ -288,15 +288,18 @@ float kern_dot_ref(const float *a, const float *b, int64_t n)
     return kern_lanes_sum16(lane);
 }
 
-void kern_dots_ref(const float *a, const float *const *b, int m, int64_t n, float *out)
+void kern_dots_ref(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld)
 {
-    for (int j = 0; j < m; j++)
-        out[j] = kern_dot_ref(a, b[j], n);
+    for (int u = 0; u < nh; u++)
+        for (int j = 0; j < m; j++)
+            out[u * ld + j] = kern_dot_ref(q + u * n, b[j], n);
 }
 
-void kern_axpy_ref(float *y, const float *a, const float *const *x, int m, int64_t n)
+void kern_axpy_ref(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m, int64_t n)
 {
-    for (int j = 0; j < m; j++)
-        for (int64_t i = 0; i < n; i++)
-            y[i] += a[j] * x[j][i];
+    for (int u = 0; u < nh; u++)
+        for (int j = 0; j < m; j++)
+            if (x[j] && !(w[u * wld + j] < KERN_WEIGHT_MIN))
+                for (int64_t i = 0; i < n; i++)
+                    y[u * ld + i] += w[u * wld + j] * x[j][i];
 }

@@ -1590,77 +1590,98 @@ Test(kernels, dot_paths_bitwise_equal_reference)
     }
 }
 
-/* Attention's scores: kern_dots_ref is kern_dot_ref key by key, and every
- * SIMD path gives its bits for any number of keys (blocks and the rest) and
- * any length (whole vectors and a tail). */
+/* Attention's scores: kern_dots_ref is kern_dot_ref head by head and key by
+ * key, and every SIMD path gives its bits for any number of heads (blocks of
+ * 8, 4, 2 and 1) and keys (blocks and the rest) and any length (whole
+ * vectors and a tail), writing nothing outside its heads' rows. */
 Test(kernels, dots_paths_bitwise_equal_reference)
 {
-    enum { N = 300, M = 13 };
-    float a[N], b[M][N];
+    enum { N = 300, M = 13, H = 11, LD = M + 2 };
+    static float q[H * N], b[M][N];
     const float *bp[M];
     uint64_t s = 19;
-    for (int i = 0; i < N; i++)
-        a[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
+    for (int i = 0; i < H * N; i++)
+        q[i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
     for (int j = 0; j < M; j++) {
         for (int i = 0; i < N; i++)
             b[j][i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
         bp[j] = b[j];
     }
     const int64_t lens[] = {0, 1, 15, 16, 17, 40, 256, 271, 300};
+    const int heads[] = {1, 2, 3, 4, 5, 7, 8, 9, 11};
     for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
-        for (int m = 0; m <= M; m++) {
-            const int64_t n = lens[l];
-            float r[M + 1], v[M + 1];
-            r[m] = v[m] = 12345.0f;
-            kern_dots_ref(a, bp, m, n, r);
-            for (int j = 0; j < m; j++) {
-                float one = kern_dot_ref(a, b[j], n);
-                cr_assert(memcmp(&r[j], &one, 4) == 0, "ref n %lld m %d key %d", (long long)n, m, j);
+        for (size_t h = 0; h < sizeof heads / sizeof *heads; h++)
+            for (int m = 0; m <= M; m++) {
+                const int64_t n = lens[l];
+                const int nh = heads[h];
+                float r[H * LD], v[H * LD];
+                for (int i = 0; i < H * LD; i++)
+                    r[i] = v[i] = 12345.0f;
+                kern_dots_ref(q, nh, bp, m, n, r, LD);
+                for (int u = 0; u < nh; u++)
+                    for (int j = 0; j < m; j++) {
+                        float one = kern_dot_ref(q + u * n, b[j], n);
+                        cr_assert(memcmp(&r[u * LD + j], &one, 4) == 0, "ref n %lld m %d head %d key %d", (long long)n,
+                                  m, u, j);
+                    }
+                for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+                    if (cpu_has(tw->need)) {
+                        for (int i = 0; i < H * LD; i++)
+                            v[i] = 12345.0f;
+                        tw->dots(q, nh, bp, m, n, v, LD);
+                        cr_assert(memcmp(r, v, sizeof r) == 0, "%s n %lld heads %d m %d", tw->name, (long long)n, nh,
+                                  m);
+                    }
             }
-            for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
-                if (cpu_has(tw->need)) {
-                    tw->dots(a, bp, m, n, v);
-                    cr_assert(memcmp(r, v, (size_t)m * sizeof *r) == 0, "%s n %lld m %d", tw->name, (long long)n, m);
-                    cr_assert(v[m] == 12345.0f, "%s n %lld m %d: wrote past the end", tw->name, (long long)n, m);
-                }
-        }
 }
 
-/* o += w·v of attention over a block of values: every SIMD path gives the
- * reference's bits (one value after another, each a multiply, then an add)
- * for any number of values and length, and leaves everything past n alone. */
+/* o += w·v of attention over a block of values for several heads: every SIMD
+ * path gives the reference's bits (one value after another, each a
+ * multiply, then an add) for any number of heads, values and length; a
+ * weight below KERN_WEIGHT_MIN or a NULL value adds nothing, a NaN weight
+ * does; nothing outside the heads' n columns changes. */
 Test(kernels, axpy_paths_bitwise_equal_reference)
 {
-    enum { N = 300, M = 13 };
-    float x[M][N], w[M], y0[N + 1] = {0};
+    enum { N = 300, M = 19, H = 11, LD = N + 3, WLD = M + 1 };
+    static float x[M][N], w[H * WLD], y0[H * LD], r[H * LD], v[H * LD];
     const float *xp[M];
     uint64_t s = 23;
     for (int j = 0; j < M; j++) {
         for (int i = 0; i < N; i++)
             x[j][i] = ldexpf((float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f, (int)(th_rng_next(&s) % 24) - 12);
-        w[j] = (float)(th_rng_next(&s) % 1000 + 1) / 1000.0f;
-        xp[j] = x[j];
+        xp[j] = j == 5 ? NULL : x[j];                            /* a hidden value */
     }
-    for (int i = 0; i < N; i++)
+    const float edge[] = {0.0f, 0x1p-101f, 0x1p-100f, 0x1.fffffep-101f, NAN, 1e-40f};
+    for (int i = 0; i < H * WLD; i++)                            /* the rule's edges scattered over heads and values */
+        w[i] = i % 7 == 3 ? edge[i / 7 % 6] : (float)(th_rng_next(&s) % 1000 + 1) / 1000.0f;
+    for (int i = 0; i < H * LD; i++)
         y0[i] = (float)(th_rng_next(&s) % 2001) / 1000.0f - 1.0f;
+    { /* the definition, spelled out for head 1 */
+        memcpy(r, y0, sizeof r);
+        kern_axpy_ref(r, LD, 3, w, WLD, xp, 8, 2);
+        float e = y0[LD + 1];
+        for (int j = 0; j < 8; j++)
+            if (j != 5 && !(w[WLD + j] < 0x1p-100f))
+                e = e + w[WLD + j] * x[j][1];
+        cr_assert(memcmp(&r[LD + 1], &e, 4) == 0 && r[LD + 2] == y0[LD + 2] && r[3 * LD + 1] == y0[3 * LD + 1]);
+    }
     const int64_t lens[] = {0, 1, 15, 16, 31, 33, 127, 128, 129, 256, 300};
+    const int heads[] = {1, 2, 3, 4, 5, 7, 8, 9, 11};
     for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
-        for (int m = 0; m <= M; m++) {
-            const int64_t n = lens[l];
-            float r[N + 1], v[N + 1];
-            memcpy(r, y0, sizeof r);
-            r[n] = 12345.0f;
-            kern_axpy_ref(r, w, xp, m, n);
-            if (n > 0 && m == 2) /* one value after the other */
-                cr_assert(r[0] == (y0[0] + w[0] * x[0][0]) + w[1] * x[1][0]);
-            for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
-                if (cpu_has(tw->need)) {
-                    memcpy(v, y0, sizeof v);
-                    v[n] = 12345.0f;
-                    tw->axpy(v, w, xp, m, n);
-                    cr_assert(memcmp(r, v, (size_t)(n + 1) * sizeof *r) == 0, "%s n %lld m %d", tw->name, (long long)n, m);
-                }
-        }
+        for (size_t h = 0; h < sizeof heads / sizeof *heads; h++)
+            for (int m = 0; m <= M; m++) {
+                const int64_t n = lens[l];
+                const int nh = heads[h];
+                memcpy(r, y0, sizeof r);
+                kern_axpy_ref(r, LD, nh, w, WLD, xp, m, n);
+                for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+                    if (cpu_has(tw->need)) {
+                        memcpy(v, y0, sizeof v);
+                        tw->axpy(v, LD, nh, w, WLD, xp, m, n);
+                        cr_assert(memcmp(r, v, sizeof r) == 0, "%s n %lld heads %d m %d", tw->name, (long long)n, nh,
+                                  m);
+                    }
+            }
 }
 
 /* ------------------------------------------------------------------ int8 activations (KERN_Q8) */

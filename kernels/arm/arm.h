@@ -9,8 +9,9 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
                     int64_t row1);
 void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 float kern_dot_neon(const float *a, const float *b, int64_t n);
-void kern_dots_neon(const float *a, const float *const *b, int m, int64_t n, float *out);
-void kern_axpy_neon(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_dots_neon(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
+void kern_axpy_neon(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                    int64_t n);
 
 /* kern_q8dot_ref on SDOT. It needs the dot-product intrinsics: GCC enables
  * them per function, clang (14) only for a target that has them, as Apple's

@@ -31,69 +31,138 @@ INLINE float sum16(const float32x4_t v[4])
     return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
 }
 
-/* kern_dot_ref's order for K products side by side (a's vectors loaded once
- * for all): acc[k][c] holds lanes 4c .. 4c+3 of product k. The tail's absent
- * lanes add 0·0, which leaves a lane as it is. */
-INLINE void dotsk_neon(const float *a, const float *const *b, const int K, int64_t n, float *out)
+/* kern_dot_ref's order for H query rows (q + u·n) against K keys side by
+ * side: acc[u][k][c] holds lanes 4c .. 4c+3 of row u and key k; a key's
+ * vectors are loaded once for all the rows, a row's once for all the keys.
+ * The tail's absent lanes add 0·0, which leaves a lane as it is. */
+INLINE void dotsk_neon(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
+                       int64_t ld)
 {
-    float32x4_t acc[4][4];
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < 4; c++)
-            acc[k][c] = vdupq_n_f32(0.0f);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int c = 0; c < 4; c++) {
-            const float32x4_t x = vld1q_f32(a + i + 4 * c);
-            for (int k = 0; k < K; k++)
-                acc[k][c] = vfmaq_f32(acc[k][c], x, vld1q_f32(b[k] + i + 4 * c));
-        }
-    if (i < n) {
-        float ta[16] = {0}, tb[16] = {0};
-        memcpy(ta, a + i, (size_t)(n - i) * sizeof *ta);
-        for (int k = 0; k < K; k++) {
-            memcpy(tb, b[k] + i, (size_t)(n - i) * sizeof *tb);
+    float32x4_t acc[4][4][4];
+    for (int u = 0; u < H; u++)
+        for (int k = 0; k < K; k++)
             for (int c = 0; c < 4; c++)
-                acc[k][c] = vfmaq_f32(acc[k][c], vld1q_f32(ta + 4 * c), vld1q_f32(tb + 4 * c));
+                acc[u][k][c] = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        float tq[4][16] = {{0}}, tb[4][16] = {{0}};
+        const float *qu[4], *bk[4];
+        for (int k = 0; k < K; k++) {
+            bk[k] = b[k] + i;
+            if (n - i < 16)
+                bk[k] = memcpy(tb[k], b[k] + i, (size_t)(n - i) * sizeof **tb);
+        }
+        for (int u = 0; u < H; u++) {
+            qu[u] = q + u * n + i;
+            if (n - i < 16)
+                qu[u] = memcpy(tq[u], q + u * n + i, (size_t)(n - i) * sizeof **tq);
+        }
+        for (int c = 0; c < 4; c++) {
+            float32x4_t x[4];
+            for (int k = 0; k < K; k++)
+                x[k] = vld1q_f32(bk[k] + 4 * c);
+            for (int u = 0; u < H; u++) {
+                const float32x4_t a = vld1q_f32(qu[u] + 4 * c);
+                for (int k = 0; k < K; k++)
+                    acc[u][k][c] = vfmaq_f32(acc[u][k][c], a, x[k]);
+            }
         }
     }
-    for (int k = 0; k < K; k++)
-        out[k] = sum16(acc[k]);
+    for (int u = 0; u < H; u++)
+        for (int k = 0; k < K; k++)
+            out[u * ld + k] = sum16(acc[u][k]);
 }
 
 float kern_dot_neon(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk_neon(a, &b, 1, n, &out);
+    dotsk_neon(a, 1, &b, 1, n, &out, 1);
     return out;
 }
 
-void kern_dots_neon(const float *a, const float *const *b, int m, int64_t n, float *out)
+/* H heads' scores, 4/H keys at a time, the rest one by one. */
+INLINE void dots_heads_neon(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
+                            int64_t ld)
 {
+    const int K = 4 / H;
     int j = 0;
-    for (; j + 4 <= m; j += 4)
-        dotsk_neon(a, b + j, 4, n, out + j);
+    for (; j + K <= m; j += K)
+        dotsk_neon(q, H, b + j, K, n, out + j, ld);
     for (; j < m; j++)
-        dotsk_neon(a, b + j, 1, n, out + j);
+        dotsk_neon(q, H, b + j, 1, n, out + j, ld);
 }
 
-/* Four vectors of y stay in registers while every x is added; the tail
- * element by element, the same operations. */
-void kern_axpy_neon(float *y, const float *a, const float *const *x, int m, int64_t n)
+/* Heads 4 at a time, then 2 and 1. */
+void kern_dots_neon(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld)
 {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        float32x4_t v[4];
-        for (int c = 0; c < 4; c++)
-            v[c] = vld1q_f32(y + i + 4 * c);
-        for (int j = 0; j < m; j++)
-            for (int c = 0; c < 4; c++)
-                v[c] = vaddq_f32(v[c], vmulq_n_f32(vld1q_f32(x[j] + i + 4 * c), a[j]));
-        for (int c = 0; c < 4; c++)
-            vst1q_f32(y + i + 4 * c, v[c]);
+    int u = 0;
+    for (; u + 4 <= nh; u += 4)
+        dots_heads_neon(q + u * n, 4, b, m, n, out + u * ld, ld);
+    if (u + 2 <= nh) {
+        dots_heads_neon(q + u * n, 2, b, m, n, out + u * ld, ld);
+        u += 2;
     }
+    if (u < nh)
+        dots_heads_neon(q + u * n, 1, b, m, n, out + u * ld, ld);
+}
+
+/* Columns i .. i + 15 of H heads' outputs (four vectors each), kept in
+ * registers while the values are added in order: a value's vectors are
+ * loaded once for all the heads; use[j] (kern_weights_used) names the heads
+ * that add value j. */
+INLINE void axpyk_neon(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
+                       const unsigned *use, int m, int64_t i)
+{
+    float32x4_t acc[4][4], v[4];
+    for (int u = 0; u < H; u++)
+        for (int c = 0; c < 4; c++)
+            acc[u][c] = vld1q_f32(y + u * ld + i + 4 * c);
+    for (int j = 0; j < m; j++) {
+        if (!use[j])
+            continue;
+        for (int c = 0; c < 4; c++)
+            v[c] = vld1q_f32(x[j] + i + 4 * c);
+        for (int u = 0; u < H; u++)
+            if (use[j] >> u & 1)
+                for (int c = 0; c < 4; c++)
+                    acc[u][c] = vaddq_f32(acc[u][c], vmulq_n_f32(v[c], w[u * wld + j]));
+    }
+    for (int u = 0; u < H; u++)
+        for (int c = 0; c < 4; c++)
+            vst1q_f32(y + u * ld + i + 4 * c, acc[u][c]);
+}
+
+/* H heads, 16 columns at a time; the tail element by element, the same
+ * operations. */
+INLINE void axpy_heads_neon(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
+                            int m, int64_t n)
+{
+    unsigned use[16];
+    kern_weights_used(w, wld, H, x, m, use);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        axpyk_neon(y, ld, H, w, wld, x, use, m, i);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
-            y[i] += a[j] * x[j][i];
+            for (int u = 0; u < H; u++)
+                if (use[j] >> u & 1)
+                    y[u * ld + i] += w[u * wld + j] * x[j][i];
+}
+
+/* Values 16 at a time; heads 4 at a time, then 2 and 1. */
+void kern_axpy_neon(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m, int64_t n)
+{
+    for (int j = 0; j < m; j += 16) {
+        const int mj = m - j < 16 ? m - j : 16;
+        int u = 0;
+        for (; u + 4 <= nh; u += 4)
+            axpy_heads_neon(y + u * ld, ld, 4, w + u * wld + j, wld, x + j, mj, n);
+        if (u + 2 <= nh) {
+            axpy_heads_neon(y + u * ld, ld, 2, w + u * wld + j, wld, x + j, mj, n);
+            u += 2;
+        }
+        if (u < nh)
+            axpy_heads_neon(y + u * ld, ld, 1, w + u * wld + j, wld, x + j, mj, n);
+    }
 }
 
 /* ---- 4/8-bit affine: kern_qdot_ref, one row per lane (avx512.c's arows512) ---- */

@@ -17,78 +17,154 @@ AVX2 INLINE float sum16_256(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-/* kern_dot_ref's order for K products side by side (a's vectors loaded once
- * for all): lo[k] holds lanes 0-7 of product k, hi[k] lanes 8-15. */
-AVX2 INLINE void dotsk256(const float *a, const float *const *b, const int K, int64_t n, float *out)
+/* 8 floats at p, or (not full) the lanes mask m admits, the rest 0 (a
+ * masked load is slower than a plain one on the whole vectors). */
+AVX2 INLINE __m256 load8(const float *p, bool full, __m256i m)
 {
-    __m256 lo[4], hi[4];
+    return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
+}
+
+/* kern_dot_ref's order for H query rows (q + u·n) against K keys side by
+ * side: lo[u][k] holds lanes 0-7 of row u and key k, hi[u][k] lanes 8-15; a
+ * key's vectors are loaded once for all the rows, a row's once for all the
+ * keys. The tail through masked loads (0·0 added leaves a lane unchanged). */
+AVX2 INLINE void dotsk256(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
+                          int64_t ld)
+{
+    __m256 lo[4][4], hi[4][4];
 #pragma GCC unroll 4
-    for (int k = 0; k < K; k++)
-        lo[k] = hi[k] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 xl = _mm256_loadu_ps(a + i), xh = _mm256_loadu_ps(a + i + 8);
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 4
+        for (int k = 0; k < K; k++)
+            lo[u][k] = hi[u][k] = _mm256_setzero_ps();
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i < 16 ? n - i : 16)), lane);
+        const __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i < 16 ? n - i : 16) - 8), lane);
+        __m256 xl[4], xh[4];
 #pragma GCC unroll 4
         for (int k = 0; k < K; k++) {
-            lo[k] = _mm256_fmadd_ps(xl, _mm256_loadu_ps(b[k] + i), lo[k]);
-            hi[k] = _mm256_fmadd_ps(xh, _mm256_loadu_ps(b[k] + i + 8), hi[k]);
+            xl[k] = load8(b[k] + i, n - i >= 16, mlo);
+            xh[k] = load8(b[k] + i + 8, n - i >= 16, mhi);
         }
-    }
-    if (i < n) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m256i mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
-        const __m256i mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane);
-        const __m256 xl = _mm256_maskload_ps(a + i, mlo), xh = _mm256_maskload_ps(a + i + 8, mhi);
 #pragma GCC unroll 4
-        for (int k = 0; k < K; k++) {
-            lo[k] = _mm256_fmadd_ps(xl, _mm256_maskload_ps(b[k] + i, mlo), lo[k]);
-            hi[k] = _mm256_fmadd_ps(xh, _mm256_maskload_ps(b[k] + i + 8, mhi), hi[k]);
+        for (int u = 0; u < H; u++) {
+            const __m256 al = load8(q + u * n + i, n - i >= 16, mlo), ah = load8(q + u * n + i + 8, n - i >= 16, mhi);
+#pragma GCC unroll 4
+            for (int k = 0; k < K; k++) {
+                lo[u][k] = _mm256_fmadd_ps(al, xl[k], lo[u][k]);
+                hi[u][k] = _mm256_fmadd_ps(ah, xh[k], hi[u][k]);
+            }
         }
     }
 #pragma GCC unroll 4
-    for (int k = 0; k < K; k++)
-        out[k] = sum16_256(lo[k], hi[k]);
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 4
+        for (int k = 0; k < K; k++)
+            out[u * ld + k] = sum16_256(lo[u][k], hi[u][k]);
 }
 
 AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk256(a, &b, 1, n, &out);
+    dotsk256(a, 1, &b, 1, n, &out, 1);
     return out;
 }
 
-AVX2 void kern_dots_avx2(const float *a, const float *const *b, int m, int64_t n, float *out)
+/* H heads' scores, 4/H keys at a time, the rest one by one. */
+AVX2 INLINE void dots_heads256(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
+                               int64_t ld)
 {
+    const int K = 4 / H;
     int j = 0;
-    for (; j + 4 <= m; j += 4)
-        dotsk256(a, b + j, 4, n, out + j);
+    for (; j + K <= m; j += K)
+        dotsk256(q, H, b + j, K, n, out + j, ld);
     for (; j < m; j++)
-        dotsk256(a, b + j, 1, n, out + j);
+        dotsk256(q, H, b + j, 1, n, out + j, ld);
 }
 
-/* Four vectors of y stay in registers while every x is added; the tail
- * element by element, the same operations. */
-AVX2 void kern_axpy_avx2(float *y, const float *a, const float *const *x, int m, int64_t n)
+/* Heads 4 at a time, then 2 and 1. */
+AVX2 void kern_dots_avx2(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld)
 {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 v[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++)
-            v[c] = _mm256_loadu_ps(y + i + 8 * c);
-        for (int j = 0; j < m; j++) {
-            const __m256 w = _mm256_set1_ps(a[j]);
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++)
-                v[c] = _mm256_add_ps(v[c], _mm256_mul_ps(w, _mm256_loadu_ps(x[j] + i + 8 * c)));
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++)
-            _mm256_storeu_ps(y + i + 8 * c, v[c]);
+    int u = 0;
+    for (; u + 4 <= nh; u += 4)
+        dots_heads256(q + u * n, 4, b, m, n, out + u * ld, ld);
+    if (u + 2 <= nh) {
+        dots_heads256(q + u * n, 2, b, m, n, out + u * ld, ld);
+        u += 2;
     }
+    if (u < nh)
+        dots_heads256(q + u * n, 1, b, m, n, out + u * ld, ld);
+}
+
+/* Columns i .. i + 8·C − 1 of H heads' outputs, kept in registers while the
+ * values are added in order: a value's vectors are loaded once for all the
+ * heads; use[j] (kern_weights_used) names the heads that add value j. */
+AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
+                          const unsigned *use, int m, int64_t i, const int C)
+{
+    __m256 acc[4][4], v[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            acc[u][c] = _mm256_loadu_ps(y + u * ld + i + 8 * c);
+    for (int j = 0; j < m; j++) {
+        if (!use[j])
+            continue;
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            v[c] = _mm256_loadu_ps(x[j] + i + 8 * c);
+#pragma GCC unroll 4
+        for (int u = 0; u < H; u++)
+            if (use[j] >> u & 1) {
+                const __m256 wu = _mm256_set1_ps(w[u * wld + j]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    acc[u][c] = _mm256_add_ps(acc[u][c], _mm256_mul_ps(wu, v[c]));
+            }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            _mm256_storeu_ps(y + u * ld + i + 8 * c, acc[u][c]);
+}
+
+/* H heads, 8·C columns at a time (C = 8/H vectors, 4 for one head); the
+ * tail element by element, the same operations. */
+AVX2 INLINE void axpy_heads256(float *y, int64_t ld, const int H, const float *w, int64_t wld,
+                               const float *const *x, int m, int64_t n)
+{
+    const int C = H > 1 ? 8 / H : 4;
+    unsigned use[16];
+    kern_weights_used(w, wld, H, x, m, use);
+    int64_t i = 0;
+    for (; i + 8 * C <= n; i += 8 * C)
+        axpyk256(y, ld, H, w, wld, x, use, m, i, C);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
-            y[i] += a[j] * x[j][i];
+            for (int u = 0; u < H; u++)
+                if (use[j] >> u & 1)
+                    y[u * ld + i] += w[u * wld + j] * x[j][i];
+}
+
+/* Values 16 at a time; heads 4 at a time, then 2 and 1. */
+AVX2 void kern_axpy_avx2(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                         int64_t n)
+{
+    for (int j = 0; j < m; j += 16) {
+        const int mj = m - j < 16 ? m - j : 16;
+        int u = 0;
+        for (; u + 4 <= nh; u += 4)
+            axpy_heads256(y + u * ld, ld, 4, w + u * wld + j, wld, x + j, mj, n);
+        if (u + 2 <= nh) {
+            axpy_heads256(y + u * ld, ld, 2, w + u * wld + j, wld, x + j, mj, n);
+            u += 2;
+        }
+        if (u < nh)
+            axpy_heads256(y + u * ld, ld, 1, w + u * wld + j, wld, x + j, mj, n);
+    }
 }
 
 EXP_PARTS(AVX2, exp_parts256, __m256, _mm256, _mm256_castsi256_ps)

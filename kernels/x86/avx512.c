@@ -27,80 +27,147 @@
 #include "kernels/x86/simd.h"
 #include "quant/quant.h"
 
-/* kern_dot_ref's order for K products side by side (a's vector loaded once
- * for all): lane l of acc[k] is the reference's lane l of product k; the tail
- * comes through a masked load (0·0 added to a lane leaves it unchanged). */
-AVX512 INLINE void dotsk512(const float *a, const float *const *b, const int K, int64_t n, float *out)
+/* kern_dot_ref's order for H query rows (q + u·n) against K keys side by
+ * side: lane l of acc[u][k] is the reference's lane l of row u and key k;
+ * a key's vector is loaded once for all the rows, a row's once for all the
+ * keys. The tail comes through a masked load (0·0 added to a lane leaves it
+ * unchanged). */
+AVX512 INLINE void dotsk512(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
+                            int64_t ld)
 {
-    __m512 acc[8];
+    __m512 acc[8][8];
 #pragma GCC unroll 8
-    for (int k = 0; k < K; k++)
-        acc[k] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 x = _mm512_loadu_ps(a + i);
+    for (int u = 0; u < H; u++)
 #pragma GCC unroll 8
         for (int k = 0; k < K; k++)
-            acc[k] = _mm512_fmadd_ps(x, _mm512_loadu_ps(b[k] + i), acc[k]);
-    }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+            acc[u][k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = mask16(n - i);
+        __m512 x[8];
 #pragma GCC unroll 8
         for (int k = 0; k < K; k++)
-            acc[k] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, b[k] + i), acc[k]);
+            x[k] = _mm512_maskz_loadu_ps(m, b[k] + i);
+#pragma GCC unroll 8
+        for (int u = 0; u < H; u++) {
+            const __m512 a = _mm512_maskz_loadu_ps(m, q + u * n + i);
+#pragma GCC unroll 8
+            for (int k = 0; k < K; k++)
+                acc[u][k] = _mm512_fmadd_ps(a, x[k], acc[u][k]);
+        }
     }
 #pragma GCC unroll 8
-    for (int k = 0; k < K; k++)
-        out[k] = hsum512(acc[k]);
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 8
+        for (int k = 0; k < K; k++)
+            out[u * ld + k] = hsum512(acc[u][k]);
 }
 
 AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk512(a, &b, 1, n, &out);
+    dotsk512(a, 1, &b, 1, n, &out, 1);
     return out;
 }
 
-AVX512 void kern_dots_avx512(const float *a, const float *const *b, int m, int64_t n, float *out)
+/* H heads' scores, 16/H keys at a time (8 for one head), the rest one by one. */
+AVX512 INLINE void dots_heads512(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
+                                 int64_t ld)
 {
+    const int K = H > 1 ? 16 / H : 8;
     int j = 0;
-    for (; j + 8 <= m; j += 8)
-        dotsk512(a, b + j, 8, n, out + j);
-    if (j + 4 <= m) {
-        dotsk512(a, b + j, 4, n, out + j);
-        j += 4;
-    }
+    for (; j + K <= m; j += K)
+        dotsk512(q, H, b + j, K, n, out + j, ld);
     for (; j < m; j++)
-        dotsk512(a, b + j, 1, n, out + j);
+        dotsk512(q, H, b + j, 1, n, out + j, ld);
 }
 
-/* Eight vectors of y stay in registers while every x is added; the tail one
- * (masked) vector at a time. */
-AVX512 void kern_axpy_avx512(float *y, const float *a, const float *const *x, int m, int64_t n)
+/* Heads 8 at a time, then 4, 2 and 1. */
+AVX512 void kern_dots_avx512(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld)
 {
-    int64_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        __m512 v[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            v[c] = _mm512_loadu_ps(y + i + 16 * c);
-        for (int j = 0; j < m; j++) {
-            const __m512 w = _mm512_set1_ps(a[j]);
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++)
-                v[c] = _mm512_add_ps(v[c], _mm512_mul_ps(w, _mm512_loadu_ps(x[j] + i + 16 * c)));
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            _mm512_storeu_ps(y + i + 16 * c, v[c]);
+    int u = 0;
+    for (; u + 8 <= nh; u += 8)
+        dots_heads512(q + u * n, 8, b, m, n, out + u * ld, ld);
+    if (u + 4 <= nh) {
+        dots_heads512(q + u * n, 4, b, m, n, out + u * ld, ld);
+        u += 4;
     }
-    for (; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(k, y + i);
-        for (int j = 0; j < m; j++)
-            v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(a[j]), _mm512_maskz_loadu_ps(k, x[j] + i)));
-        _mm512_mask_storeu_ps(y + i, k, v);
+    if (u + 2 <= nh) {
+        dots_heads512(q + u * n, 2, b, m, n, out + u * ld, ld);
+        u += 2;
+    }
+    if (u < nh)
+        dots_heads512(q + u * n, 1, b, m, n, out + u * ld, ld);
+}
+
+/* Columns i .. of H heads' outputs, C vectors each (the last under mask
+ * `last`), kept in registers while the values are added in order: a value's
+ * vectors are loaded once for all the heads; use[j] (kern_weights_used)
+ * names the heads that add value j. */
+AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
+                            const unsigned *use, int m, int64_t i, const int C, __mmask16 last)
+{
+    __m512 acc[8][8], v[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            acc[u][c] = _mm512_maskz_loadu_ps(c == C - 1 ? last : 0xFFFF, y + u * ld + i + 16 * c);
+    for (int j = 0; j < m; j++) {
+        if (!use[j])
+            continue;
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            v[c] = _mm512_maskz_loadu_ps(c == C - 1 ? last : 0xFFFF, x[j] + i + 16 * c);
+#pragma GCC unroll 8
+        for (int u = 0; u < H; u++)
+            if (use[j] >> u & 1) {
+                const __m512 wu = _mm512_set1_ps(w[u * wld + j]);
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++)
+                    acc[u][c] = _mm512_add_ps(acc[u][c], _mm512_mul_ps(wu, v[c]));
+            }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < H; u++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(y + u * ld + i + 16 * c, c == C - 1 ? last : 0xFFFF, acc[u][c]);
+}
+
+/* H heads, 16·C columns at a time (C = 16/H vectors, 8 for one head), then
+ * one (masked) vector at a time. */
+AVX512 INLINE void axpy_heads512(float *y, int64_t ld, const int H, const float *w, int64_t wld,
+                                 const float *const *x, int m, int64_t n)
+{
+    const int C = H > 1 ? 16 / H : 8;
+    unsigned use[16];
+    kern_weights_used(w, wld, H, x, m, use);
+    int64_t i = 0;
+    for (; i + 16 * C <= n; i += 16 * C)
+        axpyk512(y, ld, H, w, wld, x, use, m, i, C, 0xFFFF);
+    for (; i < n; i += 16)
+        axpyk512(y, ld, H, w, wld, x, use, m, i, 1, mask16(n - i));
+}
+
+/* Values 16 at a time; heads 8 at a time, then 4, 2 and 1. */
+AVX512 void kern_axpy_avx512(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                             int64_t n)
+{
+    for (int j = 0; j < m; j += 16) {
+        const int mj = m - j < 16 ? m - j : 16;
+        int u = 0;
+        for (; u + 8 <= nh; u += 8)
+            axpy_heads512(y + u * ld, ld, 8, w + u * wld + j, wld, x + j, mj, n);
+        if (u + 4 <= nh) {
+            axpy_heads512(y + u * ld, ld, 4, w + u * wld + j, wld, x + j, mj, n);
+            u += 4;
+        }
+        if (u + 2 <= nh) {
+            axpy_heads512(y + u * ld, ld, 2, w + u * wld + j, wld, x + j, mj, n);
+            u += 2;
+        }
+        if (u < nh)
+            axpy_heads512(y + u * ld, ld, 1, w + u * wld + j, wld, x + j, mj, n);
     }
 }
 

@@ -46,10 +46,12 @@ void kern_q8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_
 /* kern_dot_ref, kern_dots_ref, kern_axpy_ref, kern_gelu_mul_ref, kern_softcap_ref */
 float kern_dot_avx2(const float *a, const float *b, int64_t n);
 float kern_dot_avx512(const float *a, const float *b, int64_t n);
-void kern_dots_avx2(const float *a, const float *const *b, int m, int64_t n, float *out);
-void kern_dots_avx512(const float *a, const float *const *b, int m, int64_t n, float *out);
-void kern_axpy_avx2(float *y, const float *a, const float *const *x, int m, int64_t n);
-void kern_axpy_avx512(float *y, const float *a, const float *const *x, int m, int64_t n);
+void kern_dots_avx2(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
+void kern_dots_avx512(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
+void kern_axpy_avx2(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                    int64_t n);
+void kern_axpy_avx512(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,
+                      int64_t n);
 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n);
 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n);
 void kern_softcap_avx2(float *x, float cap, int64_t n);
