@@ -770,6 +770,7 @@ static int gkernel_bench(void)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "limits";
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as it comes: a run stopped by a time limit keeps them */
     if (!strcmp(mode, "limits")) {
         for (int t = 1; t <= 2; t++)
             printf("read bandwidth, %d thread%s: %.2f GB/s (1 GiB, best of 5)\n", t, t == 1 ? "" : "s",
