@@ -31,6 +31,13 @@ INLINE float sum16(const float32x4_t v[4])
     return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
 }
 
+/* The last r < 16 floats of a vector in t[16], zeros after them. */
+INLINE const float *tail16(float *t, const float *p, int64_t r)
+{
+    memset(t, 0, 16 * sizeof *t);
+    return memcpy(t, p, (size_t)r * sizeof *t);
+}
+
 /* kern_dot_ref's order for H query rows (q + u·n) against K keys side by
  * side: acc[u][k][c] holds lanes 4c .. 4c+3 of row u and key k; a key's
  * vectors are loaded once for all the rows, a row's once for all the keys.
@@ -43,19 +50,13 @@ INLINE void dotsk_neon(const float *q, const int H, const float *const *b, const
         for (int k = 0; k < K; k++)
             for (int c = 0; c < 4; c++)
                 acc[u][k][c] = vdupq_n_f32(0.0f);
+    float tq[4][16], tb[4][16]; /* the tail, zero-padded */
     for (int64_t i = 0; i < n; i += 16) {
-        float tq[4][16] = {{0}}, tb[4][16] = {{0}};
         const float *qu[4], *bk[4];
-        for (int k = 0; k < K; k++) {
-            bk[k] = b[k] + i;
-            if (n - i < 16)
-                bk[k] = memcpy(tb[k], b[k] + i, (size_t)(n - i) * sizeof **tb);
-        }
-        for (int u = 0; u < H; u++) {
-            qu[u] = q + u * n + i;
-            if (n - i < 16)
-                qu[u] = memcpy(tq[u], q + u * n + i, (size_t)(n - i) * sizeof **tq);
-        }
+        for (int k = 0; k < K; k++)
+            bk[k] = n - i >= 16 ? b[k] + i : tail16(tb[k], b[k] + i, n - i);
+        for (int u = 0; u < H; u++)
+            qu[u] = n - i >= 16 ? q + u * n + i : tail16(tq[u], q + u * n + i, n - i);
         for (int c = 0; c < 4; c++) {
             float32x4_t x[4];
             for (int k = 0; k < K; k++)
