@@ -26,10 +26,10 @@ static const struct {
 /* The int8 kernels this CPU has, or false. */
 static bool pick_q8(q8dot_fn *dot, q8prep_fn *prep, const char **name)
 {
-    *prep = kern_q8input_prepare;
+    *prep = kern_q8input_part;
 #if GP_X86
     if (cpu_has(CPU_AVX512))
-        *prep = kern_q8input_prepare_avx512;
+        *prep = kern_q8input_part_avx512;
 #endif
     for (int i = 0; q8_kernels[i].dot; i++)
         if (cpu_has(q8_kernels[i].needs)) {
@@ -182,9 +182,11 @@ struct mm_job {
     qgemm_fn qgemm;
     gemm_fn gemm;             /* over the input as it is: bf16gemm or refgemm */
     const struct kern_qinput *qin;
-    void *prep;               /* qin's buffer, when this job prepares it: in `parts` parts */
+    void *prep;               /* qin's or q8in's buffer, when this job prepares it: in `parts` parts */
     int64_t parts;
     q8dot_fn q8dot;
+    q8prep_fn q8prep;         /* q8in's preparation, when this job makes it, */
+    struct wmat q8view;       /* of this view (kern_gq8_view) */
     const struct kern_q8input *q8in;
     const struct wmat *w;
     const float *x;
@@ -288,12 +290,15 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
             continue;
         if (p->in == IN_Q8) {
             const struct kern_q8input *q8 = same ? prev->q8in : NULL;
-            const struct wmat qv = kern_gq8_view(w);
-            void *buf = q8 || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_q8input_bytes(&qv, n));
+            j->q8view = kern_gq8_view(w);
+            void *buf = q8 || !t->scratch ? NULL : kern_ws_reserve(&t->scratch[i], kern_q8input_bytes(&j->q8view, n));
             if (!q8 && !buf)
                 continue;
-            if (buf)
-                t->q8prep(&qv, x, n, buf, q8in);
+            if (buf) { /* prepared once (kern_matmul_many's first job) and read by every tile */
+                j->prep = buf;
+                j->q8prep = t->q8prep;
+                j->parts = kern_q8input_layout(&j->q8view, n, buf, q8in);
+            }
             j->q8in = q8 ? q8 : q8in;
         } else if (p->in != IN_X) { /* prepared once (kern_matmul_many's first job) and read by every tile */
             const struct kern_qinput *q = same && prev->qin && prev->qin->gemm == (p->in == IN_QGEMM) ? prev->qin : NULL;
@@ -332,7 +337,10 @@ static void prep_task(void *arg, int64_t task, int worker)
     while (task >= m->pfirst[i + 1])
         i++;
     const struct mm_job *j = &m->j[i];
-    kern_qinput_part(j->w, j->x, j->n, j->qin->gemm, j->prep, task - m->pfirst[i]);
+    if (j->q8prep)
+        j->q8prep(&j->q8view, j->x, j->n, j->prep, task - m->pfirst[i]);
+    else
+        kern_qinput_part(j->w, j->x, j->n, j->qin->gemm, j->prep, task - m->pfirst[i]);
 }
 
 void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *const w[], float *const y[],

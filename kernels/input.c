@@ -162,35 +162,43 @@ size_t kern_q8input_bytes(const struct wmat *w, int64_t n)
     return (size_t)q8input_params(w, n) * sizeof(float) + xq + (w->bits == 8 ? xq + xq / 16 * sizeof(int32_t) : 0);
 }
 
-void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
-                         struct kern_q8parts *p)
+int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in)
 {
-    const int64_t stride = q8input_stride(w);
+    struct kern_q8parts p;
+    kern_q8input_part_begin(w, n, buf, -1, &p);
+    *in = (struct kern_q8input){.xq = p.xq, .d = p.d, .xsum = p.xsum, .xqs = p.xqs, .qsum = p.qsum, .stride = p.stride};
+    return (n + KERN_QINPUT_PART - 1) / KERN_QINPUT_PART;
+}
+
+/* (part -1: the pointers alone, no tokens.) */
+void kern_q8input_part_begin(const struct wmat *w, int64_t n, void *buf, int64_t part, struct kern_q8parts *p)
+{
+    p->stride = q8input_stride(w);
     p->ng = w->cols / w->gs;
     p->d = buf;
     p->xsum = p->d + n * p->ng;
     p->xq = (int8_t *)(void *)(p->d + q8input_params(w, n));
-    p->xqs = w->bits == 8 ? p->xq + n * stride : NULL;
-    p->qsum = w->bits == 8 ? (int32_t *)(void *)(p->xqs + n * stride) : NULL;
-    memset(p->xq, 0, (size_t)(n * stride));
-    *in = (struct kern_q8input){.xq = p->xq, .d = p->d, .xsum = p->xsum, .xqs = p->xqs, .qsum = p->qsum,
-                                .stride = stride};
+    p->xqs = w->bits == 8 ? p->xq + n * p->stride : NULL;
+    p->qsum = w->bits == 8 ? (int32_t *)(void *)(p->xqs + n * p->stride) : NULL;
+    p->t0 = part < 0 ? 0 : part * KERN_QINPUT_PART;
+    p->t1 = part < 0 ? 0 : p->t0 + KERN_QINPUT_PART < n ? p->t0 + KERN_QINPUT_PART : n;
+    memset(p->xq + p->t0 * p->stride, 0, (size_t)((p->t1 - p->t0) * p->stride));
 }
 
-void kern_q8input_finish(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p)
+void kern_q8input_part_end(const struct kern_q8parts *p)
 {
     if (!p->qsum)
         return;
-    for (int64_t i = 0; i < n * in->stride / 16; i++) {
+    for (int64_t i = p->t0 * p->stride / 16; i < p->t1 * p->stride / 16; i++) {
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += p->xq[16 * i + j];
         p->qsum[i] = s;
     }
-    for (int64_t t = 0; t < n; t++) /* of each whole 128, quarters 0 and 3 stay, 1 and 2 swap */
-        for (int64_t c = 0; c < in->stride; c += 32) {
-            const int64_t q = c % 128 / 32, from = c + 128 - c % 128 > in->stride ? c : c + 32 * ((q == 1) - (q == 2));
-            memcpy(p->xqs + t * in->stride + c, p->xq + t * in->stride + from, 32);
+    for (int64_t t = p->t0; t < p->t1; t++) /* of each whole 128, quarters 0 and 3 stay, 1 and 2 swap */
+        for (int64_t c = 0; c < p->stride; c += 32) {
+            const int64_t q = c % 128 / 32, from = c + 128 - c % 128 > p->stride ? c : c + 32 * ((q == 1) - (q == 2));
+            memcpy(p->xqs + t * p->stride + c, p->xq + t * p->stride + from, 32);
         }
 }
 
@@ -200,13 +208,13 @@ void kern_q8input_finish(const struct kern_q8input *in, int64_t n, struct kern_q
  * even o, so its xq goes to byte (o odd)·64 + o/2). A group with a NaN or inf
  * gets d = NaN and xq = 0, so the NaN reaches the output; a group whose d is
  * 0 (all zero, or max|x| so small that /127 underflows) keeps xq = 0. */
-void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in)
+void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part)
 {
     struct kern_q8parts p;
-    kern_q8input_layout(w, n, buf, in, &p);
-    const int64_t ng = p.ng, blk = 512 / w->bits, stride = in->stride;
-    kern_group_sums(w, x, n, p.xsum);
-    for (int64_t t = 0; t < n; t++)
+    kern_q8input_part_begin(w, n, buf, part, &p);
+    const int64_t ng = p.ng, blk = 512 / w->bits, stride = p.stride;
+    kern_group_sums(w, x + p.t0 * w->cols, p.t1 - p.t0, p.xsum + p.t0 * ng);
+    for (int64_t t = p.t0; t < p.t1; t++)
         for (int64_t g = 0; g < ng; g++) {
             const float *xg = x + t * w->cols + g * w->gs;
             float m = 0.0f;
@@ -229,7 +237,13 @@ void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void 
                 p.xq[t * stride + (w->bits == 8 ? j : 128 * c + 64 * (o & 1) + o / 2)] = (int8_t)q;
             }
         }
-    kern_q8input_finish(in, n, &p);
+    kern_q8input_part_end(&p);
+}
+
+void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in)
+{
+    for (int64_t part = 0, parts = kern_q8input_layout(w, n, buf, in); part < parts; part++)
+        kern_q8input_part(w, x, n, buf, part);
 }
 
 /* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the

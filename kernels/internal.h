@@ -173,8 +173,14 @@ struct kern_q8input {
 };
 /* For w with 4 or 8 bits and gs of 32, 64 or 128 (kern_q8_supports). */
 bool kern_q8_supports(const struct wmat *w);
-/* The input in a buffer of kern_q8input_bytes(w, n) bytes the caller provides. */
+/* The input in a buffer of kern_q8input_bytes(w, n) bytes the caller provides,
+ * prepared in parts on the thread pool as kern_qinput's: kern_q8input_layout
+ * points *in into buf and returns the number of parts; a q8prep_fn (the
+ * definition: kern_q8input_part) fills tokens [part·KERN_QINPUT_PART,
+ * +KERN_QINPUT_PART). kern_q8input_prepare: every part, the definition's. */
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
+int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in);
+void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
@@ -355,17 +361,17 @@ static inline float kern_lanes_sum16(float lane[16])
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
 
-/* The parts of a kern_q8input for n tokens in buf (xq zeroed): the pointers
- * into buf the preparations write, and the group count (input.c). */
+/* Part `part` of a kern_q8input for n tokens in buf: the pointers into buf
+ * the preparations write, the group count, the stride, and the part's tokens
+ * [t0, t1), whose xq kern_q8input_part_begin zeroes (input.c). */
 struct kern_q8parts {
     float *d, *xsum;
     int8_t *xq, *xqs;
     int32_t *qsum;
-    int64_t ng;
+    int64_t ng, stride, t0, t1;
 };
-void kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in,
-                         struct kern_q8parts *p);
-/* The xqs and qsum of a prepared input from its xq (every preparation's last step). */
-void kern_q8input_finish(const struct kern_q8input *in, int64_t n, struct kern_q8parts *p);
+void kern_q8input_part_begin(const struct wmat *w, int64_t n, void *buf, int64_t part, struct kern_q8parts *p);
+/* The part's xqs and qsum from its xq (every preparation's last step). */
+void kern_q8input_part_end(const struct kern_q8parts *p);
 
 #endif

@@ -66,7 +66,7 @@ typedef void (*gemm_fn)(const struct wmat *w, const float *x, int64_t n, float *
                         void *ws);
 typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                          int64_t row1);
-typedef void (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
+typedef void (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 typedef float (*dot_fn)(const float *a, const float *b, int64_t n);
 typedef void (*dots_fn)(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
 typedef void (*axpy_fn)(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,

@@ -1974,10 +1974,11 @@ Test(kernels_q8, blockable)
 }
 
 #if GP_X86
-/* kern_q8input_prepare_avx512 fills the same buffer as the definition, bit for
- * bit, for every (bits, gs), odd group counts (the gathers' masked lanes),
- * and hostile groups: a NaN, an inf, all zeros, a max that underflows d, and
- * values at x/d = k + 0.5 (ties to even). */
+/* kern_q8input_part_avx512 fills the same buffer as the definition, bit for
+ * bit, part by part (a whole part of KERN_QINPUT_PART tokens, then 3; the
+ * last part first), for every (bits, gs), odd group counts (the gathers'
+ * masked lanes), and hostile groups: a NaN, an inf, all zeros, a max that
+ * underflows d, and values at x/d = k + 0.5 (ties to even). */
 Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
 {
     if (!cpu_has(CPU_AVX512))
@@ -1987,7 +1988,7 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
         for (size_t gi = 0; gi < LEN(gs_grid); gi++)
             for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
                 const int gs = gs_grid[gi];
-                const int64_t ng = ci < LEN(q8_groups) ? q8_groups[ci] : 293, cols = ng * gs, n = 3;
+                const int64_t ng = ci < LEN(q8_groups) ? q8_groups[ci] : 293, cols = ng * gs, n = KERN_QINPUT_PART + 3;
                 struct tmat t;
                 make_quant(&t, 1, cols, bits, gs, DT_BF16, (uint64_t)(5000 + cases));
                 uint64_t seed = (uint64_t)(6000 + cases);
@@ -2007,7 +2008,8 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                 cr_assert(ba && bb);
                 memset(bb, 0x5A, kern_q8input_bytes(&t.m, n)); /* every byte the preparation leaves is checked */
                 kern_q8input_prepare(&t.m, x, n, ba, &a);
-                kern_q8input_prepare_avx512(&t.m, x, n, bb, &b);
+                for (int64_t part = kern_q8input_layout(&t.m, n, bb, &b) - 1; part >= 0; part--) /* any order */
+                    kern_q8input_part_avx512(&t.m, x, n, bb, part);
                 cr_assert_eq(a.stride, b.stride);
                 cr_assert_eq(memcmp(a.d, b.d, (size_t)(n * ng) * sizeof *a.d), 0, "q%d g%d %lld groups: d", bits, gs,
                              (long long)ng);

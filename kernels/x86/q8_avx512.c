@@ -1,6 +1,6 @@
 /* q8_avx512.c - the int8-activation kernels (KERN_Q8) on AVX-512 VNNI and
  * the AVX-512 preparation of their input: the same bits as kern_q8dot_ref and
- * kern_q8input_prepare (kernels/q8.c; tests/test_kernels.c). */
+ * kern_q8input_part (kernels/q8.c, input.c; tests/test_kernels.c). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -320,20 +320,19 @@ AVX512 INLINE __m128i q8_codes16(__m512 v, __m512 d)
     return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
 }
 
-/* kern_q8input_prepare 16 values a step, the same buffer bit for bit
+/* kern_q8input_part 16 values a step, the same buffer bit for bit
  * (tests/test_kernels.c): a group's max|x| is exact in any order; each group
  * sum keeps its column order, 16 groups at a time, one per lane of a gather;
  * at 4 bits the even and odd weights of 32 are split by one permute each. */
-AVX512 void kern_q8input_prepare_avx512(const struct wmat *w, const float *x, int64_t n, void *buf,
-                                        struct kern_q8input *in)
+AVX512 void kern_q8input_part_avx512(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part)
 {
     struct kern_q8parts p;
-    kern_q8input_layout(w, n, buf, in, &p);
-    const int64_t ng = p.ng, gs = w->gs, cols = w->cols, stride = in->stride;
+    kern_q8input_part_begin(w, n, buf, part, &p);
+    const int64_t ng = p.ng, gs = w->gs, cols = w->cols, stride = p.stride;
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i lane_group = _mm512_mullo_epi32(iota, _mm512_set1_epi32((int)gs));
     const __m512i even = _mm512_slli_epi32(iota, 1), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (int64_t t = 0; t < n; t++) {
+    for (int64_t t = p.t0; t < p.t1; t++) {
         const float *xt = x + t * cols;
         int8_t *xq = p.xq + t * stride;
         for (int64_t g0 = 0; g0 < ng; g0 += 16) { /* group sums, in column order */
@@ -371,5 +370,5 @@ AVX512 void kern_q8input_prepare_avx512(const struct wmat *w, const float *x, in
             }
         }
     }
-    kern_q8input_finish(in, n, &p);
+    kern_q8input_part_end(&p);
 }
