@@ -240,12 +240,6 @@ void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *bu
     kern_q8input_part_end(&p);
 }
 
-void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in)
-{
-    for (int64_t part = 0, parts = kern_q8input_layout(w, n, buf, in); part < parts; part++)
-        kern_q8input_part(w, x, n, buf, part);
-}
-
 /* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the
  * rows as floats [rows, cols rounded up to 32], the chains [rows, GEMM_TP, 2, 16]. */
 size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)

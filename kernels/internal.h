@@ -177,11 +177,10 @@ bool kern_q8_supports(const struct wmat *w);
  * prepared in parts on the thread pool as kern_qinput's: kern_q8input_layout
  * points *in into buf and returns the number of parts; a q8prep_fn (the
  * definition: kern_q8input_part) fills tokens [part·KERN_QINPUT_PART,
- * +KERN_QINPUT_PART). kern_q8input_prepare: every part, the definition's. */
+ * +KERN_QINPUT_PART). */
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
 int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in);
 void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
-void kern_q8input_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
 

@@ -1691,13 +1691,20 @@ Test(kernels, axpy_paths_bitwise_equal_reference)
  * kern_matmul on a KERN_Q8 table must keep the thread-count and batch
  * guarantees. Matrices as above (one byte off alignment, NaN-filled outputs). */
 
+/* The int8 input of n tokens in buf, every part by the definition. */
+static void q8_prepare(const struct wmat *w, const float *x, int64_t n, void *buf, struct kern_q8input *in)
+{
+    for (int64_t part = 0, parts = kern_q8input_layout(w, n, buf, in); part < parts; part++)
+        kern_q8input_part(w, x, n, buf, part);
+}
+
 static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n, float *y)
 {
     struct kern_q8input in;
     const struct wmat v = kern_gq8_view(w); /* ggml: the input of 8 bits per 32 columns */
     void *buf = malloc(kern_q8input_bytes(&v, n));
     cr_assert(buf);
-    kern_q8input_prepare(&v, x, n, buf, &in);
+    q8_prepare(&v, x, n, buf, &in);
     fn(w, &in, n, y, 0, w->rows);
     free(buf);
 }
@@ -2007,7 +2014,7 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                 void *ba = malloc(kern_q8input_bytes(&t.m, n)), *bb = malloc(kern_q8input_bytes(&t.m, n));
                 cr_assert(ba && bb);
                 memset(bb, 0x5A, kern_q8input_bytes(&t.m, n)); /* every byte the preparation leaves is checked */
-                kern_q8input_prepare(&t.m, x, n, ba, &a);
+                q8_prepare(&t.m, x, n, ba, &a);
                 for (int64_t part = kern_q8input_layout(&t.m, n, bb, &b) - 1; part >= 0; part--) /* any order */
                     kern_q8input_part_avx512(&t.m, x, n, bb, part);
                 cr_assert_eq(a.stride, b.stride);
@@ -2157,7 +2164,7 @@ Test(kernels_q8, nan_inf_zero_groups)
     struct kern_q8input in;
     void *buf = malloc(kern_q8input_bytes(&t.m, n));
     cr_assert(buf);
-    kern_q8input_prepare(&t.m, x, n, buf, &in);
+    q8_prepare(&t.m, x, n, buf, &in);
     cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f && in.d[5] == 0.0f);
     for (int j = 0; j < 128; j++)
         cr_assert_eq(in.xq[2 * in.stride + j], 0, "token 2: zero and underflowing groups keep xq = 0");
