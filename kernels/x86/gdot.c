@@ -4,7 +4,8 @@
  * int8 bytes (gcodes) and its scales and offsets with a few vector ops
  * (gparams: the same exact products); the kernels are specialized by type
  * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
- * codes up as floats (vpermps), the others convert the decoded bytes. Int8:
+ * codes up as floats (vpermps), the others convert the decoded bytes; one
+ * token runs 4 rows a pass (gtile512). Int8:
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
  * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
  * scales in registers and sum in 16-bit lanes where the sums fit
@@ -157,6 +158,8 @@ AVX2 INLINE void gparams(const enum qmode mode, const uint8_t *b, float *a, floa
 /* Sub-block size and whether offsets exist, as constants of a mode. */
 #define G_S(mode) ((mode) == QM_GGML_Q6_K ? 16 : 32)
 #define G_OFF(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q5_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_Q5_K)
+#define GR 4 /* rows a one-token pass of the exact AVX-512 kernel interleaves */
+_Static_assert(TB <= GR, "a pass's accumulators: GR rows of one token or TB tokens of one row");
 
 /* The row kernel fn specialized by type (w's mode) and token count T. */
 #define G_ONE(fn, m, T) case m: fn(w, m, in, t0, T, y, row0, row1); break;
@@ -240,104 +243,159 @@ AVX512 INLINE __m512 cvt16(const int8_t *c)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c)));
 }
 
-/* The 4-bit types whose codes index a table of 16 values (Q4_1 and Q4_K:
- * 0..15; IQ4_NL, IQ4_XS: kvalues). */
-#define G_NIB(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_IQ4_NL || (mode) == QM_GGML_IQ4_XS)
-
-/* One sub-block's steps of the definition for T tokens: codes c0 (its first
- * 16) and c1, scale a, offset m, at column col. */
-AVX512 INLINE void gsub512(__m512 c0, __m512 c1, float a, float m, const bool off, const struct kern_qinput *in,
-                           int64_t t0, const int T, int64_t col, int64_t nsum, __m512 *A, float *B)
+/* One sub-block's steps of the definition for T tokens of a row: codes c0
+ * (its first 16) and c1 (S 32), scale a, offset m; the tokens' inputs x0
+ * (the sub-block's first 16 columns) and x1, and their group sums xs. */
+AVX512 INLINE void gsub512(const int S, __m512 c0, __m512 c1, float a, float m, const bool off, const __m512 *x0,
+                           const __m512 *x1, const float *xs, const int T, __m512 *A, float *B)
 {
     const __m512 av = _mm512_set1_ps(a);
 #pragma GCC unroll 4
     for (int u = 0; u < T; u++) {
-        const float *x = in->xd + (t0 + u) * in->stride + col;
-        const __m512 p = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), c1, _mm512_mul_ps(_mm512_loadu_ps(x), c0));
+        __m512 p = _mm512_mul_ps(x0[u], c0);
+        if (S == 32)
+            p = _mm512_fmadd_ps(x1[u], c1, p);
         A[u] = _mm512_fmadd_ps(p, av, A[u]);
         if (off)
-            B[u] = fmaf(m, in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
+            B[u] = fmaf(m, xs[u], B[u]);
     }
 }
 
-/* A block of a G_NIB type from column col: 16 code bytes widened to 32-bit
- * lanes, whose low and high nibbles pick the code values from a register
- * (vpermps reads an index's low 4 bits). Q4_K: sub-blocks 2k and 2k + 1 are
- * the low and high nibbles of bytes 32k .. 32k + 31; the others: a
- * sub-block's first 16 codes are 16 bytes' low nibbles, the rest their high ones. */
-AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *b, const float *a, const float *m,
-                                const struct kern_qinput *in, int64_t t0, const int T, int64_t col, int64_t nsum,
-                                __m512 *A, float *B)
+/* The T tokens' inputs of a sub-block of S at column col (x0: the first 16,
+ * x1 the next) and their group sums, read once for every row. */
+AVX512 INLINE void ginputs512(const struct kern_qinput *in, int64_t t0, const int T, const int S, int64_t col,
+                              int64_t nsum, __m512 *x0, __m512 *x1, float *xs)
+{
+#pragma GCC unroll 4
+    for (int u = 0; u < T; u++) {
+        const float *x = in->xd + (t0 + u) * in->stride + col;
+        x0[u] = _mm512_loadu_ps(x);
+        if (S == 32)
+            x1[u] = _mm512_loadu_ps(x + 16);
+        xs[u] = in->xsum[(t0 + u) * nsum + col / KERN_GSUM];
+    }
+}
+
+/* The 4-bit types whose codes index a table of 16 values (Q4_1 and Q4_K:
+ * 0..15; IQ4_NL, IQ4_XS: kvalues). */
+#define G_NIB(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_IQ4_NL || (mode) == QM_GGML_IQ4_XS)
+
+/* A block of a G_NIB type from column col in R rows (b[r], g[r]: its bytes
+ * and params): 16 code bytes widened to 32-bit lanes, whose low and high
+ * nibbles pick the code values from a register (vpermps reads an index's low
+ * 4 bits). Q4_K: sub-blocks 2k and 2k + 1 are the low and high nibbles of
+ * bytes 32k .. 32k + 31; the others: a sub-block's first 16 codes are 16
+ * bytes' low nibbles, the rest their high ones. A, B: T per row. */
+AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *const *b, const struct kern_gblock *g,
+                                const int R, const struct kern_qinput *in, int64_t t0, const int T, int64_t col,
+                                int64_t nsum, __m512 *A, float *B)
 {
     const __m512 tbl = mode == QM_GGML_IQ4_NL || mode == QM_GGML_IQ4_XS
                            ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)ggml_kvalues_iq4nl)))
                            : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 x0[TB], x1[TB];
+    float xs[TB];
 #define NIB16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define LOOK(e) _mm512_permutexvar_ps(e, tbl)
     if (mode == QM_GGML_Q4_K) {
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i e0 = NIB16(b + 16 + 32 * k), e1 = NIB16(b + 16 + 32 * k + 16);
-            gsub512(_mm512_permutexvar_ps(e0, tbl), _mm512_permutexvar_ps(e1, tbl), a[2 * k], m[2 * k], true, in, t0,
-                    T, col + 64 * k, nsum, A, B);
-            gsub512(_mm512_permutexvar_ps(_mm512_srli_epi32(e0, 4), tbl), _mm512_permutexvar_ps(_mm512_srli_epi32(e1, 4), tbl),
-                    a[2 * k + 1], m[2 * k + 1], true, in, t0, T, col + 64 * k + 32, nsum, A, B);
+            __m512i e0[GR], e1[GR];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                e0[r] = NIB16(b[r] + 16 + 32 * k), e1[r] = NIB16(b[r] + 32 + 32 * k);
+#pragma GCC unroll 4
+            for (int h = 0; h < 2; h++) { /* sub-block 2k + h: the low nibbles, then the high ones */
+                ginputs512(in, t0, T, 32, col + 64 * k + 32 * h, nsum, x0, x1, xs);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const __m512i f0 = h ? _mm512_srli_epi32(e0[r], 4) : e0[r];
+                    const __m512i f1 = h ? _mm512_srli_epi32(e1[r], 4) : e1[r];
+                    gsub512(32, LOOK(f0), LOOK(f1), g[r].a[2 * k + h], g[r].m[2 * k + h], true, x0, x1, xs, T,
+                            A + r * T, B + r * T);
+                }
+            }
         }
         return;
     }
     const int subs = mode == QM_GGML_IQ4_XS ? 8 : 1, at = mode == QM_GGML_IQ4_XS ? 8 : mode == QM_GGML_Q4_1 ? 4 : 2;
     for (int j = 0; j < subs; j++) {
-        const __m512i e = NIB16(b + at + 16 * j);
-        gsub512(_mm512_permutexvar_ps(e, tbl), _mm512_permutexvar_ps(_mm512_srli_epi32(e, 4), tbl), a[j], m[j],
-                mode == QM_GGML_Q4_1, in, t0, T, col + 32 * j, nsum, A, B);
+        ginputs512(in, t0, T, 32, col + 32 * j, nsum, x0, x1, xs);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i e = NIB16(b[r] + at + 16 * j);
+            gsub512(32, LOOK(e), LOOK(_mm512_srli_epi32(e, 4)), g[r].a[j], g[r].m[j], mode == QM_GGML_Q4_1, x0, x1, xs,
+                    T, A + r * T, B + r * T);
+        }
     }
+#undef LOOK
 #undef NIB16
 }
 
+/* Rows r0 .. r0 + R − 1 for tokens t0 .. t0 + T − 1 (R or T is 1): each
+ * row and token in the definition's order, the R rows' steps interleaved
+ * (independent chains, each input read once for all). */
 AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
-                            const int T, float *y, int64_t row0, int64_t row1)
+                            const int T, const int R, float *y, int64_t r0, int64_t step)
 {
     const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / G_S(mode), S = G_S(mode);
     const int64_t nsum = w->cols / KERN_GSUM;
-    for (int64_t r = row0; r < row1; r++) {
-        __m512 A[TB];
-        float B[TB];
-        for (int u = 0; u < T; u++)
-            A[u] = _mm512_setzero_ps(), B[u] = 0.0f;
-        const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        for (int64_t bi = 0; bi < nb; bi++) {
-            const uint8_t *blk = row + (size_t)(bi * bb);
-            _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
-            struct kern_gblock g;
-            gparams(mode, blk, g.a, g.m);
-            if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
-                nib_block512(mode, blk, g.a, g.m, in, t0, T, bi * w->gs, nsum, A, B);
-                continue;
-            }
-            gcodes(mode, blk, g.c);
-            for (int64_t j = 0; j < ns; j++) {
-                const int64_t col = bi * w->gs + j * S;
-                const int8_t *c = g.c + j * S;
-                const __m512 c0 = cvt16(c), c1 = S == 32 ? cvt16(c + 16) : c0, a = _mm512_set1_ps(g.a[j]);
+    __m512 A[GR], x0[TB], x1[TB];
+    float B[GR], xs[TB];
 #pragma GCC unroll 4
-                for (int u = 0; u < T; u++) {
-                    const float *x = in->xd + (t0 + u) * in->stride + col;
-                    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x), c0);
-                    if (S == 32)
-                        p = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), c1, p);
-                    A[u] = _mm512_fmadd_ps(p, a, A[u]);
-                    if (G_OFF(mode))
-                        B[u] = fmaf(g.m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
-                }
+    for (int i = 0; i < R * T; i++)
+        A[i] = _mm512_setzero_ps(), B[i] = 0.0f;
+    for (int64_t bi = 0; bi < nb; bi++) {
+        const uint8_t *blk[GR];
+        struct kern_gblock g[GR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
+            for (int64_t o = 0; o < (R > 1 ? bb : 1); o += 64) /* R streams: every line; else the first */
+                _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
+            gparams(mode, blk[r], g[r].a, g[r].m);
+            if (!G_NIB(mode))
+                gcodes(mode, blk[r], g[r].c);
+        }
+        if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
+            nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, A, B);
+            continue;
+        }
+        for (int64_t j = 0; j < ns; j++) {
+            const int64_t col = bi * w->gs + j * S;
+            ginputs512(in, t0, T, (int)S, col, nsum, x0, x1, xs);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const int8_t *c = g[r].c + j * S;
+                const __m512 c0 = cvt16(c), c1 = S == 32 ? cvt16(c + 16) : c0;
+                gsub512((int)S, c0, c1, g[r].a[j], g[r].m[j], G_OFF(mode), x0, x1, xs, T, A + r * T, B + r * T);
             }
         }
-        for (int u = 0; u < T; u++)
-            y[(t0 + u) * w->rows + r] = hsum512(A[u]) + B[u];
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < T; u++)
+            y[(t0 + u) * w->rows + r0 + r * step] = hsum512(A[r * T + u]) + B[r * T + u];
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0 + T − 1: one token GR rows at a
+ * time (one row's chains alone wait on their latency), rows a quarter of the
+ * range apart (each of the GR streams of blocks read in order), else a row
+ * at a time. */
+AVX512 INLINE void gtile512(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
+                            const int T, float *y, int64_t row0, int64_t row1)
+{
+    const int64_t q = T == 1 ? (row1 - row0) / GR : 0;
+    for (int64_t r = row0; r < row0 + q; r++)
+        grows512(w, mode, in, t0, 1, GR, y, r, q);
+    for (int64_t r = row0 + GR * q; r < row1; r++)
+        grows512(w, mode, in, t0, T, 1, y, r, 0);
 }
 
 AVX512 void kern_gdot_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                              int64_t row1)
 {
-    G_TOKENS(grows512)
+    G_TOKENS(gtile512)
 }
 
 /* ---- KERN_Q8 on ggml's blocks (kern_gq8dot_ref) ---- */
