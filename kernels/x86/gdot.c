@@ -5,7 +5,7 @@
  * (gparams: the same exact products); the kernels are specialized by type
  * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
  * codes up as floats (vpermps), the others convert the decoded bytes; one
- * token runs 4 rows a pass (gtile512). Int8:
+ * token runs 4 rows a pass (gtile512, gtile256). Int8:
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
  * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
  * scales in registers and sum in 16-bit lanes where the sums fit
@@ -159,7 +159,9 @@ AVX2 INLINE void gparams(const enum qmode mode, const uint8_t *b, float *a, floa
 #define G_S(mode) ((mode) == QM_GGML_Q6_K ? 16 : 32)
 #define G_OFF(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q5_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_Q5_K)
 #define GR 4 /* rows a one-token pass of the exact AVX-512 kernel interleaves */
-_Static_assert(TB <= GR, "a pass's accumulators: GR rows of one token or TB tokens of one row");
+/* The AVX2 kernel's, by mode: Q5_0's decode leaves too few registers (0.9x with 4). */
+#define G2(mode) ((mode) == QM_GGML_Q5_0 ? 1 : 4)
+_Static_assert(TB <= GR && G2(QM_GGML_Q4_K) <= GR, "a pass's accumulators: GR rows of one token or TB tokens of one row");
 
 /* The row kernel fn specialized by type (w's mode) and token count T. */
 #define G_ONE(fn, m, T) case m: fn(w, m, in, t0, T, y, row0, row1); break;
@@ -187,54 +189,77 @@ AVX2 INLINE __m256 cvt8(const int8_t *c)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c)));
 }
 
-/* Rows [row0, row1) for tokens t0 .. t0 + T − 1: lanes 0-7 in lo, 8-15 in hi. */
+/* Rows r0, r0 + step, ... (R of them) for tokens t0 .. t0 + T − 1 (R or T
+ * is 1): lanes 0-7 in lo, 8-15 in hi; the rows' steps interleaved as
+ * grows512's. */
 AVX2 INLINE void grows256(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
-                          const int T, float *y, int64_t row0, int64_t row1)
+                          const int T, const int R, float *y, int64_t r0, int64_t step)
 {
     const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / G_S(mode), S = G_S(mode);
     const int64_t nsum = w->cols / KERN_GSUM;
-    for (int64_t r = row0; r < row1; r++) {
-        __m256 lo[TB], hi[TB];
-        float B[TB];
-        for (int u = 0; u < T; u++)
-            lo[u] = hi[u] = _mm256_setzero_ps(), B[u] = 0.0f;
-        const uint8_t *row = w->w + (size_t)r * w->row_stride;
-        for (int64_t bi = 0; bi < nb; bi++) {
-            const uint8_t *blk = row + (size_t)(bi * bb);
-            struct kern_gblock g;
-            gparams(mode, blk, g.a, g.m);
-            gcodes(mode, blk, g.c);
-            for (int64_t j = 0; j < ns; j++) {
-                const int64_t col = bi * w->gs + j * S;
-                const int8_t *c = g.c + j * S;
-                const __m256 c0 = cvt8(c), c1 = cvt8(c + 8), a = _mm256_set1_ps(g.a[j]);
+    __m256 lo[GR], hi[GR];
+    float B[GR];
+#pragma GCC unroll 4
+    for (int i = 0; i < R * T; i++)
+        lo[i] = hi[i] = _mm256_setzero_ps(), B[i] = 0.0f;
+    for (int64_t bi = 0; bi < nb; bi++) {
+        const uint8_t *blk[GR];
+        struct kern_gblock g[GR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
+            for (int64_t o = 0; R > 1 && o < bb; o += 64)
+                _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
+            gparams(mode, blk[r], g[r].a, g[r].m);
+            gcodes(mode, blk[r], g[r].c);
+        }
+        for (int64_t j = 0; j < ns; j++) {
+            const int64_t col = bi * w->gs + j * S;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const int8_t *c = g[r].c + j * S;
+                const __m256 c0 = cvt8(c), c1 = cvt8(c + 8), a = _mm256_set1_ps(g[r].a[j]);
                 __m256 c2 = c0, c3 = c1;
                 if (S == 32)
                     c2 = cvt8(c + 16), c3 = cvt8(c + 24);
 #pragma GCC unroll 4
                 for (int u = 0; u < T; u++) {
                     const float *x = in->xd + (t0 + u) * in->stride + col;
+                    const int i = r * T + u;
                     __m256 pl = _mm256_mul_ps(_mm256_loadu_ps(x), c0), ph = _mm256_mul_ps(_mm256_loadu_ps(x + 8), c1);
                     if (S == 32) {
                         pl = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), c2, pl);
                         ph = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), c3, ph);
                     }
-                    lo[u] = _mm256_fmadd_ps(pl, a, lo[u]);
-                    hi[u] = _mm256_fmadd_ps(ph, a, hi[u]);
+                    lo[i] = _mm256_fmadd_ps(pl, a, lo[i]);
+                    hi[i] = _mm256_fmadd_ps(ph, a, hi[i]);
                     if (G_OFF(mode))
-                        B[u] = fmaf(g.m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[u]);
+                        B[i] = fmaf(g[r].m[j], in->xsum[(t0 + u) * nsum + col / KERN_GSUM], B[i]);
                 }
             }
         }
-        for (int u = 0; u < T; u++)
-            y[(t0 + u) * w->rows + r] = hsum256(_mm256_add_ps(lo[u], hi[u])) + B[u];
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < T; u++)
+            y[(t0 + u) * w->rows + r0 + r * step] = hsum256(_mm256_add_ps(lo[r * T + u], hi[r * T + u])) + B[r * T + u];
+}
+
+/* Rows [row0, row1) as gtile512, G2(mode) rows a one-token pass. */
+AVX2 INLINE void gtile256(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
+                          const int T, float *y, int64_t row0, int64_t row1)
+{
+    const int64_t q = T == 1 ? (row1 - row0) / G2(mode) : 0;
+    for (int64_t r = row0; r < row0 + q; r++)
+        grows256(w, mode, in, t0, 1, G2(mode), y, r, q);
+    for (int64_t r = row0 + G2(mode) * q; r < row1; r++)
+        grows256(w, mode, in, t0, T, 1, y, r, 0);
 }
 
 AVX2 void kern_gdot_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                          int64_t row1)
 {
-    G_TOKENS(grows256)
+    G_TOKENS(gtile256)
 }
 
 /* Codes c[0..15] as floats. */
