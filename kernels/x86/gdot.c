@@ -143,11 +143,15 @@ AVX2 INLINE void gparams(const enum qmode mode, const uint8_t *b, float *a, floa
         _mm256_storeu_ps(a + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
         break;
     }
-    case QM_GGML_IQ4_XS: {
-        const float d = h2f(b);
-        const unsigned sh = rd_u16le(b + 2);
-        for (int j = 0; j < 8; j++)
-            a[j] = d * (float)((int)(((b[4 + j / 2] >> 4 * (j % 2)) & 0x0f) | ((sh >> 2 * j) & 3) << 4) - 32);
+    case QM_GGML_IQ4_XS: { /* lane j: nibble j of the u32 at 4, bits 2j, 2j + 1 of the u16 at 2 */
+        const __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)rd_u32le(b + 4)),
+                                             _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32((int)rd_u16le(b + 2)),
+                                             _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        const __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0x0f)),
+                                           _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+        _mm256_storeu_ps(a, _mm256_mul_ps(_mm256_set1_ps(h2f(b)), sc));
         break;
     }
     default:
