@@ -193,6 +193,24 @@ AVX2 INLINE __m256 cvt8(const int8_t *c)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)c)));
 }
 
+/* Block bi (bb bytes) of the R rows r0, r0 + step, ...: its bytes blk[r],
+ * scales and offsets, and (codes) its decoded codes. R > 1 rows are R
+ * streams: every line of the block is fetched PREFETCH ahead; one row
+ * fetches its first `first` lines (its stream's own prefetch does the rest). */
+AVX2 INLINE void gblocks(const struct wmat *w, const enum qmode mode, int64_t bi, int64_t bb, const int R, int64_t r0,
+                         int64_t step, const bool codes, const int first, const uint8_t **blk, struct kern_gblock *g)
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
+        for (int64_t o = 0; o < (R > 1 ? bb : 64 * first); o += 64)
+            _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
+        gparams(mode, blk[r], g[r].a, g[r].m);
+        if (codes)
+            gcodes(mode, blk[r], g[r].c);
+    }
+}
+
 /* Rows r0, r0 + step, ... (R of them) for tokens t0 .. t0 + T − 1 (R or T
  * is 1): lanes 0-7 in lo, 8-15 in hi; the rows' steps interleaved as
  * grows512's. */
@@ -209,14 +227,7 @@ AVX2 INLINE void grows256(const struct wmat *w, const enum qmode mode, const str
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
-            for (int64_t o = 0; R > 1 && o < bb; o += 64)
-                _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
-            gparams(mode, blk[r], g[r].a, g[r].m);
-            gcodes(mode, blk[r], g[r].c);
-        }
+        gblocks(w, mode, bi, bb, R, r0, step, true, 0, blk, g);
         for (int64_t j = 0; j < ns; j++) {
             const int64_t col = bi * w->gs + j * S;
 #pragma GCC unroll 4
@@ -377,15 +388,7 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
-            for (int64_t o = 0; o < (R > 1 ? bb : 1); o += 64) /* R streams: every line; else the first */
-                _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
-            gparams(mode, blk[r], g[r].a, g[r].m);
-            if (!G_NIB(mode))
-                gcodes(mode, blk[r], g[r].c);
-        }
+        gblocks(w, mode, bi, bb, R, r0, step, !G_NIB(mode), 1, blk, g);
         if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
             nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, A, B);
             continue;
