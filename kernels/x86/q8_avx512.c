@@ -214,7 +214,8 @@ AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_
         const __m512 d = _mm512_set1_ps(in->d[(t0 + u) * ng + g]), xs = _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]);
         for (int b = 0; b < B; b++) {
             __m512 *a = &acc[u * B + b][g % 16];
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[u][b]), _mm512_mul_ps(d, sc[b]), *a);
+            const __m512 a0 = g < 16 ? _mm512_setzero_ps() : *a; /* a lane's first group starts from zero */
+            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[u][b]), _mm512_mul_ps(d, sc[b]), a0);
             *a = _mm512_fmadd_ps(bi[b], xs, *a);
         }
     }
@@ -230,17 +231,22 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
     const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
     const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
     const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
-    __m512 acc[16][16];
-    for (int i = 0; i < T * B; i++)
-        for (int l = 0; l < 16; l++)
-            acc[i][l] = _mm512_setzero_ps();
+    __m512 acc[16][16]; /* lane l of (token, block) i: acc[i][l], set by its first group */
+    for (int u = 0; u < T; u++)
+        for (int b = 0; b < B; b++)
+            _mm_prefetch((const char *)(y + (t0 + u) * w->rows + r + KERN_BLOCK_ROWS * b), _MM_HINT_ET0);
     for (int64_t g = 0; g < ng; g++)
         q8tileT(c + (size_t)g * rec, sb + (size_t)g * rec, bb + (size_t)g * rec, block, w->dtype, in, t0, ng, g, acc, T,
                 B, gs, bits);
     for (int u = 0; u < T; u++)
         for (int b = 0; b < B; b++) {
-            __m512 *a = acc[u * B + b];
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int l = 0; l < 16; l++)
+                a[l] = l < ng ? acc[u * B + b][l] : _mm512_setzero_ps();
+#pragma GCC unroll 4
             for (int h = 8; h >= 1; h /= 2)
+#pragma GCC unroll 8
                 for (int l = 0; l < h; l++)
                     a[l] = _mm512_add_ps(a[l], a[l + h]);
             _mm512_storeu_ps(y + (t0 + u) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
