@@ -18,22 +18,24 @@
         hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), x);                                              \
     } while (0)
 /* int16 pair sums: |each| <= 2·15·127, so eight of them (four words) fit */
-#define NIBBLES(s, v, nib, xe, xo)                                                                                   \
-    (s = _mm256_add_epi16(_mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(v, nib), xe)),                  \
-                          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xo)))
+#define PAIRS(s, lo, hi, xe, xo)                                                                                     \
+    do {                                                                                                             \
+        s = _mm256_add_epi16(_mm256_add_epi16(s, _mm256_maddubs_epi16(lo, xe)), _mm256_maddubs_epi16(hi, xo));        \
+        __asm__("" : "+x"(s));                                                                                       \
+    } while (0)
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))))
 #include "kernels/x86/q8_avx2.h"
 #undef ATTR
 #undef SFX
 #undef DOT
 #undef DOT8
-#undef NIBBLES
+#undef PAIRS
 #undef FLUSH
 
 #define ATTR AVXVNNI
 #define SFX avxvnni
 #define DOT(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #define DOT8(lo, hi, v, x) (lo = DOT(lo, v, x))
-#define NIBBLES(s, v, nib, xe, xo) (s = DOT(DOT(s, _mm256_and_si256(v, nib), xe), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xo))
+#define PAIRS(s, lo, hi, xe, xo) (s = DOT(DOT(s, lo, xe), hi, xo))
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, s))
 #include "kernels/x86/q8_avx2.h"
