@@ -30,6 +30,8 @@ static bool pick_q8(q8dot_fn *dot, q8prep_fn *prep, const char **name)
 #if GP_X86
     if (cpu_has(CPU_AVX512))
         *prep = kern_q8input_part_avx512;
+    else if (cpu_has(CPU_AVX2))
+        *prep = kern_q8input_part_avx2;
 #endif
     for (int i = 0; q8_kernels[i].dot; i++)
         if (cpu_has(q8_kernels[i].needs)) {

@@ -1981,17 +1981,22 @@ Test(kernels_q8, blockable)
 }
 
 #if GP_X86
-/* kern_q8input_part_avx512 fills the same buffer as the definition, bit for
- * bit, part by part (a whole part of KERN_QINPUT_PART tokens, then 3; the
- * last part first), for every (bits, gs), odd group counts (the gathers'
+/* kern_q8input_part_avx512 and _avx2 fill the same buffer as the definition,
+ * bit for bit, part by part (a whole part of KERN_QINPUT_PART tokens, then 3;
+ * the last part first), for every (bits, gs), odd group counts (the gathers'
  * masked lanes), and hostile groups: a NaN, an inf, all zeros, a max that
  * underflows d, and values at x/d = k + 0.5 (ties to even). */
-Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
+static const struct {
+    const char *name;
+    q8prep_fn fn;
+    enum cpu_feature need;
+} q8preps[] = {{"avx512", kern_q8input_part_avx512, CPU_AVX512}, {"avx2", kern_q8input_part_avx2, CPU_AVX2}};
+
+Test(kernels_q8, prepare_twins_bitwise_equal_reference)
 {
-    if (!cpu_has(CPU_AVX512))
-        cr_skip_test("no AVX-512 on this CPU");
     int cases = 0;
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (size_t pi = 0; pi < LEN(q8preps); pi++)
+    for (int bits = 4; bits <= 8 && cpu_has(q8preps[pi].need); bits += 4)
         for (size_t gi = 0; gi < LEN(gs_grid); gi++)
             for (size_t ci = 0; ci <= LEN(q8_groups); ci++) {
                 const int gs = gs_grid[gi];
@@ -2016,7 +2021,7 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                 memset(bb, 0x5A, kern_q8input_bytes(&t.m, n)); /* every byte the preparation leaves is checked */
                 q8_prepare(&t.m, x, n, ba, &a);
                 for (int64_t part = kern_q8input_layout(&t.m, n, bb, &b) - 1; part >= 0; part--) /* any order */
-                    kern_q8input_part_avx512(&t.m, x, n, bb, part);
+                    q8preps[pi].fn(&t.m, x, n, bb, part);
                 cr_assert_eq(a.stride, b.stride);
                 cr_assert_eq(memcmp(a.d, b.d, (size_t)(n * ng) * sizeof *a.d), 0, "q%d g%d %lld groups: d", bits, gs,
                              (long long)ng);
@@ -2045,6 +2050,7 @@ Test(kernels_q8, prepare_avx512_bitwise_equal_reference)
                 cases++;
             }
     cr_log_info("kernels_q8: %d preparations bitwise equal", cases);
+    cr_assert(cases > 0 || !cpu_has(CPU_AVX2), "a twin ran");
 }
 
 #endif

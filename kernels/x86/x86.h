@@ -36,6 +36,7 @@ void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float 
 
 /* kern_q8input_part, kern_q8dot_ref (q8_avx512.c, q8_avx2.c) */
 void kern_q8input_part_avx512(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
+void kern_q8input_part_avx2(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                        int64_t row1);
 void kern_q8dot_avxvnni(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
