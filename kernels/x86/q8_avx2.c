@@ -26,6 +26,13 @@
         __asm__("" : "+x"(s));                                                                                       \
     } while (0)
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))))
+/* 8-bit tiles of TILE8 tokens, the int16 pair sums of u·s added into s (pinned as PAIRS) */
+#define TILE8 2
+#define ACC16(s, u, x)                                                                                               \
+    do {                                                                                                             \
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u, x));                                                         \
+        __asm__("" : "+x"(s));                                                                                       \
+    } while (0)
 #include "kernels/x86/q8_avx2.h"
 #undef ATTR
 #undef SFX
@@ -33,8 +40,11 @@
 #undef DOT8
 #undef PAIRS
 #undef FLUSH
+#undef TILE8
+#undef ACC16
 
 #define ATTR AVXVNNI
+#define TILE8 0
 #define SFX avxvnni
 #define DOT(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #define DOT8(lo, hi, v, x) (lo = DOT(lo, v, x))
@@ -47,6 +57,7 @@
 #undef DOT8
 #undef PAIRS
 #undef FLUSH
+#undef TILE8
 
 /* rint(v/d) clamped to ±127 as 8 int8 (q8_codes16's steps on 8 lanes;
  * saturating packs of values within ±127: exact). */
