@@ -19,20 +19,18 @@
         lo = DOT(lo, _mm256_and_si256(v, nib), x);                                                                   \
         hi = DOT(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), x);                                              \
     } while (0)
-/* int16 pair sums: |each| <= 2·15·127, so eight of them (four words) fit */
-#define PAIRS(s, lo, hi, xe, xo)                                                                                     \
+/* int16 pair sums added into s, pinned by an empty asm (GCC reassociated
+ * the int16 adds and kept every product live: spills); |each| <= 2·15·127,
+ * so eight of them (four words of both nibbles) fit */
+#define ADD16(s, p)                                                                                                  \
     do {                                                                                                             \
-        s = _mm256_add_epi16(_mm256_add_epi16(s, _mm256_maddubs_epi16(lo, xe)), _mm256_maddubs_epi16(hi, xo));        \
+        s = _mm256_add_epi16(s, p);                                                                                  \
         __asm__("" : "+x"(s));                                                                                       \
     } while (0)
+#define PAIRS(s, lo, hi, xe, xo) ADD16(s, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)))
+#define ACC16(s, u, x) ADD16(s, _mm256_maddubs_epi16(u, x))
 #define FLUSH(acc, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1))))
-/* 8-bit tiles of TILE8 tokens, the int16 pair sums of u·s added into s (pinned as PAIRS) */
-#define TILE8 2
-#define ACC16(s, u, x)                                                                                               \
-    do {                                                                                                             \
-        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u, x));                                                         \
-        __asm__("" : "+x"(s));                                                                                       \
-    } while (0)
+#define TILE8 2 /* 8-bit tiles of TILE8 tokens */
 #include "kernels/x86/q8_avx2.h"
 #undef ATTR
 #undef SFX
@@ -42,6 +40,7 @@
 #undef FLUSH
 #undef TILE8
 #undef ACC16
+#undef ADD16
 
 #define ATTR AVXVNNI
 #define TILE8 0

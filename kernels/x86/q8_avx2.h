@@ -138,6 +138,33 @@ ATTR INLINE void F(q8group16_)(const uint8_t *c, const int8_t *xq, int64_t g, co
         S[h] = _mm256_add_epi32(lo[h], _mm256_slli_epi32(hi[h], 4));
 }
 
+/* A tile's (token, half) after group g: S_g (exact int32) takes the
+ * definition's two steps into its lane, *a, which the lane's first group (g <
+ * 16) sets; k: the token's group index into in->d and in->xsum. */
+ATTR INLINE void F(q8fold_)(__m256 *a, int64_t g, __m256i S, const struct kern_q8input *in, int64_t k, __m256 sc,
+                            __m256 bi)
+{
+    const __m256 a0 = g < 16 ? _mm256_setzero_ps() : *a;
+    const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(in->d[k]), sc);
+    *a = _mm256_fmadd_ps(bi, _mm256_set1_ps(in->xsum[k]), _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), ds, a0));
+}
+
+/* Half h of a tile's token: its 16 lanes (lanes[l][h]; those of no group, l
+ * >= ng, zero) summed in the definition's order into out[0..7]. */
+ATTR INLINE void F(q8lanes_)(__m256 (*lanes)[2], int h, int64_t ng, float *out)
+{
+    __m256 a[16];
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; l++)
+        a[l] = l < ng ? lanes[l][h] : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int s = 8; s >= 1; s /= 2)
+#pragma GCC unroll 8
+        for (int l = 0; l < s; l++)
+            a[l] = _mm256_add_ps(a[l], a[l + s]);
+    _mm256_storeu_ps(out, a[0]);
+}
+
 /* Q8_TILE tokens from t0 of the 16-row block at row r, 4-bit codes: per
  * group and half (8 rows), a word's load and nibble split serve every token;
  * each (token, half)'s S_g (exact int32, as q8group16_'s) then takes the
@@ -193,28 +220,13 @@ ATTR INLINE void F(q8tile_)(const struct wmat *w, const struct kern_q8input *in,
             const __m256 sc = F(params8_)(w->dtype, sb + (size_t)g * rec + h * half);
             const __m256 bi = F(params8_)(w->dtype, bb + (size_t)g * rec + h * half);
 #pragma GCC unroll 4
-            for (int u = 0; u < Q8_TILE; u++) {
-                __m256 *a = &acc[u][g % 16][h];
-                const __m256 a0 = g < 16 ? _mm256_setzero_ps() : *a; /* a lane's first group starts from zero */
-                const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(in->d[(t0 + u) * ng + g]), sc);
-                *a = _mm256_fmadd_ps(bi, _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]),
-                                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[u]), ds, a0));
-            }
+            for (int u = 0; u < Q8_TILE; u++)
+                F(q8fold_)(&acc[u][g % 16][h], g, S[u], in, (t0 + u) * ng + g, sc, bi);
         }
     }
     for (int u = 0; u < Q8_TILE; u++)
-        for (int h = 0; h < 2; h++) {
-            __m256 a[16];
-#pragma GCC unroll 16
-            for (int l = 0; l < 16; l++)
-                a[l] = l < ng ? acc[u][l][h] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-            for (int s = 8; s >= 1; s /= 2)
-#pragma GCC unroll 8
-                for (int l = 0; l < s; l++)
-                    a[l] = _mm256_add_ps(a[l], a[l + s]);
-            _mm256_storeu_ps(y + (t0 + u) * w->rows + r + 8 * h, a[0]);
-        }
+        for (int h = 0; h < 2; h++)
+            F(q8lanes_)(acc[u], h, ng, y + (t0 + u) * w->rows + r + 8 * h);
 }
 
 #if TILE8
@@ -276,35 +288,21 @@ ATTR INLINE void F(q8tile8_)(const struct wmat *w, const struct kern_q8input *in
 #pragma GCC unroll 4
             for (int u = 0; u < TILE8; u++) {
                 const __m256i S = _mm256_add_epi32(lo[u], _mm256_slli_epi32(hi[u], 4));
-                __m256 *a = &acc[u][g % 16][h];
-                const __m256 a0 = g < 16 ? _mm256_setzero_ps() : *a; /* a lane's first group starts from zero */
-                const __m256 ds = _mm256_mul_ps(_mm256_set1_ps(in->d[(t0 + u) * ng + g]), sc);
-                *a = _mm256_fmadd_ps(bi, _mm256_set1_ps(in->xsum[(t0 + u) * ng + g]),
-                                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), ds, a0));
+                F(q8fold_)(&acc[u][g % 16][h], g, S, in, (t0 + u) * ng + g, sc, bi);
             }
         }
     }
     for (int u = 0; u < TILE8; u++)
-        for (int h = 0; h < 2; h++) {
-            __m256 a[16];
-#pragma GCC unroll 16
-            for (int l = 0; l < 16; l++)
-                a[l] = l < ng ? acc[u][l][h] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-            for (int s = 8; s >= 1; s /= 2)
-#pragma GCC unroll 8
-                for (int l = 0; l < s; l++)
-                    a[l] = _mm256_add_ps(a[l], a[l + s]);
-            _mm256_storeu_ps(y + (t0 + u) * w->rows + r + 8 * h, a[0]);
-        }
+        for (int h = 0; h < 2; h++)
+            F(q8lanes_)(acc[u], h, ng, y + (t0 + u) * w->rows + r + 8 * h);
 }
 #endif
 
 /* Rows [row0, row1) of a blocked matrix (whole blocks): at 4 bits Q8_TILE
  * tokens at a time through q8tile_, at 8 bits TILE8 through q8tile8_ (AVX2;
- * AVX-VNNI's 8-bit tiles ran 0.88-0.95x a token at a time), the rest a token at a time: the definition's 16
- * lanes are 16 pairs of vectors here, one row a lane, summed in its order at
- * the end. */
+ * AVX-VNNI's 8-bit tiles ran 0.88-0.95x a token at a time), the rest a token
+ * at a time: the definition's 16 lanes are 16 pairs of vectors here, one row
+ * a lane, summed in its order at the end. */
 ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n, float *y,
                               int64_t row0, int64_t row1, const int gs, const int bits)
 {
