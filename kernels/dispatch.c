@@ -151,28 +151,32 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
 }
 
 /* Rows per task: about TILE_BYTES of weights per token, but no more than a
- * MIN_TASKS-th of the matrix and no fewer than TILE_ROWS, in whole steps of
- * TILE_ALIGN rows (a blocked matrix's whole blocks, as many as the exact
- * kernels run side by side). Each thread runs a contiguous share
- * of the tiles (pool_run), so it streams on across its tiles; the tile
- * size sets the granularity at which the threads even out at the end
- * (4-bit q8 decode, 2 threads, alternating steps in one process: 128 KiB
- * tiles 0.9 % faster than 512 KiB, 256 KiB the same, 64-row tiles 1.8 %
- * slower; docs/PERFORMANCE.md). Fixed by the matrix and the token count,
- * never by the thread count; and every row's result is the same whatever
- * the split (only sgemm's tiles shape rounding). */
+ * MIN_TASKS-th of the matrix, in whole steps of the path's kernel (a blocked
+ * matrix's whole blocks, as many as it runs side by side: the exact kernels'
+ * 8 blocks, q8's 2), and no fewer than TILE_ROWS or one step. Each thread
+ * runs a contiguous share of the tiles (pool_run), so it streams on across
+ * its tiles; the tile size sets the granularity at which the threads even
+ * out at the end (4-bit q8 decode, 2 threads, alternating steps in one
+ * process: 128 KiB tiles 0.9 % faster than 512 KiB, 256 KiB the same, 64-row
+ * tiles 1.8 % slower; a 512-token q8 prefill on 16 threads, 2-block tiles
+ * against 4-block ones (24 tasks for E2B's 1,536-row matrices): 1.06-1.13×;
+ * docs/PERFORMANCE.md). Fixed by the matrix and the token count, never by
+ * the thread count; and every row's result is the same whatever the split
+ * (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
-#define TILE_ALIGN (8 * KERN_BLOCK_ROWS) /* the exact kernels' widest step: 8 blocks */
 #define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
+#define EXACT_STEP (8 * KERN_BLOCK_ROWS) /* the exact kernels' widest step */
+#define Q8_STEP (2 * KERN_BLOCK_ROWS)    /* q8's: 2 blocks */
 
-static int64_t tile_rows(const struct wmat *w, int64_t n)
+static int64_t tile_rows(const struct wmat *w, int64_t n, int64_t step)
 {
     int64_t row_bytes = (int64_t)w->row_stride + (w->quantized ? 2 * (int64_t)w->srow_bytes : 0);
     int64_t rows = TILE_BYTES / (row_bytes * n > 0 ? row_bytes * n : 1), quarter = (w->rows + MIN_TASKS - 1) / MIN_TASKS;
     rows = rows < quarter ? rows : quarter;
-    rows = (rows + TILE_ALIGN - 1) / TILE_ALIGN * TILE_ALIGN; /* whole blocks of a blocked matrix, eight at a time */
-    return rows > TILE_ROWS ? rows : TILE_ROWS;
+    rows = (rows + step - 1) / step * step;
+    int64_t fewest = step < TILE_ROWS ? step : TILE_ROWS;
+    return rows > fewest ? rows : fewest;
 }
 
 struct mm_job {
@@ -262,16 +266,16 @@ static const struct mm_path {
     bool (*use)(const struct kern_table *t, struct mm_job *j);
     enum mm_input in;
     size_t (*ws)(const struct wmat *w, int64_t rows, int64_t n); /* a worker's tile (NULL: none) */
-    int64_t tile;             /* rows per task; 0: tile_rows */
+    int64_t tile;             /* rows per task; < 0: tile_rows in whole steps of -tile rows */
 } paths[] = {
-    {W_FUSED, 0, use_q8, IN_Q8, NULL, 0},                              /* KERN_Q8: int8 activations */
-    {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS}, /* KERN_BLAS: sgemm */
-    {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS},  /* the fused kernels' bits as a GEMM */
-    {W_FUSED, 0, use_qdot, IN_Q, NULL, 0},                             /* the fused kernels */
+    {W_FUSED, 0, use_q8, IN_Q8, NULL, -Q8_STEP},                              /* KERN_Q8: int8 activations */
+    {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS},      /* KERN_BLAS: sgemm */
+    {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS},       /* the fused kernels' bits as a GEMM */
+    {W_FUSED, 0, use_qdot, IN_Q, NULL, -EXACT_STEP},                          /* the fused kernels */
     {W_BF16, KERN_QGEMM_MIN_TOKENS, use_bf16gemm, IN_X, kern_bf16gemm_ws_bytes, GEMM_ROWS},
-    {W_BF16, 0, use_bf16, IN_X, NULL, 0},
-    {W_OTHER, 0, use_refgemm, IN_X, kern_refgemm_ws_bytes, 0},         /* the reference's bits, 16 rows at a time */
-    {W_ANY, 0, use_ref, IN_X, NULL, 0},                                /* the definition */
+    {W_BF16, 0, use_bf16, IN_X, NULL, -EXACT_STEP},
+    {W_OTHER, 0, use_refgemm, IN_X, kern_refgemm_ws_bytes, -EXACT_STEP},      /* the reference's bits, 16 rows at a time */
+    {W_ANY, 0, use_ref, IN_X, NULL, -EXACT_STEP},                             /* the definition */
 };
 
 /* Chooses j's path for w; qin/q8in receive the input prepared for it in
@@ -285,7 +289,7 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     const bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode &&
                       prev->w->bits == w->bits && prev->w->gs == w->gs && prev->w->cols == w->cols;
     for (const struct mm_path *p = paths;; p++) {
-        *j = (struct mm_job){.tile_rows = p->tile ? p->tile : tile_rows(w, n), .ws = t->ws, .w = w, .x = x, .n = n,
+        *j = (struct mm_job){.tile_rows = p->tile > 0 ? p->tile : tile_rows(w, n, -p->tile), .ws = t->ws, .w = w, .x = x, .n = n,
                              .y = y};
         if (!(p->weights & weights(w)) || n < (p->from < 0 ? fused[w->mode].gemm_from : p->from) || !p->use(t, j) ||
             (p->ws && !gemm_reserve(t, p->ws(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads)))

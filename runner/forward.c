@@ -40,18 +40,17 @@ static const float *kv_entry(const void *ctx, int64_t row, int64_t p, int64_t g,
 
 struct rows_job {
     const struct runner *r;
-    void (*row)(const struct rows_job *j, int64_t t);
-    int64_t n, i;                /* tokens; the layer (qkv_row) */
+    void (*row)(const struct rows_job *j, int64_t t, int worker);
+    int64_t n, i;                /* tokens; the layer (qkv_row, ple_gate_row) */
     float *out, *res;            /* norm_row: out[t] = RMSNorm_w(in[t]), then res[t] += out[t] when res is set */
     const float *in, *w;
 };
 
 static void rows_task(void *arg, int64_t task, int worker)
 {
-    (void)worker;
     const struct rows_job *j = arg;
     for (int64_t t = task * ROW_TASK; t < (task + 1) * ROW_TASK && t < j->n; t++)
-        j->row(j, t);
+        j->row(j, t, worker);
 }
 
 static void over_rows(struct rows_job *j)
@@ -59,8 +58,9 @@ static void over_rows(struct rows_job *j)
     pool_run(j->r->o.threads, (j->n + ROW_TASK - 1) / ROW_TASK, rows_task, j);
 }
 
-static void norm_row(const struct rows_job *j, int64_t t)
+static void norm_row(const struct rows_job *j, int64_t t, int worker)
 {
+    (void)worker;
     const int64_t H = j->r->m->cfg.hidden_size;
     kern_rmsnorm(j->r->kt.dot, j->out + t * H, j->in + t * H, j->w, H, (float)j->r->m->cfg.rms_eps);
     for (int64_t k = 0; j->res && k < H; k++)
@@ -86,8 +86,9 @@ static void heads_norm_rope(const struct runner *r, float *x, int64_t heads, int
 
 /* Token t's projections in layer i: q_norm and RoPE; a layer with its own
  * cache also k_norm and RoPE, v_norm, and the chunk's entries as stored. */
-static void qkv_row(const struct rows_job *j, int64_t t)
+static void qkv_row(const struct rows_job *j, int64_t t, int worker)
 {
+    (void)worker;
     const struct runner *r = j->r;
     const struct cfg_layer *ly = &r->m->cfg.layers[j->i];
     const struct layer_weights *L = &r->m->layers[j->i];
@@ -263,26 +264,40 @@ static void feed_forward(struct runner *r, int64_t i, float *x, int64_t n, float
 
 /* ---- per-layer inputs (MODEL.md §3) ---- */
 
-/* ple[n, L, P] = (RMSNorm_w(h0·Wᵀ · H^-½ per slice) + E_ple[t]·√P) · 2^-½ */
-static void per_layer_inputs(struct runner *r, const int32_t *tokens, const float *h0, int64_t n, float *ple)
+/* Token t's per-layer inputs from their context part ple[t]: each slice
+ * normed, the token's row of the table added (scratch: the worker's [L, P]). */
+static void ple_row(const struct rows_job *j, int64_t t, int worker)
 {
-    const struct model *m = r->m;
+    const struct model *m = j->r->m;
     const struct gp_config *c = &m->cfg;
-    int64_t L = c->n_layers, P = c->ple_dim, H = c->hidden_size;
-    float *tok = r->rs.ple_tok;                                                /* [L, P] */
-    kern_matmul(&r->kt, &m->ple_model_proj, h0, n, ple, r->o.threads);         /* context part [n, L·P] */
+    const int64_t L = c->n_layers, P = c->ple_dim, H = c->hidden_size;
+    float *tok = j->r->rs.ple_tok + worker * L * P;                          /* [L, P] */
     float hs = (float)(1.0 / sqrt((double)H)), sp = sqrtf((float)P), r2 = (float)(1.0 / sqrt(2.0));
-    for (int64_t t = 0; t < n; t++) {
-        kern_row_f32(&m->ple_embed, tokens[t], tok);                          /* token part */
-        for (int64_t l = 0; l < L; l++) {
-            float *s = ple + (t * L + l) * P;
-            for (int64_t k = 0; k < P; k++)
-                s[k] *= hs;
-            kern_rmsnorm(r->kt.dot, s, s, m->ple_proj_norm, P, (float)c->rms_eps);
-            for (int64_t k = 0; k < P; k++)
-                s[k] = (s[k] + tok[l * P + k] * sp) * r2;
-        }
+    kern_row_f32(&m->ple_embed, j->r->rs.tokens[t], tok);                    /* token part */
+    for (int64_t l = 0; l < L; l++) {
+        float *s = j->out + (t * L + l) * P;
+        for (int64_t k = 0; k < P; k++)
+            s[k] *= hs;
+        kern_rmsnorm(j->r->kt.dot, s, s, m->ple_proj_norm, P, (float)c->rms_eps);
+        for (int64_t k = 0; k < P; k++)
+            s[k] = (s[k] + tok[l * P + k] * sp) * r2;
     }
+}
+
+/* ple[n, L, P] = (RMSNorm_w(h0·Wᵀ · H^-½ per slice) + E_ple[t]·√P) · 2^-½ */
+static void per_layer_inputs(struct runner *r, const float *h0, int64_t n, float *ple)
+{
+    kern_matmul(&r->kt, &r->m->ple_model_proj, h0, n, ple, r->o.threads);       /* context part [n, L·P] */
+    over_rows(&(struct rows_job){.r = r, .row = ple_row, .n = n, .out = ple}); /* the rest, token by token */
+}
+
+/* Layer i's per-layer input gate of token t: pg[t] = gelu(pg[t])·ple[t, i]. */
+static void ple_gate_row(const struct rows_job *j, int64_t t, int worker)
+{
+    (void)worker;
+    const struct run_state *s = &j->r->rs;
+    const int64_t L = j->r->m->cfg.n_layers, P = j->r->m->cfg.ple_dim;
+    j->r->kt.gelu_mul(s->pg + t * P, s->ple + (t * L + j->i) * P, P);
 }
 
 /* ---- the step ---- */
@@ -330,20 +345,31 @@ static int setup_items(struct runner *r, const struct runner_item *items, int n_
     return ERR_OK;
 }
 
+struct commit_job {
+    struct runner *r;
+    int n_items;
+};
+
+/* Layer i's entries of every item, in order (a ring's slot may take several). */
+static void commit_layer(void *arg, int64_t i, int worker)
+{
+    (void)worker;
+    const struct commit_job *j = arg;
+    const struct run_state *s = &j->r->rs;
+    for (int b = 0; !j->r->m->cfg.layers[i].shared && b < j->n_items; b++) {
+        const struct step_item *it = &s->items[b];
+        struct kv_cache *kc = &it->s->cache[i];
+        for (int64_t t = 0; t < it->n; t++)
+            kv_rows_copy(&kc->fmt, &kc->rows, kv_cache_slot(kc, it->p0 + t), &s->pending[i], it->off + t, it->p0 + t);
+    }
+}
+
 /* Appends each item's chunk entries to its sequence's caches (MODEL.md §7). */
 static void commit(struct runner *r, int n_items)
 {
-    const struct gp_config *c = &r->m->cfg;
-    for (int b = 0; b < n_items; b++) {
-        struct step_item *it = &r->rs.items[b];
-        for (int64_t i = 0; i < c->n_layers; i++) {
-            struct kv_cache *kc = &it->s->cache[i];
-            for (int64_t t = 0; !c->layers[i].shared && t < it->n; t++)
-                kv_rows_copy(&kc->fmt, &kc->rows, kv_cache_slot(kc, it->p0 + t), &r->rs.pending[i], it->off + t,
-                             it->p0 + t);
-        }
-        it->s->pos = it->p0 + it->n;
-    }
+    pool_run(r->o.threads, r->m->cfg.n_layers, commit_layer, &(struct commit_job){r, n_items});
+    for (int b = 0; b < n_items; b++)
+        r->rs.items[b].s->pos = r->rs.items[b].p0 + r->rs.items[b].n;
 }
 
 /* Index of the first value of x[0 .. n) that is NaN or infinite, or -1. */
@@ -353,6 +379,43 @@ static int64_t first_nonfinite(const float *x, int64_t n)
         if (!isfinite(x[k]))
             return k;
     return -1;
+}
+
+/* x[t] = E[token t]·√H (out = x). */
+static void embed_row(const struct rows_job *j, int64_t t, int worker)
+{
+    (void)worker;
+    const int64_t H = j->r->m->cfg.hidden_size;
+    float s_e = sqrtf((float)H);                                                 /* embedding scale √H */
+    kern_row_f32(&j->r->m->embed, j->r->rs.tokens[t], j->out + t * H);
+    for (int64_t k = 0; k < H; k++)
+        j->out[t * H + k] *= s_e;
+}
+
+/* out[t] *= w[0] (layer_scalar). */
+static void scale_row(const struct rows_job *j, int64_t t, int worker)
+{
+    (void)worker;
+    const int64_t H = j->r->m->cfg.hidden_size;
+    for (int64_t k = 0; k < H; k++)
+        j->out[t * H + k] *= *j->w;
+}
+
+static void finite_row(const struct rows_job *j, int64_t t, int worker)
+{
+    (void)worker;
+    const int64_t H = j->r->m->cfg.hidden_size;
+    j->r->rs.bad[t] = first_nonfinite(j->in + t * H, H) >= 0;
+}
+
+/* Whether any value of x[n, H] is NaN or infinite. */
+static bool any_nonfinite(const struct runner *r, int64_t n, const float *x)
+{
+    over_rows(&(struct rows_job){.r = r, .row = finite_row, .n = n, .in = x});
+    for (int64_t t = 0; t < n; t++)
+        if (r->rs.bad[t])
+            return true;
+    return false;
 }
 
 static int step(struct runner *r, const struct runner_item *items, int n_items, float *logits, bool all_rows,
@@ -366,15 +429,10 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
     int rc = setup_items(r, items, n_items, &N, e);
     if (rc != ERR_OK)
         return rc;
-    float s_e = sqrtf((float)H);                                                 /* embedding scale √H */
-    for (int64_t t = 0; t < N; t++) {
-        kern_row_f32(&m->embed, s->tokens[t], x + t * H);
-        for (int64_t k = 0; k < H; k++)
-            x[t * H + k] *= s_e;
-    }
+    over_rows(&(struct rows_job){.r = r, .row = embed_row, .n = N, .out = x}); /* x = E[tokens]·√H */
     if (P)
-        per_layer_inputs(r, s->tokens, x, N, s->ple);                            /* [N, L, P] */
-    int64_t broken = first_nonfinite(x, N * H) >= 0 ? 0 : -1;                   /* first non-finite: 0 embedding, i+1 layer i */
+        per_layer_inputs(r, x, N, s->ple);                                       /* [N, L, P] */
+    int64_t broken = any_nonfinite(r, N, x) ? 0 : -1;                            /* first non-finite: 0 embedding, i+1 layer i */
     for (int64_t i = 0; i < Lc; i++) {
         const struct layer_weights *L = &m->layers[i];
         norm_rows(r, N, a, x, L->ln_in, NULL);                                  /* 1. input_layernorm */
@@ -387,18 +445,16 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
             memcpy(r->probe->mlp + i * N * H, a, (size_t)(N * H) * sizeof *a);
         if (P) {                                                                  /* 8. per-layer input gate */
             kern_matmul(&r->kt, &L->ple_gate, x, N, s->pg, r->o.threads);        /* [N, P] */
-            for (int64_t t = 0; t < N; t++)
-                r->kt.gelu_mul(s->pg + t * P, s->ple + (t * Lc + i) * P, P);
+            over_rows(&(struct rows_job){.r = r, .row = ple_gate_row, .n = N, .i = i}); /* gelu(pg)·ple[:, i] */
             kern_matmul(&r->kt, &L->ple_proj, s->pg, N, a, r->o.threads);        /* [N, H] */
             norm_rows(r, N, a, a, L->ln_post_ple, x);                            /* its post-norm, residual */
         }
-        for (int64_t k = 0; k < N * H; k++)
-            x[k] *= *L->layer_scalar;                                             /* 9. layer_scalar */
+        over_rows(&(struct rows_job){.r = r, .row = scale_row, .n = N, .out = x, .w = L->layer_scalar}); /* 9. layer_scalar */
         if (r->probe && i < r->probe->inject_layers)
             memcpy(x, r->probe->inject + i * N * H, (size_t)(N * H) * sizeof *x);
         if (r->probe && r->probe->hidden)
             memcpy(r->probe->hidden + i * N * H, x, (size_t)(N * H) * sizeof *x);
-        if (broken < 0 && first_nonfinite(x, N * H) >= 0)
+        if (broken < 0 && any_nonfinite(r, N, x))
             broken = i + 1;
         progress_report(&r->o.progress, "layers", (uint64_t)(i + 1), (uint64_t)c->n_layers, "layers");
     }

@@ -83,7 +83,8 @@ struct run_state {
     float *gate, *up;          /* [N, Imax] */
     float *ple;                /* [N, L, P] per-layer inputs */
     float *pg;                 /* [N, P] per-layer input gate */
-    float *ple_tok;            /* [L, P] one token's row of the per-layer table */
+    float *ple_tok;            /* [threads, L, P] each worker's token row of the per-layer table */
+    uint8_t *bad;              /* [N] whether a row holds a NaN or infinity */
     float *rope_cs[2];         /* [N, d] per layer type: each row's cos, sin */
     float *scores;             /* kern_attn_scratch(max_step, n_heads, max_context, dmax, threads) */
     float *moe;                /* [H normed router input | E logits] */

@@ -75,7 +75,8 @@ static size_t run_state_layout(struct runner *r, uint8_t *base)
     s->up = carve(base, &at, N * I, sizeof(float));
     s->ple = carve(base, &at, N * L * P, sizeof(float));
     s->pg = carve(base, &at, N * P, sizeof(float));
-    s->ple_tok = carve(base, &at, L * P, sizeof(float));
+    s->ple_tok = carve(base, &at, (size_t)r->o.threads * L * P, sizeof(float));
+    s->bad = carve(base, &at, N, sizeof *s->bad);
     for (int t = 0; t < 2; t++)
         s->rope_cs[t] = carve(base, &at, N * (size_t)r->rope_dim[t], sizeof(float));
     s->scores = carve(base, &at, kern_attn_scratch((int64_t)N, c->n_heads, r->o.max_context, (int64_t)d, r->o.threads),
