@@ -289,8 +289,8 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     const bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode &&
                       prev->w->bits == w->bits && prev->w->gs == w->gs && prev->w->cols == w->cols;
     for (const struct mm_path *p = paths;; p++) {
-        *j = (struct mm_job){.tile_rows = p->tile > 0 ? p->tile : tile_rows(w, n, -p->tile), .ws = t->ws, .w = w, .x = x, .n = n,
-                             .y = y};
+        int64_t rows = p->tile > 0 ? p->tile : tile_rows(w, n, -p->tile);
+        *j = (struct mm_job){.tile_rows = rows, .ws = t->ws, .w = w, .x = x, .n = n, .y = y};
         if (!(p->weights & weights(w)) || n < (p->from < 0 ? fused[w->mode].gemm_from : p->from) || !p->use(t, j) ||
             (p->ws && !gemm_reserve(t, p->ws(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads)))
             continue;

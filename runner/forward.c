@@ -432,7 +432,7 @@ static int step(struct runner *r, const struct runner_item *items, int n_items, 
     over_rows(&(struct rows_job){.r = r, .row = embed_row, .n = N, .out = x}); /* x = E[tokens]·√H */
     if (P)
         per_layer_inputs(r, x, N, s->ple);                                       /* [N, L, P] */
-    int64_t broken = any_nonfinite(r, N, x) ? 0 : -1;                            /* first non-finite: 0 embedding, i+1 layer i */
+    int64_t broken = any_nonfinite(r, N, x) ? 0 : -1;                           /* first non-finite: 0 embedding, i+1 layer i */
     for (int64_t i = 0; i < Lc; i++) {
         const struct layer_weights *L = &m->layers[i];
         norm_rows(r, N, a, x, L->ln_in, NULL);                                  /* 1. input_layernorm */
