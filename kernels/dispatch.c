@@ -160,23 +160,14 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
  * process: 128 KiB tiles 0.9 % faster than 512 KiB, 256 KiB the same, 64-row
  * tiles 1.8 % slower; a 512-token q8 prefill on 16 threads, 2-block tiles
  * against 4-block ones (24 tasks for E2B's 1,536-row matrices): 1.06-1.13×;
- * docs/PERFORMANCE.md). q8's path splits the tokens too when a matrix has
- * fewer than SPLIT_TASKS tiles: a task is then a tile for a block of at least
- * SPLIT_TOKENS tokens (whole groups of 8), a tile's blocks consecutive tasks
- * (its weights still in cache). A 512-token q8 prefill on 16 threads: E2B's
- * 1,536-row matrices in 96 tasks, not 48: 1.06× (median of 8 rounds); the
- * exact GEMM, which decodes its tile once per task, spent 14 % more CPU time
- * split and is not. Fixed by the matrix and the token count, never by the
- * thread count; and every row's result is the same whatever the split (only
- * sgemm's tiles shape rounding). */
+ * docs/PERFORMANCE.md). Fixed by the matrix and the token count, never by
+ * the thread count; and every row's result is the same whatever the split
+ * (only sgemm's tiles shape rounding). */
 #define TILE_ROWS 64
 #define TILE_BYTES (128 << 10)
 #define MIN_TASKS 4
 #define EXACT_STEP (8 * KERN_BLOCK_ROWS) /* the exact kernels' widest step */
 #define Q8_STEP (2 * KERN_BLOCK_ROWS)    /* q8's: 2 blocks */
-#define SPLIT_TASKS 96
-#define SPLIT_TOKENS 96
-#define SPLIT_STEP 8 /* q8's kernels take tokens 8 at a time */
 
 static int64_t tile_rows(const struct wmat *w, int64_t n, int64_t step)
 {
@@ -188,23 +179,11 @@ static int64_t tile_rows(const struct wmat *w, int64_t n, int64_t step)
     return rows > fewest ? rows : fewest;
 }
 
-/* Tokens per task for tiles of `rows` rows: n, or blocks of whole
- * SPLIT_STEPs that give the matrix SPLIT_TASKS tasks or a little more. */
-static int64_t token_block(const struct wmat *w, int64_t n, int64_t rows)
-{
-    const int64_t tiles = (w->rows + rows - 1) / rows, blocks = (SPLIT_TASKS + tiles - 1) / tiles;
-    int64_t tok = (n + blocks - 1) / blocks;
-    tok = (tok + SPLIT_STEP - 1) / SPLIT_STEP * SPLIT_STEP;
-    tok = tok > SPLIT_TOKENS ? tok : SPLIT_TOKENS;
-    return tok < n ? tok : n;
-}
-
 struct mm_job {
     matmul_fn fn;             /* or, when NULL, sgemm (blas set), q8dot, qgemm, gemm or qdot */
     bool blas;
     struct kern_ws *ws;       /* the workers' scratch (sgemm, qgemm, gemm) */
-    int64_t tile_rows, tokens; /* a task: tile_rows rows for `tokens` tokens (n, or a block of them) */
-    int64_t tasks;
+    int64_t tile_rows;
     qdot_fn qdot;
     qgemm_fn qgemm;
     gemm_fn gemm;             /* over the input as it is: bf16gemm or refgemm */
@@ -224,17 +203,14 @@ struct mm_job {
 static void mm_task(void *arg, int64_t task, int worker)
 {
     struct mm_job *j = arg;
-    const int64_t blocks = (j->n + j->tokens - 1) / j->tokens, t0 = task % blocks * j->tokens;
-    const int64_t r0 = task / blocks * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
-    const int64_t n = j->n - t0 < j->tokens ? j->n - t0 : j->tokens;
+    int64_t r0 = task * j->tile_rows, r1 = r0 + j->tile_rows < j->w->rows ? r0 + j->tile_rows : j->w->rows;
     if (j->fn)
         j->fn(j->w, j->x, j->n, j->y, r0, r1);
     else if (j->blas)
         kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->ws[worker]);
-    else if (j->q8dot) {
-        const struct kern_q8input in = kern_q8input_at(&j->q8view, j->q8in, t0);
-        j->q8dot(j->w, &in, n, j->y + t0 * j->w->rows, r0, r1);
-    } else if (j->qgemm)
+    else if (j->q8dot)
+        j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
+    else if (j->qgemm)
         j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, j->ws[worker].buf);
     else if (j->gemm)
         j->gemm(j->w, j->x, j->n, j->y, r0, r1, j->ws[worker].buf);
@@ -291,16 +267,15 @@ static const struct mm_path {
     enum mm_input in;
     size_t (*ws)(const struct wmat *w, int64_t rows, int64_t n); /* a worker's tile (NULL: none) */
     int64_t tile;             /* rows per task; < 0: tile_rows in whole steps of -tile rows */
-    bool split;               /* the tokens split too (token_block) */
 } paths[] = {
-    {W_FUSED, 0, use_q8, IN_Q8, NULL, -Q8_STEP, true},                        /* KERN_Q8: int8 activations */
-    {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS, false}, /* KERN_BLAS: sgemm */
-    {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS, false}, /* the fused kernels' bits as a GEMM */
-    {W_FUSED, 0, use_qdot, IN_Q, NULL, -EXACT_STEP, false},                   /* the fused kernels */
-    {W_BF16, KERN_QGEMM_MIN_TOKENS, use_bf16gemm, IN_X, kern_bf16gemm_ws_bytes, GEMM_ROWS, false},
-    {W_BF16, 0, use_bf16, IN_X, NULL, -EXACT_STEP, false},
-    {W_OTHER, 0, use_refgemm, IN_X, kern_refgemm_ws_bytes, -EXACT_STEP, false}, /* the reference's bits, 16 rows at a time */
-    {W_ANY, 0, use_ref, IN_X, NULL, -EXACT_STEP, false},                      /* the definition */
+    {W_FUSED, 0, use_q8, IN_Q8, NULL, -Q8_STEP},                              /* KERN_Q8: int8 activations */
+    {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS},      /* KERN_BLAS: sgemm */
+    {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS},       /* the fused kernels' bits as a GEMM */
+    {W_FUSED, 0, use_qdot, IN_Q, NULL, -EXACT_STEP},                          /* the fused kernels */
+    {W_BF16, KERN_QGEMM_MIN_TOKENS, use_bf16gemm, IN_X, kern_bf16gemm_ws_bytes, GEMM_ROWS},
+    {W_BF16, 0, use_bf16, IN_X, NULL, -EXACT_STEP},
+    {W_OTHER, 0, use_refgemm, IN_X, kern_refgemm_ws_bytes, -EXACT_STEP},      /* the reference's bits, 16 rows at a time */
+    {W_ANY, 0, use_ref, IN_X, NULL, -EXACT_STEP},                             /* the definition */
 };
 
 /* Chooses j's path for w; qin/q8in receive the input prepared for it in
@@ -314,9 +289,8 @@ static void mm_setup(const struct kern_table *t, int i, struct mm_job *j, const 
     const bool same = prev && prev->w->quantized && w->quantized && prev->w->mode == w->mode &&
                       prev->w->bits == w->bits && prev->w->gs == w->gs && prev->w->cols == w->cols;
     for (const struct mm_path *p = paths;; p++) {
-        const int64_t rows = p->tile > 0 ? p->tile : tile_rows(w, n, -p->tile), tok = p->split ? token_block(w, n, rows) : n;
-        *j = (struct mm_job){.tile_rows = rows, .tokens = tok > 0 ? tok : 1, .ws = t->ws, .w = w, .x = x, .n = n, .y = y};
-        j->tasks = (w->rows + rows - 1) / rows * ((n + j->tokens - 1) / j->tokens);
+        int64_t rows = p->tile > 0 ? p->tile : tile_rows(w, n, -p->tile);
+        *j = (struct mm_job){.tile_rows = rows, .ws = t->ws, .w = w, .x = x, .n = n, .y = y};
         if (!(p->weights & weights(w)) || n < (p->from < 0 ? fused[w->mode].gemm_from : p->from) || !p->use(t, j) ||
             (p->ws && !gemm_reserve(t, p->ws(w, w->rows < GEMM_ROWS ? w->rows : GEMM_ROWS, n), threads)))
             continue;
@@ -385,7 +359,7 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
     struct kern_q8input q8in[KERN_MANY];
     for (int i = 0; i < count; i++) {
         mm_setup(t, i, &m.j[i], w[i], x, n, y[i], threads, &qin[i], &q8in[i], i ? &m.j[0] : NULL);
-        m.first[i + 1] = m.first[i] + m.j[i].tasks;
+        m.first[i + 1] = m.first[i] + (w[i]->rows + m.j[i].tile_rows - 1) / m.j[i].tile_rows;
         m.pfirst[i + 1] = m.pfirst[i] + m.j[i].parts;
     }
     pool_run(threads, m.pfirst[count], prep_task, &m);

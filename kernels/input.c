@@ -170,17 +170,6 @@ int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct k
     return (n + KERN_QINPUT_PART - 1) / KERN_QINPUT_PART;
 }
 
-struct kern_q8input kern_q8input_at(const struct wmat *w, const struct kern_q8input *in, int64_t t0)
-{
-    struct kern_q8input v = *in;
-    v.xq += t0 * in->stride;
-    v.d += t0 * (w->cols / w->gs);
-    v.xsum += t0 * (w->cols / w->gs);
-    v.xqs = in->xqs ? in->xqs + t0 * in->stride : NULL;
-    v.qsum = in->qsum ? in->qsum + t0 * in->stride / 16 : NULL;
-    return v;
-}
-
 /* (part -1: the pointers alone, no tokens.) */
 void kern_q8input_part_begin(const struct wmat *w, int64_t n, void *buf, int64_t part, struct kern_q8parts *p)
 {

@@ -180,8 +180,6 @@ bool kern_q8_supports(const struct wmat *w);
  * +KERN_QINPUT_PART). */
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
 int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in);
-/* The same input from token t0 on, for a kernel given tokens t0.. alone. */
-struct kern_q8input kern_q8input_at(const struct wmat *w, const struct kern_q8input *in, int64_t t0);
 void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);

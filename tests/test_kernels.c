@@ -2112,21 +2112,19 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = TH_TIMEOUT(60))
     struct kern_table q8, best;
     kern_init(&q8, KERN_Q8);
     kern_init(&best, KERN_BEST);
-    struct tmat mats[5];
+    struct tmat mats[4];
     make_quant(&mats[0], 130, 192, 4, 64, DT_BF16, 51);
     make_quant(&mats[1], 65, 160, 8, 32, DT_F32, 52);
     make_quant(&mats[2], 70, 128, 3, 128, DT_F16, 53);
     make_float(&mats[3], 65, 257, DT_BF16, 54);
-    make_ggml(&mats[4], 65, 512, 3, 55); /* Q4_K */
-    const int64_t n = 131; /* q8's tiles in two blocks of tokens (dispatch.c's token_block) */
+    const int64_t n = 131;
     for (size_t i = 0; i < LEN(mats); i++) {
         const struct wmat *w = &mats[i].m;
         size_t ny = (size_t)(n * w->rows);
         uint64_t s = 70 + i;
         float *x = rand_vec(&s, (size_t)(n * w->cols)), *y[3], *want = nan_vec(ny), *y1 = nan_vec((size_t)w->rows);
         cr_assert_eq(kern_q8_supports(w), i < 2);
-        /* without int8 kernels KERN_Q8 is KERN_BEST */
-        bool q8path = (kern_q8_supports(w) || kern_gtype_of(w->mode)) && q8.q8dot;
+        bool q8path = kern_q8_supports(w) && q8.q8dot; /* without int8 kernels KERN_Q8 is KERN_BEST */
         if (q8path)
             q8_run(q8.q8dot, w, x, n, want);
         else
