@@ -19,6 +19,8 @@ EXPECT_TIMEOUT=60
 . "$HERE/lib.sh"
 said() { grep -qF -- "$1" "$T/err"; }
 no_controls() { ! LC_ALL=C grep -qP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$T/out" "$T/err"; }
+# process $1 runs (not ended: no zombie) and has not mapped cut.gpk yet
+unmapped_yet() { ! grep -qs '^State:[[:space:]]*[ZX]' "/proc/$1/status" && [ -e "/proc/$1" ] && ! grep -qs 'cut\.gpk$' "/proc/$1/maps"; }
 strict_json() { python3 -c 'import json,sys; json.loads(open(sys.argv[1], encoding="utf-8", errors="strict").read())' "$T/out"; }
 
 echo "# 1. strings from files are spelled out, never sent to the terminal"
@@ -274,7 +276,7 @@ for mode in --mmap ""; do
     "$G" run "$T/cut.gpk" --tokens 2,3 --generate 4000 $mode >/dev/null 2>"$T/err" &
     pid=$!
     # cut once the pack is mapped (a slow start, as under ASan, would otherwise be cut before it opens)
-    for _ in $(seq 1000); do grep -q 'cut\.gpk$' "/proc/$pid/maps" 2>/dev/null && break; sleep 0.01; done
+    for _ in $(seq 1000); do unmapped_yet $pid || break; sleep 0.01; done
     : >"$T/cut.gpk" # truncated in place, as cp onto it does first
     wait $pid
     rc=$?
