@@ -18,7 +18,14 @@
  * E2B-shaped 4-bit pack after a 4096-token prompt on a 16-core Xeon: split
  * 1.58x (q8) and 1.22x (exact) the tokens/s of by rows on 16 threads, 1.18x
  * (q8) on 4 (docs/PERFORMANCE.md); on 2 threads (a decode step of E2B:
- * split, since its 8 heads are one task) the two were within 3 % alone. */
+ * split, since its 8 heads are one task) the two were within 3 % alone.
+ *
+ * In a step of at most ATTN_SPLIT_ROWS rows (decode), a block's keys and
+ * values are prefetched, every line, before they are used: the kernels read
+ * a key's d floats in a burst too short for the hardware's prefetchers, so
+ * that without this a decode step at depth waits on each line
+ * (runner/kvcache.c stores the K and V rows as two planes for the same
+ * reason). A prefill's many rows find the keys in the cache already. */
 #include <math.h>
 #include <string.h>
 
@@ -36,6 +43,14 @@ size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int thr
     int64_t rows = (int64_t)threads * (ATTN_HEADS * keys + ATTN_KEYS * d);
     int64_t split = (N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS) * Nq * keys + (int64_t)threads * ATTN_KEYS * d;
     return (size_t)(rows > split ? rows : split);
+}
+
+/* The 64-byte lines of x[0 .. n) requested into the cache, in a step of
+ * few rows. */
+static void prefetch_floats(const struct kern_attn *a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; a->N <= ATTN_SPLIT_ROWS && i < n; i += 16)
+        __builtin_prefetch(x + i);
 }
 
 /* The first position query row `row` sees (its last is pos[row]). */
@@ -74,6 +89,8 @@ static void score_keys(const struct kern_table *t, const struct kern_attn *a, in
         at[live] = (int)(p - p0);
         live += kv[live] != NULL;
     }
+    for (int l = 0; l < live; l++)
+        prefetch_floats(a, kv[l], a->d);
     t->dots(q, nh, kv, live, a->d, s, a->keys);                               /* q·k, scale 1.0 */
     for (int u = 0; live < p1 - p0 + 1 && u < nh; u++) {                      /* hidden keys: −inf */
         float *su = s + u * a->keys;
@@ -96,6 +113,8 @@ static void add_values(const struct kern_table *t, const struct kern_attn *a, in
             used |= !(s[u * a->keys + p - p0] < KERN_WEIGHT_MIN);
         const float *v = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL;
         x[p - p0] = v ? v + c : NULL;                        /* NULL: hidden (a weight of NaN scores) */
+        if (v)
+            prefetch_floats(a, v + c, nc);
     }
     t->axpy(o, a->d, nh, s, a->keys, x, (int)(p1 - p0 + 1), nc);
 }

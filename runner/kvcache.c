@@ -31,13 +31,19 @@ static float *params_at(const struct kv_fmt *f, uint8_t *e, int k)
     return (float *)(void *)(e + 2 * n * (size_t)f->bits / 8) + (size_t)k * ng;
 }
 
+/* Float entries are planar: the K rows of all slots, then the V rows
+ * ([2, cap, heads·d]), so that attention reads each as one stream. */
+static float *float_row(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int which)
+{
+    return (float *)(void *)(r->f + ((size_t)which * (size_t)r->cap + (size_t)slot) * (f->fbytes / 2));
+}
+
 void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_t pos, const float *k, const float *v)
 {
     size_t n = (size_t)(f->heads * f->d);
     if (!kv_fmt_quantized(f, pos)) {
-        float *dst = (float *)(void *)(r->f + (size_t)slot * f->fbytes);
-        memcpy(dst, k, n * sizeof *dst);
-        memcpy(dst + n, v, n * sizeof *dst);
+        memcpy(float_row(f, r, slot, 0), k, n * sizeof(float));
+        memcpy(float_row(f, r, slot, 1), v, n * sizeof(float));
         return;
     }
     uint8_t *e = r->q + (size_t)slot * f->qbytes; /* heads·d values a row, as affine groups */
@@ -50,9 +56,9 @@ void kv_rows_put(const struct kv_fmt *f, struct kv_rows *r, int64_t slot, int64_
 const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64_t slot, int64_t pos, int64_t h,
                           int which, float *buf)
 {
-    int64_t d = f->d, n = f->heads * d;
+    int64_t d = f->d;
     if (!kv_fmt_quantized(f, pos))
-        return (const float *)(const void *)(r->f + (size_t)slot * f->fbytes) + which * n + h * d;
+        return float_row(f, r, slot, which) + h * d;
     uint8_t *e = r->q + (size_t)slot * f->qbytes;
     int64_t g0 = h * d / f->gs; /* groups never straddle heads: runner_init checks that gs divides d */
     dequant_affine_row(codes_at(f, e, which) + (size_t)(h * d * f->bits / 8), params_at(f, e, 2 * which) + g0,
@@ -63,28 +69,40 @@ const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
                   int64_t sslot, int64_t pos)
 {
-    if (kv_fmt_quantized(f, pos))
+    if (kv_fmt_quantized(f, pos)) {
         memcpy(dst->q + (size_t)dslot * f->qbytes, src->q + (size_t)sslot * f->qbytes, f->qbytes);
-    else
-        memcpy(dst->f + (size_t)dslot * f->fbytes, src->f + (size_t)sslot * f->fbytes, f->fbytes);
+        return;
+    }
+    for (int which = 0; which < 2; which++)
+        memcpy(float_row(f, dst, dslot, which), float_row(f, src, sslot, which), f->fbytes / 2);
+}
+
+size_t kv_cache_entry_io(struct kv_cache *c, int64_t pos, uint8_t *bytes, bool restore)
+{
+    const struct kv_fmt *f = &c->fmt;
+    const int64_t slot = kv_cache_slot(c, pos);
+    if (kv_fmt_quantized(f, pos)) {
+        uint8_t *q = c->rows.q + (size_t)slot * f->qbytes;
+        if (bytes)
+            memcpy(restore ? q : bytes, restore ? bytes : q, f->qbytes);
+        return f->qbytes;
+    }
+    for (int which = 0; bytes && which < 2; which++) {
+        uint8_t *x = (uint8_t *)float_row(f, &c->rows, slot, which), *b = bytes + (size_t)which * (f->fbytes / 2);
+        memcpy(restore ? x : b, restore ? b : x, f->fbytes / 2);
+    }
+    return f->fbytes;
 }
 
 int kv_rows_alloc(const struct kv_fmt *f, struct kv_rows *r, int64_t cap, struct err *e)
 {
     /* float part only when some position can be float: no quantization, or a float prefix */
     bool need_f = f->bits == 0 || f->qstart > 0;
-    uint8_t *nf = need_f ? realloc(r->f, (size_t)cap * f->fbytes) : NULL;
-    if (need_f && !nf)
-        return err_set(e, ERR_NOMEM, "cannot allocate a KV cache of %lld entries", (long long)cap);
-    if (need_f)
-        r->f = nf;
-    if (f->bits) {
-        uint8_t *nq = realloc(r->q, (size_t)cap * f->qbytes);
-        if (!nq)
-            return err_set(e, ERR_NOMEM, "cannot allocate a quantized KV cache of %lld entries", (long long)cap);
-        r->q = nq;
-    }
     r->cap = cap;
+    if (need_f && !(r->f = malloc((size_t)cap * f->fbytes)))
+        return err_set(e, ERR_NOMEM, "cannot allocate a KV cache of %lld entries", (long long)cap);
+    if (f->bits && !(r->q = malloc((size_t)cap * f->qbytes)))
+        return err_set(e, ERR_NOMEM, "cannot allocate a quantized KV cache of %lld entries", (long long)cap);
     return ERR_OK;
 }
 

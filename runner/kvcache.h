@@ -25,7 +25,7 @@ struct kv_fmt {
     int64_t heads, d;      /* KV heads and head dim: an entry is 2 × heads × d values */
     int bits, gs;          /* 0 bits: float only */
     int64_t qstart;        /* positions ≥ qstart are quantized (when bits > 0) */
-    size_t fbytes;         /* float entry: K then V, heads·d floats each */
+    size_t fbytes;         /* float entry: K and V, heads·d floats each (stored in two planes, kvcache.c) */
     size_t qbytes;         /* quantized entry: K codes, V codes, K scales, K biases, V scales, V biases */
 };
 
@@ -56,7 +56,8 @@ const float *kv_rows_head(const struct kv_fmt *f, const struct kv_rows *r, int64
 void kv_rows_copy(const struct kv_fmt *f, struct kv_rows *dst, int64_t dslot, const struct kv_rows *src,
                   int64_t sslot, int64_t pos);
 
-/* Allocates `cap` slots (float and/or quantized parts as the format needs). */
+/* Allocates `cap` slots (float and/or quantized parts as the format needs)
+ * to rows that hold none; kv_rows_free frees them, also after a failure. */
 int kv_rows_alloc(const struct kv_fmt *f, struct kv_rows *r, int64_t cap, struct err *e);
 void kv_rows_free(struct kv_rows *r);
 
@@ -75,6 +76,11 @@ static inline int64_t kv_cache_slot(const struct kv_cache *c, int64_t pos)
     return c->ring ? pos % c->rows.cap : pos;
 }
 void kv_cache_free(struct kv_cache *c);
+
+/* The entry of position pos as bytes (a float one K then V; a quantized one
+ * as stored): copied into `bytes`, or from it with restore; NULL bytes
+ * copies nothing. Returns the entry's size. */
+size_t kv_cache_entry_io(struct kv_cache *c, int64_t pos, uint8_t *bytes, bool restore);
 
 /* Bytes of storage the cache holds. */
 size_t kv_cache_bytes(const struct kv_cache *c);

@@ -272,18 +272,6 @@ static bool cached(struct prefix_cache *pc, const uint8_t key[32])
 
 /* ---- snapshots ---- */
 
-static size_t entry_bytes(const struct kv_fmt *f, int64_t pos)
-{
-    return kv_fmt_quantized(f, pos) ? f->qbytes : f->fbytes;
-}
-
-static uint8_t *entry_ptr(struct kv_cache *c, int64_t pos)
-{
-    int64_t slot = kv_cache_slot(c, pos);
-    return kv_fmt_quantized(&c->fmt, pos) ? c->rows.q + (size_t)slot * c->fmt.qbytes
-                                           : c->rows.f + (size_t)slot * c->fmt.fbytes;
-}
-
 /* Positions a block entry holds for layer i: the block's own positions for a
  * full layer, the ring contents at the boundary for a sliding one. */
 static void span(const struct runner *r, int64_t i, int64_t start, int64_t end, int64_t *p0, int64_t *p1)
@@ -312,12 +300,8 @@ static int block_io(struct runner *r, int seq, int64_t start, int64_t end, uint8
             if (rc != ERR_OK)
                 return rc;
         }
-        for (int64_t p = p0; p < p1; p++) {
-            size_t n = entry_bytes(&kc->fmt, p);
-            if (payload && write)
-                memcpy(restore ? entry_ptr(kc, p) : payload + o, restore ? payload + o : entry_ptr(kc, p), n);
-            o += n;
-        }
+        for (int64_t p = p0; p < p1; p++)
+            o += kv_cache_entry_io(kc, p, payload && write ? payload + o : NULL, restore);
     }
     *bytes = o;
     return ERR_OK;
