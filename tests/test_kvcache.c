@@ -1,4 +1,5 @@
-/* test_kvcache.c - runner/kvcache: the quantized KV cache (--kv-bits,
+/* test_kvcache.c - runner/kvcache: the store's entries and their byte form
+ * for the prefix cache; the quantized KV cache (--kv-bits,
  * --kv-group, --kv-start, skip-last): KLD and top-1 against the float cache
  * of the same model, the stored layout with KV sharing, bitwise equality of
  * prefill, decode and chunked runs, option validation, and the seed report's
@@ -219,6 +220,64 @@ Test(kvcache, opts_validate)
     cr_expect_null(r.seq, "nothing allocated for a rejected configuration");
     runner_free(&r);
     fx_close(&f);
+}
+
+/* The store itself: a ring of 3 slots, 2 heads of 4 values, positions 0..4
+ * (float below 4, 8-bit from 4). Each head's K and V row reads back as put,
+ * an entry as bytes is its K row then its V row (a quantized one as
+ * stored, and only the cache's), and such bytes restore it in another
+ * cache of the same format. */
+Test(kvcache, entry_store_and_bytes)
+{
+    struct err e = {0};
+    struct kv_fmt f;
+    kv_fmt_init(&f, 2, 4, 8, 4, 4);
+    struct kv_cache a, b;
+    cr_assert_eq(kv_cache_init(&a, &f, true, 3, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(kv_cache_init(&b, &f, true, 3, &e), ERR_OK, "%s", e.msg);
+    for (int64_t p = 0; p < 5; p++) {
+        float k[8], v[8];
+        for (int i = 0; i < 8; i++) {
+            k[i] = (float)(100 * p + i);
+            v[i] = -(float)(100 * p + i) - 0.5f;
+        }
+        kv_rows_put(&f, &a.rows, kv_cache_slot(&a, p), p, k, v);
+    }
+    float buf[4];
+    for (int64_t p = 2; p < 4; p++) /* float entries, still in the ring */
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 4; i++) {
+                cr_expect_eq(kv_rows_head(&f, &a.rows, kv_cache_slot(&a, p), p, h, 0, buf)[i], (float)(100 * p + 4 * h + i),
+                             "position %lld head %d K[%d]", (long long)p, h, i);
+                cr_expect_eq(kv_rows_head(&f, &a.rows, kv_cache_slot(&a, p), p, h, 1, buf)[i],
+                             -(float)(100 * p + 4 * h + i) - 0.5f, "position %lld head %d V[%d]", (long long)p, h, i);
+            }
+    uint8_t bytes[256];
+    cr_assert_eq(kv_cache_entry_io(&a, 3, NULL, false), 2 * 8 * sizeof(float), "a float entry's size");
+    cr_assert_eq(kv_cache_entry_io(&a, 3, bytes, false), 2 * 8 * sizeof(float));
+    for (int i = 0; i < 8; i++) {
+        float x, y;
+        memcpy(&x, bytes + 4 * i, 4);
+        memcpy(&y, bytes + 32 + 4 * i, 4);
+        cr_expect_eq(x, (float)(300 + i), "byte form K[%d]", i);
+        cr_expect_eq(y, -(float)(300 + i) - 0.5f, "byte form V[%d]", i);
+    }
+    cr_assert_eq(kv_cache_entry_io(&b, 3, bytes, true), 2 * 8 * sizeof(float));
+    size_t qn = kv_cache_entry_io(&a, 4, NULL, false);
+    cr_assert_eq(qn, f.qbytes, "a quantized entry's size");
+    cr_assert_eq(kv_cache_entry_io(&a, 4, bytes, false), qn);
+    cr_expect_eq(memcmp(bytes, a.rows.q + (size_t)kv_cache_slot(&a, 4) * f.qbytes, qn), 0, "stored bytes as they are");
+    cr_assert_eq(kv_cache_entry_io(&b, 4, bytes, true), qn);
+    for (int64_t p = 3; p < 5; p++)
+        for (int h = 0; h < 2; h++)
+            for (int which = 0; which < 2; which++) {
+                float x[4];
+                memcpy(x, kv_rows_head(&f, &a.rows, kv_cache_slot(&a, p), p, h, which, buf), sizeof x);
+                cr_expect_eq(memcmp(x, kv_rows_head(&f, &b.rows, kv_cache_slot(&b, p), p, h, which, buf), sizeof x), 0,
+                             "restored position %lld head %d %s", (long long)p, h, which ? "V" : "K");
+            }
+    kv_cache_free(&a);
+    kv_cache_free(&b);
 }
 
 /* --kv-start N: positions below N stay float. */
