@@ -15,18 +15,20 @@
  *   3. values: tasks over (KV head, ATTN_DCOLS columns of d): each row's and
  *      head's output columns summed over its keys in position order.
  * The way depends on the thread count; the bits do not. Decode of an
- * E2B-shaped 4-bit pack after a 4096-token prompt on a 16-core Xeon: split
- * 1.58x (q8) and 1.22x (exact) the tokens/s of by rows on 16 threads, 1.18x
- * (q8) on 4 (docs/PERFORMANCE.md); on 2 threads (a decode step of E2B:
- * split, since its 8 heads are one task) the two were within 3 % alone.
+ * E2B-shaped 4-bit pack after a 4096-token prompt on a 16-core Xeon, % of
+ * the bound, exact / q8, by rows → split: 36.9 / 40.5 → 47.8 / 60.2 % on 16
+ * threads, 65.7 / 79.8 → 70.1 / 92.0 % on 4 (docs/PERFORMANCE.md); on 2
+ * threads (a decode step of E2B: split, since its 8 heads are one task) the
+ * two were within 3 % alone.
  *
  * In a step of at most ATTN_SPLIT_ROWS rows (decode), a block's keys and
- * values are prefetched, every line, before they are used: the kernels read
+ * values are prefetched, every line they lie on, before they are used: the kernels read
  * a key's d floats in a burst too short for the hardware's prefetchers, so
  * that without this a decode step at depth waits on each line
  * (runner/kvcache.c stores the K and V rows as two planes for the same
  * reason). A prefill's many rows find the keys in the cache already. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/pool.h"
@@ -45,12 +47,13 @@ size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int thr
     return (size_t)(rows > split ? rows : split);
 }
 
-/* The 64-byte lines of x[0 .. n) requested into the cache, in a step of
- * few rows. */
+/* Every 64-byte line holding part of x[0 .. n) requested into the cache, in
+ * a step of few rows. */
 static void prefetch_floats(const struct kern_attn *a, const float *x, int64_t n)
 {
-    for (int64_t i = 0; a->N <= ATTN_SPLIT_ROWS && i < n; i += 16)
-        __builtin_prefetch(x + i);
+    const uintptr_t end = (uintptr_t)(x + n);
+    for (uintptr_t p = (uintptr_t)x & ~(uintptr_t)63; a->N <= ATTN_SPLIT_ROWS && p < end; p += 64)
+        __builtin_prefetch((const void *)p);
 }
 
 /* The first position query row `row` sees (its last is pos[row]). */

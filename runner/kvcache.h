@@ -38,7 +38,8 @@ static inline bool kv_fmt_quantized(const struct kv_fmt *f, int64_t pos)
 
 /* Entries of consecutive positions (a cache, or a chunk's pending rows). */
 struct kv_rows {
-    uint8_t *f;            /* [cap, fbytes] or NULL when never needed */
+    uint8_t *f;            /* [2, cap, heads·d] floats (every slot's K row, then every V row), or NULL when
+                              never needed */
     uint8_t *q;            /* [cap, qbytes] or NULL */
     int64_t cap;
 };

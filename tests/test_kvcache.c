@@ -222,28 +222,47 @@ Test(kvcache, opts_validate)
     fx_close(&f);
 }
 
+/* Position p's K and V rows in entry_store_and_bytes (2 heads of 4). */
+static void entry_values(int64_t p, float k[8], float v[8])
+{
+    for (int i = 0; i < 8; i++) {
+        k[i] = (float)(100 * p + i);
+        v[i] = -(float)(100 * p + i) - 0.5f;
+    }
+}
+
+/* Head h's K (which 0) or V row of position p in `a` equals that in `b`. */
+static void expect_same_head(const struct kv_fmt *f, const struct kv_cache *a, const struct kv_cache *b, int64_t p,
+                             int h, int which, const char *what)
+{
+    float x[4], buf[4];
+    memcpy(x, kv_rows_head(f, &a->rows, kv_cache_slot(a, p), p, h, which, buf), sizeof x);
+    cr_expect_eq(memcmp(x, kv_rows_head(f, &b->rows, kv_cache_slot(b, p), p, h, which, buf), sizeof x), 0,
+                 "%s: position %lld head %d %s", what, (long long)p, h, which ? "V" : "K");
+}
+
 /* The store itself: a ring of 3 slots, 2 heads of 4 values, positions 0..4
- * (float below 4, 8-bit from 4). Each head's K and V row reads back as put,
+ * (float below 4, 8-bit from 4). Each head's K and V row reads back as put;
  * an entry as bytes is its K row then its V row (a quantized one as
- * stored, and only the cache's), and such bytes restore it in another
- * cache of the same format. */
+ * stored), and such bytes restore it in another cache of the same format;
+ * entries copied from a chunk's pending rows (2 slots) into a full cache (5)
+ * read back the same. */
 Test(kvcache, entry_store_and_bytes)
 {
     struct err e = {0};
     struct kv_fmt f;
     kv_fmt_init(&f, 2, 4, 8, 4, 4);
-    struct kv_cache a, b;
+    struct kv_cache a, b, full;
+    struct kv_rows pend = {0};
     cr_assert_eq(kv_cache_init(&a, &f, true, 3, &e), ERR_OK, "%s", e.msg);
     cr_assert_eq(kv_cache_init(&b, &f, true, 3, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(kv_cache_init(&full, &f, false, 5, &e), ERR_OK, "%s", e.msg);
+    cr_assert_eq(kv_rows_alloc(&f, &pend, 2, &e), ERR_OK, "%s", e.msg);
+    float k[8], v[8], buf[4];
     for (int64_t p = 0; p < 5; p++) {
-        float k[8], v[8];
-        for (int i = 0; i < 8; i++) {
-            k[i] = (float)(100 * p + i);
-            v[i] = -(float)(100 * p + i) - 0.5f;
-        }
+        entry_values(p, k, v);
         kv_rows_put(&f, &a.rows, kv_cache_slot(&a, p), p, k, v);
     }
-    float buf[4];
     for (int64_t p = 2; p < 4; p++) /* float entries, still in the ring */
         for (int h = 0; h < 2; h++)
             for (int i = 0; i < 4; i++) {
@@ -268,16 +287,21 @@ Test(kvcache, entry_store_and_bytes)
     cr_assert_eq(kv_cache_entry_io(&a, 4, bytes, false), qn);
     cr_expect_eq(memcmp(bytes, a.rows.q + (size_t)kv_cache_slot(&a, 4) * f.qbytes, qn), 0, "stored bytes as they are");
     cr_assert_eq(kv_cache_entry_io(&b, 4, bytes, true), qn);
+    for (int64_t p = 3; p < 5; p++) {
+        entry_values(p, k, v);
+        kv_rows_put(&f, &pend, p - 3, p, k, v);
+        kv_rows_copy(&f, &full.rows, kv_cache_slot(&full, p), &pend, p - 3, p);
+    }
     for (int64_t p = 3; p < 5; p++)
         for (int h = 0; h < 2; h++)
             for (int which = 0; which < 2; which++) {
-                float x[4];
-                memcpy(x, kv_rows_head(&f, &a.rows, kv_cache_slot(&a, p), p, h, which, buf), sizeof x);
-                cr_expect_eq(memcmp(x, kv_rows_head(&f, &b.rows, kv_cache_slot(&b, p), p, h, which, buf), sizeof x), 0,
-                             "restored position %lld head %d %s", (long long)p, h, which ? "V" : "K");
+                expect_same_head(&f, &a, &b, p, h, which, "restored from bytes");
+                expect_same_head(&f, &a, &full, p, h, which, "copied from pending rows");
             }
+    kv_rows_free(&pend);
     kv_cache_free(&a);
     kv_cache_free(&b);
+    kv_cache_free(&full);
 }
 
 /* --kv-start N: positions below N stay float. */
