@@ -22,10 +22,10 @@
  * two were within 3 % alone.
  *
  * In a step of at most ATTN_SPLIT_ROWS rows (decode), a block's keys and
- * values are prefetched, every line they lie on, before they are used: the kernels read
- * a key's d floats in a burst too short for the hardware's prefetchers, so
- * that without this a decode step at depth waits on each line
- * (runner/kvcache.c stores the K and V rows as two planes for the same
+ * values are prefetched, every line they lie on, before they are used: the
+ * kernels read a key's d floats in a burst too short for the hardware's
+ * prefetchers, so that without this a decode step at depth waits on each
+ * line (runner/kvcache.c stores the K and V rows as two planes for the same
  * reason). A prefill's many rows find the keys in the cache already. */
 #include <math.h>
 #include <stdint.h>
