@@ -84,8 +84,8 @@ void model_close(struct model *m);
  * read-only anonymous mapping advised for transparent huge pages, and points
  * the views there; the file stays mapped for the rest. Same bytes, same
  * results: only faster to stream. File-backed mappings come in 4 KiB pages,
- * and on the machine of docs/PERFORMANCE.md (a VM) decode ran about 1.5×
- * as fast from huge pages. Costs a memory copy of those matrices, made on
+ * and on a 2-vCPU VM decode ran about 1.5× as fast from huge pages (commit
+ * ab41c5f). Costs a memory copy of those matrices, made on
  * `threads` threads. Every matrix kern_blockable takes is laid out in
  * blocks of rows (kern_block_rows): every kernel gives the same bits on it,
  * and the exact and int8 kernels read it faster than rows. */

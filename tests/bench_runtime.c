@@ -266,7 +266,7 @@ static int cmp_double(const void *a, const void *b)
  * does no work besides moving the bytes, so this shows how often the
  * machine's memory meets the 90 % bar under this statistic: on this VM a read
  * of the 8-bit pack's 2.42 GB per step met it in 11 of 18 runs, of the 4-bit
- * pack's 1.28 GB in 16 of 16 (docs/PERFORMANCE.md). */
+ * pack's 1.28 GB in 16 of 16 (commit f332e30). */
 static int read_control(uint64_t step_bytes, int threads)
 {
     size_t n = (size_t)(step_bytes / 8);

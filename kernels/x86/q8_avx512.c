@@ -168,7 +168,7 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
  * 1.15-1.20× the 8 tokens × 1 block with an accumulator per nibble half
  * (8-bit: 1.25-1.30×); 12 × 2 the same as 8 × 2, 6 × 3 and 16 × 1 slower.
  * With the input prepared on the pool, E2B prefill of 512 tokens on a 16-core
- * Xeon ran 1.1-1.4× the old kernels (docs/PERFORMANCE.md). */
+ * Xeon ran 1.1-1.4× the old kernels (commit 8ab8dee). */
 AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_t *bb, size_t block, enum dtype dt,
                                const struct kern_q8input *in, int64_t t0, int64_t ng, int64_t g, __m512 (*acc)[16],
                                const int T, const int B, const int gs, const int bits)
