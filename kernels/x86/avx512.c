@@ -432,6 +432,14 @@ __attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w,
     }
 }
 
+/* Bytes ahead that each of arows512's NB streams prefetches: its NB = 8
+ * streams 4096 ahead (PREFETCH) keep 32 KiB in flight, most of L1. E2B
+ * 4-bit exact decode on a 16-core Xeon, 1024 against 4096 alternated in one
+ * runner, medians of 5 rounds: 1.12x at 2 threads, 1.13x at 4, 1.09x after
+ * 512 tokens; on a 2-vCPU Zen 5 VM 0.95-1.10x with its memory's state
+ * (docs/PERFORMANCE.md). */
+#define APREFETCH 1024
+
 /* Word i of a group for NB sets (base: each set's group in the blocked
  * layout) and T tokens (x: the group's input of the first): its codes into
  * the chains p, the chain's first word (`first`) starting them. */
@@ -442,7 +450,7 @@ AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, in
 #pragma GCC unroll 8
     for (int b = 0; b < NB; b++) {
         if (w->blocked) /* each set one stream: codes, scales, biases */
-            _mm_prefetch((const char *)base[b] + 64 * i + PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)base[b] + 64 * i + APREFETCH, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512((const void *)(base[b] + 64 * i));
 #pragma GCC unroll 8
         for (int k = 0; k < per_word; k++) {
