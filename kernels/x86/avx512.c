@@ -436,7 +436,7 @@ __attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w,
  * streams 4096 ahead (PREFETCH) keep 32 KiB in flight, most of L1. E2B
  * 4-bit exact decode on a 16-core Xeon, 1024 against 4096 alternated in one
  * runner, medians of 5 rounds: 1.12x at 2 threads, 1.13x at 4, 1.09x after
- * 512 tokens; on a 2-vCPU Zen 5 VM 0.90-1.22x per round with its memory's
+ * 512 tokens at 2; on a 2-vCPU Zen 5 VM 0.90-1.22x per round with its memory's
  * state (docs/PERFORMANCE.md). */
 #define APREFETCH 1024
 
