@@ -194,18 +194,20 @@ AVX2 INLINE __m256 cvt8(const int8_t *c)
 }
 
 /* Block bi (bb bytes) of the R rows r0, r0 + step, ...: its bytes blk[r],
- * scales and offsets, and (codes) its decoded codes. R > 1 rows are R
+ * (params) scales and offsets, and (codes) its decoded codes. R > 1 rows are R
  * streams: every line of the block is fetched PREFETCH ahead; one row
  * fetches its first `first` lines (its stream's own prefetch does the rest). */
 AVX2 INLINE void gblocks(const struct wmat *w, const enum qmode mode, int64_t bi, int64_t bb, const int R, int64_t r0,
-                         int64_t step, const bool codes, const int first, const uint8_t **blk, struct kern_gblock *g)
+                         int64_t step, const bool params, const bool codes, const int first, const uint8_t **blk,
+                         struct kern_gblock *g)
 {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         blk[r] = w->w + (size_t)(r0 + r * step) * w->row_stride + (size_t)(bi * bb);
         for (int64_t o = 0; o < (R > 1 ? bb : 64 * first); o += 64)
             _mm_prefetch((const char *)blk[r] + PREFETCH + o, _MM_HINT_T0);
-        gparams(mode, blk[r], g[r].a, g[r].m);
+        if (params)
+            gparams(mode, blk[r], g[r].a, g[r].m);
         if (codes)
             gcodes(mode, blk[r], g[r].c);
     }
@@ -227,7 +229,7 @@ AVX2 INLINE void grows256(const struct wmat *w, const enum qmode mode, const str
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-        gblocks(w, mode, bi, bb, R, r0, step, true, 0, blk, g);
+        gblocks(w, mode, bi, bb, R, r0, step, true, true, 0, blk, g);
         for (int64_t j = 0; j < ns; j++) {
             const int64_t col = bi * w->gs + j * S;
 #pragma GCC unroll 4
@@ -320,6 +322,31 @@ AVX512 INLINE void ginputs512(const struct kern_qinput *in, int64_t t0, const in
  * 0..15; IQ4_NL, IQ4_XS: kvalues). */
 #define G_NIB(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_IQ4_NL || (mode) == QM_GGML_IQ4_XS)
 
+/* Q4_K's a and m (gparams' products, the same bits) in vector registers
+ * alone: the 16 header bytes of a row's block (d, dmin, the 12 bytes of 6-bit
+ * fields) unpacked as dwords u0, u1, u2 into [sc 0-3, mn 0-3, sc 4-7, mn 4-7],
+ * converted and multiplied by [d ×8, −dmin ×8]. */
+AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
+{
+    const __m128i h = _mm_loadu_si128((const __m128i *)b);
+    const __m128i S = _mm_shuffle_epi32(h, _MM_SHUFFLE(3, 3, 2, 1));      /* u0, u1, u2, u2 */
+    const __m128i T = _mm_srlv_epi32(S, _mm_setr_epi32(6, 6, 0, 4));      /* u0 >> 6, u1 >> 6, u2, u2 >> 4 */
+    /* lanes 2, 3: (u0 >> 6) << 4, (u1 >> 6) << 4 */
+    const __m128i H = _mm_slli_epi32(_mm_shuffle_epi32(T, _MM_SHUFFLE(1, 0, 3, 2)), 4);
+    const __m128i lo = _mm_and_si128(S, _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0, 0));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(T, _mm_setr_epi32(0, 0, 0x0f0f0f0f, 0x0f0f0f0f)),
+                                    _mm_and_si128(H, _mm_setr_epi32(0, 0, 0x30303030, 0x30303030)));
+    const __m128i f = _mm_shuffle_epi32(_mm_or_si128(lo, hi), _MM_SHUFFLE(3, 1, 2, 0)); /* sc 0-7, mn 0-7 */
+    const __m512 dm = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                            _mm512_castps128_ps512(_mm_cvtph_ps(h)));
+    const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
+                                           INT32_MIN, INT32_MIN, INT32_MIN);
+    const __m512 dms = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), sign)); /* d ×8, −dmin ×8 */
+    const __m512 v = _mm512_mul_ps(dms, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(f)));
+    _mm256_storeu_ps(a, _mm512_castps512_ps256(v));
+    _mm256_storeu_ps(m, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 /* A block of a G_NIB type from column col in R rows (b[r], g[r]: its bytes
  * and params): 16 code bytes widened to 32-bit lanes, whose low and high
  * nibbles pick the code values from a register (vpermps reads an index's low
@@ -388,10 +415,12 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-        gblocks(w, mode, bi, bb, R, r0, step, !G_NIB(mode), 1, blk, g);
-        if (mode == QM_GGML_Q4_K) /* a, m read back from memory: GCC kept them in registers, extracted by shuffles (E: 0.86x) */
-            for (int r = 0; r < R; r++)
-                __asm__("" : "+m"(g[r].a), "+m"(g[r].m));
+        gblocks(w, mode, bi, bb, R, r0, step, mode != QM_GGML_Q4_K, !G_NIB(mode), 1, blk, g);
+        if (mode == QM_GGML_Q4_K)
+            for (int r = 0; r < R; r++) {
+                q4k_params512(blk[r], g[r].a, g[r].m);
+                __asm__("" : "+m"(g[r].a), "+m"(g[r].m)); /* read back by broadcasts (E: 1.15x against shuffles) */
+            }
         if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
             nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, A, B);
             continue;
