@@ -4,7 +4,8 @@
  * int8 bytes (gcodes) and its scales and offsets with a few vector ops
  * (gparams: the same exact products); the kernels are specialized by type
  * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
- * codes up as floats (vpermps), the others convert the decoded bytes; one
+ * codes up as floats (vpermps), the others convert the decoded bytes (Q4_K's
+ * params and Q6_K's codes by 512-bit twins of gparams and gcodes); one
  * token runs 4 rows a pass (gtile512, gtile256). Int8:
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
  * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
@@ -347,6 +348,25 @@ AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
     _mm256_storeu_ps(m, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+/* Q6_K's codes (gcodes' bytes) in 512-bit steps: per half h, the 64 ql
+ * bytes at once, qh's 32 in both 256-bit halves (16-bit shifts bring bit
+ * pair 2i of qh[l] to bits 4-5 of byte l; the rest masked off). */
+AVX512 INLINE void q6k_codes512(const uint8_t *b, int8_t *c)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), b32 = _mm512_set1_epi8(32);
+    const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* pairs 0, 1 */
+    const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* pairs 2, 3 */
+    for (int h = 0; h < 2; h++, c += 128) {
+        const __m512i v = _mm512_loadu_si512((const void *)(b + 64 * h));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, sl), m30));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                           _mm512_and_si512(_mm512_srlv_epi16(qh, sr), m30));
+        _mm512_storeu_si512((void *)c, _mm512_sub_epi8(lo, b32));
+        _mm512_storeu_si512((void *)(c + 64), _mm512_sub_epi8(hi, b32));
+    }
+}
+
 /* A block of a G_NIB type from column col in R rows (b[r], g[r]: its bytes
  * and params): 16 code bytes widened to 32-bit lanes, whose low and high
  * nibbles pick the code values from a register (vpermps reads an index's low
@@ -415,7 +435,10 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-        gblocks(w, mode, bi, bb, R, r0, step, mode != QM_GGML_Q4_K, !G_NIB(mode), 1, blk, g);
+        gblocks(w, mode, bi, bb, R, r0, step, mode != QM_GGML_Q4_K, !G_NIB(mode) && mode != QM_GGML_Q6_K, 1, blk, g);
+        if (mode == QM_GGML_Q6_K)
+            for (int r = 0; r < R; r++)
+                q6k_codes512(blk[r], g[r].c);
         if (mode == QM_GGML_Q4_K)
             for (int r = 0; r < R; r++) {
                 q4k_params512(blk[r], g[r].a, g[r].m);
