@@ -100,7 +100,11 @@ ATTR INLINE void F(q8rows_)(const struct wmat *w, const struct kern_q8input *in,
 
 /* S of group g (its record's words at c) for the 16 rows of a block, one row
  * a lane, rows 0-7 in S[0] and 8-15 in S[1]: word k of the group (64 bytes,
- * 4 per row) against the token's four xq of that word in every lane. */
+ * 4 per row) against the token's four xq of that word in every lane. Each
+ * word prefetched PREFETCH ahead (8-bit: half as far): the kernel alone from
+ * RAM, alternated in one process, on X16 (AVX2, no VNNI) 1.40-1.48x at 4 bits
+ * and 1.22-1.44x at 8, 1-4 threads; on E (Zen 4) 1.0x at 2 threads, at 1
+ * 0.89x (4-bit) and 0.79x (8-bit). */
 ATTR INLINE void F(q8group16_)(const uint8_t *c, const int8_t *xq, int64_t g, const int gs, const int bits,
                                __m256i S[2])
 {
@@ -116,6 +120,7 @@ ATTR INLINE void F(q8group16_)(const uint8_t *c, const int8_t *xq, int64_t g, co
                 const int64_t wd = g * words + k;
                 const int8_t *e = xq + 128 * (wd / 16) + 4 * (wd % 16);
                 const __m256i xe = _mm256_set1_epi32((int)rd_u32le(e)), xo = _mm256_set1_epi32((int)rd_u32le(e + 64));
+                _mm_prefetch((const char *)c + 64 * k + PREFETCH, _MM_HINT_T0);
                 for (int h = 0; h < 2; h++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k + 32 * h));
                     PAIRS(s4[h], _mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xe, xo);
@@ -131,6 +136,7 @@ ATTR INLINE void F(q8group16_)(const uint8_t *c, const int8_t *xq, int64_t g, co
 #pragma GCC unroll 32
     for (int k = 0; k < words; k++) {
         const __m256i x = _mm256_set1_epi32((int)rd_u32le(xq + 4 * (g * words + k)));
+        _mm_prefetch((const char *)c + 64 * k + PREFETCH / 2, _MM_HINT_T0);
         for (int h = 0; h < 2; h++)
             DOT8(lo[h], hi[h], _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * k + 32 * h)), x);
     }
