@@ -195,13 +195,18 @@ AVX2 void kern_gelu_mul_avx2(float *g, const float *u, int64_t n)
     kern_gelu_mul_ref(g + i, u + i, n - i);
 }
 
+/* Code k of each word of v (affine; mk: the mask of code k below the top one). */
+AVX2 INLINE __m256 acode256(__m256i v, const int k, const int bits, __m256i mk)
+{
+    return _mm256_cvtepi32_ps(k == 32 / bits - 1 ? _mm256_srli_epi32(v, 32 - bits) : _mm256_and_si256(v, mk));
+}
+
 /* code512 of avx512.c on 8 lanes: the E2M1 magnitudes from an 8-entry table,
  * the sign (bit 3) or'ed in. */
 AVX2 INLINE __m256 code256(__m256i v, const int k, const int bits, const int mode)
 {
     if (mode == QM_AFFINE)
-        return _mm256_cvtepi32_ps(k == 32 / bits - 1 ? _mm256_srli_epi32(v, 32 - bits)
-                                                     : _mm256_and_si256(v, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k)))));
+        return acode256(v, k, bits, _mm256_set1_epi32((int)(((1u << bits) - 1) << (bits * k))));
     const __m256i c = _mm256_and_si256(_mm256_srli_epi32(v, bits * k), _mm256_set1_epi32((1 << bits) - 1));
     __m256 mag;
     __m256i sign;
@@ -443,12 +448,6 @@ AVX2 INLINE void arows256(const struct wmat *w, const struct kern_qinput *in, in
             for (int h = 0; h < 2; h++)
                 _mm256_maskstore_ps(y + (t0 + u) * w->rows + r0 + 16 * b + 8 * h, _mm256_castps_si256(half_mask256(m, h)),
                                     _mm256_add_ps(_mm256_loadu_ps(A[b * T + u] + 8 * h), _mm256_loadu_ps(Bt[b * T + u] + 8 * h)));
-}
-
-/* Code k of each word of v (affine; mk: the mask of code k below the top one). */
-AVX2 INLINE __m256 acode256(__m256i v, const int k, const int bits, __m256i mk)
-{
-    return _mm256_cvtepi32_ps(k == 32 / bits - 1 ? _mm256_srli_epi32(v, 32 - bits) : _mm256_and_si256(v, mk));
 }
 
 /* Words i (even) and i + 1 (odd) of a set's group (c: the group's record;
