@@ -432,12 +432,10 @@ __attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w,
     }
 }
 
-/* Bytes ahead that each of arows512's NB streams prefetches: its NB = 8
- * streams 4096 ahead (PREFETCH) keep 32 KiB in flight, most of L1. E2B
- * 4-bit exact decode on a 16-core Xeon, 1024 against 4096 alternated in one
- * runner, medians of 5 rounds: 1.12x at 2 threads, 1.13x at 4, 1.09x after
- * 512 tokens at 2; on a 2-vCPU Zen 5 VM 0.90-1.22x per round with its memory's
- * state (docs/PERFORMANCE.md). */
+/* Bytes ahead that each of arows512's NB streams prefetches: NB streams
+ * 4096 ahead (PREFETCH) would keep NB·4 KiB in flight, most of L1 at NB = 8
+ * (measured when one token ran 8 sets: 1024 against 4096 on a 16-core Xeon,
+ * 1.09-1.13x at 2-4 threads). */
 #define APREFETCH 1024
 
 /* Word i of a group for NB sets (base: each set's group in the blocked
@@ -512,14 +510,60 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
                                   _mm512_add_ps(_mm512_load_ps(A[b * T + u]), _mm512_load_ps(B[b * T + u])));
 }
 
-/* Rows [row0, row1) for tokens t0 .. t0+T-1: whole sets of 16 rows 8/T at a
- * time, then fewer (halving), a partial set (a blocked matrix's first, the
- * last) alone. */
+/* Token t, one blocked set of 16 rows at r0 (m: the rows stored): per
+ * group the even and the odd words' chains, A and B in registers, one
+ * stream prefetched PREFETCH ahead. arows512's operations (NB = 1); the
+ * kernel alone from RAM against arows512 at NB = 8, alternated in one
+ * process, E (Zen 4): 4-bit 1.2x at 1-2 threads, 8-bit 1.5x at 1. Two sets
+ * (4 chains, two streams) or two groups of one set side by side: 0.7-0.8x
+ * of this there. */
+AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, int64_t t, float *y, int64_t r0,
+                           __mmask16 m, const int bits)
+{
+    const int per_word = 32 / bits, wpg = w->gs * bits / 32;
+    const int64_t ng = w->cols / w->gs;
+    const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
+    const uint8_t *c = w->w + (size_t)(r0 / 16) * block;
+    const size_t so = (size_t)(w->s - w->w), bo = (size_t)(w->b - w->w);
+    __m512 A = _mm512_setzero_ps(), B = A;
+    for (int64_t g = 0; g < ng; g++, c += rec) {
+        const float *x = in->xd + t * in->stride + g * w->gs;
+        __m512 p[2]; /* the chains of the even and the odd words */
+        int i = 0;
+        do /* wpg ≥ 2 */
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                _mm_prefetch((const char *)c + 64 * (i + h) + PREFETCH, _MM_HINT_T0);
+                const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * (i + h)));
+#pragma GCC unroll 8
+                for (int k = 0; k < per_word; k++) {
+                    const __m512 q = code512(v, k, bits, QM_AFFINE), xb = _mm512_set1_ps(x[(i + h) * per_word + k]);
+                    p[h] = i == 0 && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, p[h]);
+                }
+            }
+        while ((i += 2) < wpg);
+        const __m512 sc = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + so));
+        const __m512 bi = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + bo));
+        A = _mm512_fmadd_ps(_mm512_add_ps(p[0], p[1]), sc, A);
+        B = _mm512_fmadd_ps(bi, _mm512_set1_ps(in->xsum[t * ng + g]), B);
+    }
+    _mm512_mask_storeu_ps(y + t * w->rows + r0, m, _mm512_add_ps(A, B));
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0+T-1: one token of a blocked matrix
+ * a set at a time (aset512); otherwise whole sets of 16 rows 8/T at a time,
+ * then fewer (halving), a partial set (a blocked matrix's first, the last)
+ * alone. */
 AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
                              int64_t row1, const int T, const int bits)
 {
     const int NB = T == 1 ? 8 : T == 2 ? 4 : 2;
     int64_t r = w->blocked ? row0 / 16 * 16 : row0;
+    if (T == 1 && w->blocked && (w->dtype == DT_BF16 || w->dtype == DT_F16 || w->dtype == DT_F32)) {
+        for (; r < row1; r += 16)
+            aset512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), bits);
+        return;
+    }
     if (r < row0) {
         arows512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), 1, T, bits);
         r += 16;
