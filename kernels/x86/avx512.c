@@ -512,11 +512,12 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
 
 /* Token t, one blocked set of 16 rows at r0 (m: the rows stored): per
  * group the even and the odd words' chains, A and B in registers, one
- * stream prefetched PREFETCH ahead. arows512's operations (NB = 1); the
+ * stream prefetched PREFETCH ahead. arows512's operations (NB = 1). The
  * kernel alone from RAM against arows512 at NB = 8, alternated in one
- * process, E (Zen 4): 4-bit 1.2x at 1-2 threads, 8-bit 1.5x at 1. Two sets
- * (4 chains, two streams) or two groups of one set side by side: 0.7-0.8x
- * of this there. */
+ * process: 4-bit E (Zen 4) 1.17-1.23x at 1-2 threads, a 16-core Xeon
+ * 0.97-1.19x at 1-4; 8-bit E 1.15-1.48x at 1 thread (1.03x at 2, its
+ * bound), the Xeon 0.89-0.94x: 4-bit only. Two sets (two streams) or two
+ * groups of one set side by side: 0.7-0.8x of this on E. */
 AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, int64_t t, float *y, int64_t r0,
                            __mmask16 m, const int bits)
 {
@@ -550,8 +551,8 @@ AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, i
     _mm512_mask_storeu_ps(y + t * w->rows + r0, m, _mm512_add_ps(A, B));
 }
 
-/* Rows [row0, row1) for tokens t0 .. t0+T-1: one token of a blocked matrix
- * a set at a time (aset512); otherwise whole sets of 16 rows 8/T at a time,
+/* Rows [row0, row1) for tokens t0 .. t0+T-1: one token of a blocked 4-bit
+ * matrix a set at a time (aset512); otherwise whole sets of 16 rows 8/T at a time,
  * then fewer (halving), a partial set (a blocked matrix's first, the last)
  * alone. */
 AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in, int64_t t0, float *y, int64_t row0,
@@ -559,7 +560,7 @@ AVX512 INLINE void arange512(const struct wmat *w, const struct kern_qinput *in,
 {
     const int NB = T == 1 ? 8 : T == 2 ? 4 : 2;
     int64_t r = w->blocked ? row0 / 16 * 16 : row0;
-    if (T == 1 && w->blocked && (w->dtype == DT_BF16 || w->dtype == DT_F16 || w->dtype == DT_F32)) {
+    if (T == 1 && bits == 4 && w->blocked && (w->dtype == DT_BF16 || w->dtype == DT_F16 || w->dtype == DT_F32)) {
         for (; r < row1; r += 16)
             aset512(w, in, t0, y, r, (__mmask16)kern_rows_mask(r, row0, row1), bits);
         return;
