@@ -126,13 +126,46 @@ void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm
     }
 }
 
+void kern_agemm_tile(const struct kern_agemm_isa *isa, const struct wmat *w, const struct kern_qinput *in, int64_t n,
+                     float *y, int64_t row0, int64_t row1, float *ws)
+{
+    const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
+    const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
+    const int64_t kc = cols < AGEMM_KC ? cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
+    float *qt = ws, *st = qt + sets * kc * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
+    memset(A, 0, (size_t)(panels * sets * AGEMM_T * 16) * sizeof *A); /* [panels, sets, AGEMM_T, 16] */
+    for (int64_t c0 = 0; c0 < cols; c0 += kc) {
+        const int64_t g0 = c0 / w->gs, g1 = (c0 + kc < cols ? c0 + kc : cols) / w->gs;
+        for (int64_t s = 0; s < sets; s++)
+            isa->decode(w, rbase + 16 * s, kern_rows_mask(rbase + 16 * s, row0, row1), g0, g1, qt + s * kc * 16,
+                        st + s * ng * 16, bt + s * ng * 16);
+        for (int64_t p = 0; p < panels; p++) {
+            const float *x = in->xd + p * AGEMM_T * in->stride + c0 * AGEMM_T; /* tokens p·AGEMM_T .., the slice */
+            for (int64_t s = 0; s < sets; s += isa->sets)
+                if (rbase + 16 * s < row1) /* sets past the tile's rows: only zeros */
+                    isa->block(qt + s * kc * 16, kc * 16, x, st + (s * ng + g0) * 16, ng * 16, g1 - g0, w->gs,
+                               A + (p * sets + s) * AGEMM_T * 16);
+        }
+    }
+    for (int64_t p = 0; p < panels; p++) {
+        const int64_t t0 = p * AGEMM_T;
+        const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
+        for (int64_t s = 0; s < sets; s++) {
+            const int64_t r = rbase + 16 * s;
+            const uint32_t m = kern_rows_mask(r, row0, row1);
+            if (m)
+                isa->finish(w, in, bt + s * ng * 16, A + (p * sets + s) * AGEMM_T * 16, t0, tp, r, m, y);
+        }
+    }
+}
+
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats): affine,
- * as agemm512 carves it; MX, as qgemm512m does: decoded codes [rows rounded
+ * as kern_agemm_tile carves it; MX, as qgemm512m does: decoded codes [rows rounded
  * up to pairs, stride], lane scales [rows, blocks, 16], the A lanes [rows,
  * GEMM_TP, 16] and a row's scales [groups rounded up to 16, + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {
-    if (w->mode == QM_AFFINE) { /* agemm512: codes [sets, slice, 16], scales and biases [sets, groups, 16], A [panels, sets, AGEMM_T, 16] */
+    if (w->mode == QM_AFFINE) { /* kern_agemm_tile: codes [sets, slice, 16], scales and biases [sets, groups, 16], A [panels, sets, AGEMM_T, 16] */
         const int64_t sets = (rows + 15 + 16 * AGEMM_S - 1) / (16 * AGEMM_S) * AGEMM_S; /* rows from a block's start, whole register blocks of sets */
         const int64_t kc = w->cols < AGEMM_KC ? w->cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
         return (size_t)(sets * 16 * (kc + 2 * (w->cols / w->gs) + panels * AGEMM_T)) * sizeof(float);

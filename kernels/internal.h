@@ -357,6 +357,34 @@ static inline float kern_lanes_sum16(float lane[16])
 #define AGEMM_KC 2048 /* columns of a tile decoded at a time (a multiple of every group size) */
 #define AGEMM_S 2
 
+/* One ISA's parts of the affine GEMM, for one width. decode: groups [g0, g1)
+ * of the 16 rows from r0 (m: those in the tile) into codes qt [(g1 − g0)·gs,
+ * 16] (code k of word i at column i·per_word + k, its place value kept),
+ * scales st and biases bt [groups, 16] (at group g), zeros for the rows not
+ * in m; block: `sets` sets of codes q (qs floats apart) and their scales st
+ * (ss apart, from the slice's first group) × a panel of AGEMM_T tokens x
+ * ([ng·gs, AGEMM_T]) folded into A ([sets, AGEMM_T, 16]); finish: a set's
+ * outputs for tokens t0 .. t0+tp−1 (rows r .. r+15 in m) from its A
+ * ([AGEMM_T, 16]) and the bias terms of bt. */
+struct kern_agemm_isa {
+    void (*decode)(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt, float *st,
+                   float *bt);
+    void (*block)(const float *q, int64_t qs, const float *x, const float *st, int64_t ss, int64_t ng, int gs,
+                  float *A);
+    void (*finish)(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A, int64_t t0,
+                   int tp, int64_t r, uint32_t m, float *y);
+    int sets;
+};
+
+/* Rows [row0, row1) of the affine GEMM for n tokens (input laid out for it)
+ * with one ISA's parts, in kern_qgemm_ws_bytes of ws: slices of AGEMM_KC
+ * columns, each set's codes decoded once and run for every panel of tokens
+ * while in L2 (a whole 64-row tile of a 12288-column matrix would not: 54 %
+ * of sgemm against 83 %), A kept per panel across the slices; then the bias
+ * terms (input.c). */
+void kern_agemm_tile(const struct kern_agemm_isa *isa, const struct wmat *w, const struct kern_qinput *in, int64_t n,
+                     float *y, int64_t row0, int64_t row1, float *ws);
+
 /* sum[t·ng + g] = Σx over group g of token t, in column order (input.c). */
 void kern_group_sums(const struct wmat *w, const float *x, int64_t n, float *sum);
 

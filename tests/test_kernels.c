@@ -405,17 +405,6 @@ static void kern_matvec_q_def(const struct wmat *w, const float *x, int64_t n, f
     qdot_alone(kern_qdot_ref, w, x, n, y, r0, r1);
 }
 
-#if GP_X86
-static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
-{
-    qdot_alone(kern_qdot_avx2, w, x, n, y, r0, r1);
-}
-
-static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
-{
-    qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
-}
-
 static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     struct kern_qinput in;
@@ -427,6 +416,18 @@ static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64
     free(buf);
     free(ws);
 }
+
+#if GP_X86
+static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_avx2, w, x, n, y, r0, r1);
+}
+
+static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
+}
+
 
 static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
@@ -460,6 +461,11 @@ static void kern_matmul_ref_gemm_avx512(const struct wmat *w, const float *x, in
 static void kern_matvec_q_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     qdot_alone(kern_qdot_neon, w, x, n, y, r0, r1);
+}
+
+static void kern_matmul_q_gemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    qgemm_alone(kern_qgemm_neon, w, x, n, y, r0, r1);
 }
 #endif
 
@@ -501,6 +507,8 @@ static const struct path paths[] = {
     {"bf16_neon", kern_matvec_bf16_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref, false},
     {"mx_neon", kern_matvec_q_neon, WK_MX, CPU_NEON, kern_matvec_q_def, false},
     {"ggml_neon", kern_matvec_q_neon, WK_GGML, CPU_NEON, kern_matvec_q_def, false},
+    {"q4_gemm_neon", kern_matmul_q_gemm_neon, WK_Q4, CPU_NEON, kern_matvec_q_def, true},
+    {"q8_gemm_neon", kern_matmul_q_gemm_neon, WK_Q8, CPU_NEON, kern_matvec_q_def, true},
 #endif
     {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL, false},
 };
@@ -802,6 +810,8 @@ Test(kernels, q8_neon) { run_path("q8_neon"); }
 Test(kernels, bf16_neon) { run_path("bf16_neon"); }
 Test(kernels, mx_neon) { run_path("mx_neon"); }
 Test(kernels, ggml_neon) { run_path("ggml_neon"); }
+Test(kernels, q4_gemm_neon) { run_path("q4_gemm_neon"); }
+Test(kernels, q8_gemm_neon) { run_path("q8_gemm_neon"); }
 #endif
 /* 25 s under qemu-user on an idle 2-core machine (tests/arm64.sh): room for a loaded one */
 Test(kernels, blas, .timeout = TH_TIMEOUT(240)) { run_path("blas"); }
@@ -976,7 +986,8 @@ Test(kernels, init_tables)
     }
 #elif GP_ARM64
     cr_assert_str_eq(t.name, "neon");
-    cr_assert(t.qdot == kern_qdot_neon && t.matvec_bf16 == kern_matvec_bf16_neon);
+    cr_assert(t.qdot == kern_qdot_neon && t.qgemm == kern_qgemm_neon && t.qgemm_modes == 1u << QM_AFFINE &&
+              t.matvec_bf16 == kern_matvec_bf16_neon);
 #endif
     cr_assert(!t.blas, "KERN_BEST keeps the fused kernels for prefill too");
     struct kern_table tb;
@@ -1061,6 +1072,10 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
         return kern_matmul_q_gemm_avx2;
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx512;
+#elif GP_ARM64
+    if (n >= KERN_AGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_neon && w->quantized && w->mode == QM_AFFINE &&
+        (w->bits == 4 || w->bits == 8))
+        return kern_matmul_q_gemm_neon;
 #endif
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */

@@ -429,6 +429,167 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
     }
 }
 
+/* ---- affine 4/8-bit as a blocked GEMM: x86/avx2.c's on 4 lanes (kern_agemm_tile) ----
+ *
+ * The same workspace (input.c: codes [set, column, 16], scales and biases
+ * [set, group, 16], A [panel, set, AGEMM_T, 16]) and the same operations per
+ * (row, token): a set's four quarters × AGEMM_H tokens of one chain in
+ * registers, the even words' chain over the group first (kept in memory),
+ * then the odd words', the two added and folded into A with the scale. A
+ * token's input is one lane of a vector (FMLA by element: the same fused
+ * multiply-add as a broadcast's). */
+#define AGEMM_H 4 /* tokens at a time: 4 quarters × 4 = 16 chains of the 32 registers */
+
+/* acc + v · x[u] (u a constant once inlined). */
+INLINE float32x4_t fma_lane(float32x4_t acc, float32x4_t v, float32x4_t x, const int u, const bool first)
+{
+    switch (u) {
+    case 0: return first ? vmulq_laneq_f32(v, x, 0) : vfmaq_laneq_f32(acc, v, x, 0);
+    case 1: return first ? vmulq_laneq_f32(v, x, 1) : vfmaq_laneq_f32(acc, v, x, 1);
+    case 2: return first ? vmulq_laneq_f32(v, x, 2) : vfmaq_laneq_f32(acc, v, x, 2);
+    default: return first ? vmulq_laneq_f32(v, x, 3) : vfmaq_laneq_f32(acc, v, x, 3);
+    }
+}
+
+/* Chain c (0: even words, 1: odd) of a set's group (q: [gs, 16]) for
+ * AGEMM_H tokens (xg: the group's input, [gs, AGEMM_T]) into p[quarter][u]:
+ * column j is word j / per_word's code j % per_word; `first` starts them. */
+INLINE void agemm_col_neon(const float *q, const float *xg, int j, float32x4_t (*p)[AGEMM_H], const bool first)
+{
+    const float32x4_t xv = vld1q_f32(xg + j * AGEMM_T);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++) {
+        const float32x4_t v = vld1q_f32(q + 16 * j + 4 * l);
+#pragma GCC unroll 4
+        for (int u = 0; u < AGEMM_H; u++)
+            p[l][u] = fma_lane(p[l][u], v, xv, u, first);
+    }
+}
+INLINE void agemm_chain_neon(const float *q, const float *xg, int gs, int c, float32x4_t (*p)[AGEMM_H],
+                             const int per_word)
+{
+    const int j0 = c * per_word;
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++)
+        agemm_col_neon(q, xg, j0 + k, p, k == 0);
+    for (int i = 2 * per_word; i < gs; i += 2 * per_word)
+#pragma GCC unroll 8
+        for (int k = 0; k < per_word; k++)
+            agemm_col_neon(q, xg, i + j0 + k, p, false);
+}
+
+/* One set (codes q: [ng·gs, 16]; scales st: [ng, 16]) × AGEMM_T tokens
+ * (x: [ng·gs, AGEMM_T]) folded into A ([AGEMM_T, 16]). */
+INLINE void agemm_block_neon(const float *q, const float *x, const float *st, int64_t ng, int gs, float *A,
+                             const int per_word)
+{
+    for (int64_t g = 0; g < ng; g++) {
+        const float *qg = q + g * gs * 16;
+        for (int h = 0; h < AGEMM_T; h += AGEMM_H) {
+            const float *xg = x + g * gs * AGEMM_T + h;
+            float32x4_t p[4][AGEMM_H];
+            float pe[4][AGEMM_H][4];
+            agemm_chain_neon(qg, xg, gs, 0, p, per_word);
+            for (int l = 0; l < 4; l++)
+                for (int u = 0; u < AGEMM_H; u++)
+                    vst1q_f32(pe[l][u], p[l][u]);
+            agemm_chain_neon(qg, xg, gs, 1, p, per_word);
+            for (int l = 0; l < 4; l++)
+                for (int u = 0; u < AGEMM_H; u++) {
+                    float *a = A + (h + u) * 16 + 4 * l;
+                    vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vaddq_f32(vld1q_f32(pe[l][u]), p[l][u]), vld1q_f32(st + 16 * g + 4 * l)));
+                }
+        }
+    }
+}
+
+/* The block on its own for each width (one set: qs and ss unused). */
+__attribute__((noinline)) static void agemm_block_b4_neon(const float *q, int64_t qs, const float *x, const float *st,
+                                                          int64_t ss, int64_t ng, int gs, float *A)
+{
+    (void)qs, (void)ss;
+    agemm_block_neon(q, x, st, ng, gs, A, 8);
+}
+__attribute__((noinline)) static void agemm_block_b8_neon(const float *q, int64_t qs, const float *x, const float *st,
+                                                          int64_t ss, int64_t ng, int gs, float *A)
+{
+    (void)qs, (void)ss;
+    agemm_block_neon(q, x, st, ng, gs, A, 4);
+}
+
+/* Groups [g0, g1) of rows r0 .. r0+15 (m: those in the tile) into qt
+ * [(g1 − g0)·gs, 16] (code k of word i of row l at ((g − g0)·gs + i·per_word
+ * + k)·16 + l, its place value kept, as arows_neon has it), scales into st
+ * and biases into bt [groups, 16] (at group g); zeros for the others. */
+INLINE void agemm_decode_neon(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                              float *st, float *bt, const int bits)
+{
+    const int per_word = 32 / bits, wpg = w->gs / per_word;
+    uint32_t lm[16];
+    for (int l = 0; l < 16; l++)
+        lm[l] = m >> l & 1 ? UINT32_MAX : 0;
+    for (int64_t g = g0; g < g1; g++) {
+        for (int i = 0; i < wpg; i++) {
+            uint32_t words[16];
+            for (int l = 0; l < 16; l++)
+                words[l] = !(m >> l & 1) ? 0
+                           : w->blocked  ? rd_u32le(w->w + kern_block_off(w, r0 / 16, g) + 64 * i + 4 * l)
+                                         : rd_u32le(w->w + (size_t)(r0 + l) * w->row_stride + 4 * (g * wpg + i));
+            for (int j = 0; j < 4; j++) {
+                const uint32x4_t v = vandq_u32(vld1q_u32(words + 4 * j), vld1q_u32(lm + 4 * j));
+#pragma GCC unroll 8
+                for (int k = 0; k < per_word; k++) {
+                    const uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v, vdupq_n_s32(bits - 32))
+                                                            : vandq_u32(v, vdupq_n_u32(((1u << bits) - 1) << (bits * k)));
+                    vst1q_f32(qt + ((g - g0) * w->gs + i * per_word + k) * 16 + 4 * j, vcvtq_f32_u32(qi));
+                }
+            }
+        }
+        kern_params16(w, w->s, r0, g, m, st + 16 * g);
+        kern_params16(w, w->b, r0, g, m, bt + 16 * g);
+    }
+}
+
+static void agemm_decode_b4_neon(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                 float *st, float *bt)
+{
+    agemm_decode_neon(w, r0, m, g0, g1, qt, st, bt, 4);
+}
+static void agemm_decode_b8_neon(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                 float *st, float *bt)
+{
+    agemm_decode_neon(w, r0, m, g0, g1, qt, st, bt, 8);
+}
+
+/* A set's outputs: each token's bias chain, then A + B. */
+static void agemm_finish_neon(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A,
+                              int64_t t0, int tp, int64_t r, uint32_t m, float *y)
+{
+    const int64_t ng = w->cols / w->gs;
+    for (int u = 0; u < tp; u++) {
+        const float *xs = in->xsum + (t0 + u) * ng;
+        float32x4_t b[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        for (int64_t g = 0; g < ng; g++)
+            for (int j = 0; j < 4; j++)
+                b[j] = vfmaq_f32(b[j], vld1q_f32(bt + g * 16 + 4 * j), vdupq_n_f32(xs[g]));
+        float out[16];
+        for (int j = 0; j < 4; j++)
+            vst1q_f32(out + 4 * j, vaddq_f32(vld1q_f32(A + u * 16 + 4 * j), b[j]));
+        for (int l = 0; l < 16; l++)
+            if (m >> l & 1)
+                y[(t0 + u) * w->rows + r + l] = out[l];
+    }
+}
+
+static const struct kern_agemm_isa agemm_b4_neon = {agemm_decode_b4_neon, agemm_block_b4_neon, agemm_finish_neon, 1},
+                                   agemm_b8_neon = {agemm_decode_b8_neon, agemm_block_b8_neon, agemm_finish_neon, 1};
+
+void kern_qgemm_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                     int64_t row1, void *ws)
+{
+    kern_agemm_tile(w->bits == 4 ? &agemm_b4_neon : &agemm_b8_neon, w, in, n, y, row0, row1, ws);
+}
+
 /* ---- bf16: kern_matvec_bf16_ref ---- */
 
 INLINE void bf16rows_neon(const struct wmat *w, const float *x, int64_t t0, const int tb, float *y, int64_t row0,

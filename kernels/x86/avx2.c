@@ -570,7 +570,7 @@ AVX2 void kern_qdot_avx2(const struct wmat *w, const struct kern_qinput *in, int
     }
 }
 
-/* ---- affine 4/8-bit as a blocked GEMM: agemm512 of avx512.c on 8 lanes ----
+/* ---- affine 4/8-bit as a blocked GEMM: avx512.c's on 8 lanes (kern_agemm_tile) ----
  *
  * The same workspace (codes [set, column, 16], scales and biases [set,
  * group, 16], A [panel, set, AGEMM_T, 16]) and the same operations per
@@ -634,19 +634,19 @@ AVX2 INLINE void agemm_block256(const float *q, const float *x, const float *st,
     }
 }
 
-/* The block on its own for each width. */
-__attribute__((noinline)) AVX2 static void agemm_block_b4_256(const float *q, const float *x, const float *st, int64_t ng,
-                                                              int gs, float *A)
+/* The block on its own for each width (one set: qs and ss unused). */
+__attribute__((noinline)) AVX2 static void agemm_block_b4_256(const float *q, int64_t qs, const float *x, const float *st,
+                                                              int64_t ss, int64_t ng, int gs, float *A)
 {
+    (void)qs, (void)ss;
     agemm_block256(q, x, st, ng, gs, A, 8);
 }
-
-__attribute__((noinline)) AVX2 static void agemm_block_b8_256(const float *q, const float *x, const float *st, int64_t ng,
-                                                              int gs, float *A)
+__attribute__((noinline)) AVX2 static void agemm_block_b8_256(const float *q, int64_t qs, const float *x, const float *st,
+                                                              int64_t ss, int64_t ng, int gs, float *A)
 {
+    (void)qs, (void)ss;
     agemm_block256(q, x, st, ng, gs, A, 4);
 }
-
 /* agemm_decode512 on two halves: groups [g0, g1) of rows r0 .. r0+15 (m:
  * those in the tile) into qt [(g1 − g0)·gs, 16], scales into st and biases
  * into bt [groups, 16] (at group g); zeros for the others. */
@@ -685,69 +685,49 @@ AVX2 INLINE void agemm_decode256(const struct wmat *w, int64_t r0, uint32_t m, i
     }
 }
 
-/* agemm512's tile: slices of AGEMM_KC columns decoded once and run for
- * every panel of tokens, then the bias terms. */
-AVX2 INLINE void agemm256(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                          int64_t row1, float *ws, const int bits)
+AVX2 static void agemm_decode_b4_256(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                     float *st, float *bt)
 {
-    const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
-    const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
-    const int64_t kc = cols < AGEMM_KC ? cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
-    float *qt = ws, *st = qt + sets * kc * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
-    memset(A, 0, (size_t)(panels * sets * AGEMM_T * 16) * sizeof *A); /* [panels, sets, AGEMM_T, 16] */
-    for (int64_t c0 = 0; c0 < cols; c0 += kc) {
-        const int64_t g0 = c0 / w->gs, g1 = (c0 + kc < cols ? c0 + kc : cols) / w->gs;
-        for (int64_t s = 0; s < sets; s++)
-            agemm_decode256(w, rbase + 16 * s, kern_rows_mask(rbase + 16 * s, row0, row1), g0, g1, qt + s * kc * 16,
-                            st + s * ng * 16, bt + s * ng * 16, bits);
-        for (int64_t p = 0; p < panels; p++) {
-            const float *x = in->xd + p * AGEMM_T * in->stride + c0 * AGEMM_T; /* tokens p·AGEMM_T .., the slice */
-            for (int64_t s = 0; s < sets; s++)
-                if (kern_rows_mask(rbase + 16 * s, row0, row1))
-                    (bits == 4 ? agemm_block_b4_256 : agemm_block_b8_256)(qt + s * kc * 16, x, st + (s * ng + g0) * 16,
-                                                                          g1 - g0, w->gs, A + (p * sets + s) * AGEMM_T * 16);
-        }
-    }
-    for (int64_t p = 0; p < panels; p++) {
-        const int64_t t0 = p * AGEMM_T;
-        const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
-        for (int64_t s = 0; s < sets; s++) {
-            const int64_t r = rbase + 16 * s;
-            const uint32_t m = kern_rows_mask(r, row0, row1);
-            for (int u0 = 0; u0 < tp && m; u0 += 4) { /* 4 tokens' bias chains side by side */
-                const int nu = tp - u0 < 4 ? tp - u0 : 4;
-                const float *xs = in->xsum + (t0 + u0) * ng;
-                __m256 b[4][2];
-                for (int k = 0; k < 8; k++)
-                    b[k / 2][k % 2] = _mm256_setzero_ps();
-                for (int64_t g = 0; g < ng; g++) {
-                    const __m256 b0 = _mm256_load_ps(bt + (s * ng + g) * 16), b1 = _mm256_load_ps(bt + (s * ng + g) * 16 + 8);
+    agemm_decode256(w, r0, m, g0, g1, qt, st, bt, 4);
+}
+AVX2 static void agemm_decode_b8_256(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                     float *st, float *bt)
+{
+    agemm_decode256(w, r0, m, g0, g1, qt, st, bt, 8);
+}
+/* A set's outputs: 4 tokens' bias chains side by side, then A + B. */
+AVX2 static void agemm_finish256(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A,
+                                 int64_t t0, int tp, int64_t r, uint32_t m, float *y)
+{
+    const int64_t ng = w->cols / w->gs;
+    for (int u0 = 0; u0 < tp; u0 += 4) {
+        const int nu = tp - u0 < 4 ? tp - u0 : 4;
+        const float *xs = in->xsum + (t0 + u0) * ng;
+        __m256 b[4][2];
+        for (int k = 0; k < 8; k++)
+            b[k / 2][k % 2] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < ng; g++) {
+            const __m256 b0 = _mm256_load_ps(bt + g * 16), b1 = _mm256_load_ps(bt + g * 16 + 8);
 #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++) {
-                        const __m256 xb = _mm256_set1_ps(xs[(u < nu ? u : 0) * ng + g]);
-                        b[u][0] = _mm256_fmadd_ps(b0, xb, b[u][0]);
-                        b[u][1] = _mm256_fmadd_ps(b1, xb, b[u][1]);
-                    }
-                }
-                for (int u = 0; u < nu; u++)
-                    for (int h = 0; h < 2; h++)
-                        _mm256_maskstore_ps(y + (t0 + u0 + u) * w->rows + r + 8 * h, _mm256_castps_si256(half_mask256(m, h)),
-                                            _mm256_add_ps(_mm256_load_ps(A + ((p * sets + s) * AGEMM_T + u0 + u) * 16 + 8 * h),
-                                                          b[u][h]));
+            for (int u = 0; u < 4; u++) {
+                const __m256 xb = _mm256_set1_ps(xs[(u < nu ? u : 0) * ng + g]);
+                b[u][0] = _mm256_fmadd_ps(b0, xb, b[u][0]);
+                b[u][1] = _mm256_fmadd_ps(b1, xb, b[u][1]);
             }
         }
+        for (int u = 0; u < nu; u++)
+            for (int h = 0; h < 2; h++)
+                _mm256_maskstore_ps(y + (t0 + u0 + u) * w->rows + r + 8 * h, _mm256_castps_si256(half_mask256(m, h)),
+                                    _mm256_add_ps(_mm256_load_ps(A + (u0 + u) * 16 + 8 * h), b[u][h]));
     }
 }
-
+static const struct kern_agemm_isa agemm_b4_256 = {agemm_decode_b4_256, agemm_block_b4_256, agemm_finish256, 1},
+                                   agemm_b8_256 = {agemm_decode_b8_256, agemm_block_b8_256, agemm_finish256, 1};
 AVX2 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                           int64_t row1, void *ws)
 {
-    if (w->bits == 4)
-        agemm256(w, in, n, y, row0, row1, ws, 4);
-    else
-        agemm256(w, in, n, y, row0, row1, ws, 8);
+    kern_agemm_tile(w->bits == 4 ? &agemm_b4_256 : &agemm_b8_256, w, in, n, y, row0, row1, ws);
 }
-
 /* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):
  * `cols - j` of them present. */
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,

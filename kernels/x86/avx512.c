@@ -698,54 +698,41 @@ AVX512 INLINE void agemm_decode512(const struct wmat *w, int64_t r0, __mmask16 m
     }
 }
 
-/* The tile in slices of AGEMM_KC columns, each decoded once and run for every
- * panel of tokens while it stays in L2 (a whole 64-row tile of a 12288-column
- * matrix would not: 54 % of sgemm against 83 %), A kept per panel across
- * the slices; then the bias terms. */
-AVX512 INLINE void agemm512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                            int64_t row1, float *ws, const int bits)
+AVX512 static void agemm_decode_b4(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                    float *st, float *bt)
 {
-    const int64_t cols = w->cols, ng = cols / w->gs, rbase = w->blocked ? row0 / 16 * 16 : row0;
-    const int64_t sets = ((row1 - rbase + 15) / 16 + AGEMM_S - 1) / AGEMM_S * AGEMM_S;
-    const int64_t kc = cols < AGEMM_KC ? cols : AGEMM_KC, panels = (n + AGEMM_T - 1) / AGEMM_T;
-    float *qt = ws, *st = qt + sets * kc * 16, *bt = st + sets * ng * 16, *A = bt + sets * ng * 16;
-    memset(A, 0, (size_t)(panels * sets * AGEMM_T * 16) * sizeof *A); /* [panels, sets, AGEMM_T, 16] */
-    for (int64_t c0 = 0; c0 < cols; c0 += kc) {
-        const int64_t g0 = c0 / w->gs, g1 = (c0 + kc < cols ? c0 + kc : cols) / w->gs;
-        for (int64_t s = 0; s < sets; s++)
-            agemm_decode512(w, rbase + 16 * s, (__mmask16)kern_rows_mask(rbase + 16 * s, row0, row1), g0, g1,
-                            qt + s * kc * 16, st + s * ng * 16, bt + s * ng * 16, bits);
-        for (int64_t p = 0; p < panels; p++) {
-            const float *x = in->xd + p * AGEMM_T * in->stride + c0 * AGEMM_T; /* tokens p·AGEMM_T .., the slice */
-            for (int64_t s = 0; s < sets; s += AGEMM_S)
-                (bits == 4 ? agemm_block_b4 : agemm_block_b8)(qt + s * kc * 16, kc * 16, x, st + (s * ng + g0) * 16,
-                                                              ng * 16, g1 - g0, w->gs,
-                                                              A + (p * sets + s) * AGEMM_T * 16);
-        }
-    }
-    for (int64_t p = 0; p < panels; p++) {
-        const int64_t t0 = p * AGEMM_T;
-        const int tp = n - t0 < AGEMM_T ? (int)(n - t0) : AGEMM_T;
-        for (int64_t s = 0; s < sets; s++) {
-            const int64_t r = rbase + 16 * s;
-            const __mmask16 m = (__mmask16)kern_rows_mask(r, row0, row1);
-            for (int u0 = 0; u0 < tp && m; u0 += 4) { /* 4 tokens' bias chains side by side */
-                const int nu = tp - u0 < 4 ? tp - u0 : 4;
-                const float *xs = in->xsum + (t0 + u0) * ng;
-                __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-                for (int64_t g = 0; g < ng; g++) {
-                    const __m512 bg = _mm512_load_ps(bt + (s * ng + g) * 16);
+    agemm_decode512(w, r0, (__mmask16)m, g0, g1, qt, st, bt, 4);
+}
+
+AVX512 static void agemm_decode_b8(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
+                                    float *st, float *bt)
+{
+    agemm_decode512(w, r0, (__mmask16)m, g0, g1, qt, st, bt, 8);
+}
+
+/* A set's outputs: 4 tokens' bias chains side by side, then A + B. */
+AVX512 static void agemm_finish512(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A,
+                                   int64_t t0, int tp, int64_t r, uint32_t m, float *y)
+{
+    const int64_t ng = w->cols / w->gs;
+    for (int u0 = 0; u0 < tp; u0 += 4) {
+        const int nu = tp - u0 < 4 ? tp - u0 : 4;
+        const float *xs = in->xsum + (t0 + u0) * ng;
+        __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t g = 0; g < ng; g++) {
+            const __m512 bg = _mm512_load_ps(bt + g * 16);
 #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        b[u] = _mm512_fmadd_ps(bg, _mm512_set1_ps(xs[(u < nu ? u : 0) * ng + g]), b[u]);
-                }
-                for (int u = 0; u < nu; u++)
-                    _mm512_mask_storeu_ps(y + (t0 + u0 + u) * w->rows + r, m,
-                                          _mm512_add_ps(_mm512_load_ps(A + ((p * sets + s) * AGEMM_T + u0 + u) * 16), b[u]));
-            }
+            for (int u = 0; u < 4; u++)
+                b[u] = _mm512_fmadd_ps(bg, _mm512_set1_ps(xs[(u < nu ? u : 0) * ng + g]), b[u]);
         }
+        for (int u = 0; u < nu; u++)
+            _mm512_mask_storeu_ps(y + (t0 + u0 + u) * w->rows + r, (__mmask16)m,
+                                  _mm512_add_ps(_mm512_load_ps(A + (u0 + u) * 16), b[u]));
     }
 }
+
+static const struct kern_agemm_isa agemm_b4 = {agemm_decode_b4, agemm_block_b4, agemm_finish512, AGEMM_S},
+                                   agemm_b8 = {agemm_decode_b8, agemm_block_b8, agemm_finish512, AGEMM_S};
 
 AVX512 INLINE void adot512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                            int64_t row1, const int bits)
@@ -961,8 +948,8 @@ AVX512 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in
                               int64_t row1, void *ws)
 {
     switch (w->mode == QM_AFFINE ? w->bits : -(int)w->mode) {
-    case 4: agemm512(w, in, n, y, row0, row1, ws, 4); break;
-    case 8: agemm512(w, in, n, y, row0, row1, ws, 8); break;
+    case 4: kern_agemm_tile(&agemm_b4, w, in, n, y, row0, row1, ws); break;
+    case 8: kern_agemm_tile(&agemm_b8, w, in, n, y, row0, row1, ws); break;
     case -QM_MXFP4: qgemm512m(w, in, n, y, row0, row1, ws, 32, 4, QM_MXFP4); break;
     case -QM_NVFP4: qgemm512m(w, in, n, y, row0, row1, ws, 16, 4, QM_NVFP4); break;
     default: qgemm512m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;
