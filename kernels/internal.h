@@ -134,7 +134,7 @@ void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 #define KERN_QGEMM_MIN_TOKENS 8
 #define KERN_AGEMM_MIN_TOKENS 9
 
-/* The workspaces of the blocked GEMMs (x86/x86.h) for a tile of `rows` rows
+/* The workspaces of the blocked GEMMs (x86/x86.h, arm/arm.h) for a tile of `rows` rows
  * and n tokens, 64-byte aligned: the fused kernels', the bf16 kernels' and
  * kern_matmul_ref's. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
@@ -351,8 +351,10 @@ static inline float kern_lanes_sum16(float lane[16])
 /* Tokens of a panel of the blocked GEMM (x86/avx512.c; its workspace: input.c). */
 #define GEMM_TP 16
 
-/* Tokens of a panel of the affine GEMM (x86/avx512.c, x86/avx2.c), its input laid out so
- * (input.c); sets of 16 rows it runs side by side (its workspace: input.c). */
+/* Tokens of a panel of the affine GEMM (kern_agemm_tile, input.c; its
+ * blocks: x86/avx512.c, x86/avx2.c, arm/neon.c), its input laid out so; the
+ * tile's sets of 16 rows come in multiples of AGEMM_S (AVX-512's block runs
+ * AGEMM_S side by side). */
 #define AGEMM_T 12
 #define AGEMM_KC 2048 /* columns of a tile decoded at a time (a multiple of every group size) */
 #define AGEMM_S 2
@@ -373,7 +375,7 @@ struct kern_agemm_isa {
                   float *A);
     void (*finish)(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A, int64_t t0,
                    int tp, int64_t r, uint32_t m, float *y);
-    int sets;
+    int sets; /* 1 or AGEMM_S */
 };
 
 /* Rows [row0, row1) of the affine GEMM for n tokens (input laid out for it)

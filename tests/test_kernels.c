@@ -405,6 +405,7 @@ static void kern_matvec_q_def(const struct wmat *w, const float *x, int64_t n, f
     qdot_alone(kern_qdot_ref, w, x, n, y, r0, r1);
 }
 
+#if GP_X86 || GP_ARM64
 static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     struct kern_qinput in;
@@ -416,6 +417,7 @@ static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64
     free(buf);
     free(ws);
 }
+#endif
 
 #if GP_X86
 static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -427,7 +429,6 @@ static void kern_matvec_q_avx512(const struct wmat *w, const float *x, int64_t n
 {
     qdot_alone(kern_qdot_avx512, w, x, n, y, r0, r1);
 }
-
 
 static void kern_matmul_q_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {

@@ -439,6 +439,7 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
  * token's input is one lane of a vector (FMLA by element: the same fused
  * multiply-add as a broadcast's). */
 #define AGEMM_H 4 /* tokens at a time: 4 quarters × 4 = 16 chains of the 32 registers */
+_Static_assert(AGEMM_T % AGEMM_H == 0, "a panel is whole passes of AGEMM_H tokens");
 
 /* acc + v · x[u] (u a constant once inlined). */
 INLINE float32x4_t fma_lane(float32x4_t acc, float32x4_t v, float32x4_t x, const int u, const bool first)
@@ -525,9 +526,6 @@ INLINE void agemm_decode_neon(const struct wmat *w, int64_t r0, uint32_t m, int6
                               float *st, float *bt, const int bits)
 {
     const int per_word = 32 / bits, wpg = w->gs / per_word;
-    uint32_t lm[16];
-    for (int l = 0; l < 16; l++)
-        lm[l] = m >> l & 1 ? UINT32_MAX : 0;
     for (int64_t g = g0; g < g1; g++) {
         for (int i = 0; i < wpg; i++) {
             uint32_t words[16];
@@ -536,7 +534,7 @@ INLINE void agemm_decode_neon(const struct wmat *w, int64_t r0, uint32_t m, int6
                            : w->blocked  ? rd_u32le(w->w + kern_block_off(w, r0 / 16, g) + 64 * i + 4 * l)
                                          : rd_u32le(w->w + (size_t)(r0 + l) * w->row_stride + 4 * (g * wpg + i));
             for (int j = 0; j < 4; j++) {
-                const uint32x4_t v = vandq_u32(vld1q_u32(words + 4 * j), vld1q_u32(lm + 4 * j));
+                const uint32x4_t v = vld1q_u32(words + 4 * j);
 #pragma GCC unroll 8
                 for (int k = 0; k < per_word; k++) {
                     const uint32x4_t qi = k == per_word - 1 ? vshlq_u32(v, vdupq_n_s32(bits - 32))

@@ -641,12 +641,14 @@ __attribute__((noinline)) AVX2 static void agemm_block_b4_256(const float *q, in
     (void)qs, (void)ss;
     agemm_block256(q, x, st, ng, gs, A, 8);
 }
+
 __attribute__((noinline)) AVX2 static void agemm_block_b8_256(const float *q, int64_t qs, const float *x, const float *st,
                                                               int64_t ss, int64_t ng, int gs, float *A)
 {
     (void)qs, (void)ss;
     agemm_block256(q, x, st, ng, gs, A, 4);
 }
+
 /* agemm_decode512 on two halves: groups [g0, g1) of rows r0 .. r0+15 (m:
  * those in the tile) into qt [(g1 − g0)·gs, 16], scales into st and biases
  * into bt [groups, 16] (at group g); zeros for the others. */
@@ -690,11 +692,13 @@ AVX2 static void agemm_decode_b4_256(const struct wmat *w, int64_t r0, uint32_t 
 {
     agemm_decode256(w, r0, m, g0, g1, qt, st, bt, 4);
 }
+
 AVX2 static void agemm_decode_b8_256(const struct wmat *w, int64_t r0, uint32_t m, int64_t g0, int64_t g1, float *qt,
                                      float *st, float *bt)
 {
     agemm_decode256(w, r0, m, g0, g1, qt, st, bt, 8);
 }
+
 /* A set's outputs: 4 tokens' bias chains side by side, then A + B. */
 AVX2 static void agemm_finish256(const struct wmat *w, const struct kern_qinput *in, const float *bt, const float *A,
                                  int64_t t0, int tp, int64_t r, uint32_t m, float *y)
@@ -721,6 +725,7 @@ AVX2 static void agemm_finish256(const struct wmat *w, const struct kern_qinput 
                                     _mm256_add_ps(_mm256_load_ps(A + (u0 + u) * 16 + 8 * h), b[u][h]));
     }
 }
+
 static const struct kern_agemm_isa agemm_b4_256 = {agemm_decode_b4_256, agemm_block_b4_256, agemm_finish256, 1},
                                    agemm_b8_256 = {agemm_decode_b8_256, agemm_block_b8_256, agemm_finish256, 1};
 AVX2 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
@@ -728,6 +733,7 @@ AVX2 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, in
 {
     kern_agemm_tile(w->bits == 4 ? &agemm_b4_256 : &agemm_b8_256, w, in, n, y, row0, row1, ws);
 }
+
 /* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):
  * `cols - j` of them present. */
 AVX2 INLINE void bf16_step256(const uint8_t *row, const float *x, int64_t cols, int64_t t0, int tb, int64_t j,
