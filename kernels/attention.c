@@ -2,31 +2,26 @@
  * (kernels.h). Built from the table's dots and axpy, whose every level gives
  * the same bits: with the scalar table this is the reference.
  *
- * Two ways, the same bits (a (row, head)'s arithmetic is the same in both,
- * whatever the tasks; tests/test_kernels.c):
+ * A row's output for a head is its weights' sum of values taken chunk by
+ * chunk: each chunk of ATTN_CHUNK positions (aligned to multiples of it) the
+ * row sees summed on its own from zero, key by key in position order, and
+ * the chunks' sums added to zero in position order. Two ways, the same bits
+ * (a (row, head)'s arithmetic is the same in both, whatever the tasks;
+ * tests/test_kernels.c):
  * - by rows: a task is one query row and up to ATTN_HEADS heads of a KV
  *   head, its scores, softmax and values (a prefill's many rows);
  * - split, for steps of up to ATTN_SPLIT_ROWS rows that would give the
  *   threads fewer tasks than there are threads (a decode step on many
- *   cores): three passes over the pool for all the rows together,
- *   1. scores: tasks over (KV head, ATTN_CHUNK positions): each key, fetched
- *      once, scored against every row and head of its group;
+ *   cores): four passes over the pool for all the rows together,
+ *   1. scores: tasks over (KV head, chunk): each key, fetched once, scored
+ *      against every row and head of its group;
  *   2. softmax: tasks over (row, head);
- *   3. values: tasks over (KV head, ATTN_DCOLS columns of d): each row's and
- *      head's output columns summed over its keys in position order.
- * The way depends on the thread count; the bits do not. Decode of an
- * E2B-shaped 4-bit pack after a 4096-token prompt on a 16-core Xeon, % of
- * the bound, exact / q8, by rows → split: 36.9 / 40.5 → 47.8 / 60.2 % on 16
- * threads, 65.7 / 79.8 → 70.1 / 92.0 % on 4 (docs/PERFORMANCE.md); on 2
- * threads (a decode step of E2B: split, since its 8 heads are one task) the
- * two were within 3 % alone.
- *
- * In a step of at most ATTN_SPLIT_ROWS rows (decode), a block's keys and
- * values are prefetched, every line they lie on, before they are used: the
- * kernels read a key's d floats in a burst too short for the hardware's
- * prefetchers, so that without this a decode step at depth waits on each
- * line (runner/kvcache.c stores the K and V rows as two planes for the same
- * reason). A prefill's many rows find the keys in the cache already. */
+ *   3. values: tasks over (KV head, chunk): each value, fetched once, added
+ *      into every row's and head's sum of the chunk;
+ *   4. the chunks' sums added: tasks over (row, head).
+ * So a decode step reads its keys and values whole and in order, in as many
+ * tasks as there are chunks. The way depends on the thread count; the bits
+ * do not. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,25 +30,28 @@
 #include "kernels/kernels.h"
 
 #define ATTN_HEADS 8       /* by rows: query heads per task (each key and value read once for them) */
-#define ATTN_KEYS 16       /* keys scored with one dots call, or added with one axpy call */
 #define ATTN_SPLIT_ROWS 4  /* split: at most this many rows */
-#define ATTN_CHUNK 64      /* split: positions per scores task */
-#define ATTN_DCOLS 128     /* split: output columns per values task */
+#define ATTN_CHUNK 64      /* positions whose values are summed on their own: one dots call, one axpy call */
+
+/* The chunks a row seeing `keys` keys spans, at most. */
+static int64_t chunks_of(int64_t keys)
+{
+    return (keys + ATTN_CHUNK - 2) / ATTN_CHUNK + 1;
+}
 
 size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int threads)
 {
-    int64_t rows = (int64_t)threads * (ATTN_HEADS * keys + ATTN_KEYS * d);
-    int64_t split = (N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS) * Nq * keys + (int64_t)threads * ATTN_KEYS * d;
+    int64_t rows = (int64_t)threads * (ATTN_HEADS * keys + ATTN_CHUNK * d + ATTN_HEADS * d);
+    int64_t n = N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS;
+    int64_t split = n * Nq * (keys + chunks_of(keys) * d) + (int64_t)threads * ATTN_CHUNK * d;
     return (size_t)(rows > split ? rows : split);
 }
 
-/* Every 64-byte line holding part of x[0 .. n) requested into the cache, in
- * a step of few rows. */
-static void prefetch_floats(const struct kern_attn *a, const float *x, int64_t n)
+/* o[n] += c[n], element by element. */
+static void add_floats(float *o, const float *c, int64_t n)
 {
-    const uintptr_t end = (uintptr_t)(x + n);
-    for (uintptr_t p = (uintptr_t)x & ~(uintptr_t)63; a->N <= ATTN_SPLIT_ROWS && p < end; p += 64)
-        __builtin_prefetch((const void *)p);
+    for (int64_t i = 0; i < n; i++)
+        o[i] += c[i];
 }
 
 /* The first position query row `row` sees (its last is pos[row]). */
@@ -79,21 +77,19 @@ static void softmax_keys(float *su, int64_t n)
         su[p] /= sum;
 }
 
-/* Row `row`'s keys p0 .. p1 (a block of at most ATTN_KEYS it may see) of
- * KV head g scored against heads q[nh, d], each key fetched once for all:
+/* Row `row`'s keys p0 .. p1 (the part of a chunk it sees) of KV head g
+ * scored against heads q[nh, d], each key fetched once for all:
  * s[u·keys + p − p0] for head u, −inf for a key its mask hides. */
 static void score_keys(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, const float *q,
                        int nh, int64_t p0, int64_t p1, float *s, float *buf)
 {
-    const float *kv[ATTN_KEYS];
-    int at[ATTN_KEYS], live = 0;
+    const float *kv[ATTN_CHUNK];
+    int at[ATTN_CHUNK], live = 0;
     for (int64_t p = p0; p <= p1; p++) {
         kv[live] = a->kv(a->ctx, row, p, g, 0, buf + (p - p0) * a->d);
         at[live] = (int)(p - p0);
         live += kv[live] != NULL;
     }
-    for (int l = 0; l < live; l++)
-        prefetch_floats(a, kv[l], a->d);
     t->dots(q, nh, kv, live, a->d, s, a->keys);                               /* q·k, scale 1.0 */
     for (int u = 0; live < p1 - p0 + 1 && u < nh; u++) {                      /* hidden keys: −inf */
         float *su = s + u * a->keys;
@@ -102,24 +98,29 @@ static void score_keys(const struct kern_table *t, const struct kern_attn *a, in
     }
 }
 
-/* The same block's values into heads' outputs o[nh, d] (from column c, nc
- * columns): o += w·v key by key, w = s[u·keys + p − p0], each value fetched
- * once for all the heads; a value no head adds (KERN_WEIGHT_MIN) is not
- * fetched. */
-static void add_values(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, int nh,
-                       int64_t p0, int64_t p1, const float *s, float *o, int64_t c, int64_t nc, float *buf)
+/* The same keys' values summed into heads' part[nh, d] from zero: w·v key
+ * by key, w = s[u·keys + p − p0], each value fetched once for all the heads;
+ * a value no head adds (KERN_WEIGHT_MIN) is not fetched. */
+static void chunk_values(const struct kern_table *t, const struct kern_attn *a, int64_t row, int64_t g, int nh,
+                         int64_t p0, int64_t p1, const float *s, float *part, float *buf)
 {
-    const float *x[ATTN_KEYS];
+    const float *x[ATTN_CHUNK];
     for (int64_t p = p0; p <= p1; p++) {
         bool used = false;
         for (int u = 0; u < nh; u++)
             used |= !(s[u * a->keys + p - p0] < KERN_WEIGHT_MIN);
-        const float *v = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL;
-        x[p - p0] = v ? v + c : NULL;                        /* NULL: hidden (a weight of NaN scores) */
-        if (v)
-            prefetch_floats(a, v + c, nc);
+        x[p - p0] = used ? a->kv(a->ctx, row, p, g, 1, buf + (p - p0) * a->d) : NULL; /* NULL: hidden */
     }
-    t->axpy(o, a->d, nh, s, a->keys, x, (int)(p1 - p0 + 1), nc);
+    memset(part, 0, (size_t)(nh * a->d) * sizeof *part);
+    t->axpy(part, a->d, nh, s, a->keys, x, (int)(p1 - p0 + 1), a->d);
+}
+
+/* Row `row`'s keys in chunk c (positions c·ATTN_CHUNK ..): *p0 .. *p1, empty when *p0 > *p1. */
+static void row_chunk(const struct kern_attn *a, int64_t row, int64_t c, int64_t *p0, int64_t *p1)
+{
+    const int64_t k0 = first_key(a, row), end = (c + 1) * ATTN_CHUNK - 1;
+    *p0 = c * ATTN_CHUNK > k0 ? c * ATTN_CHUNK : k0;
+    *p1 = end < a->pos[row] ? end : a->pos[row];
 }
 
 struct rows_job {
@@ -129,8 +130,7 @@ struct rows_job {
 };
 
 /* One query row and a block of heads sharing a KV head: softmax(q·K) · V
- * over the visible keys, in position order, for each head; keys and values
- * in blocks of ATTN_KEYS. */
+ * over the visible keys, chunk by chunk, for each head. */
 static void row_task(void *arg, int64_t task, int worker)
 {
     const struct rows_job *j = arg;
@@ -142,44 +142,48 @@ static void row_task(void *arg, int64_t task, int worker)
     const int64_t k0 = first_key(a, row), P = a->pos[row], n = P - k0 + 1; /* keys k0 .. P */
     const float *q = a->q + (row * a->Nq + h0) * d;                         /* [nh, d] */
     float *o = a->out + (row * a->Nq + h0) * d;                             /* [nh, d] */
-    float *s = a->scratch + (size_t)worker * (ATTN_HEADS * a->keys + ATTN_KEYS * d); /* [nh, keys] scores, weights */
-    float *buf = s + ATTN_HEADS * a->keys;                                 /* [ATTN_KEYS, d] decoded keys or values */
-    for (int64_t b = k0; b <= P; b += ATTN_KEYS)
-        score_keys(j->t, a, row, g, q, nh, b, b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P, s + b - k0, buf);
+    float *s = a->scratch + (size_t)worker * (ATTN_HEADS * a->keys + ATTN_CHUNK * d + ATTN_HEADS * d); /* [nh, keys] */
+    float *buf = s + ATTN_HEADS * a->keys;                                 /* [ATTN_CHUNK, d] decoded keys or values */
+    float *part = buf + ATTN_CHUNK * d;                                    /* [nh, d] a chunk's sums */
+    int64_t p0, p1;
+    for (int64_t c = k0 / ATTN_CHUNK; c <= P / ATTN_CHUNK; c++) {
+        row_chunk(a, row, c, &p0, &p1);
+        score_keys(j->t, a, row, g, q, nh, p0, p1, s + p0 - k0, buf);
+    }
     for (int u = 0; u < nh; u++)
         softmax_keys(s + u * a->keys, n);
     memset(o, 0, (size_t)(nh * d) * sizeof *o);
-    for (int64_t b = k0; b <= P; b += ATTN_KEYS)
-        add_values(j->t, a, row, g, nh, b, b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P, s + b - k0, o, 0, d, buf);
+    for (int64_t c = k0 / ATTN_CHUNK; c <= P / ATTN_CHUNK; c++) {
+        row_chunk(a, row, c, &p0, &p1);
+        chunk_values(j->t, a, row, g, nh, p0, p1, s + p0 - k0, part, buf);
+        add_floats(o, part, nh * d);
+    }
 }
 
 struct split_job {
     const struct kern_table *t;
     const struct kern_attn *a;
-    int64_t lo, hi;           /* positions any of the step's rows sees: lo .. hi */
-    int64_t chunks, dchunks;  /* scores tasks, values tasks per KV head */
+    int64_t c0, chunks;       /* the chunks any of the step's rows sees: c0 .. c0 + chunks − 1 */
+    int64_t nparts;           /* chunks a row spans, at most */
     float *s;                 /* [N, Nq, keys]: row r's head h scores of its keys k0(r) + i, then weights */
-    float *buf;               /* [workers, ATTN_KEYS, d] decoded keys or values */
+    float *parts;             /* [N, nparts, Nq, d]: row r's sums of its i-th chunk */
+    float *buf;               /* [workers, ATTN_CHUNK, d] decoded keys or values */
 };
 
-/* Pass 1, task (g, c): positions lo + c·ATTN_CHUNK .. (+ATTN_CHUNK − 1), in
- * blocks of ATTN_KEYS; each row's visible ones against each head of group g. */
+/* Pass 1, task (g, c): each row's keys in chunk c0 + c against each head of group g. */
 static void scores_task(void *arg, int64_t task, int worker)
 {
     const struct split_job *j = arg;
     const struct kern_attn *a = j->a;
-    const int64_t group = a->Nq / a->G, d = a->d, g = task / j->chunks;
-    const int64_t c0 = j->lo + task % j->chunks * ATTN_CHUNK;
-    const int64_t c1 = c0 + ATTN_CHUNK - 1 < j->hi ? c0 + ATTN_CHUNK - 1 : j->hi;
-    float *buf = j->buf + (size_t)worker * ATTN_KEYS * d;                    /* [ATTN_KEYS, d] */
-    for (int64_t b = c0; b <= c1; b += ATTN_KEYS)
-        for (int64_t row = 0; row < a->N; row++) {
-            const int64_t k0 = first_key(a, row), P = a->pos[row] < c1 ? a->pos[row] : c1;
-            const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P;
-            if (p0 <= p1)
-                score_keys(j->t, a, row, g, a->q + (row * a->Nq + g * group) * d, (int)group, p0, p1,
-                           j->s + (row * a->Nq + g * group) * a->keys + p0 - k0, buf);
-        }
+    const int64_t group = a->Nq / a->G, d = a->d, g = task / j->chunks, c = j->c0 + task % j->chunks;
+    float *buf = j->buf + (size_t)worker * ATTN_CHUNK * d;                   /* [ATTN_CHUNK, d] */
+    for (int64_t row = 0; row < a->N; row++) {
+        int64_t p0, p1;
+        row_chunk(a, row, c, &p0, &p1);
+        if (p0 <= p1)
+            score_keys(j->t, a, row, g, a->q + (row * a->Nq + g * group) * d, (int)group, p0, p1,
+                       j->s + (row * a->Nq + g * group) * a->keys + p0 - first_key(a, row), buf);
+    }
 }
 
 /* Pass 2, task (r, h): softmax over row r's keys for head h. */
@@ -192,26 +196,34 @@ static void softmax_task(void *arg, int64_t task, int worker)
     softmax_keys(j->s + task * a->keys, n);
 }
 
-/* Pass 3, task (g, c): columns c·ATTN_DCOLS .. of every row's outputs for
- * the heads of group g, over the keys in position order. */
+/* Pass 3, task (g, c): each row's sums of chunk c0 + c for the heads of group g. */
 static void values_task(void *arg, int64_t task, int worker)
 {
     const struct split_job *j = arg;
     const struct kern_attn *a = j->a;
-    const int64_t group = a->Nq / a->G, d = a->d, g = task / j->dchunks, c = task % j->dchunks * ATTN_DCOLS;
-    const int64_t nc = d - c < ATTN_DCOLS ? d - c : ATTN_DCOLS;
-    float *buf = j->buf + (size_t)worker * ATTN_KEYS * d;                    /* [ATTN_KEYS, d] */
-    for (int64_t row = 0; row < a->N; row++)
-        for (int64_t u = 0; u < group; u++)
-            memset(a->out + (row * a->Nq + g * group + u) * d + c, 0, (size_t)nc * sizeof(float));
-    for (int64_t b = j->lo; b <= j->hi; b += ATTN_KEYS)
-        for (int64_t row = 0; row < a->N; row++) {
-            const int64_t k0 = first_key(a, row), P = a->pos[row];
-            const int64_t p0 = b > k0 ? b : k0, p1 = b + ATTN_KEYS - 1 < P ? b + ATTN_KEYS - 1 : P;
-            if (p0 <= p1)
-                add_values(j->t, a, row, g, (int)group, p0, p1, j->s + (row * a->Nq + g * group) * a->keys + p0 - k0,
-                           a->out + (row * a->Nq + g * group) * d + c, c, nc, buf);
-        }
+    const int64_t group = a->Nq / a->G, d = a->d, g = task / j->chunks, c = j->c0 + task % j->chunks;
+    float *buf = j->buf + (size_t)worker * ATTN_CHUNK * d;                   /* [ATTN_CHUNK, d] */
+    for (int64_t row = 0; row < a->N; row++) {
+        int64_t p0, p1;
+        row_chunk(a, row, c, &p0, &p1);
+        const int64_t k0 = first_key(a, row), i = c - k0 / ATTN_CHUNK; /* the row's i-th chunk */
+        if (p0 <= p1)
+            chunk_values(j->t, a, row, g, (int)group, p0, p1, j->s + (row * a->Nq + g * group) * a->keys + p0 - k0,
+                         j->parts + ((row * j->nparts + i) * a->Nq + g * group) * d, buf);
+    }
+}
+
+/* Pass 4, task (r, h): row r's output for head h, its chunks' sums added to zero in order. */
+static void sum_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const struct split_job *j = arg;
+    const struct kern_attn *a = j->a;
+    const int64_t row = task / a->Nq, h = task % a->Nq, d = a->d, k0 = first_key(a, row);
+    float *o = a->out + task * d;
+    memset(o, 0, (size_t)d * sizeof *o);
+    for (int64_t i = 0; i <= a->pos[row] / ATTN_CHUNK - k0 / ATTN_CHUNK; i++)
+        add_floats(o, j->parts + ((row * j->nparts + i) * a->Nq + h) * d, d);
 }
 
 void kern_attention(const struct kern_table *t, const struct kern_attn *a, int threads)
@@ -222,14 +234,17 @@ void kern_attention(const struct kern_table *t, const struct kern_attn *a, int t
         pool_run(threads, a->N * a->G * blocks, row_task, &j);
         return;
     }
-    struct split_job j = {.t = t, .a = a, .lo = INT64_MAX, .hi = -1, .s = a->scratch,
-                          .buf = a->scratch + a->N * a->Nq * a->keys, .dchunks = (a->d + ATTN_DCOLS - 1) / ATTN_DCOLS};
+    int64_t lo = INT64_MAX, hi = -1;
     for (int64_t row = 0; row < a->N; row++) {
-        j.lo = first_key(a, row) < j.lo ? first_key(a, row) : j.lo;
-        j.hi = a->pos[row] > j.hi ? a->pos[row] : j.hi;
+        lo = first_key(a, row) < lo ? first_key(a, row) : lo;
+        hi = a->pos[row] > hi ? a->pos[row] : hi;
     }
-    j.chunks = (j.hi - j.lo + ATTN_CHUNK) / ATTN_CHUNK;
+    const int64_t nparts = chunks_of(a->keys);
+    struct split_job j = {.t = t, .a = a, .c0 = lo / ATTN_CHUNK, .chunks = hi / ATTN_CHUNK - lo / ATTN_CHUNK + 1,
+                          .nparts = nparts, .s = a->scratch, .parts = a->scratch + a->N * a->Nq * a->keys,
+                          .buf = a->scratch + a->N * a->Nq * (a->keys + nparts * a->d)};
     pool_run(threads, a->G * j.chunks, scores_task, &j);
     pool_run(threads, a->N * a->Nq, softmax_task, &j);
-    pool_run(threads, a->G * j.dchunks, values_task, &j);
+    pool_run(threads, a->G * j.chunks, values_task, &j);
+    pool_run(threads, a->N * a->Nq, sum_task, &j);
 }

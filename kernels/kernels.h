@@ -80,7 +80,7 @@ typedef void (*softcap_fn)(float *x, float cap, int64_t n);
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change, so that state saved by an older build (the cold prefix cache) is
  * never restored into a newer one. */
-#define KERN_NUMERICS 9
+#define KERN_NUMERICS 10
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {

@@ -14,6 +14,9 @@
  *             `decode B|MODEL T [1,2,4]` after a T-token prompt (default
  *             16), the bound's bytes the weights and the f32 KV cache a step
  *             reads, at those thread counts (default 1,2; control: each)
+ *   attn P    the attention of an E2B-shaped decode step after a P-token
+ *             prompt alone (f32 caches, evicted before each step), against the
+ *             read bandwidth (thread counts as decode's)
  *   prefill [T]  prefill tokens/s at a T-token prompt (default 512; 4-bit
  *             pack), 1 and 2 threads, with the exact kernels, sgemm and the
  *             int8 kernels, and of the bf16 checkpoint (the convert
@@ -401,6 +404,103 @@ static int decode(int bits, const char *path, int T, const int *thread_list, int
     return 0;
 }
 
+/* The f32 KV planes of one cache of the attention benchmark: position p's
+ * key (which 0) or value of KV head g at slot p mod slots. */
+struct attn_cache {
+    const float *k, *v;
+    int64_t slots, G, d;
+};
+
+static const float *attn_kv(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf)
+{
+    (void)row, (void)buf;
+    const struct attn_cache *c = ctx;
+    return (which ? c->v : c->k) + ((p % c->slots) * c->G + g) * c->d;
+}
+
+/* The attention of a decode step of the E2B-shaped fixture's config after a
+ * P-token prompt, alone: every layer's kern_attention (one query row) over
+ * f32 caches of random values, the KV-shared layers reading their source's,
+ * the caches evicted (a 256 MiB read) before each step as the weights' read
+ * does; against the read bandwidth, bytes as kv_step_bytes. */
+static int attn_bench(int64_t P, const int *thread_list, int n_threads)
+{
+    char dir[4200], path[4300];
+    struct gp_config cfg;
+    struct err e = {0};
+    if (ensure("e2b-q4", "e2b", 4, false, dir, sizeof dir))
+        return 1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(&cfg, path, &e) != ERR_OK) {
+        fprintf(stderr, "bench: %s\n", e.msg);
+        return 1;
+    }
+    const struct gp_config *c = &cfg;
+    const int64_t L = c->n_layers, Nq = c->n_heads;
+    struct attn_cache *kc = calloc((size_t)L, sizeof *kc);
+    float **planes = calloc((size_t)L, sizeof *planes);
+    uint64_t *evict = map_filled(256u << 20);
+    uint32_t seed = 1;
+    int64_t dmax = 0;
+    for (int64_t i = 0; i < L; i++) {
+        const struct cfg_layer *ly = &c->layers[i];
+        dmax = ly->head_dim > dmax ? ly->head_dim : dmax;
+        if (ly->shared)
+            continue;
+        const int64_t slots = ly->type == LT_SLIDING && c->sliding_window < P + 1 ? c->sliding_window : P + 1;
+        const size_t n = (size_t)(slots * ly->kv_heads * ly->head_dim);
+        planes[i] = malloc(2 * n * sizeof(float));
+        for (size_t j = 0; j < 2 * n; j++)
+            planes[i][j] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
+        kc[i] = (struct attn_cache){planes[i], planes[i] + n, slots, ly->kv_heads, ly->head_dim};
+    }
+    float *q = malloc((size_t)(Nq * dmax) * sizeof *q), *out = malloc((size_t)(Nq * dmax) * sizeof *out);
+    for (int64_t j = 0; j < Nq * dmax; j++)
+        q[j] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
+    const uint64_t bytes = kv_step_bytes(c, P);
+    printf("attention of an E2B-shaped decode step after a %lld-token prompt: %.1f MB of f32 KV read\n", (long long)P,
+           (double)bytes / 1e6);
+    for (int ti = 0; ti < n_threads; ti++) {
+        const int threads = thread_list[ti];
+        struct kern_table t;
+        kern_init(&t, KERN_BEST);
+        float *scratch = malloc(kern_attn_scratch(1, Nq, P + 1, dmax, threads) * sizeof(float));
+        double ratio[DECODE_ROUNDS], ms[DECODE_ROUNDS];
+        for (int k = 0; k < DECODE_ROUNDS; k++) {
+            const double bw = read_bandwidth(threads);
+            double dt = 0;
+            for (int s = 0; s < DECODE_STEPS; s++) {
+                read_once(evict, (256u << 20) / 8, threads);
+                const double t0 = now();
+                for (int64_t i = 0; i < L; i++) {
+                    const struct cfg_layer *ly = &c->layers[i];
+                    const int64_t pos = P, src = ly->shared ? ly->kv_src : i;
+                    const struct kern_attn a = {.q = q, .out = out, .pos = &pos, .N = 1, .Nq = Nq, .G = ly->kv_heads,
+                                                .d = ly->head_dim, .window = ly->type == LT_SLIDING ? c->sliding_window : 0,
+                                                .kv = attn_kv, .ctx = &kc[src], .keys = P + 1, .scratch = scratch};
+                    kern_attention(&t, &a, threads);
+                }
+                dt += now() - t0;
+            }
+            ms[k] = 1e3 * dt / DECODE_STEPS;
+            ratio[k] = (double)bytes / (bw * 1e9) / (dt / DECODE_STEPS);
+        }
+        qsort(ms, DECODE_ROUNDS, sizeof *ms, cmp_double);
+        qsort(ratio, DECODE_ROUNDS, sizeof *ratio, cmp_double);
+        printf("  %d thread%s, %s kernels: %.2f ms a step (%.2f-%.2f); %.1f %% of the same-run read bound (%.1f-%.1f %%)\n",
+               threads, threads == 1 ? " " : "s", t.name, ms[DECODE_ROUNDS / 2], ms[0], ms[DECODE_ROUNDS - 1],
+               100 * ratio[DECODE_ROUNDS / 2], 100 * ratio[0], 100 * ratio[DECODE_ROUNDS - 1]);
+        free(scratch);
+        kern_free(&t);
+    }
+    for (int64_t i = 0; i < L; i++)
+        free(planes[i]);
+    free(planes), free(kc), free(q), free(out);
+    munmap(evict, 256u << 20);
+    cfg_free(&cfg);
+    return 0;
+}
+
 static int prefill(int T)
 {
     char pack[4200], bf16[4200];
@@ -781,11 +881,12 @@ int main(int argc, char **argv)
             printf("int8 dot products (AVX-512 VNNI), %d thread%s: %.1f GOP/s\n", t, t == 1 ? "" : "s", int8_gops(t));
         return 0;
     }
-    if (!strcmp(mode, "decode")) { /* decode B|MODEL [PROMPT [THREADS,...]] */
+    if (!strcmp(mode, "decode") || !strcmp(mode, "attn")) { /* decode B|MODEL [PROMPT [THREADS,...]]; attn PROMPT [..] */
+        const int a = !strcmp(mode, "attn") ? 2 : 3; /* the prompt's argument; the thread counts' next */
         int list[8] = {1, 2}, n = 2;
-        if (argc > 4)
-            for (char *p = argv[4]; n < 8 && *p; p += *p == ',') {
-                if (p == argv[4])
+        if (argc > a + 1)
+            for (char *p = argv[a + 1]; n < 8 && *p; p += *p == ',') {
+                if (p == argv[a + 1])
                     n = 0;
                 list[n] = (int)strtol(p, &p, 10);
                 if (list[n] < 1 || list[n] > POOL_MAX_THREADS || (*p && *p != ',')) {
@@ -794,11 +895,13 @@ int main(int argc, char **argv)
                 }
                 n++;
             }
-        int T = argc > 3 ? atoi(argv[3]) : 16;
+        int T = argc > a ? atoi(argv[a]) : 16;
         if (T < 1) {
             fprintf(stderr, "bench: a prompt of at least 1 token\n");
             return 2;
         }
+        if (a == 2)
+            return attn_bench(T, list, n);
         return argc > 2 && atoi(argv[2]) == 0 ? decode(0, argv[2], T, list, n)
                                               : decode(argc > 2 ? atoi(argv[2]) : 4, NULL, T, list, n);
     }
@@ -812,7 +915,8 @@ int main(int argc, char **argv)
         return kernel_bench();
     if (!strcmp(mode, "gkernel"))
         return gkernel_bench();
-    fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|prefill [TOKENS]|"
+    fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|attn PROMPT [THREADS,...]|"
+                    "prefill [TOKENS]|"
                     "big 26b-a4b|31b|convert|kernel|gkernel\n");
     return 2;
 }

@@ -2238,19 +2238,20 @@ static const float *kv_test_entry(const void *ctx, int64_t row, int64_t p, int64
  * threads by rows; 17 threads, split for the 4-row steps), each query row
  * alone gives the same bits as in its step (1 thread: by rows; 8 threads:
  * split), and those are within float rounding of a float64 evaluation; on grouped heads,
- * full and sliding windows, queries at scattered positions, masked keys,
- * head dims around the 16-lane steps; steps of 4 rows over 23 keys and of 20
+ * full and sliding windows (5, and 70 across the 64-position chunks of the
+ * values' sums), queries at scattered positions, masked keys, head dims
+ * around the 16-lane steps; steps of 4 rows over 23 and 200 keys and of 20
  * rows over 150 keys (d 70). */
 Test(kernels, attention_levels_bitwise_and_close_to_float64)
 {
     static const struct {
         int64_t d, N, P;
-    } cases[] = {{16, 4, 23}, {37, 4, 23}, {64, 4, 23}, {70, 20, 150}};
+    } cases[] = {{16, 4, 23}, {37, 4, 23}, {64, 4, 23}, {70, 20, 150}, {24, 4, 200}};
     struct kern_table ref, best;
     kern_init(&ref, KERN_SCALAR);
     kern_init(&best, KERN_BEST);
     for (size_t ci = 0; ci < LEN(cases); ci++)
-        for (int window = 0; window <= 5; window += 5) {
+        for (int window = 0; window <= 70; window += window ? 65 : 5) {
             const int64_t d = cases[ci].d, G = 2, Nq = 12, N = cases[ci].N, P = cases[ci].P;
             uint64_t s = 500 + (uint64_t)(ci * 7 + (size_t)window);
             float *q = rand_vec(&s, (size_t)(N * Nq * d)), *k = rand_vec(&s, (size_t)(P * G * d));
@@ -2291,7 +2292,7 @@ Test(kernels, attention_levels_bitwise_and_close_to_float64)
             for (int64_t r = 0; r < N; r++)
                 for (int64_t h = 0; h < Nq; h++) {
                     int64_t g = h / (Nq / G), k0 = window && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
-                    double sc[150], m = -(double)INFINITY, sum = 0.0;
+                    double sc[200], m = -(double)INFINITY, sum = 0.0;
                     for (int64_t p = k0; p <= pos[r]; p++) {
                         sc[p] = -(double)INFINITY;
                         if (hide[r * P + p])

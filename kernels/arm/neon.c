@@ -43,7 +43,7 @@ INLINE const float *tail16(float *t, const float *p, int64_t r)
  * vectors are loaded once for all the rows, a row's once for all the keys.
  * The tail's absent lanes add 0·0, which leaves a lane as it is. */
 INLINE void dotsk_neon(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
-                       int64_t ld)
+                       int64_t ld, const float *const *pf)
 {
     float32x4_t acc[4][4][4];
     for (int u = 0; u < H; u++)
@@ -53,8 +53,11 @@ INLINE void dotsk_neon(const float *q, const int H, const float *const *b, const
     float tq[4][16], tb[4][16]; /* the tail, zero-padded */
     for (int64_t i = 0; i < n; i += 16) {
         const float *qu[4], *bk[4];
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < K; k++) {
             bk[k] = n - i >= 16 ? b[k] + i : tail16(tb[k], b[k] + i, n - i);
+            if (pf)
+                __builtin_prefetch(pf[k] + i);
+        }
         for (int u = 0; u < H; u++)
             qu[u] = n - i >= 16 ? q + u * n + i : tail16(tq[u], q + u * n + i, n - i);
         for (int c = 0; c < 4; c++) {
@@ -76,7 +79,7 @@ INLINE void dotsk_neon(const float *q, const int H, const float *const *b, const
 float kern_dot_neon(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk_neon(a, 1, &b, 1, n, &out, 1);
+    dotsk_neon(a, 1, &b, 1, n, &out, 1, NULL);
     return out;
 }
 
@@ -84,12 +87,12 @@ float kern_dot_neon(const float *a, const float *b, int64_t n)
 INLINE void dots_heads_neon(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
                             int64_t ld)
 {
-    const int K = 4 / H;
+    const int K = 4 / H, A = K < DOTS_AHEAD ? DOTS_AHEAD : K;
     int j = 0;
     for (; j + K <= m; j += K)
-        dotsk_neon(q, H, b + j, K, n, out + j, ld);
+        dotsk_neon(q, H, b + j, K, n, out + j, ld, j + A + K <= m ? b + j + A : NULL);
     for (; j < m; j++)
-        dotsk_neon(q, H, b + j, 1, n, out + j, ld);
+        dotsk_neon(q, H, b + j, 1, n, out + j, ld, NULL);
 }
 
 /* Heads 4 at a time, then 2 and 1. */
@@ -111,7 +114,7 @@ void kern_dots_neon(const float *q, int nh, const float *const *b, int m, int64_
  * loaded once for all the heads; use[j] (kern_weights_used) names the heads
  * that add value j. */
 INLINE void axpyk_neon(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
-                       const unsigned *use, int m, int64_t i)
+                       const unsigned *use, int m, int64_t i, int64_t n)
 {
     float32x4_t acc[4][4], v[4];
     for (int u = 0; u < H; u++)
@@ -122,6 +125,8 @@ INLINE void axpyk_neon(float *y, int64_t ld, const int H, const float *w, int64_
             continue;
         for (int c = 0; c < 4; c++)
             v[c] = vld1q_f32(x[j] + i + 4 * c);
+        if (i + AXPY_AHEAD < n)
+            __builtin_prefetch(x[j] + i + AXPY_AHEAD);
         for (int u = 0; u < H; u++)
             if (use[j] >> u & 1)
                 for (int c = 0; c < 4; c++)
@@ -141,7 +146,7 @@ INLINE void axpy_heads_neon(float *y, int64_t ld, const int H, const float *w, i
     kern_weights_used(w, wld, H, x, m, use);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        axpyk_neon(y, ld, H, w, wld, x, use, m, i);
+        axpyk_neon(y, ld, H, w, wld, x, use, m, i, n);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)

@@ -29,7 +29,7 @@ AVX2 INLINE __m256 load8(const float *p, bool full, __m256i m)
  * key's vectors are loaded once for all the rows, a row's once for all the
  * keys. The tail through masked loads (0·0 added leaves a lane unchanged). */
 AVX2 INLINE void dotsk256(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
-                          int64_t ld)
+                          int64_t ld, const float *const *pf)
 {
     __m256 lo[4][4], hi[4][4];
 #pragma GCC unroll 4
@@ -46,6 +46,8 @@ AVX2 INLINE void dotsk256(const float *q, const int H, const float *const *b, co
         for (int k = 0; k < K; k++) {
             xl[k] = load8(b[k] + i, n - i >= 16, mlo);
             xh[k] = load8(b[k] + i + 8, n - i >= 16, mhi);
+            if (pf)
+                _mm_prefetch((const char *)(pf[k] + i), _MM_HINT_T0);
         }
 #pragma GCC unroll 4
         for (int u = 0; u < H; u++) {
@@ -67,7 +69,7 @@ AVX2 INLINE void dotsk256(const float *q, const int H, const float *const *b, co
 AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk256(a, 1, &b, 1, n, &out, 1);
+    dotsk256(a, 1, &b, 1, n, &out, 1, NULL);
     return out;
 }
 
@@ -75,12 +77,12 @@ AVX2 float kern_dot_avx2(const float *a, const float *b, int64_t n)
 AVX2 INLINE void dots_heads256(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
                                int64_t ld)
 {
-    const int K = 4 / H;
+    const int K = 4 / H, A = K < DOTS_AHEAD ? DOTS_AHEAD : K;
     int j = 0;
     for (; j + K <= m; j += K)
-        dotsk256(q, H, b + j, K, n, out + j, ld);
+        dotsk256(q, H, b + j, K, n, out + j, ld, j + A + K <= m ? b + j + A : NULL);
     for (; j < m; j++)
-        dotsk256(q, H, b + j, 1, n, out + j, ld);
+        dotsk256(q, H, b + j, 1, n, out + j, ld, NULL);
 }
 
 /* Heads 4 at a time, then 2 and 1. */
@@ -101,7 +103,7 @@ AVX2 void kern_dots_avx2(const float *q, int nh, const float *const *b, int m, i
  * values are added in order: a value's vectors are loaded once for all the
  * heads; use[j] (kern_weights_used) names the heads that add value j. */
 AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
-                          const unsigned *use, int m, int64_t i, const int C)
+                          const unsigned *use, int m, int64_t i, const int C, int64_t n)
 {
     __m256 acc[4][4], v[4];
 #pragma GCC unroll 4
@@ -113,8 +115,11 @@ AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int
         if (!use[j])
             continue;
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < C; c++) {
             v[c] = _mm256_loadu_ps(x[j] + i + 8 * c);
+            if (c % 2 == 0 && i + AXPY_AHEAD + 8 * c < n)
+                _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 8 * c), _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int u = 0; u < H; u++)
             if (use[j] >> u & 1) {
@@ -141,7 +146,7 @@ AVX2 INLINE void axpy_heads256(float *y, int64_t ld, const int H, const float *w
     kern_weights_used(w, wld, H, x, m, use);
     int64_t i = 0;
     for (; i + 8 * C <= n; i += 8 * C)
-        axpyk256(y, ld, H, w, wld, x, use, m, i, C);
+        axpyk256(y, ld, H, w, wld, x, use, m, i, C, n);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)

@@ -33,7 +33,7 @@
  * keys. The tail comes through a masked load (0·0 added to a lane leaves it
  * unchanged). */
 AVX512 INLINE void dotsk512(const float *q, const int H, const float *const *b, const int K, int64_t n, float *out,
-                            int64_t ld)
+                            int64_t ld, const float *const *pf)
 {
     __m512 acc[8][8];
 #pragma GCC unroll 8
@@ -45,8 +45,11 @@ AVX512 INLINE void dotsk512(const float *q, const int H, const float *const *b, 
         const __mmask16 m = mask16(n - i);
         __m512 x[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < K; k++) {
             x[k] = _mm512_maskz_loadu_ps(m, b[k] + i);
+            if (pf)
+                _mm_prefetch((const char *)(pf[k] + i), _MM_HINT_T0);
+        }
 #pragma GCC unroll 8
         for (int u = 0; u < H; u++) {
             const __m512 a = _mm512_maskz_loadu_ps(m, q + u * n + i);
@@ -65,7 +68,7 @@ AVX512 INLINE void dotsk512(const float *q, const int H, const float *const *b, 
 AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
 {
     float out;
-    dotsk512(a, 1, &b, 1, n, &out, 1);
+    dotsk512(a, 1, &b, 1, n, &out, 1, NULL);
     return out;
 }
 
@@ -73,12 +76,12 @@ AVX512 float kern_dot_avx512(const float *a, const float *b, int64_t n)
 AVX512 INLINE void dots_heads512(const float *q, const int H, const float *const *b, int m, int64_t n, float *out,
                                  int64_t ld)
 {
-    const int K = H > 1 ? 16 / H : 8;
+    const int K = H > 1 ? 16 / H : 8, A = K < DOTS_AHEAD ? DOTS_AHEAD : K; /* keys ahead prefetched */
     int j = 0;
     for (; j + K <= m; j += K)
-        dotsk512(q, H, b + j, K, n, out + j, ld);
+        dotsk512(q, H, b + j, K, n, out + j, ld, j + A + K <= m ? b + j + A : NULL);
     for (; j < m; j++)
-        dotsk512(q, H, b + j, 1, n, out + j, ld);
+        dotsk512(q, H, b + j, 1, n, out + j, ld, NULL);
 }
 
 /* Heads 8 at a time, then 4, 2 and 1. */
@@ -104,7 +107,7 @@ AVX512 void kern_dots_avx512(const float *q, int nh, const float *const *b, int 
  * vectors are loaded once for all the heads; use[j] (kern_weights_used)
  * names the heads that add value j. */
 AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
-                            const unsigned *use, int m, int64_t i, const int C, __mmask16 last)
+                            const unsigned *use, int m, int64_t i, const int C, __mmask16 last, int64_t n)
 {
     __m512 acc[8][8], v[8];
 #pragma GCC unroll 8
@@ -116,8 +119,11 @@ AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, i
         if (!use[j])
             continue;
 #pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < C; c++) {
             v[c] = _mm512_maskz_loadu_ps(c == C - 1 ? last : 0xFFFF, x[j] + i + 16 * c);
+            if (i + AXPY_AHEAD + 16 * c < n)
+                _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 16 * c), _MM_HINT_T0);
+        }
 #pragma GCC unroll 8
         for (int u = 0; u < H; u++)
             if (use[j] >> u & 1) {
@@ -144,9 +150,9 @@ AVX512 INLINE void axpy_heads512(float *y, int64_t ld, const int H, const float 
     kern_weights_used(w, wld, H, x, m, use);
     int64_t i = 0;
     for (; i + 16 * C <= n; i += 16 * C)
-        axpyk512(y, ld, H, w, wld, x, use, m, i, C, 0xFFFF);
+        axpyk512(y, ld, H, w, wld, x, use, m, i, C, 0xFFFF, n);
     for (; i < n; i += 16)
-        axpyk512(y, ld, H, w, wld, x, use, m, i, 1, mask16(n - i));
+        axpyk512(y, ld, H, w, wld, x, use, m, i, 1, mask16(n - i), n);
 }
 
 /* Values 16 at a time; heads 8 at a time, then 4, 2 and 1. */
