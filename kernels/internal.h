@@ -223,16 +223,18 @@ static inline size_t kern_block_off(const struct wmat *w, int64_t B, int64_t g)
  * order exactly, so every level gives the same bits. */
 float kern_dot_ref(const float *a, const float *b, int64_t n);
 
-/* out[u·ld + j] = the dot product of q's row u (q + u·n) and b[j] (that
- * order) for heads u < nh and keys j < m: attention's scores of a query's
- * heads against a block of keys, each key read once for all of them. */
 /* The SIMD twins of dots and axpy prefetch the keys DOTS_AHEAD keys ahead of
  * those being scored and a value's columns AXPY_AHEAD floats ahead of those
  * being added: a decode step's keys and values come from RAM in bursts too
  * short for the hardware's prefetchers (X16, the attention of an E2B decode
- * step after 4096 tokens: 1.7-2.0x at 1 thread, 1.35x at 4). */
+ * step after 4096 tokens alone: 1.7-2.2x at 1 thread, 1.3-1.5x at 4, 0.84-0.87x
+ * at 16). */
 #define DOTS_AHEAD 4
 #define AXPY_AHEAD 64
+
+/* out[u·ld + j] = the dot product of q's row u (q + u·n) and b[j] (that
+ * order) for heads u < nh and keys j < m: attention's scores of a query's
+ * heads against a block of keys, each key read once for all of them. */
 void kern_dots_ref(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
 
 /* For each head u < nh, y[u·ld + i] += w[u·wld + j]·x[j][i] (i < n) for
