@@ -13,15 +13,14 @@
  * - split, for steps of up to ATTN_SPLIT_ROWS rows that would give the
  *   threads fewer tasks than there are threads (a decode step on many
  *   cores): four passes over the pool for all the rows together,
- *   1. scores: tasks over (KV head, chunk): each key, fetched once, scored
- *      against every row and head of its group;
+ *   1. scores: tasks over (KV head, chunk): the chunk's keys scored against
+ *      every row and head of the group in one task;
  *   2. softmax: tasks over (row, head);
- *   3. values: tasks over (KV head, chunk): each value, fetched once, added
- *      into every row's and head's sum of the chunk;
+ *   3. values: tasks over (KV head, chunk): the chunk's values added into
+ *      every row's and head's sum of the chunk in one task;
  *   4. the chunks' sums added: tasks over (row, head).
- * So a decode step reads its keys and values whole and in order, in as many
- * tasks as there are chunks. The way depends on the thread count; the bits
- * do not. */
+ * So a decode step reads its keys and values whole and in order, in KV heads
+ * × chunks tasks. The way depends on the thread count; the bits do not. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,7 +41,8 @@ static int64_t chunks_of(int64_t keys)
 size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int threads)
 {
     int64_t rows = (int64_t)threads * (ATTN_HEADS * keys + ATTN_CHUNK * d + ATTN_HEADS * d);
-    int64_t n = N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS;
+    int64_t n = N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS; /* split: fewer rows than threads, at most this */
+    n = n < threads - 1 ? n : threads - 1;
     int64_t split = n * Nq * (keys + chunks_of(keys) * d) + (int64_t)threads * ATTN_CHUNK * d;
     return (size_t)(rows > split ? rows : split);
 }

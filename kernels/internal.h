@@ -223,12 +223,13 @@ static inline size_t kern_block_off(const struct wmat *w, int64_t B, int64_t g)
  * order exactly, so every level gives the same bits. */
 float kern_dot_ref(const float *a, const float *b, int64_t n);
 
-/* The SIMD twins of dots and axpy prefetch the keys DOTS_AHEAD keys ahead of
- * those being scored and a value's columns AXPY_AHEAD floats ahead of those
- * being added: a decode step's keys and values come from RAM in bursts too
- * short for the hardware's prefetchers (X16, the attention of an E2B decode
- * step after 4096 tokens alone: 1.7-2.2x at 1 thread, 1.3-1.5x at 4, 0.84-0.87x
- * at 16). */
+/* The SIMD twins of dots and axpy prefetch, within a call, the keys
+ * DOTS_AHEAD keys (or a pass's keys, when more) ahead of those being scored
+ * and a value's columns AXPY_AHEAD floats (or a pass's columns, when more)
+ * ahead of those being added: a decode step's keys and values come from RAM
+ * in bursts too short for the hardware's prefetchers (X16, the attention of
+ * an E2B decode step after 4096 tokens alone: 1.7-2.2x at 1 thread, 1.3-1.5x
+ * at 4, 0.84-0.87x at 16). */
 #define DOTS_AHEAD 4
 #define AXPY_AHEAD 64
 

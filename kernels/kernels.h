@@ -176,8 +176,9 @@ typedef const float *(*kern_kv_fn)(const void *ctx, int64_t row, int64_t p, int6
  * (position pos[row]) and query head h (KV head h / (Nq / G)), the scores
  * q·k (scale 1) of keys max(0, pos − window + 1) .. pos (window 0: from 0)
  * in position order, softmax (max subtracted, exp, sum, each weight one
- * division), out = Σ w·v over the keys in order, a weight below 2^-100
- * skipped. The tasks (kernels/attention.c) depend on the rows and threads,
+ * division), out = Σ w·v, a weight below 2^-100 skipped, summed per
+ * 64-position chunk (each from zero, keys in order; the chunks' sums added
+ * to zero in order). The tasks (kernels/attention.c) depend on the rows and threads,
  * the bits do not; dots and axpy are the table's (bit-identical on every
  * level). */
 struct kern_attn {

@@ -411,6 +411,22 @@ struct attn_cache {
     int64_t slots, G, d;
 };
 
+/* Task k of a read of n words at p in 64 parts, each part's sum kept. */
+struct read_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum[64];
+};
+
+static void read_part(void *arg, int64_t k, int worker)
+{
+    (void)worker;
+    struct read_job *j = arg;
+    struct rd_job part = {j->p + (size_t)k * (j->n / 64), j->n / 64, 0};
+    rd_main(&part);
+    j->sum[k] = part.sum;
+}
+
 static const float *attn_kv(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf)
 {
     (void)row, (void)buf;
@@ -421,8 +437,8 @@ static const float *attn_kv(const void *ctx, int64_t row, int64_t p, int64_t g, 
 /* The attention of a decode step of the E2B-shaped fixture's config after a
  * P-token prompt, alone: every layer's kern_attention (one query row) over
  * f32 caches of random values, the KV-shared layers reading their source's,
- * the caches evicted (a 256 MiB read) before each step as the weights' read
- * does; against the read bandwidth, bytes as kv_step_bytes. */
+ * 32 MiB of other memory read on the pool before each layer (untimed) as a
+ * step's weights are; against the read bandwidth, bytes as kv_step_bytes. */
 static int attn_bench(int64_t P, const int *thread_list, int n_threads)
 {
     char dir[4200], path[4300];
@@ -437,9 +453,14 @@ static int attn_bench(int64_t P, const int *thread_list, int n_threads)
     }
     const struct gp_config *c = &cfg;
     const int64_t L = c->n_layers, Nq = c->n_heads;
+    const size_t slice = 32u << 20, slices = 8; /* the reads between layers: 8 slices of 32 MiB in turn */
     struct attn_cache *kc = calloc((size_t)L, sizeof *kc);
     float **planes = calloc((size_t)L, sizeof *planes);
-    uint64_t *evict = map_filled(256u << 20);
+    uint64_t *evict = map_filled(slices * slice);
+    if (!kc || !planes || !evict) {
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
     uint32_t seed = 1;
     int64_t dmax = 0;
     for (int64_t i = 0; i < L; i++) {
@@ -449,12 +470,19 @@ static int attn_bench(int64_t P, const int *thread_list, int n_threads)
             continue;
         const int64_t slots = ly->type == LT_SLIDING && c->sliding_window < P + 1 ? c->sliding_window : P + 1;
         const size_t n = (size_t)(slots * ly->kv_heads * ly->head_dim);
-        planes[i] = malloc(2 * n * sizeof(float));
+        if (!(planes[i] = malloc(2 * n * sizeof(float)))) {
+            fprintf(stderr, "bench: out of memory\n");
+            return 1;
+        }
         for (size_t j = 0; j < 2 * n; j++)
             planes[i][j] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
         kc[i] = (struct attn_cache){planes[i], planes[i] + n, slots, ly->kv_heads, ly->head_dim};
     }
     float *q = malloc((size_t)(Nq * dmax) * sizeof *q), *out = malloc((size_t)(Nq * dmax) * sizeof *out);
+    if (!q || !out) {
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
     for (int64_t j = 0; j < Nq * dmax; j++)
         q[j] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
     const uint64_t bytes = kv_step_bytes(c, P);
@@ -465,23 +493,27 @@ static int attn_bench(int64_t P, const int *thread_list, int n_threads)
         struct kern_table t;
         kern_init(&t, KERN_BEST);
         float *scratch = malloc(kern_attn_scratch(1, Nq, P + 1, dmax, threads) * sizeof(float));
+        if (!scratch) {
+            fprintf(stderr, "bench: out of memory\n");
+            return 1;
+        }
         double ratio[DECODE_ROUNDS], ms[DECODE_ROUNDS];
         for (int k = 0; k < DECODE_ROUNDS; k++) {
             const double bw = read_bandwidth(threads);
             double dt = 0;
-            for (int s = 0; s < DECODE_STEPS; s++) {
-                read_once(evict, (256u << 20) / 8, threads);
-                const double t0 = now();
+            for (int s = 0; s < DECODE_STEPS; s++)
                 for (int64_t i = 0; i < L; i++) {
+                    struct read_job rd = {evict + (size_t)(s * L + i) % slices * (slice / 8), slice / 8, {0}};
+                    pool_run(threads, 64, read_part, &rd); /* on the pool's threads, as a step's matmuls */
+                    const double t0 = now();
                     const struct cfg_layer *ly = &c->layers[i];
                     const int64_t pos = P, src = ly->shared ? ly->kv_src : i;
                     const struct kern_attn a = {.q = q, .out = out, .pos = &pos, .N = 1, .Nq = Nq, .G = ly->kv_heads,
                                                 .d = ly->head_dim, .window = ly->type == LT_SLIDING ? c->sliding_window : 0,
                                                 .kv = attn_kv, .ctx = &kc[src], .keys = P + 1, .scratch = scratch};
                     kern_attention(&t, &a, threads);
+                    dt += now() - t0;
                 }
-                dt += now() - t0;
-            }
             ms[k] = 1e3 * dt / DECODE_STEPS;
             ratio[k] = (double)bytes / (bw * 1e9) / (dt / DECODE_STEPS);
         }
@@ -496,7 +528,7 @@ static int attn_bench(int64_t P, const int *thread_list, int n_threads)
     for (int64_t i = 0; i < L; i++)
         free(planes[i]);
     free(planes), free(kc), free(q), free(out);
-    munmap(evict, 256u << 20);
+    munmap(evict, slices * slice);
     cfg_free(&cfg);
     return 0;
 }

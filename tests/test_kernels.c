@@ -2241,18 +2241,19 @@ static const float *kv_test_entry(const void *ctx, int64_t row, int64_t p, int64
  * full and sliding windows (5, and 70 across the 64-position chunks of the
  * values' sums), queries at scattered positions, masked keys, head dims
  * around the 16-lane steps; steps of 4 rows over 23 and 200 keys and of 20
- * rows over 150 keys (d 70). */
+ * rows over 150 keys (d 70); 12 heads on one KV head (by rows two blocks of
+ * heads, split one group). */
 Test(kernels, attention_levels_bitwise_and_close_to_float64)
 {
     static const struct {
-        int64_t d, N, P;
-    } cases[] = {{16, 4, 23}, {37, 4, 23}, {64, 4, 23}, {70, 20, 150}, {24, 4, 200}};
+        int64_t d, N, P, G;
+    } cases[] = {{16, 4, 23, 2}, {37, 4, 23, 2}, {64, 4, 23, 2}, {70, 20, 150, 2}, {24, 4, 200, 1}};
     struct kern_table ref, best;
     kern_init(&ref, KERN_SCALAR);
     kern_init(&best, KERN_BEST);
     for (size_t ci = 0; ci < LEN(cases); ci++)
         for (int window = 0; window <= 70; window += window ? 65 : 5) {
-            const int64_t d = cases[ci].d, G = 2, Nq = 12, N = cases[ci].N, P = cases[ci].P;
+            const int64_t d = cases[ci].d, G = cases[ci].G, Nq = 12, N = cases[ci].N, P = cases[ci].P;
             uint64_t s = 500 + (uint64_t)(ci * 7 + (size_t)window);
             float *q = rand_vec(&s, (size_t)(N * Nq * d)), *k = rand_vec(&s, (size_t)(P * G * d));
             float *v = rand_vec(&s, (size_t)(P * G * d));

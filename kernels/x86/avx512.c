@@ -109,6 +109,7 @@ AVX512 void kern_dots_avx512(const float *q, int nh, const float *const *b, int 
 AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
                             const unsigned *use, int m, int64_t i, const int C, __mmask16 last, int64_t n)
 {
+    const int64_t ahead = 16 * C > AXPY_AHEAD ? 16 * C : AXPY_AHEAD; /* at least the next pass's columns */
     __m512 acc[8][8], v[8];
 #pragma GCC unroll 8
     for (int u = 0; u < H; u++)
@@ -121,8 +122,8 @@ AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, i
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             v[c] = _mm512_maskz_loadu_ps(c == C - 1 ? last : 0xFFFF, x[j] + i + 16 * c);
-            if (i + AXPY_AHEAD + 16 * c < n)
-                _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 16 * c), _MM_HINT_T0);
+            if (i + ahead + 16 * c < n)
+                _mm_prefetch((const char *)(x[j] + i + ahead + 16 * c), _MM_HINT_T0);
         }
 #pragma GCC unroll 8
         for (int u = 0; u < H; u++)
