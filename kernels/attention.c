@@ -41,7 +41,7 @@ static int64_t chunks_of(int64_t keys)
 size_t kern_attn_scratch(int64_t N, int64_t Nq, int64_t keys, int64_t d, int threads)
 {
     int64_t rows = (int64_t)threads * (ATTN_HEADS * keys + ATTN_CHUNK * d + ATTN_HEADS * d);
-    int64_t n = N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS; /* split: fewer rows than threads, at most this */
+    int64_t n = N < ATTN_SPLIT_ROWS ? N : ATTN_SPLIT_ROWS; /* split: at most this many rows, fewer than threads */
     n = n < threads - 1 ? n : threads - 1;
     int64_t split = n * Nq * (keys + chunks_of(keys) * d) + (int64_t)threads * ATTN_CHUNK * d;
     return (size_t)(rows > split ? rows : split);
