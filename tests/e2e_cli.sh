@@ -30,6 +30,8 @@ for c in check inspect fixture convert verify compare; do
     expect 0 "$c --help" -- "$G" $c --help
     ok "$c --help names its usage" -- grep -q "usage: gempack $c" "$T/out"
 done
+"$G" fixture --help > "$T/out"
+ok "fixture --help lists every format whole" -- grep -q -- "--format safetensors|.*|gguf-iq2_xxs|gguf-mxfp4$" "$T/out"
 
 expect 0 "fixture e2b hf" -- "$G" fixture --variant e2b -o "$T/e2b"
 expect 0 "check e2b" -- "$G" check "$T/e2b"
