@@ -1,5 +1,6 @@
 #include "ingest/source.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,29 @@ enum input_kind input_kind(const char *path)
          : !memcmp(magic, "PK\x03\x04", 4) ? IN_NPZ : IN_OTHER;
 }
 
+char *input_lone_gguf(const char *dir)
+{
+    char *cfg = fio_join(dir, "config.json"), *found = NULL;
+    DIR *d = cfg && input_kind(cfg) == IN_MISSING ? opendir(dir) : NULL;
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        size_t len = strlen(de->d_name);
+        char *p = len > 5 && !strcmp(de->d_name + len - 5, ".gguf") ? fio_join(dir, de->d_name) : NULL;
+        struct stat st;
+        if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && n++ == 0)
+            found = p, p = NULL;
+        free(p);
+    }
+    if (d)
+        closedir(d);
+    free(cfg);
+    if (n != 1) {
+        free(found);
+        found = NULL;
+    }
+    return found;
+}
+
 /* A pack: validated by core/pack.c, its "quantized" entries by the format
  * table (quant_check_pack); its config is the manifest's model.config. */
 static int open_pack(struct source *s, const char *path, struct err *e)
@@ -235,11 +259,17 @@ static int open_pack(struct source *s, const char *path, struct err *e)
 
 int source_open(struct source *s, const char *path, unsigned flags, struct err *e)
 {
+    enum input_kind k = input_kind(path);
+    char *lone = k == IN_DIR ? input_lone_gguf(path) : NULL;
+    if (lone) {
+        int rc = source_open(s, lone, flags, e);
+        free(lone);
+        return rc;
+    }
     memset(s, 0, sizeof *s);
     s->kv_skip_last_full = true;
     if (!(s->path = strdup(path)))
         return err_set(e, ERR_NOMEM, "out of memory");
-    enum input_kind k = input_kind(path);
     if (k == IN_GGUF) {
         s->kind = SRC_GGUF;
         if (!(s->config_name = strdup(path)))

@@ -170,6 +170,13 @@ expect 0 "convert gguf to a pack" -- "$G" convert "$T/gg/model.gguf" --align 64 
 ok "convert says every tensor is exact" -- grep -q "exact: 160 of 160 tensors equal the source's values bit for bit" "$T/out"
 expect 0 "run the pack" -- "$G" run "$T/gg.gpk" --tokens-file "$T/gg/tokens.json" --dump-logits "$T/gg-pack.npz"
 ok "source and pack: the same logits" -- python3 -c "import zipfile,sys; a,b=(zipfile.ZipFile(f).read('logits.npy') for f in sys.argv[1:]); sys.exit(a!=b)" "$T/gg-src.npz" "$T/gg-pack.npz"
+expect 0 "run the fixture's directory (its one .gguf, no config.json)" -- "$G" run "$T/gg" --tokens-file "$T/gg/tokens.json" --dump-logits "$T/gg-dir.npz"
+ok "directory and file: the same logits" -- cmp -s "$T/gg-src.npz" "$T/gg-dir.npz"
+expect 0 "inspect the fixture's directory" -- "$G" inspect "$T/gg"
+ok "... as its GGUF" -- grep -q "model.gguf: GGUF v3" "$T/out"
+cp "$T/gg/model.gguf" "$T/gg/second.gguf"
+expect 2 "a directory of two .gguf files is not one model" -- "$G" check "$T/gg"
+rm "$T/gg/second.gguf"
 expect 0 "convert ct --json" -- "$G" convert "$T/ct" --format mlx --json -o "$T/ct-mlx"
 ok "json: the source's modules, exact" -- test "$(json_field "$T/out" "all(m['exact'] for m in d['source']['transcoded']) and d['plan']['exact_tensors'] == len(d['plan']['tensors'])")" = True
 expect 0 "the MLX export of ct passes check" -- "$G" check "$T/ct-mlx"
