@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -854,7 +855,7 @@ static int gsynth_make(struct synth *m, enum qmode mode, int64_t rows, int64_t c
 
 /* The fused ggml kernels' matvec (one token, 1536 columns) in L2 and from
  * RAM, against the read bandwidth of the same run. */
-static int gkernel_bench(void)
+static int gkernel_bench(const char *only)
 {
     static const enum qmode modes[] = {QM_GGML_Q4_K, QM_GGML_Q6_K, QM_GGML_Q5_K, QM_GGML_IQ4_XS, QM_GGML_Q4_1,
                                        QM_GGML_Q5_0, QM_GGML_IQ4_NL};
@@ -862,6 +863,8 @@ static int gkernel_bench(void)
     for (int i = 0; i < 1536; i++)
         x[i] = (float)((i * 37) % 101 - 50) / 64.0f;
     for (size_t k = 0; k < 2 * sizeof modes / sizeof modes[0]; k++) {
+        if (only && strcasecmp(only, qmode_name(modes[k / 2])))
+            continue;
         struct kern_table t;
         kern_init(&t, k % 2 ? KERN_Q8 : KERN_BEST); /* each type exact, then on int8 activations */
         if (k % 2 && !t.q8dot) {
@@ -946,9 +949,9 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "kernel"))
         return kernel_bench();
     if (!strcmp(mode, "gkernel"))
-        return gkernel_bench();
+        return gkernel_bench(argc > 2 ? argv[2] : NULL);
     fprintf(stderr, "usage: bench_runtime limits|decode BITS|MODEL [PROMPT [THREADS,...]]|attn PROMPT [THREADS,...]|"
                     "prefill [TOKENS]|"
-                    "big 26b-a4b|31b|convert|kernel|gkernel\n");
+                    "big 26b-a4b|31b|convert|kernel|gkernel [TYPE]\n");
     return 2;
 }
