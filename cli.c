@@ -276,14 +276,13 @@ void command_help(const struct command *c, FILE *out)
     for (const struct opt *o = c->opts; o && o->name; o++) {
         if (!o->help)
             continue;
-        char head[512];
-        snprintf(head, sizeof head, "%s--%s%s%s", o->code == 'o' ? "-o, " : "", o->name, o->arg ? " " : "",
-                 o->arg ? o->arg : "");
         const char *line = o->help;
-        if (strlen(head) > width) /* wider than the column: the text starts on the next line */
-            fprintf(out, "  %s\n  %-*s  ", head, (int)width, "");
+        int w = fprintf(out, "  %s--%s%s%s", o->code == 'o' ? "-o, " : "", o->name, o->arg ? " " : "",
+                        o->arg ? o->arg : "") - 2;
+        if (w > (int)width) /* wider than the column: the text starts on the next line */
+            fprintf(out, "\n  %-*s  ", (int)width, "");
         else
-            fprintf(out, "  %-*s  ", (int)width, head);
+            fprintf(out, "%*s  ", (int)width - w, "");
         for (const char *nl; (nl = strchr(line, '\n')); line = nl + 1)
             fprintf(out, "%.*s\n  %-*s  ", (int)(nl - line), line, (int)width, "");
         fprintf(out, "%s\n", line);

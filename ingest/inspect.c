@@ -376,11 +376,12 @@ int inspect_path(const char *path, FILE *out, struct json_object **jo, struct er
         return inspect_npz(path, out, jo, e);
     if (kind == IN_GGUF)
         return inspect_gguf(path, out, jo, e);
-    char *lone = kind == IN_DIR ? input_lone_gguf(path) : NULL;
-    if (lone) {
-        int rc = inspect_gguf(lone, out, jo, e);
+    char *lone = NULL;
+    int lrc = kind == IN_DIR ? input_lone_gguf(path, &lone, e) : ERR_OK;
+    if (lrc != ERR_OK || lone) {
+        lrc = lrc == ERR_OK ? inspect_gguf(lone, out, jo, e) : lrc;
         free(lone);
-        return rc;
+        return lrc;
     }
     struct ckpt ck = {0};
     struct st_file one = {0};

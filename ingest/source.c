@@ -1,6 +1,7 @@
 #include "ingest/source.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,27 +211,49 @@ enum input_kind input_kind(const char *path)
          : !memcmp(magic, "PK\x03\x04", 4) ? IN_NPZ : IN_OTHER;
 }
 
-char *input_lone_gguf(const char *dir)
+int input_lone_gguf(const char *dir, char **out, struct err *e)
 {
-    char *cfg = fio_join(dir, "config.json"), *found = NULL;
-    DIR *d = cfg && input_kind(cfg) == IN_MISSING ? opendir(dir) : NULL;
-    int n = 0;
-    for (struct dirent *de; d && (de = readdir(d));) {
-        size_t len = strlen(de->d_name);
-        char *p = len > 5 && !strcmp(de->d_name + len - 5, ".gguf") ? fio_join(dir, de->d_name) : NULL;
-        struct stat st;
-        if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && n++ == 0)
-            found = p, p = NULL;
-        free(p);
-    }
-    if (d)
-        closedir(d);
+    *out = NULL;
+    struct stat st;
+    char *cfg = fio_join(dir, "config.json");
+    if (!cfg)
+        return err_set(e, ERR_NOMEM, "out of memory");
+    const bool none = lstat(cfg, &st) != 0 && errno == ENOENT; /* a broken link is a config.json, reported later */
     free(cfg);
-    if (n != 1) {
-        free(found);
-        found = NULL;
+    if (!none)
+        return ERR_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(e, ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    char *found[2] = {NULL, NULL};
+    int n = 0, rc = ERR_OK;
+    for (struct dirent *de; rc == ERR_OK && n < 2;) {
+        errno = 0;
+        if (!(de = readdir(d))) {
+            if (errno)
+                rc = err_set(e, ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+            break;
+        }
+        const size_t len = strlen(de->d_name);
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf"))
+            continue;
+        char *p = fio_join(dir, de->d_name);
+        if (!p)
+            rc = err_set(e, ERR_NOMEM, "out of memory");
+        else if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) /* a link to a file counts; a directory, FIFO: not */
+            found[n++] = p;
+        else
+            free(p);
     }
-    return found;
+    closedir(d);
+    if (rc == ERR_OK && n == 2)
+        rc = err_set(e, ERR_USAGE, "%s: no config.json and more than one .gguf file (%s, %s ...): name the one to read",
+                     dir, found[0], found[1]);
+    if (rc == ERR_OK && n == 1)
+        *out = found[0], found[0] = NULL;
+    free(found[0]);
+    free(found[1]);
+    return rc;
 }
 
 /* A pack: validated by core/pack.c, its "quantized" entries by the format
@@ -259,16 +282,16 @@ static int open_pack(struct source *s, const char *path, struct err *e)
 
 int source_open(struct source *s, const char *path, unsigned flags, struct err *e)
 {
-    enum input_kind k = input_kind(path);
-    char *lone = k == IN_DIR ? input_lone_gguf(path) : NULL;
-    if (lone) {
-        int rc = source_open(s, lone, flags, e);
-        free(lone);
-        return rc;
-    }
     memset(s, 0, sizeof *s);
     s->kv_skip_last_full = true;
-    if (!(s->path = strdup(path)))
+    enum input_kind k = input_kind(path);
+    char *lone = NULL;
+    int lrc = k == IN_DIR ? input_lone_gguf(path, &lone, e) : ERR_OK;
+    if (lrc != ERR_OK)
+        return lrc;
+    if (lone) /* read as a GGUF whatever its bytes: gguf_open says what is wrong with them */
+        s->path = lone, path = lone, k = IN_GGUF;
+    else if (!(s->path = strdup(path)))
         return err_set(e, ERR_NOMEM, "out of memory");
     if (k == IN_GGUF) {
         s->kind = SRC_GGUF;

@@ -26,10 +26,12 @@
  * input's kind is decided (source_open, inspect). */
 enum input_kind { IN_MISSING, IN_DIR, IN_GGUF, IN_PACK, IN_NPZ, IN_OTHER };
 enum input_kind input_kind(const char *path);
-/* DIR/NAME.gguf when the directory dir has no config.json and NAME.gguf is
- * its only regular file ending in .gguf (as `fixture --format gguf-*` writes):
- * such a directory is that file. Else NULL. Freed by the caller. */
-char *input_lone_gguf(const char *dir);
+/* *out = DIR/NAME.gguf (freed by the caller) when the directory dir has no
+ * config.json (not even a broken link) and NAME.gguf is its one regular file,
+ * or link to one, named *.gguf (as `fixture --format gguf-*` writes): such a
+ * directory is that GGUF file. Else *out = NULL; two such files are an
+ * error naming them. */
+int input_lone_gguf(const char *dir, char **out, struct err *e);
 
 enum source_kind { SRC_SAFETENSORS, SRC_CT, SRC_GGUF, SRC_PACK };
 

@@ -1534,6 +1534,36 @@ Test(check, input_kind)
     th_rmtree(dir);
 }
 
+/* A directory without config.json whose one regular *.gguf file is that
+ * model (what `fixture --format gguf-*` writes); two are an error naming
+ * them; a config.json, even a broken link, keeps the directory a directory. */
+Test(check, input_lone_gguf)
+{
+    char unset[] = "unset", *dir = th_mkdtemp(), *out = unset, sub[4200];
+    struct err e = {0};
+    cr_assert_eq(input_lone_gguf(dir, &out, &e), ERR_OK);
+    cr_assert_null(out, "an empty directory");
+    snprintf(sub, sizeof sub, "%s/d.gguf", dir);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    char *one = th_write(dir, "model.gguf", "GGUF", 4), *note = th_write(dir, "model.gguf.txt", "x", 1);
+    cr_assert_eq(input_lone_gguf(dir, &out, &e), ERR_OK);
+    cr_assert(out && !strcmp(out, one), "the one file, not the directory d.gguf nor model.gguf.txt: %s", out);
+    free(out);
+    char *two = th_write(dir, "b.gguf", "", 0);
+    cr_assert_eq(input_lone_gguf(dir, &out, &e), ERR_USAGE);
+    cr_assert(out == NULL && strstr(e.msg, "model.gguf") && strstr(e.msg, "b.gguf"), "%s", e.msg);
+    cr_assert_eq(unlink(two), 0);
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    cr_assert_eq(symlink("nowhere", cfg), 0);
+    cr_assert_eq(input_lone_gguf(dir, &out, &e), ERR_OK);
+    cr_assert_null(out, "a broken config.json link is a config.json");
+    cr_assert_eq(unlink(cfg), 0);
+    cr_assert_eq(rmdir(sub), 0);
+    free(one), free(two), free(note);
+    th_rmtree(dir);
+}
+
 /* compressed-tensors matches `re:` targets with Python's re.match: gempack
  * agrees with it on tests/ct_regex_cases.json (whose expected results
  * tests/ct_regex_cases.py checks against Python itself): \d, sets such as
