@@ -374,12 +374,12 @@ int inspect_path(const char *path, FILE *out, struct json_object **jo, struct er
         return inspect_pack(path, out, jo, e);
     if (kind == IN_NPZ)
         return inspect_npz(path, out, jo, e);
-    if (kind == IN_GGUF)
-        return inspect_gguf(path, out, jo, e);
     char *lone = NULL;
     int lrc = kind == IN_DIR ? input_lone_gguf(path, &lone, e) : ERR_OK;
-    if (lrc != ERR_OK || lone) {
-        lrc = lrc == ERR_OK ? inspect_gguf(lone, out, jo, e) : lrc;
+    if (lrc != ERR_OK)
+        return lrc;
+    if (lone || kind == IN_GGUF) {
+        lrc = inspect_gguf(lone ? lone : path, out, jo, e);
         free(lone);
         return lrc;
     }
