@@ -61,22 +61,6 @@ static int64_t first_key(const struct kern_attn *a, int64_t row)
     return a->window && P - a->window + 1 > 0 ? P - a->window + 1 : 0;
 }
 
-/* Scores su[n] to weights: the max subtracted (fmaxf's: a NaN score is
- * passed over), exp (a hidden key's −inf: 0), the sum in order, one
- * division each. */
-static void softmax_keys(float *su, int64_t n)
-{
-    float m = -INFINITY, sum = 0.0f;
-    for (int64_t p = 0; p < n; p++)
-        m = su[p] > m ? su[p] : m;
-    for (int64_t p = 0; p < n; p++) {
-        su[p] = su[p] == -INFINITY ? 0.0f : kern_exp(su[p] - m);
-        sum += su[p];
-    }
-    for (int64_t p = 0; p < n; p++)
-        su[p] /= sum;
-}
-
 /* Row `row`'s keys p0 .. p1 (the part of a chunk it sees) of KV head g
  * scored against heads q[nh, d], each key fetched once for all:
  * s[u·keys + p − p0] for head u, −inf for a key its mask hides. */
@@ -151,7 +135,7 @@ static void row_task(void *arg, int64_t task, int worker)
         score_keys(j->t, a, row, g, q, nh, p0, p1, s + p0 - k0, buf);
     }
     for (int u = 0; u < nh; u++)
-        softmax_keys(s + u * a->keys, n);
+        j->t->softmax(s + u * a->keys, n); /* a hidden key's −inf: weight 0 */
     memset(o, 0, (size_t)(nh * d) * sizeof *o);
     for (int64_t c = k0 / ATTN_CHUNK; c <= P / ATTN_CHUNK; c++) {
         row_chunk(a, row, c, &p0, &p1);
@@ -193,7 +177,7 @@ static void softmax_task(void *arg, int64_t task, int worker)
     const struct split_job *j = arg;
     const struct kern_attn *a = j->a;
     const int64_t row = task / a->Nq, n = a->pos[row] - first_key(a, row) + 1;
-    softmax_keys(j->s + task * a->keys, n);
+    j->t->softmax(j->s + task * a->keys, n);
 }
 
 /* Pass 3, task (g, c): each row's sums of chunk c0 + c for the heads of group g. */

@@ -76,6 +76,7 @@ typedef void (*axpy_fn)(float *y, int64_t ld, int nh, const float *w, int64_t wl
 #define KERN_WEIGHT_MIN 0x1p-100f
 typedef void (*gelu_mul_fn)(float *g, const float *u, int64_t n);
 typedef void (*softcap_fn)(float *x, float cap, int64_t n);
+typedef void (*softmax_fn)(float *x, int64_t n);
 
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change, so that state saved by an older build (the cold prefix cache) is
@@ -95,6 +96,7 @@ struct kern_table {
     axpy_fn axpy;             /* attention's weighted values (always set) */
     gelu_mul_fn gelu_mul;     /* g = gelu(g)·u (always set) */
     softcap_fn softcap;       /* the logit soft-cap (always set) */
+    softmax_fn softmax;       /* kern_softmax: attention's weights (always set) */
     q8dot_fn q8dot;           /* KERN_Q8: 4/8-bit affine matmuls on int8 activations (NULL: off) */
     q8prep_fn q8prep;         /* KERN_Q8: their input's preparation */
     qgemm_fn qgemm;           /* the fused kernels as a blocked GEMM, for steps of many tokens (NULL: none) */

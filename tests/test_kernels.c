@@ -1034,7 +1034,7 @@ static size_t tables(struct kern_table *t, const char **label)
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
                                      .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
                                      .gelu_mul = kern_gelu_mul_avx2,
-                                     .softcap = kern_softcap_avx2, .qgemm = kern_qgemm_avx2,
+                                     .softcap = kern_softcap_avx2, .softmax = kern_softmax_avx2, .qgemm = kern_qgemm_avx2,
                                      .qgemm_modes = 1u << QM_AFFINE,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
@@ -1048,7 +1048,7 @@ static size_t tables(struct kern_table *t, const char **label)
                                      .matvec_bf16 = kern_matvec_bf16_avx512,
                                      .dot = kern_dot_avx512, .dots = kern_dots_avx512, .axpy = kern_axpy_avx512,
                                      .gelu_mul = kern_gelu_mul_avx512,
-                                     .softcap = kern_softcap_avx512,
+                                     .softcap = kern_softcap_avx512, .softmax = kern_softmax_avx512,
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
     }
 #endif
@@ -1328,16 +1328,18 @@ static const struct ewtwin {
     axpy_fn axpy;
     gelu_mul_fn gelu_mul;
     softcap_fn softcap;
+    softmax_fn softmax;
     enum cpu_feature need;
 } ewtwins[] = {
 #if GP_X86
-    {"avx2", kern_dot_avx2, kern_dots_avx2, kern_axpy_avx2, kern_gelu_mul_avx2, kern_softcap_avx2, CPU_AVX2},
+    {"avx2", kern_dot_avx2, kern_dots_avx2, kern_axpy_avx2, kern_gelu_mul_avx2, kern_softcap_avx2, kern_softmax_avx2,
+     CPU_AVX2},
     {"avx512", kern_dot_avx512, kern_dots_avx512, kern_axpy_avx512, kern_gelu_mul_avx512, kern_softcap_avx512,
-     CPU_AVX512},
+     kern_softmax_avx512, CPU_AVX512},
 #elif GP_ARM64
-    {"neon", kern_dot_neon, kern_dots_neon, kern_axpy_neon, NULL, NULL, CPU_NEON},
+    {"neon", kern_dot_neon, kern_dots_neon, kern_axpy_neon, NULL, NULL, NULL, CPU_NEON},
 #endif
-    {NULL, NULL, NULL, NULL, NULL, NULL, CPU_AVX2},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, CPU_AVX2},
 };
 
 Test(kernels, rmsnorm_paths_bitwise_equal_reference)
@@ -1498,6 +1500,41 @@ Test(kernels, softcap_simd_bitwise_equal_reference)
                     cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
                               "%s cap %g n %lld [%lld]: softcap(%a) = %a, reference %a", tw->name, (double)caps[c],
                               (long long)n, (long long)i, (double)x0[i], (double)v[i], (double)r[i]);
+                cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
+            }
+}
+
+/* Each twin's softmax against kern_softmax, bit for bit, on scores of many
+ * magnitudes with the specials among them (a hidden key's −inf, NaN, ±0,
+ * ±inf, huge values) or a block of zeros of both signs as the maximum, for
+ * lengths around the 16-lane steps. */
+Test(kernels, softmax_simd_bitwise_equal_reference)
+{
+    enum { N = 530 };
+    const float special[] = {-INFINITY, -0.0f, 0.0f, 1e-40f, -1e-40f, -86.9f, -87.1f, 88.0f, -1e30f, 1e30f};
+    static float x0[4][N + 1];
+    uint64_t s = 41;
+    for (int i = 0; i <= N; i++) {
+        x0[0][i] = (float)(th_rng_next(&s) % 60001) / 1000.0f - 30.0f; /* scores */
+        x0[1][i] = i % 5 == 2 ? -INFINITY : x0[0][i];                   /* some keys hidden */
+        x0[2][i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -x0[0][i] * x0[0][i]; /* zeros of both signs the max */
+        x0[3][i] = i % 7 == 3 ? NAN : i == 40 ? INFINITY : x0[0][i];    /* NaN weights */
+    }
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        x0[0][47 * i + 3] = special[i]; /* 1e30 (the max: every other weight 0) from n = 427 */
+    for (const struct ewtwin *tw = ewtwins; tw->name; tw++)
+        for (int k = 0; k < 4; k++)
+            for (int64_t n = 0; n <= N && tw->softmax && cpu_has(tw->need); n = n == 70 ? 255 : n == 255 ? N : n + 1) {
+                static float r[N + 1], v[N + 1];
+                memcpy(r, x0[k], sizeof r);
+                memcpy(v, x0[k], sizeof v);
+                r[n] = v[n] = 12345.0f;
+                kern_softmax(r, n);
+                tw->softmax(v, n);
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert(memcmp(&r[i], &v[i], sizeof *r) == 0 || (isnan(r[i]) && isnan(v[i])),
+                              "%s set %d n %lld [%lld]: softmax %a, reference %a", tw->name, k, (long long)n,
+                              (long long)i, (double)v[i], (double)r[i]);
                 cr_assert(v[n] == 12345.0f, "n %lld: wrote past the end", (long long)n);
             }
 }

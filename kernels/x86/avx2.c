@@ -1,6 +1,7 @@
 /* avx2.c - the AVX2 twins of avx512.c's fused dequantize + dot products (the
  * scheme, and what every token is guaranteed, are described there). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/bytes.h"
@@ -189,6 +190,34 @@ AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
         _mm256_storeu_ps(x + i, _mm256_mul_ps(c, _mm256_div_ps(em, _mm256_add_ps(em, _mm256_set1_ps(2.0f)))));
     }
     kern_softcap_ref(x + i, cap, n - i);
+}
+
+/* kern_softmax with its exponentials and divisions on 8 lanes (kern_exp
+ * step for step; the tail through kern_exp itself), the max and the sum as
+ * the definition takes them. */
+AVX2 void kern_softmax_avx2(float *x, int64_t n)
+{
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        m = fmaxf(m, x[i]);
+    const __m256 mm = _mm256_set1_ps(m);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), mm);
+        __m256 two_n, P = exp_parts256(v, &two_n);
+        const __m256 e = _mm256_mul_ps(_mm256_add_ps(P, _mm256_set1_ps(1.0f)), two_n);
+        _mm256_storeu_ps(x + i, _mm256_blendv_ps(e, _mm256_setzero_ps(),
+                                                 _mm256_cmp_ps(v, _mm256_set1_ps(-KERN_EXP_VMAX), _CMP_LT_OQ)));
+    }
+    for (; i < n; i++)
+        x[i] = kern_exp(x[i] - m);
+    for (i = 0; i < n; i++)
+        sum += x[i];
+    const __m256 s = _mm256_set1_ps(sum);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_div_ps(_mm256_loadu_ps(x + i), s));
+    for (; i < n; i++)
+        x[i] /= sum;
 }
 
 /* The tail (fewer than 8) through kern_gelu itself: the same bits. */

@@ -20,6 +20,7 @@
  * chunked and decode runs give bitwise-identical logits. Compiled with
  * per-function target attributes and chosen at run time (no -march flag). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -209,6 +210,40 @@ AVX512 void kern_softcap_avx512(float *x, float cap, int64_t n)
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         _mm512_mask_storeu_ps(x + i, m, softcap512(_mm512_maskz_loadu_ps(m, x + i), c));
+    }
+}
+
+/* kern_softmax on 16 lanes: the max taken in the lanes (the same value; of
+ * two zeros either may win, and x − m then differs only for x = ±0, whose
+ * kern_exp is 1 either way), kern_exp step for step, the sum in order, one
+ * division each. */
+AVX512 void kern_softmax_avx512(float *x, int64_t n)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mv = ninf;
+    for (int64_t i = 0; i < n; i += 16) { /* a NaN compares false: passed over, as by fmaxf */
+        const __m512 a = _mm512_mask_loadu_ps(ninf, mask16(n - i), x + i);
+        mv = _mm512_mask_mov_ps(mv, _mm512_cmp_ps_mask(a, mv, _CMP_GT_OQ), a);
+    }
+    float lanes[16], m = -INFINITY, sum = 0.0f;
+    _mm512_storeu_ps(lanes, mv);
+    for (int l = 0; l < 16; l++)
+        m = fmaxf(m, lanes[l]);
+    const __m512 mm = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mask16(n - i);
+        const __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mm);
+        __m512 two_n, P = exp_parts512(v, &two_n);
+        const __m512 e = _mm512_mul_ps(_mm512_add_ps(P, _mm512_set1_ps(1.0f)), two_n);
+        const __mmask16 under = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-KERN_EXP_VMAX), _CMP_LT_OQ); /* e^v: 0 */
+        _mm512_mask_storeu_ps(x + i, k, _mm512_maskz_mov_ps((__mmask16)~under, e));
+    }
+    for (int64_t i = 0; i < n; i++)
+        sum += x[i];
+    const __m512 s = _mm512_set1_ps(sum);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mask16(n - i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), s));
     }
 }
 

@@ -57,5 +57,7 @@ void kern_gelu_mul_avx2(float *g, const float *u, int64_t n);
 void kern_gelu_mul_avx512(float *g, const float *u, int64_t n);
 void kern_softcap_avx2(float *x, float cap, int64_t n);
 void kern_softcap_avx512(float *x, float cap, int64_t n);
+void kern_softmax_avx2(float *x, int64_t n);
+void kern_softmax_avx512(float *x, int64_t n);
 
 #endif
