@@ -126,14 +126,23 @@ AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, i
             if (i + ahead + 16 * c < n)
                 _mm_prefetch((const char *)(x[j] + i + ahead + 16 * c), _MM_HINT_T0);
         }
+        if (use[j] == (1u << H) - 1) /* every head (the common case): no branch per head */
 #pragma GCC unroll 8
-        for (int u = 0; u < H; u++)
-            if (use[j] >> u & 1) {
+            for (int u = 0; u < H; u++) {
                 const __m512 wu = _mm512_set1_ps(w[u * wld + j]);
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++)
                     acc[u][c] = _mm512_add_ps(acc[u][c], _mm512_mul_ps(wu, v[c]));
             }
+        else
+#pragma GCC unroll 8
+            for (int u = 0; u < H; u++)
+                if (use[j] >> u & 1) {
+                    const __m512 wu = _mm512_set1_ps(w[u * wld + j]);
+#pragma GCC unroll 8
+                    for (int c = 0; c < C; c++)
+                        acc[u][c] = _mm512_add_ps(acc[u][c], _mm512_mul_ps(wu, v[c]));
+                }
     }
 #pragma GCC unroll 8
     for (int u = 0; u < H; u++)
