@@ -68,7 +68,8 @@ static const struct {
 #elif GP_ARM64
     {CPU_NEON, {.name = "neon", .qdot = kern_qdot_neon, .matvec_bf16 = kern_matvec_bf16_neon, .dot = kern_dot_neon,
                 .dots = kern_dots_neon, .axpy = kern_axpy_neon, .gelu_mul = kern_gelu_mul_ref,
-                .softcap = kern_softcap_ref, .softmax = kern_softmax, .qgemm = kern_qgemm_neon, .qgemm_modes = 1u << QM_AFFINE}},
+                .softcap = kern_softcap_ref, .softmax = kern_softmax, .qgemm = kern_qgemm_neon,
+                .qgemm_modes = 1u << QM_AFFINE}},
 #endif
     {0, {.name = "scalar", .qdot = kern_qdot_ref, .matvec_bf16 = kern_matvec_bf16_ref, .dot = kern_dot_ref,
          .dots = kern_dots_ref, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_ref, .softcap = kern_softcap_ref,
