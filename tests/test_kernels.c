@@ -1034,7 +1034,8 @@ static size_t tables(struct kern_table *t, const char **label)
         t[k++] = (struct kern_table){.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2,
                                      .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
                                      .gelu_mul = kern_gelu_mul_avx2,
-                                     .softcap = kern_softcap_avx2, .softmax = kern_softmax_avx2, .qgemm = kern_qgemm_avx2,
+                                     .softcap = kern_softcap_avx2, .softmax = kern_softmax_avx2,
+                                     .qgemm = kern_qgemm_avx2,
                                      .qgemm_modes = 1u << QM_AFFINE,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
