@@ -103,6 +103,15 @@ AVX512 void kern_dots_avx512(const float *q, int nh, const float *const *b, int 
         dots_heads512(q + u * n, 1, b, m, n, out + u * ld, ld);
 }
 
+/* acc[c] += w·v[c] for c < C: one head's share of a value. */
+AVX512 INLINE void add_value512(__m512 *acc, float w, const __m512 *v, const int C)
+{
+    const __m512 wu = _mm512_set1_ps(w);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wu, v[c]));
+}
+
 /* Columns i .. of H heads' outputs, C vectors each (the last under mask
  * `last`), kept in registers while the values are added in order: a value's
  * vectors are loaded once for all the heads; use[j] (kern_weights_used)
@@ -128,21 +137,13 @@ AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, i
         }
         if (use[j] == (1u << H) - 1) /* every head (the common case): no branch per head */
 #pragma GCC unroll 8
-            for (int u = 0; u < H; u++) {
-                const __m512 wu = _mm512_set1_ps(w[u * wld + j]);
-#pragma GCC unroll 8
-                for (int c = 0; c < C; c++)
-                    acc[u][c] = _mm512_add_ps(acc[u][c], _mm512_mul_ps(wu, v[c]));
-            }
+            for (int u = 0; u < H; u++)
+                add_value512(acc[u], w[u * wld + j], v, C);
         else
 #pragma GCC unroll 8
             for (int u = 0; u < H; u++)
-                if (use[j] >> u & 1) {
-                    const __m512 wu = _mm512_set1_ps(w[u * wld + j]);
-#pragma GCC unroll 8
-                    for (int c = 0; c < C; c++)
-                        acc[u][c] = _mm512_add_ps(acc[u][c], _mm512_mul_ps(wu, v[c]));
-                }
+                if (use[j] >> u & 1)
+                    add_value512(acc[u], w[u * wld + j], v, C);
     }
 #pragma GCC unroll 8
     for (int u = 0; u < H; u++)
