@@ -100,6 +100,15 @@ AVX2 void kern_dots_avx2(const float *q, int nh, const float *const *b, int m, i
         dots_heads256(q + u * n, 1, b, m, n, out + u * ld, ld);
 }
 
+/* acc[c] += w·v[c] for c < C: one head's share of a value. */
+AVX2 INLINE void add_value256(__m256 *acc, float w, const __m256 *v, const int C)
+{
+    const __m256 wu = _mm256_set1_ps(w);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wu, v[c]));
+}
+
 /* Columns i .. i + 8·C − 1 of H heads' outputs, kept in registers while the
  * values are added in order: a value's vectors are loaded once for all the
  * heads; use[j] (kern_weights_used) names the heads that add value j. */
@@ -121,14 +130,15 @@ AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int
             if (c % 2 == 0 && i + AXPY_AHEAD + 8 * c < n)
                 _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 8 * c), _MM_HINT_T0);
         }
+        if (use[j] == (1u << H) - 1) /* every head (the common case): no branch per head */
 #pragma GCC unroll 4
-        for (int u = 0; u < H; u++)
-            if (use[j] >> u & 1) {
-                const __m256 wu = _mm256_set1_ps(w[u * wld + j]);
+            for (int u = 0; u < H; u++)
+                add_value256(acc[u], w[u * wld + j], v, C);
+        else
 #pragma GCC unroll 4
-                for (int c = 0; c < C; c++)
-                    acc[u][c] = _mm256_add_ps(acc[u][c], _mm256_mul_ps(wu, v[c]));
-            }
+            for (int u = 0; u < H; u++)
+                if (use[j] >> u & 1)
+                    add_value256(acc[u], w[u * wld + j], v, C);
     }
 #pragma GCC unroll 4
     for (int u = 0; u < H; u++)
@@ -193,15 +203,25 @@ AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
 }
 
 /* kern_softmax with its exponentials and divisions on 8 lanes (kern_exp
- * step for step; the tail through kern_exp itself), the max and the sum as
- * the definition takes them. */
+ * step for step; the tail through kern_exp itself), the sum as the
+ * definition takes it, the max in the lanes as kern_softmax_avx512 takes it
+ * (the same value). */
 AVX2 void kern_softmax_avx2(float *x, int64_t n)
 {
-    float m = -INFINITY, sum = 0.0f;
-    for (int64_t i = 0; i < n; i++)
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* a NaN compares false: passed over, as by fmaxf */
+        const __m256 a = _mm256_loadu_ps(x + i);
+        mv = _mm256_blendv_ps(mv, a, _mm256_cmp_ps(a, mv, _CMP_GT_OQ));
+    }
+    float lanes[8], m = -INFINITY, sum = 0.0f;
+    _mm256_storeu_ps(lanes, mv);
+    for (int l = 0; l < 8; l++)
+        m = fmaxf(m, lanes[l]);
+    for (; i < n; i++)
         m = fmaxf(m, x[i]);
     const __m256 mm = _mm256_set1_ps(m);
-    int64_t i = 0;
+    i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), mm);
         __m256 two_n, P = exp_parts256(v, &two_n);
