@@ -205,12 +205,13 @@ AVX2 void kern_softcap_avx2(float *x, float cap, int64_t n)
 /* kern_softmax with its exponentials and divisions on 8 lanes (kern_exp
  * step for step; the tail through kern_exp itself), the sum as the
  * definition takes it, the max in the lanes as kern_softmax_avx512 takes it
- * (the same value). */
+ * (the same value; of two zeros either may win, and x − m then differs only
+ * for x = ±0, whose kern_exp is 1 either way). */
 AVX2 void kern_softmax_avx2(float *x, int64_t n)
 {
     __m256 mv = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* a NaN compares false: passed over, as by fmaxf */
+    for (; i + 8 <= n; i += 8) { /* a (quiet) NaN compares false: passed over, as by fmaxf */
         const __m256 a = _mm256_loadu_ps(x + i);
         mv = _mm256_blendv_ps(mv, a, _mm256_cmp_ps(a, mv, _CMP_GT_OQ));
     }

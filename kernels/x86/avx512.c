@@ -271,7 +271,7 @@ AVX512 void kern_softmax_avx512(float *x, int64_t n)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mv = ninf;
-    for (int64_t i = 0; i < n; i += 16) { /* a NaN compares false: passed over, as by fmaxf */
+    for (int64_t i = 0; i < n; i += 16) { /* a (quiet) NaN compares false: passed over, as by fmaxf */
         const __m512 a = _mm512_mask_loadu_ps(ninf, mask16(n - i), x + i);
         mv = _mm512_mask_mov_ps(mv, _mm512_cmp_ps_mask(a, mv, _CMP_GT_OQ), a);
     }
