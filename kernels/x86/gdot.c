@@ -5,8 +5,9 @@
  * (gparams: the same exact products); the kernels are specialized by type
  * and token count (G_TOKENS). Exact, AVX-512: the 4-bit types look their
  * codes up as floats (vpermps), the others convert the decoded bytes (Q4_K's
- * params and Q6_K's codes by 512-bit twins of gparams and gcodes); one
- * token runs 4 rows a pass (gtile512, gtile256). Int8:
+ * and Q6_K's params and Q6_K's codes by 512-bit twins of gparams and gcodes);
+ * one token runs 4 rows a pass (gtile512, gtile256), Q4_K's 4 rows' params
+ * unpacked in one vector and their offsets summed in one vector's lanes. Int8:
  * windows of 16 sub-blocks, vpdpbusd then pair_sums to one sum per
  * sub-block per lane; Q4_K, Q5_K and Q6_K decode a window's codes and
  * scales in registers and sum in 16-bit lanes where the sums fit
@@ -348,6 +349,56 @@ AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
     _mm256_storeu_ps(m, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+/* q4k_params512 for the blocks of 4 rows at once, row r's 16 header bytes
+ * at b[r] in 128-bit lane r: a[r][j] = d·sc_j (into g[r].a), mT[4j + r] =
+ * −(dmin·mn_j), the same products; the mins of a sub-block side by side for
+ * the rows' offsets in one vector. */
+AVX512 INLINE void q4k_params4x512(const uint8_t *const *b, struct kern_gblock *g, float *mT)
+{
+    __m512i h = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)b[0]));
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[1]), 1);
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[2]), 2);
+    h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[3]), 3);
+#define L4(a, b, c, d) _mm512_setr_epi32(a, b, c, d, a, b, c, d, a, b, c, d, a, b, c, d)
+    const __m512i S = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 3, 2, 1)); /* u0, u1, u2, u2 */
+    const __m512i T = _mm512_srlv_epi32(S, L4(6, 6, 0, 4));
+    const __m512i H = _mm512_slli_epi32(_mm512_shuffle_epi32(T, _MM_SHUFFLE(1, 0, 3, 2)), 4);
+    const __m512i lo = _mm512_and_si512(S, L4(0x3f3f3f3f, 0x3f3f3f3f, 0, 0));
+    const __m512i hi = _mm512_or_si512(_mm512_and_si512(T, L4(0, 0, 0x0f0f0f0f, 0x0f0f0f0f)),
+                                       _mm512_and_si512(H, L4(0, 0, 0x30303030, 0x30303030)));
+    /* lane r: sc 0-3, mn 0-3, sc 4-7, mn 4-7 -> every row's sc 0-7, then mn 0-3 of rows 0-3, mn 4-7 of rows 0-3 */
+    const __m512i f = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 5, 9, 13, 3, 7, 11, 15),
+                                               _mm512_or_si512(lo, hi));
+    const __m512i keep = _mm512_set4_epi32(0x0f0e0d0c, 0x0b0a0908, 0x07060504, 0x03020100);
+    const __m512i turn = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* a 4×4 byte transpose */
+    const __m512i P = _mm512_shuffle_epi8(f, _mm512_inserti64x4(keep, _mm512_castsi512_si256(turn), 1)); /* mn by j */
+#undef L4
+    const __m256 D = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h))); /* d, dmin of rows 0-3 */
+    const __m512 Dz = _mm512_castps256_ps512(D);
+    const __m512 d01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), Dz);
+    const __m512 d23 = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6), Dz);
+    const __m512 dmin = _mm512_permutexvar_ps(_mm512_set4_epi32(7, 5, 3, 1), Dz);
+    const __m512 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(INT32_MIN)));
+    /* dm: −dmin of rows 0-3, four times */
+#define F16(i) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(P, i)))
+    const __m512 a01 = _mm512_mul_ps(d01, F16(0)), a23 = _mm512_mul_ps(d23, F16(1));
+    _mm512_storeu_ps(mT, _mm512_mul_ps(dm, F16(2)));
+    _mm512_storeu_ps(mT + 16, _mm512_mul_ps(dm, F16(3)));
+#undef F16
+    _mm256_storeu_ps(g[0].a, _mm512_castps512_ps256(a01));
+    _mm256_storeu_ps(g[1].a, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a01), 1)));
+    _mm256_storeu_ps(g[2].a, _mm512_castps512_ps256(a23));
+    _mm256_storeu_ps(g[3].a, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a23), 1)));
+}
+
+/* Q6_K's a (gparams' products) in one vector: d times the 16 int8 scales at 192. */
+AVX512 INLINE void q6k_params512(const uint8_t *b, float *a)
+{
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))));
+    _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_set1_ps(h2f(b + 208)), sc));
+}
+
 /* Q6_K's codes (gcodes' bytes) in 512-bit steps: per half h, the 64 ql
  * bytes at once, qh's 32 in both 256-bit halves (16-bit shifts bring bit
  * pair 2i of qh[l] to bits 4-5 of byte l; the rest masked off). */
@@ -372,10 +423,11 @@ AVX512 INLINE void q6k_codes512(const uint8_t *b, int8_t *c)
  * nibbles pick the code values from a register (vpermps reads an index's low
  * 4 bits). Q4_K: sub-blocks 2k and 2k + 1 are the low and high nibbles of
  * bytes 32k .. 32k + 31; the others: a sub-block's first 16 codes are 16
- * bytes' low nibbles, the rest their high ones. A, B: T per row. */
+ * bytes' low nibbles, the rest their high ones. A, B: T per row (Q4_K's
+ * offsets into B unless the caller adds them: offs false). */
 AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *const *b, const struct kern_gblock *g,
                                 const int R, const struct kern_qinput *in, int64_t t0, const int T, int64_t col,
-                                int64_t nsum, __m512 *A, float *B)
+                                int64_t nsum, const bool offs, __m512 *A, float *B)
 {
     const __m512 tbl = mode == QM_GGML_IQ4_NL || mode == QM_GGML_IQ4_XS
                            ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)ggml_kvalues_iq4nl)))
@@ -398,7 +450,7 @@ AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *const *b, 
                 for (int r = 0; r < R; r++) {
                     const __m512i f0 = h ? _mm512_srli_epi32(e0[r], 4) : e0[r];
                     const __m512i f1 = h ? _mm512_srli_epi32(e1[r], 4) : e1[r];
-                    gsub512(32, LOOK(f0), LOOK(f1), g[r].a[2 * k + h], g[r].m[2 * k + h], true, x0, x1, xs, T,
+                    gsub512(32, LOOK(f0), LOOK(f1), g[r].a[2 * k + h], g[r].m[2 * k + h], offs, x0, x1, xs, T,
                             A + r * T, B + r * T);
                 }
             }
@@ -428,6 +480,7 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
     const int64_t nb = w->cols / w->gs, bb = (int64_t)w->row_bytes / nb, ns = w->gs / G_S(mode), S = G_S(mode);
     const int64_t nsum = w->cols / KERN_GSUM;
     __m512 A[GR], x0[TB], x1[TB];
+    __m128 B4 = _mm_setzero_ps();
     float B[GR], xs[TB];
 #pragma GCC unroll 4
     for (int i = 0; i < R * T; i++)
@@ -435,17 +488,28 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
     for (int64_t bi = 0; bi < nb; bi++) {
         const uint8_t *blk[GR];
         struct kern_gblock g[GR];
-        gblocks(w, mode, bi, bb, R, r0, step, mode != QM_GGML_Q4_K, !G_NIB(mode) && mode != QM_GGML_Q6_K, 1, blk, g);
+        gblocks(w, mode, bi, bb, R, r0, step, mode != QM_GGML_Q4_K && mode != QM_GGML_Q6_K,
+                !G_NIB(mode) && mode != QM_GGML_Q6_K, 1, blk, g);
         if (mode == QM_GGML_Q6_K)
             for (int r = 0; r < R; r++)
-                q6k_codes512(blk[r], g[r].c);
+                q6k_params512(blk[r], g[r].a), q6k_codes512(blk[r], g[r].c);
+        if (mode == QM_GGML_Q4_K && R == 4) { /* the 4 rows' offsets in one vector's lanes, each its B's steps */
+            float mT[32];
+            q4k_params4x512(blk, g, mT);
+            __asm__("" : "+m"(g[0].a), "+m"(g[1].a), "+m"(g[2].a), "+m"(g[3].a));
+            const float *xs4 = in->xsum + t0 * nsum + bi * w->gs / KERN_GSUM;
+            for (int j = 0; j < 8; j++)
+                B4 = _mm_fmadd_ps(_mm_loadu_ps(mT + 4 * j), _mm_set1_ps(xs4[j]), B4);
+            nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, false, A, B);
+            continue;
+        }
         if (mode == QM_GGML_Q4_K)
             for (int r = 0; r < R; r++) {
                 q4k_params512(blk[r], g[r].a, g[r].m);
                 __asm__("" : "+m"(g[r].a), "+m"(g[r].m)); /* read back by broadcasts (E: 1.15x against shuffles) */
             }
         if (G_NIB(mode)) { /* 4-bit codes: looked up as floats from 16 bytes at a time */
-            nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, A, B);
+            nib_block512(mode, blk, g, R, in, t0, T, bi * w->gs, nsum, true, A, B);
             continue;
         }
         for (int64_t j = 0; j < ns; j++) {
@@ -459,6 +523,8 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
             }
         }
     }
+    if (mode == QM_GGML_Q4_K && R == 4)
+        _mm_storeu_ps(B, B4);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         for (int u = 0; u < T; u++)
