@@ -327,7 +327,7 @@ AVX512 INLINE void ginputs512(const struct kern_qinput *in, int64_t t0, const in
 /* Q4_K's a and m (gparams' products, the same bits) in vector registers
  * alone: the 16 header bytes of a row's block (d, dmin, the 12 bytes of 6-bit
  * fields) unpacked as dwords u0, u1, u2 into [sc 0-3, mn 0-3, sc 4-7, mn 4-7],
- * converted and multiplied by [d ×8, −dmin ×8]. */
+ * converted, multiplied by [d ×8, dmin ×8] and the mins' products negated. */
 AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
 {
     const __m128i h = _mm_loadu_si128((const __m128i *)b);
@@ -343,8 +343,8 @@ AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
                                             _mm512_castps128_ps512(_mm_cvtph_ps(h)));
     const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
                                            INT32_MIN, INT32_MIN, INT32_MIN);
-    const __m512 dms = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), sign)); /* d ×8, −dmin ×8 */
-    const __m512 v = _mm512_mul_ps(dms, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(f)));
+    const __m512 p = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(f))); /* d·sc ×8, dmin·mn ×8 */
+    const __m512 v = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), sign)); /* the mins' negated */
     _mm256_storeu_ps(a, _mm512_castps512_ps256(v));
     _mm256_storeu_ps(m, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
@@ -378,13 +378,13 @@ AVX512 INLINE void q4k_params4x512(const uint8_t *const *b, struct kern_gblock *
     const __m512 Dz = _mm512_castps256_ps512(D);
     const __m512 d01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), Dz);
     const __m512 d23 = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6), Dz);
-    const __m512 dmin = _mm512_permutexvar_ps(_mm512_set4_epi32(7, 5, 3, 1), Dz);
-    const __m512 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(INT32_MIN)));
-    /* dm: −dmin of rows 0-3, four times */
+    const __m512 dmin = _mm512_permutexvar_ps(_mm512_set4_epi32(7, 5, 3, 1), Dz); /* of rows 0-3, four times */
 #define F16(i) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(P, i)))
+#define NEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)))
     const __m512 a01 = _mm512_mul_ps(d01, F16(0)), a23 = _mm512_mul_ps(d23, F16(1));
-    _mm512_storeu_ps(mT, _mm512_mul_ps(dm, F16(2)));
-    _mm512_storeu_ps(mT + 16, _mm512_mul_ps(dm, F16(3)));
+    _mm512_storeu_ps(mT, NEG(_mm512_mul_ps(dmin, F16(2))));
+    _mm512_storeu_ps(mT + 16, NEG(_mm512_mul_ps(dmin, F16(3))));
+#undef NEG
 #undef F16
     _mm256_storeu_ps(g[0].a, _mm512_castps512_ps256(a01));
     _mm256_storeu_ps(g[1].a, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a01), 1)));
