@@ -471,9 +471,9 @@ AVX512 INLINE void nib_block512(const enum qmode mode, const uint8_t *const *b, 
 #undef NIB16
 }
 
-/* Rows r0 .. r0 + R − 1 for tokens t0 .. t0 + T − 1 (R or T is 1): each
- * row and token in the definition's order, the R rows' steps interleaved
- * (independent chains, each input read once for all). */
+/* Rows r0, r0 + step, ... (R of them) for tokens t0 .. t0 + T − 1 (R or T
+ * is 1): each row and token in the definition's order, the R rows' steps
+ * interleaved (independent chains, each input read once for all). */
 AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const struct kern_qinput *in, int64_t t0,
                             const int T, const int R, float *y, int64_t r0, int64_t step)
 {
