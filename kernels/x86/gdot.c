@@ -324,21 +324,31 @@ AVX512 INLINE void ginputs512(const struct kern_qinput *in, int64_t t0, const in
  * 0..15; IQ4_NL, IQ4_XS: kvalues). */
 #define G_NIB(mode) ((mode) == QM_GGML_Q4_1 || (mode) == QM_GGML_Q4_K || (mode) == QM_GGML_IQ4_NL || (mode) == QM_GGML_IQ4_XS)
 
+/* Q4_K's 6-bit fields from the 16 header bytes of a block in each 128-bit
+ * lane of h (d, dmin, then the 12 bytes as dwords u0, u1, u2): per lane the
+ * dwords [sc 0-3, mn 0-3, sc 4-7, mn 4-7], a byte each. */
+AVX512 INLINE __m512i q4k_fields512(__m512i h)
+{
+#define L4(a, b, c, d) _mm512_setr_epi32(a, b, c, d, a, b, c, d, a, b, c, d, a, b, c, d)
+    const __m512i S = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 3, 2, 1)); /* u0, u1, u2, u2 */
+    const __m512i T = _mm512_srlv_epi32(S, L4(6, 6, 0, 4));            /* u0 >> 6, u1 >> 6, u2, u2 >> 4 */
+    /* dwords 2, 3: (u0 >> 6) << 4, (u1 >> 6) << 4 */
+    const __m512i H = _mm512_slli_epi32(_mm512_shuffle_epi32(T, _MM_SHUFFLE(1, 0, 3, 2)), 4);
+    const __m512i lo = _mm512_and_si512(S, L4(0x3f3f3f3f, 0x3f3f3f3f, 0, 0));
+    const __m512i hi = _mm512_or_si512(_mm512_and_si512(T, L4(0, 0, 0x0f0f0f0f, 0x0f0f0f0f)),
+                                       _mm512_and_si512(H, L4(0, 0, 0x30303030, 0x30303030)));
+#undef L4
+    return _mm512_or_si512(lo, hi);
+}
+
 /* Q4_K's a and m (gparams' products, the same bits) in vector registers
- * alone: the 16 header bytes of a row's block (d, dmin, the 12 bytes of 6-bit
- * fields) unpacked as dwords u0, u1, u2 into [sc 0-3, mn 0-3, sc 4-7, mn 4-7],
- * converted, multiplied by [d ×8, dmin ×8] and the mins' products negated. */
+ * alone: the row's block's fields (q4k_fields512) converted, multiplied by
+ * [d ×8, dmin ×8] and the mins' products negated. */
 AVX512 INLINE void q4k_params512(const uint8_t *b, float *a, float *m)
 {
     const __m128i h = _mm_loadu_si128((const __m128i *)b);
-    const __m128i S = _mm_shuffle_epi32(h, _MM_SHUFFLE(3, 3, 2, 1));      /* u0, u1, u2, u2 */
-    const __m128i T = _mm_srlv_epi32(S, _mm_setr_epi32(6, 6, 0, 4));      /* u0 >> 6, u1 >> 6, u2, u2 >> 4 */
-    /* lanes 2, 3: (u0 >> 6) << 4, (u1 >> 6) << 4 */
-    const __m128i H = _mm_slli_epi32(_mm_shuffle_epi32(T, _MM_SHUFFLE(1, 0, 3, 2)), 4);
-    const __m128i lo = _mm_and_si128(S, _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0, 0));
-    const __m128i hi = _mm_or_si128(_mm_and_si128(T, _mm_setr_epi32(0, 0, 0x0f0f0f0f, 0x0f0f0f0f)),
-                                    _mm_and_si128(H, _mm_setr_epi32(0, 0, 0x30303030, 0x30303030)));
-    const __m128i f = _mm_shuffle_epi32(_mm_or_si128(lo, hi), _MM_SHUFFLE(3, 1, 2, 0)); /* sc 0-7, mn 0-7 */
+    const __m128i f = _mm_shuffle_epi32(_mm512_castsi512_si128(q4k_fields512(_mm512_zextsi128_si512(h))),
+                                        _MM_SHUFFLE(3, 1, 2, 0)); /* sc 0-7, mn 0-7 */
     const __m512 dm = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                             _mm512_castps128_ps512(_mm_cvtph_ps(h)));
     const __m512i sign = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
@@ -359,20 +369,12 @@ AVX512 INLINE void q4k_params4x512(const uint8_t *const *b, struct kern_gblock *
     h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[1]), 1);
     h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[2]), 2);
     h = _mm512_inserti32x4(h, _mm_loadu_si128((const __m128i *)b[3]), 3);
-#define L4(a, b, c, d) _mm512_setr_epi32(a, b, c, d, a, b, c, d, a, b, c, d, a, b, c, d)
-    const __m512i S = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 3, 2, 1)); /* u0, u1, u2, u2 */
-    const __m512i T = _mm512_srlv_epi32(S, L4(6, 6, 0, 4));
-    const __m512i H = _mm512_slli_epi32(_mm512_shuffle_epi32(T, _MM_SHUFFLE(1, 0, 3, 2)), 4);
-    const __m512i lo = _mm512_and_si512(S, L4(0x3f3f3f3f, 0x3f3f3f3f, 0, 0));
-    const __m512i hi = _mm512_or_si512(_mm512_and_si512(T, L4(0, 0, 0x0f0f0f0f, 0x0f0f0f0f)),
-                                       _mm512_and_si512(H, L4(0, 0, 0x30303030, 0x30303030)));
     /* lane r: sc 0-3, mn 0-3, sc 4-7, mn 4-7 -> every row's sc 0-7, then mn 0-3 of rows 0-3, mn 4-7 of rows 0-3 */
     const __m512i f = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 5, 9, 13, 3, 7, 11, 15),
-                                               _mm512_or_si512(lo, hi));
+                                               q4k_fields512(h));
     const __m512i keep = _mm512_set4_epi32(0x0f0e0d0c, 0x0b0a0908, 0x07060504, 0x03020100);
     const __m512i turn = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400); /* a 4×4 byte transpose */
     const __m512i P = _mm512_shuffle_epi8(f, _mm512_inserti64x4(keep, _mm512_castsi512_si256(turn), 1)); /* mn by j */
-#undef L4
     const __m256 D = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(
         _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), h))); /* d, dmin of rows 0-3 */
     const __m512 Dz = _mm512_castps256_ps512(D);
