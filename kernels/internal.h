@@ -239,7 +239,7 @@ float kern_dot_ref(const float *a, const float *b, int64_t n);
 void kern_dots_ref(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
 
 /* For each head u < nh, y[u·ld + i] += w[u·wld + j]·x[j][i] (i < n) for
- * j = 0 .. m−1 in order, each a multiply, then an add (every path gives the
+ * j = 0 .. m−1 in order, each a fused multiply-add (every path gives the
  * same bits): attention's weighted values, each value read once for all the
  * heads. A NULL x[j], or a weight below KERN_WEIGHT_MIN (kernels.h; NaN is
  * not below it), adds nothing. */

@@ -81,7 +81,7 @@ typedef void (*softmax_fn)(float *x, int64_t n);
 /* The version of the kernels' arithmetic: bumped whenever a kernel's bits
  * change, so that state saved by an older build (the cold prefix cache) is
  * never restored into a newer one. */
-#define KERN_NUMERICS 10
+#define KERN_NUMERICS 11
 
 /* Which implementation serves each case; filled once by kern_init. */
 struct kern_table {

@@ -301,5 +301,5 @@ void kern_axpy_ref(float *y, int64_t ld, int nh, const float *w, int64_t wld, co
         for (int j = 0; j < m; j++)
             if (x[j] && !(w[u * wld + j] < KERN_WEIGHT_MIN))
                 for (int64_t i = 0; i < n; i++)
-                    y[u * ld + i] += w[u * wld + j] * x[j][i];
+                    y[u * ld + i] = fmaf(w[u * wld + j], x[j][i], y[u * ld + i]);
 }

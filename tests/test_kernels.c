@@ -1691,7 +1691,7 @@ Test(kernels, dots_paths_bitwise_equal_reference)
 
 /* o += w·v of attention over a block of values for several heads: every SIMD
  * path gives the reference's bits (one value after another, each a
- * multiply, then an add) for any number of heads, values and length; a
+ * fused multiply-add) for any number of heads, values and length; a
  * weight below KERN_WEIGHT_MIN or a NULL value adds nothing, a NaN weight
  * does; nothing outside the heads' n columns changes. */
 Test(kernels, axpy_paths_bitwise_equal_reference)
@@ -1716,7 +1716,7 @@ Test(kernels, axpy_paths_bitwise_equal_reference)
         float e = y0[LD + 1];
         for (int j = 0; j < 8; j++)
             if (j != 5 && !(w[WLD + j] < 0x1p-100f))
-                e = e + w[WLD + j] * x[j][1];
+                e = fmaf(w[WLD + j], x[j][1], e);
         cr_assert(memcmp(&r[LD + 1], &e, 4) == 0 && r[LD + 2] == y0[LD + 2] && r[3 * LD + 1] == y0[3 * LD + 1]);
     }
     const int64_t lens[] = {0, 1, 15, 16, 31, 33, 127, 128, 129, 256, 300};

@@ -130,7 +130,7 @@ INLINE void axpyk_neon(float *y, int64_t ld, const int H, const float *w, int64_
         for (int u = 0; u < H; u++)
             if (use[j] >> u & 1)
                 for (int c = 0; c < 4; c++)
-                    acc[u][c] = vaddq_f32(acc[u][c], vmulq_n_f32(v[c], w[u * wld + j]));
+                    acc[u][c] = vfmaq_n_f32(acc[u][c], v[c], w[u * wld + j]);
     }
     for (int u = 0; u < H; u++)
         for (int c = 0; c < 4; c++)
@@ -151,7 +151,7 @@ INLINE void axpy_heads_neon(float *y, int64_t ld, const int H, const float *w, i
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)
                 if (use[j] >> u & 1)
-                    y[u * ld + i] += w[u * wld + j] * x[j][i];
+                    y[u * ld + i] = fmaf(w[u * wld + j], x[j][i], y[u * ld + i]);
 }
 
 /* Values 16 at a time; heads 4 at a time, then 2 and 1. */

@@ -106,7 +106,7 @@ AVX2 INLINE void add_value256(__m256 *acc, float w, const __m256 *v, const int C
     const __m256 wu = _mm256_set1_ps(w);
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wu, v[c]));
+        acc[c] = _mm256_fmadd_ps(wu, v[c], acc[c]);
 }
 
 /* Columns i .. i + 8·C − 1 of H heads' outputs, kept in registers while the
@@ -162,7 +162,7 @@ AVX2 INLINE void axpy_heads256(float *y, int64_t ld, const int H, const float *w
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)
                 if (use[j] >> u & 1)
-                    y[u * ld + i] += w[u * wld + j] * x[j][i];
+                    y[u * ld + i] = fmaf(w[u * wld + j], x[j][i], y[u * ld + i]);
 }
 
 /* Values 16 at a time; heads 4 at a time, then 2 and 1. */

@@ -149,7 +149,7 @@ AVX512 INLINE void add_value512(__m512 *acc, float w, const __m512 *v, const int
     const __m512 wu = _mm512_set1_ps(w);
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
-        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wu, v[c]));
+        acc[c] = _mm512_fmadd_ps(wu, v[c], acc[c]);
 }
 
 /* Columns i .. of H heads' outputs, C vectors each (the last under mask
