@@ -94,18 +94,29 @@ static void *rd_main(void *arg)
     return NULL;
 }
 
-/* Seconds to read n words at m, split over `threads` (at most POOL_MAX_THREADS). */
+/* Task k of a read of n words at p in 64 parts, each part's sum kept. */
+struct read_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum[64];
+};
+
+static void read_part(void *arg, int64_t k, int worker)
+{
+    (void)worker;
+    struct read_job *j = arg;
+    struct rd_job part = {j->p + (size_t)k * (j->n / 64), j->n / 64, 0};
+    rd_main(&part);
+    j->sum[k] = part.sum;
+}
+
+/* Seconds to read n words at m on the pool's `threads`, the threads a
+ * decode step runs on (read_bandwidth). */
 static double read_once(const uint64_t *m, size_t n, int threads)
 {
-    struct rd_job j[POOL_MAX_THREADS];
-    pthread_t t[POOL_MAX_THREADS];
+    struct read_job rd = {m, n, {0}};
     double t0 = now();
-    for (int k = 0; k < threads; k++) {
-        j[k] = (struct rd_job){m + k * (n / (size_t)threads), n / (size_t)threads, 0};
-        pthread_create(&t[k], NULL, rd_main, &j[k]);
-    }
-    for (int k = 0; k < threads; k++)
-        pthread_join(t[k], NULL);
+    pool_run(threads, 64, read_part, &rd);
     return now() - t0;
 }
 
@@ -123,19 +134,22 @@ static uint64_t *map_filled(size_t bytes)
 
 /* Best of 5 reads of 1 GiB split over `threads`, in GB/s. The buffer is
  * memory of the kind the copied weights sit in (huge pages): on 4 KiB pages
- * the read is ~2 % slower, a looser bound. */
+ * the read is ~2 % slower, a looser bound. It is mapped and filled once for
+ * the process and read on the pool: a fresh mapping per call, read by fresh
+ * threads, slowed the decode steps after it (E, AVX2 exact after 1,024
+ * tokens, 2 threads, tokens/s a round: 6.9-11.9; the buffer kept 9.2-11.1;
+ * read on the pool too 10.1-13.2; no read at all 12.2-13.5). */
 static double read_bandwidth(int threads)
 {
-    size_t bytes = 1ull << 30;
-    uint64_t *m = map_filled(bytes);
-    if (!m)
+    static uint64_t *m;
+    const size_t bytes = 1ull << 30;
+    if (!m && !(m = map_filled(bytes)))
         return 0;
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
         double dt = read_once(m, bytes / 8, threads);
         best = dt < best ? dt : best;
     }
-    munmap(m, bytes);
     return (double)bytes / best / 1e9;
 }
 
@@ -411,22 +425,6 @@ struct attn_cache {
     const float *k, *v;
     int64_t slots, G, d;
 };
-
-/* Task k of a read of n words at p in 64 parts, each part's sum kept. */
-struct read_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum[64];
-};
-
-static void read_part(void *arg, int64_t k, int worker)
-{
-    (void)worker;
-    struct read_job *j = arg;
-    struct rd_job part = {j->p + (size_t)k * (j->n / 64), j->n / 64, 0};
-    rd_main(&part);
-    j->sum[k] = part.sum;
-}
 
 static const float *attn_kv(const void *ctx, int64_t row, int64_t p, int64_t g, int which, float *buf)
 {
