@@ -86,12 +86,77 @@ AVX2 INLINE void dots_heads256(const float *q, const int H, const float *const *
         dotsk256(q, H, b + j, 1, n, out + j, ld, NULL);
 }
 
+/* Lanes 8h .. 8h + 7 of kern_dot_ref's 16 for 4 query rows (q + u·n)
+ * against 3 keys b[k]: acc[3u + k], 12 chains (8 left the FMAs waiting on
+ * their latency); each key's 8 floats and each row's loaded once (7 loads
+ * to 12 multiply-adds), the rows addressed from one pointer by offsets (GCC
+ * had stepped a pointer a row); the keys' lines fetched from pf (h 0). The
+ * tail through masked loads. */
+AVX2 INLINE void dots_half4x3_256(const float *q, const float *const *b, int64_t n, const int h, __m256 *acc,
+                                  const float *const *pf)
+{
+    int64_t o1 = n * (int64_t)sizeof(float), o2 = 2 * o1, o3 = 3 * o1;
+    __asm__("" : "+r"(o1), "+r"(o2), "+r"(o3));
+    const int64_t o[4] = {0, o1, o2, o3};
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
+        acc[i] = _mm256_setzero_ps();
+    int64_t i = 8 * h;
+    for (; i + 8 <= n; i += 16) {
+        __m256 x[3];
+#pragma GCC unroll 3
+        for (int k = 0; k < 3; k++) {
+            x[k] = _mm256_loadu_ps(b[k] + i);
+            if (pf)
+                _mm_prefetch((const char *)(pf[k] + i), _MM_HINT_T0);
+        }
+        const char *qi = (const char *)(q + i);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            __m256 a = _mm256_loadu_ps((const float *)(qi + o[u]));
+            __asm__("" : "+x"(a)); /* one load for the keys (GCC had folded it into each) */
+#pragma GCC unroll 3
+            for (int k = 0; k < 3; k++)
+                acc[3 * u + k] = _mm256_fmadd_ps(a, x[k], acc[3 * u + k]);
+        }
+    }
+    if (i < n) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const __m256 a = _mm256_maskload_ps(q + u * n + i, m);
+#pragma GCC unroll 3
+            for (int k = 0; k < 3; k++)
+                acc[3 * u + k] = _mm256_fmadd_ps(a, _mm256_maskload_ps(b[k] + i, m), acc[3 * u + k]);
+        }
+    }
+}
+
+/* 4 heads' scores, 3 keys at a time (their lanes 0-7, then 8-15: the keys'
+ * lines in L1 for the second half), the last keys by dotsk256. */
+AVX2 INLINE void dots_4heads256(const float *q, const float *const *b, int m, int64_t n, float *out, int64_t ld)
+{
+    int j = 0;
+    for (; j + 3 <= m; j += 3) {
+        __m256 lo[12], hi[12];
+        dots_half4x3_256(q, b + j, n, 0, lo, j + DOTS_AHEAD + 3 <= m ? b + j + DOTS_AHEAD : NULL);
+        dots_half4x3_256(q, b + j, n, 1, hi, NULL);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+#pragma GCC unroll 3
+            for (int k = 0; k < 3; k++)
+                out[u * ld + j + k] = sum16_256(lo[3 * u + k], hi[3 * u + k]);
+    }
+    for (; j < m; j++)
+        dotsk256(q, 4, b + j, 1, n, out + j, ld, NULL);
+}
+
 /* Heads 4 at a time, then 2 and 1. */
 AVX2 void kern_dots_avx2(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld)
 {
     int u = 0;
     for (; u + 4 <= nh; u += 4)
-        dots_heads256(q + u * n, 4, b, m, n, out + u * ld, ld);
+        dots_4heads256(q + u * n, b, m, n, out + u * ld, ld);
     if (u + 2 <= nh) {
         dots_heads256(q + u * n, 2, b, m, n, out + u * ld, ld);
         u += 2;
@@ -111,8 +176,9 @@ AVX2 INLINE void add_value256(__m256 *acc, float w, const __m256 *v, const int C
 
 /* Columns i .. i + 8·C − 1 of H heads' outputs, kept in registers while the
  * values are added in order: a value's vectors are loaded once for all the
- * heads; use[j] (kern_weights_used) names the heads that add value j. */
-AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int64_t wld, const float *const *x,
+ * heads, its weights broadcast from wt[H·j + u]; use[j] (kern_weights_used)
+ * names the heads that add value j. */
+AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *wt, const float *const *x,
                           const unsigned *use, int m, int64_t i, const int C, int64_t n)
 {
     __m256 acc[4][4], v[4];
@@ -125,20 +191,20 @@ AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int
         if (!use[j])
             continue;
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; c < C; c++)
             v[c] = _mm256_loadu_ps(x[j] + i + 8 * c);
-            if (c % 2 == 0 && i + AXPY_AHEAD + 8 * c < n)
-                _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 8 * c), _MM_HINT_T0);
-        }
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c += 2) /* past the value's end: a prefetch never faults */
+            _mm_prefetch((const char *)(x[j] + i + AXPY_AHEAD + 8 * c), _MM_HINT_T0);
         if (use[j] == (1u << H) - 1) /* every head (the common case): no branch per head */
 #pragma GCC unroll 4
             for (int u = 0; u < H; u++)
-                add_value256(acc[u], w[u * wld + j], v, C);
+                add_value256(acc[u], wt[H * j + u], v, C);
         else
 #pragma GCC unroll 4
             for (int u = 0; u < H; u++)
                 if (use[j] >> u & 1)
-                    add_value256(acc[u], w[u * wld + j], v, C);
+                    add_value256(acc[u], wt[H * j + u], v, C);
     }
 #pragma GCC unroll 4
     for (int u = 0; u < H; u++)
@@ -147,17 +213,24 @@ AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *w, int
             _mm256_storeu_ps(y + u * ld + i + 8 * c, acc[u][c]);
 }
 
-/* H heads, 8·C columns at a time (C = 8/H vectors, 4 for one head); the
- * tail element by element, the same operations. */
+/* H heads, 8·C columns at a time (C = 3 for 4 heads, 4 for 2 and 1: 12 or 8
+ * sums in registers), then one and the tail element by element, the same
+ * operations. */
 AVX2 INLINE void axpy_heads256(float *y, int64_t ld, const int H, const float *w, int64_t wld,
                                const float *const *x, int m, int64_t n)
 {
-    const int C = H > 1 ? 8 / H : 4;
+    const int C = H == 4 ? 3 : 4;
     unsigned use[16];
+    float wt[4 * 16];
     kern_weights_used(w, wld, H, x, m, use);
+    for (int j = 0; j < m; j++)
+        for (int u = 0; u < H; u++)
+            wt[H * j + u] = w[u * wld + j];
     int64_t i = 0;
     for (; i + 8 * C <= n; i += 8 * C)
-        axpyk256(y, ld, H, w, wld, x, use, m, i, C, n);
+        axpyk256(y, ld, H, wt, x, use, m, i, C, n);
+    for (; i + 8 <= n; i += 8)
+        axpyk256(y, ld, H, wt, x, use, m, i, 1, n);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)
