@@ -121,7 +121,8 @@ AVX2 INLINE void dots_half4x3_256(const float *q, const float *const *b, int64_t
         }
     }
     if (i < n) {
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             const __m256 a = _mm256_maskload_ps(q + u * n + i, m);
