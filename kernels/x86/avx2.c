@@ -180,7 +180,7 @@ AVX2 INLINE void add_value256(__m256 *acc, float w, const __m256 *v, const int C
  * heads, its weights broadcast from wt[H·j + u]; use[j] (kern_weights_used)
  * names the heads that add value j. */
 AVX2 INLINE void axpyk256(float *y, int64_t ld, const int H, const float *wt, const float *const *x,
-                          const unsigned *use, int m, int64_t i, const int C, int64_t n)
+                          const unsigned *use, int m, int64_t i, const int C)
 {
     __m256 acc[4][4], v[4];
 #pragma GCC unroll 4
@@ -229,9 +229,9 @@ AVX2 INLINE void axpy_heads256(float *y, int64_t ld, const int H, const float *w
             wt[H * j + u] = w[u * wld + j];
     int64_t i = 0;
     for (; i + 8 * C <= n; i += 8 * C)
-        axpyk256(y, ld, H, wt, x, use, m, i, C, n);
+        axpyk256(y, ld, H, wt, x, use, m, i, C);
     for (; i + 8 <= n; i += 8)
-        axpyk256(y, ld, H, wt, x, use, m, i, 1, n);
+        axpyk256(y, ld, H, wt, x, use, m, i, 1);
     for (; i < n; i++)
         for (int j = 0; j < m; j++)
             for (int u = 0; u < H; u++)
