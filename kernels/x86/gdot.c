@@ -509,7 +509,7 @@ AVX512 INLINE void grows512(const struct wmat *w, const enum qmode mode, const s
             for (int r = 0; r < R; r++)
                 q6k_params512(blk[r], g[r].a), q6k_codes512(blk[r], g[r].c);
         if (mode == QM_GGML_Q4_K && R == 4) { /* the 4 rows' offsets in one vector's lanes, each its B's steps */
-            __m512 mT[2]; /* in registers: stored and loaded back, the loads waited on the stores */
+            __m512 mT[2]; /* in registers, not memory: 128-bit loads of a 512-bit store waited on it */
             q4k_params4x512(blk, g, mT);
             __asm__("" : "+m"(g[0].a), "+m"(g[1].a), "+m"(g[2].a), "+m"(g[3].a));
             const float *xs4 = in->xsum + t0 * nsum + bi * w->gs / KERN_GSUM;
