@@ -222,7 +222,9 @@ AVX2 INLINE void gblocks(const struct wmat *w, const enum qmode mode, int64_t bi
  * runs; AVX2 58.7 against 51.0 %, of 7). */
 AVX2 INLINE void gstarts(const struct wmat *w, const int R, int64_t row0, int64_t q)
 {
-    for (int k = 0; k < R && R > 1 && q > 0; k++)
+    if (R < 2 || q < 1) /* no passes of R rows: one row a pass is left to gblocks' prefetches */
+        return;
+    for (int k = 0; k < R; k++)
         for (int o = 0; o < PREFETCH; o += 64)
             _mm_prefetch((const char *)w->w + (size_t)(row0 + k * q) * w->row_stride + o, _MM_HINT_T0);
 }
