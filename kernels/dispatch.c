@@ -145,6 +145,9 @@ int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads)
     size_t r = t->refgemm ? kern_refgemm_ws_bytes(&bf, GEMM_ROWS, n) : 0;
     gemm = n >= KERN_QGEMM_MIN_TOKENS && (t->qgemm || t->bf16gemm) ? (g > gemm ? g : gemm) : 0;
     gemm = r > gemm ? r : gemm; /* the reference's rows at any n */
+    struct wmat q4 = {.quantized = true, .bits = 4, .gs = 64, .cols = cols, .blocked = true};
+    size_t q = t->q8dot ? kern_q8_ws_bytes(&q4, GEMM_ROWS, n) : 0; /* the int8 kernels' codes as bytes */
+    gemm = q > gemm ? q : gemm;
     for (int i = 0; i < KERN_MANY; i++)
         if (!t->scratch || !kern_ws_reserve(&t->scratch[i], most))
             return ERR_NOMEM;
@@ -213,7 +216,7 @@ static void mm_task(void *arg, int64_t task, int worker)
     else if (j->blas)
         kern_matmul_blas_ws(j->w, j->x, j->n, j->y, r0, r1, &j->ws[worker]);
     else if (j->q8dot)
-        j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1);
+        j->q8dot(j->w, j->q8in, j->n, j->y, r0, r1, j->ws ? j->ws[worker].buf : NULL);
     else if (j->qgemm)
         j->qgemm(j->w, j->qin, j->n, j->y, r0, r1, j->ws[worker].buf);
     else if (j->gemm)
@@ -222,12 +225,13 @@ static void mm_task(void *arg, int64_t task, int worker)
         j->qdot(j->w, j->qin, j->n, j->y, r0, r1);
 }
 
-/* Whether every worker of `threads` holds a blocked GEMM's tile of `bytes`
- * (grown here, before the job runs, when a call needs more than kern_reserve made). */
+/* Whether every worker of `threads` holds a scratch (a blocked GEMM's tile)
+ * of `bytes` (grown here, before the job runs, when a call needs more than
+ * kern_reserve made; none needed for 0). */
 static bool gemm_reserve(const struct kern_table *t, size_t bytes, int threads)
 {
-    for (int i = 0; i < pool_workers(threads, INT64_MAX); i++)
-        if (!kern_ws_reserve(&t->ws[i], bytes))
+    for (int i = 0; bytes && i < pool_workers(threads, INT64_MAX); i++)
+        if (!t->ws || !kern_ws_reserve(&t->ws[i], bytes))
             return false;
     return true;
 }
@@ -272,7 +276,7 @@ static const struct mm_path {
     size_t (*ws)(const struct wmat *w, int64_t rows, int64_t n); /* a worker's tile (NULL: none) */
     int64_t tile;             /* rows per task; < 0: tile_rows in whole steps of -tile rows */
 } paths[] = {
-    {W_FUSED, 0, use_q8, IN_Q8, NULL, -Q8_STEP},                              /* KERN_Q8: int8 activations */
+    {W_FUSED, 0, use_q8, IN_Q8, kern_q8_ws_bytes, -Q8_STEP},                  /* KERN_Q8: int8 activations */
     {W_ANY, KERN_GEMM_MIN_TOKENS, use_blas, IN_X, NULL, KERN_BLAS_ROWS},      /* KERN_BLAS: sgemm */
     {W_FUSED, -1, use_qgemm, IN_QGEMM, kern_qgemm_ws_bytes, GEMM_ROWS},       /* the fused kernels' bits as a GEMM */
     {W_FUSED, 0, use_qdot, IN_Q, NULL, -EXACT_STEP},                          /* the fused kernels */

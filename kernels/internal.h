@@ -179,10 +179,14 @@ bool kern_q8_supports(const struct wmat *w);
  * definition: kern_q8input_part) fills tokens [part·KERN_QINPUT_PART,
  * +KERN_QINPUT_PART). */
 size_t kern_q8input_bytes(const struct wmat *w, int64_t n);
+/* The scratch a q8dot_fn's worker holds for n tokens of w (rows unused: the
+ * mm_path's form): a 4-bit blocked matrix's 2 blocks of codes as bytes, from
+ * 4 tokens (x86/q8_avx512.c), else none. */
+size_t kern_q8_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
 int64_t kern_q8input_layout(const struct wmat *w, int64_t n, void *buf, struct kern_q8input *in);
 void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                    int64_t row1);
+                    int64_t row1, void *ws);
 
 /* The prefill path of KERN_BLAS: dequantize a tile of rows, then sgemm
  * (OpenBLAS, loaded at run time by kern_blas_init), in tiles of

@@ -65,7 +65,7 @@ typedef void (*qgemm_fn)(const struct wmat *w, const struct kern_qinput *in, int
 typedef void (*gemm_fn)(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                         void *ws);
 typedef void (*q8dot_fn)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                         int64_t row1);
+                         int64_t row1, void *ws);
 typedef void (*q8prep_fn)(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 typedef float (*dot_fn)(const float *a, const float *b, int64_t n);
 typedef void (*dots_fn)(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
@@ -143,8 +143,9 @@ void kern_matmul_many(const struct kern_table *t, int count, const struct wmat *
                       const float *x, int64_t n, int threads);
 
 /* Reserves the prepared-input scratch for matmuls of up to n tokens and
- * `cols` columns, and the blocked GEMMs' tile of each of `threads` workers,
- * so that such calls allocate nothing; ERR_NOMEM if it cannot. */
+ * `cols` columns, and the scratch of each of `threads` workers (the blocked
+ * GEMMs' tile, the int8 kernels' codes), so that such calls allocate nothing;
+ * ERR_NOMEM if it cannot. */
 int kern_reserve(struct kern_table *t, int64_t n, int64_t cols, int threads);
 
 /* y = x * (mean(x²) + eps)^-½ * w   (w NULL: no weight). In place allowed.

@@ -18,6 +18,13 @@ bool kern_blockable(const struct wmat *w)
            w->row_stride == w->row_bytes;
 }
 
+size_t kern_q8_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
+{
+    (void)rows;
+    const bool unpacked = w->blocked && !kern_gtype_of(w->mode) && w->bits == 4 && n >= 4;
+    return unpacked ? (size_t)(2 * KERN_BLOCK_ROWS * w->cols) : 0;
+}
+
 size_t kern_blocked_bytes(const struct wmat *w)
 {
     return (size_t)w->rows * (w->row_bytes + 2 * w->srow_bytes);
@@ -69,8 +76,9 @@ static int32_t q8_group(const struct wmat *w, int64_t r, const int8_t *xq, int64
 }
 
 void kern_q8dot_ref(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                    int64_t row1)
+                    int64_t row1, void *ws)
 {
+    (void)ws;
     if (kern_gtype_of(w->mode)) {
         kern_gq8dot_ref(w, in, n, y, row0, row1);
         return;

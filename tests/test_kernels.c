@@ -1757,9 +1757,11 @@ static void q8_run(q8dot_fn fn, const struct wmat *w, const float *x, int64_t n,
     struct kern_q8input in;
     const struct wmat v = kern_gq8_view(w); /* ggml: the input of 8 bits per 32 columns */
     void *buf = malloc(kern_q8input_bytes(&v, n));
-    cr_assert(buf);
+    uint8_t *ws = malloc(kern_q8_ws_bytes(w, w->rows, n) + 1); /* a worker's scratch, one byte off alignment */
+    cr_assert(buf && ws);
     q8_prepare(&v, x, n, buf, &in);
-    fn(w, &in, n, y, 0, w->rows);
+    fn(w, &in, n, y, 0, w->rows, ws + 1);
+    free(ws);
     free(buf);
 }
 
@@ -2228,11 +2230,11 @@ Test(kernels_q8, nan_inf_zero_groups)
     cr_assert(isnan(in.d[0]) && !isnan(in.d[1]) && isnan(in.d[3]) && in.d[4] == 0.0f && in.d[5] == 0.0f);
     for (int j = 0; j < 128; j++)
         cr_assert_eq(in.xq[2 * in.stride + j], 0, "token 2: zero and underflowing groups keep xq = 0");
-    kern_q8dot_ref(&t.m, &in, n, a, 0, 9);
+    kern_q8dot_ref(&t.m, &in, n, a, 0, 9, NULL);
     for (const struct q8twin *tw = q8twins; tw->name; tw++)
         if (cpu_has(tw->need)) {
             memset(b, 0xFF, sizeof(float) * (size_t)(n * 9));
-            tw->fn(&t.m, &in, n, b, 0, 9);
+            tw->fn(&t.m, &in, n, b, 0, 9, NULL); /* by rows: no scratch */
             cr_assert_eq(memcmp(a, b, sizeof(float) * (size_t)(n * 9)), 0, "%s", tw->name);
         }
     free(buf);

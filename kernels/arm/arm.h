@@ -25,6 +25,6 @@ void kern_axpy_neon(float *y, int64_t ld, int nh, const float *w, int64_t wld, c
 #define KERN_NEON_DOTPROD 0
 #endif
 void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                     int64_t row1);
+                     int64_t row1, void *ws);
 
 #endif

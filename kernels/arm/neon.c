@@ -828,7 +828,7 @@ DOTPROD static void gq8dot_neon(const struct wmat *w, const struct kern_q8input 
 }
 
 DOTPROD void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                             int64_t row1)
+                             int64_t row1, void *ws)
 {
     if (kern_gtype_of(w->mode)) {
         gq8dot_neon(w, in, n, y, row0, row1);

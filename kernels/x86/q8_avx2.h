@@ -60,8 +60,8 @@ ATTR INLINE int32_t F(q8group_row_)(const uint8_t *c, const int8_t *xlo, const i
 
 /* Rows [row0, row1) by rows, one token at a time: the sums S_g of a window
  * of 16 groups, then the definition's two steps on the window's lanes. */
-ATTR INLINE void F(q8rows_)(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n, float *y,
-                            int64_t row0, int64_t row1, const int gs, const int bits)
+ATTR INLINE void F(q8rows_)(const struct wmat *w, const struct kern_q8input *in, void *ws, int64_t t0, int64_t n,
+                            float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
     const int nb = gs * bits / 8;
@@ -309,8 +309,8 @@ ATTR INLINE void F(q8tile8_)(const struct wmat *w, const struct kern_q8input *in
  * AVX-VNNI's 8-bit tiles ran 0.88-0.95x a token at a time), the rest a token
  * at a time: the definition's 16 lanes are 16 pairs of vectors here, one row
  * a lane, summed in its order at the end. */
-ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n, float *y,
-                              int64_t row0, int64_t row1, const int gs, const int bits)
+ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *in, void *ws, int64_t t0, int64_t n,
+                              float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
     const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
@@ -352,7 +352,7 @@ ATTR INLINE void F(q8blocks_)(const struct wmat *w, const struct kern_q8input *i
 }
 
 ATTR void F(kern_q8dot_)(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                         int64_t row1)
+                         int64_t row1, void *ws)
 {
     if (kern_gtype_of(w->mode)) { /* exact int32 sums: the AVX2 kernel's bits are every variant's */
         kern_gq8dot_avx2(w, in, n, y, row0, row1);

@@ -81,8 +81,8 @@ AVX512VNNI INLINE void q8window512(const uint8_t *codes, int64_t j0, int64_t j1,
 /* Rows [row0, row1) by rows, for tokens t0..t0+tb-1 (constants after
  * inlining, as in qrows512): per window of 16 groups, their sums in one
  * vector take the definition's two steps at once. */
-AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, const int tb,
-                                 float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+AVX512VNNI INLINE void q8rows512(const struct wmat *w, const struct kern_q8input *in, void *ws, int64_t t0,
+                                 const int tb, float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
     const size_t psize = dtype_table[w->dtype].bits / 8;
@@ -155,13 +155,34 @@ AVX512VNNI INLINE __m512 q8group16(const uint8_t *c, const uint8_t *sb, const ui
     return _mm512_fmadd_ps(bi, _mm512_set1_ps(xs), acc);
 }
 
-/* Group g of B adjacent 16-row blocks (`block` bytes apart; c, sb, bb: the
- * first one's group words, scales and biases) for T tokens (8 or 4: prefill)
- * from the same loaded words: each (token, block)'s S_g in one accumulator
- * (at 4 bits the high nibbles shifted down to the low ones' place, so that
- * both halves add into it: integer sums, exact in any order), then the
- * definition's two steps into lane g % 16 of that (token, block),
- * acc[u·B + b][g % 16]. A word's load and nibble split serve T tokens, a
+/* The codes of B adjacent 4-bit 16-row blocks from row r as bytes, into u:
+ * for each group, block and 64-byte word, the word's low nibbles, then its
+ * high ones (128 bytes). A tile of q8tileT then reads them with no nibble
+ * split (a shift and two ANDs a word and block, on the ports vpdpbusd uses),
+ * once per strip of rows in place of once per 8 tokens. */
+AVX512VNNI INLINE void q8unpack(const struct wmat *w, int64_t r, const int B, const int gs, uint8_t *u)
+{
+    const int words = gs / 8;
+    const int64_t ng = w->cols / gs;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
+    const uint8_t *c = w->w + (size_t)(r / KERN_BLOCK_ROWS) * block;
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    for (int64_t g = 0; g < ng; g++)
+        for (int b = 0; b < B; b++)
+            for (int k = 0; k < words; k++, u += 128) {
+                const __m512i v = _mm512_loadu_si512(c + (size_t)g * rec + b * block + 64 * k);
+                _mm512_storeu_si512(u, _mm512_and_si512(v, nib));
+                _mm512_storeu_si512(u + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+            }
+}
+
+/* Group g of B adjacent 16-row blocks for T tokens (8 or 4: prefill) from the
+ * same loaded words: c, the group's codes (8 bits: the first block's words,
+ * `block` bytes apart; 4 bits: its bytes from q8unpack), sb, bb: the first
+ * block's scales and biases. Each (token, block)'s S_g in one accumulator
+ * (at 4 bits the high nibbles' products added to the low ones': integer sums,
+ * exact in any order), then the definition's two steps into lane g % 16 of
+ * that (token, block), acc[u·B + b][g % 16]. A word's load serves T tokens, a
  * token's xq broadcast B blocks. Every loop over tokens and blocks is
  * unrolled, so the T·B accumulators stay in registers. At 512 tokens, 4-bit
  * g64, one thread, A/B on an AMD EPYC (Zen 4): 8 tokens × 2 blocks ran
@@ -174,7 +195,14 @@ AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_
                                const int T, const int B, const int gs, const int bits)
 {
     const int words = gs * bits / 32;
-    const __m512i nib = _mm512_set1_epi8(0x0F);
+    /* The group's words' xq, 4 bytes apart from its first's; token u's at
+     * x[u / 4] + {0, 1, 2, 3}·S (the last in S3): 4 integer registers for 8
+     * tokens' addresses (GCC had kept 8 offsets, some in vector registers). */
+    int64_t S = in->stride, S3 = 3 * S, wd0 = g * words;
+    const int8_t *x[2];
+    x[0] = in->xq + t0 * S + (bits == 8 ? 4 * wd0 : 128 * (wd0 / 16) + 4 * (wd0 % 16));
+    x[1] = x[0] + 4 * S;
+    __asm__("" : "+r"(S), "+r"(S3), "+r"(x[0]), "+r"(x[1]));
     __m512i s[8][2];
 #pragma GCC unroll 8
     for (int u = 0; u < T; u++)
@@ -182,18 +210,20 @@ AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_
             s[u][b] = _mm512_setzero_si512();
 #pragma GCC unroll 32
     for (int k = 0; k < words; k++) {
-        const int64_t wd = g * words + k, e = bits == 8 ? 4 * wd : 128 * (wd / 16) + 4 * (wd % 16);
         __m512i lo[2], hi[2];
-        for (int b = 0; b < B; b++) {
-            const uint8_t *p = c + b * block + 64 * k;
-            _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
-            const __m512i v = _mm512_loadu_si512(p);
-            lo[b] = bits == 8 ? v : _mm512_and_si512(v, nib);
-            hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        }
+        for (int b = 0; b < B; b++)
+            if (bits == 8) {
+                const uint8_t *p = c + b * block + 64 * k;
+                _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+                lo[b] = _mm512_loadu_si512(p);
+            } else {
+                const uint8_t *p = c + (b * words + k) * 128;
+                lo[b] = _mm512_loadu_si512(p);
+                hi[b] = _mm512_loadu_si512(p + 64);
+            }
 #pragma GCC unroll 8
         for (int u = 0; u < T; u++) {
-            const int8_t *xq = in->xq + (t0 + u) * in->stride + e;
+            const int8_t *xq = x[u / 4] + (u % 4 == 3 ? S3 : u % 4 * S) + 4 * k;
             const __m512i xl = _mm512_set1_epi32((int)rd_u32le(xq));
             for (int b = 0; b < B; b++)
                 s[u][b] = _mm512_dpbusd_epi32(s[u][b], lo[b], xl);
@@ -221,62 +251,69 @@ AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_
     }
 }
 
-/* T tokens from t0 of the B blocks from row r: every group through q8tileT,
- * then each (token, block)'s 16 lanes summed in the definition's order into
- * its 16 outputs. */
-AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, float *y, int64_t r,
-                                 const int T, const int B, const int gs, const int bits)
+/* T tokens from t0 of the B blocks from row r (at 4 bits their codes in u,
+ * from q8unpack): every group through q8tileT, then each (token, block)'s 16
+ * lanes summed in the definition's order into its 16 outputs. */
+AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input *in, const uint8_t *u, int64_t t0,
+                                 float *y, int64_t r, const int T, const int B, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
     const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
-    const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block;
-    const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
+    const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block, urec = (size_t)B * 16 * gs; /* u's bytes a group */
+    const uint8_t *c = bits == 8 ? w->w + off : u, *sb = w->s + off, *bb = w->b + off;
     __m512 acc[16][16]; /* lane l of (token, block) i: acc[i][l], set by its first group */
-    for (int u = 0; u < T; u++)
+    for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++)
-            _mm_prefetch((const char *)(y + (t0 + u) * w->rows + r + KERN_BLOCK_ROWS * b), _MM_HINT_ET0);
+            _mm_prefetch((const char *)(y + (t0 + t) * w->rows + r + KERN_BLOCK_ROWS * b), _MM_HINT_ET0);
     for (int64_t g = 0; g < ng; g++)
-        q8tileT(c + (size_t)g * rec, sb + (size_t)g * rec, bb + (size_t)g * rec, block, w->dtype, in, t0, ng, g, acc, T,
-                B, gs, bits);
-    for (int u = 0; u < T; u++)
+        q8tileT(c + (size_t)g * (bits == 8 ? rec : urec), sb + (size_t)g * rec, bb + (size_t)g * rec, block, w->dtype,
+                in, t0, ng, g, acc, T, B, gs, bits);
+    for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++) {
             __m512 a[16];
 #pragma GCC unroll 16
             for (int l = 0; l < 16; l++)
-                a[l] = l < ng ? acc[u * B + b][l] : _mm512_setzero_ps();
+                a[l] = l < ng ? acc[t * B + b][l] : _mm512_setzero_ps();
 #pragma GCC unroll 4
             for (int h = 8; h >= 1; h /= 2)
 #pragma GCC unroll 8
                 for (int l = 0; l < h; l++)
                     a[l] = _mm512_add_ps(a[l], a[l + h]);
-            _mm512_storeu_ps(y + (t0 + u) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
+            _mm512_storeu_ps(y + (t0 + t) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
         }
 }
 
 /* Rows [row0, row1) of a blocked matrix (whole blocks), two blocks at a time
  * (the last one alone when their count is odd): eight (then four) tokens at a
- * time through q8tile512, the rest a token at a time: the definition's 16
- * lanes are 16 vectors here, one row per lane, summed in its order at the
- * end. A block's bytes are read once per token or group of tokens (from
- * cache after the first), front to back. */
-AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, int64_t t0, int64_t n,
-                                   float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+ * time through q8tile512 (at 4 bits the two blocks' codes unpacked once into
+ * ws first), the rest a token at a time: the definition's 16 lanes are 16
+ * vectors here, one row per lane, summed in its order at the end. A block's
+ * bytes are read once per token or group of tokens (from cache after the
+ * first), front to back. */
+AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, void *ws, int64_t t0,
+                                   int64_t n, float *y, int64_t row0, int64_t row1, const int gs, const int bits)
 {
     const int64_t ng = w->cols / gs;
     const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
     for (int64_t r = row0; r < row1;) {
         const int B = row1 - r >= 2 * KERN_BLOCK_ROWS ? 2 : 1;
         int64_t t = t0;
+        if (bits == 4 && n >= 4) {
+            if (B == 2)
+                q8unpack(w, r, 2, gs, ws);
+            else
+                q8unpack(w, r, 1, gs, ws);
+        }
         for (; t + 8 <= t0 + n; t += 8) /* prefill: 8 tokens share each load of the blocks' words */
             if (B == 2)
-                q8tile512(w, in, t, y, r, 8, 2, gs, bits);
+                q8tile512(w, in, ws, t, y, r, 8, 2, gs, bits);
             else
-                q8tile512(w, in, t, y, r, 8, 1, gs, bits);
+                q8tile512(w, in, ws, t, y, r, 8, 1, gs, bits);
         for (; t + 4 <= t0 + n; t += 4)
             if (B == 2)
-                q8tile512(w, in, t, y, r, 4, 2, gs, bits);
+                q8tile512(w, in, ws, t, y, r, 4, 2, gs, bits);
             else
-                q8tile512(w, in, t, y, r, 4, 1, gs, bits);
+                q8tile512(w, in, ws, t, y, r, 4, 1, gs, bits);
         for (int64_t rb = r; rb < r + B * KERN_BLOCK_ROWS; rb += KERN_BLOCK_ROWS) {
             const size_t off = (size_t)(rb / KERN_BLOCK_ROWS) * block;
             const uint8_t *c = w->w + off, *sb = w->s + off, *bb = w->b + off;
@@ -305,7 +342,7 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
 }
 
 AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
-                                  int64_t row0, int64_t row1)
+                                  int64_t row0, int64_t row1, void *ws)
 {
     if (kern_gtype_of(w->mode)) {
         kern_gq8dot_avx512(w, in, n, y, row0, row1);

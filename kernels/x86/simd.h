@@ -100,17 +100,18 @@ INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_by
 /* Lane l's group, counted from the block's first group. */
 #define GROUP_OF_LANE(l) ((32 / bits) * (l) / gs)
 
-/* The fused kernels' instantiations by group size and bits (fn is a row
- * kernel of w, in, t0, tb tokens, y, row0, row1, gs, bits), and tokens
- * TB at a time, each through the instantiation for its count. */
+/* The int8 kernels' instantiations by group size and bits (fn is a row
+ * kernel of w, in, ws, t0, tb tokens, y, row0, row1, gs, bits; ws the
+ * worker's scratch, kern_q8_ws_bytes), and tokens TB at a time, each through
+ * the instantiation for its count. */
 #define QROWS_DISPATCH(fn, tb)                                                                                         \
     switch (w->gs * 16 + w->bits) {                                                                                  \
-    case 32 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 32, 4); break;                                                \
-    case 64 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 64, 4); break;                                                \
-    case 128 * 16 + 4: fn(w, in, t0, tb, y, row0, row1, 128, 4); break;                                              \
-    case 32 * 16 + 8: fn(w, in, t0, tb, y, row0, row1, 32, 8); break;                                                \
-    case 64 * 16 + 8: fn(w, in, t0, tb, y, row0, row1, 64, 8); break;                                                \
-    default: fn(w, in, t0, tb, y, row0, row1, 128, 8); break;                                                        \
+    case 32 * 16 + 4: fn(w, in, ws, t0, tb, y, row0, row1, 32, 4); break;                                            \
+    case 64 * 16 + 4: fn(w, in, ws, t0, tb, y, row0, row1, 64, 4); break;                                            \
+    case 128 * 16 + 4: fn(w, in, ws, t0, tb, y, row0, row1, 128, 4); break;                                          \
+    case 32 * 16 + 8: fn(w, in, ws, t0, tb, y, row0, row1, 32, 8); break;                                            \
+    case 64 * 16 + 8: fn(w, in, ws, t0, tb, y, row0, row1, 64, 8); break;                                            \
+    default: fn(w, in, ws, t0, tb, y, row0, row1, 128, 8); break;                                                    \
     }
 
 /* The MX modes' instantiations (fn takes the mode after bits), and tokens TB

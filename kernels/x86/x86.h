@@ -38,11 +38,11 @@ void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float 
 void kern_q8input_part_avx512(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8input_part_avx2(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                       int64_t row1);
+                       int64_t row1, void *ws);
 void kern_q8dot_avxvnni(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                        int64_t row1);
+                        int64_t row1, void *ws);
 void kern_q8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
-                     int64_t row1);
+                     int64_t row1, void *ws);
 
 /* kern_dot_ref, kern_dots_ref, kern_axpy_ref, kern_gelu_mul_ref, kern_softcap_ref */
 float kern_dot_avx2(const float *a, const float *b, int64_t n);
