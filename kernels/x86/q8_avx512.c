@@ -298,12 +298,8 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
     for (int64_t r = row0; r < row1;) {
         const int B = row1 - r >= 2 * KERN_BLOCK_ROWS ? 2 : 1;
         int64_t t = t0;
-        if (bits == 4 && n >= 4) {
-            if (B == 2)
-                q8unpack(w, r, 2, gs, ws);
-            else
-                q8unpack(w, r, 1, gs, ws);
-        }
+        if (bits == 4 && n >= 4) /* once per strip: B need not be a constant */
+            q8unpack(w, r, B, gs, ws);
         for (; t + 8 <= t0 + n; t += 8) /* prefill: 8 tokens share each load of the blocks' words */
             if (B == 2)
                 q8tile512(w, in, ws, t, y, r, 8, 2, gs, bits);
