@@ -143,13 +143,14 @@ AVX512 void kern_dots_avx512(const float *q, int nh, const float *const *b, int 
         dots_heads512(q + u * n, 1, b, m, n, out + u * ld, ld);
 }
 
-/* acc[c] += w·v[c] for c < C: one head's share of a value. */
-AVX512 INLINE void add_value512(__m512 *acc, float w, const __m512 *v, const int C)
+/* acc[c] += w·v[c] for c < C in the lanes of k (all or none): one head's
+ * share of a value, or none of it. */
+AVX512 INLINE void add_value512(__m512 *acc, float w, const __m512 *v, const int C, __mmask16 k)
 {
     const __m512 wu = _mm512_set1_ps(w);
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
-        acc[c] = _mm512_fmadd_ps(wu, v[c], acc[c]);
+        acc[c] = _mm512_mask3_fmadd_ps(wu, v[c], acc[c], k);
 }
 
 /* Columns i .. of H heads' outputs, C vectors each (the last under mask
@@ -175,15 +176,14 @@ AVX512 INLINE void axpyk512(float *y, int64_t ld, const int H, const float *w, i
             if (i + ahead + 16 * c < n)
                 _mm_prefetch((const char *)(x[j] + i + ahead + 16 * c), _MM_HINT_T0);
         }
-        if (use[j] == (1u << H) - 1) /* every head (the common case): no branch per head */
+        if (use[j] == (1u << H) - 1) /* every head (the common case) */
 #pragma GCC unroll 8
             for (int u = 0; u < H; u++)
-                add_value512(acc[u], w[u * wld + j], v, C);
-        else
+                add_value512(acc[u], w[u * wld + j], v, C, 0xFFFF);
+        else /* a head that skips it keeps its sums: masked, no branch per head (a branch mispredicted often) */
 #pragma GCC unroll 8
             for (int u = 0; u < H; u++)
-                if (use[j] >> u & 1)
-                    add_value512(acc[u], w[u * wld + j], v, C);
+                add_value512(acc[u], w[u * wld + j], v, C, (__mmask16)-(int)(use[j] >> u & 1));
     }
 #pragma GCC unroll 8
     for (int u = 0; u < H; u++)
