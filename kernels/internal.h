@@ -34,8 +34,10 @@ struct kern_qinput {
 size_t kern_qinput_bytes(const struct wmat *w, int64_t n);
 /* Prepared in parts, on the thread pool: kern_qinput_layout points *in into
  * buf and returns the number of parts; kern_qinput_part(part) fills tokens
- * [part·KERN_QINPUT_PART, +KERN_QINPUT_PART) (a whole number of panels). */
-#define KERN_QINPUT_PART 48
+ * [part·KERN_QINPUT_PART, +KERN_QINPUT_PART) (a whole number of panels; one
+ * panel, so that many threads share a prefill's: 512 tokens in 43 parts, where
+ * 48-token parts gave 11 and left 5 of 16 threads idle). */
+#define KERN_QINPUT_PART 12
 int64_t kern_qinput_layout(const struct wmat *w, int64_t n, bool gemm, void *buf, struct kern_qinput *in);
 void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm, void *buf, int64_t part);
 
