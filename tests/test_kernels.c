@@ -2174,8 +2174,8 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = TH_TIMEOUT(60))
     make_quant(&mats[1], 65, 160, 8, 32, DT_F32, 52);
     make_quant(&mats[2], 70, 128, 3, 128, DT_F16, 53);
     make_float(&mats[3], 65, 257, DT_BF16, 54);
-    make_ggml(&mats[4], 65, 512, 5, 55); /* Q6_K: codes stored with an offset (kern_q8input's qsum) */
-    make_ggml(&mats[5], 65, 512, 3, 56); /* Q4_K: nibbles in its own order (kern_q8input's xqs) */
+    make_ggml(&mats[4], 65, 512, 5, 55); /* Q6_K: codes stored with an offset */
+    make_ggml(&mats[5], 65, 512, 3, 56); /* Q4_K: nibbles in its own order */
     cr_assert(ggml_fused[5].mode == QM_GGML_Q6_K && ggml_fused[3].mode == QM_GGML_Q4_K);
     const int64_t n = 131;
     for (size_t i = 0; i < LEN(mats); i++) {
@@ -2183,8 +2183,9 @@ Test(kernels_q8, matmul_threads_tokens_dispatch, .timeout = TH_TIMEOUT(60))
         size_t ny = (size_t)(n * w->rows);
         uint64_t s = 70 + i;
         float *x = rand_vec(&s, (size_t)(n * w->cols)), *y[3], *want = nan_vec(ny), *y1 = nan_vec((size_t)w->rows);
-        cr_assert_eq(kern_q8_supports(w) || kern_gtype_of(w->mode), i != 2 && i != 3);
-        bool q8path = i != 2 && i != 3 && q8.q8dot; /* without int8 kernels KERN_Q8 is KERN_BEST */
+        const bool int8 = kern_q8_supports(w) || kern_gtype_of(w->mode);
+        cr_assert_eq(int8, i != 2 && i != 3);
+        bool q8path = int8 && q8.q8dot; /* without int8 kernels KERN_Q8 is KERN_BEST */
         if (q8path)
             q8_run(q8.q8dot, w, x, n, want);
         else
