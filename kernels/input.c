@@ -273,7 +273,7 @@ void kern_q8input_part(const struct wmat *w, const float *x, int64_t n, void *bu
     kern_q8input_part_end(&p);
 }
 
-/* kern_bf16gemm_avx512's workspace for a tile of `rows` rows (any n): the
+/* kern_bf16gemm_avx512's and _avx2's workspace for a tile of `rows` rows (any n): the
  * rows as floats [rows, cols rounded up to 32], the chains [rows, GEMM_TP, 2, 16]. */
 size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {

@@ -420,6 +420,15 @@ static void qgemm_alone(qgemm_fn fn, const struct wmat *w, const float *x, int64
 #endif
 
 #if GP_X86
+/* A bf16 GEMM alone on its workspace (kern_bf16gemm_ws_bytes). */
+static void bf16gemm_alone(gemm_fn fn, const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
+{
+    void *ws = aligned_alloc(64, (kern_bf16gemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
+    cr_assert(ws);
+    fn(w, x, n, y, r0, r1, ws);
+    free(ws);
+}
+
 static void kern_matvec_q_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
 {
     qdot_alone(kern_qdot_avx2, w, x, n, y, r0, r1);
@@ -443,10 +452,13 @@ static void kern_matmul_q_gemm_avx2(const struct wmat *w, const float *x, int64_
 static void kern_matmul_bf16_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
                                          int64_t r1)
 {
-    void *ws = aligned_alloc(64, (kern_bf16gemm_ws_bytes(w, r1 - r0, n) + 63) / 64 * 64);
-    cr_assert(ws);
-    kern_bf16gemm_avx512(w, x, n, y, r0, r1, ws);
-    free(ws);
+    bf16gemm_alone(kern_bf16gemm_avx512, w, x, n, y, r0, r1);
+}
+
+static void kern_matmul_bf16_gemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
+                                       int64_t r1)
+{
+    bf16gemm_alone(kern_bf16gemm_avx2, w, x, n, y, r0, r1);
 }
 
 static void kern_matmul_ref_gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
@@ -499,6 +511,7 @@ static const struct path paths[] = {
     {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
+    {"bf16_gemm_avx2", kern_matmul_bf16_gemm_avx2, WK_BF16, CPU_AVX2, kern_matvec_bf16_ref, true},
     {"bf16_gemm_avx512", kern_matmul_bf16_gemm_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, true},
     {"ref_gemm_avx512", kern_matmul_ref_gemm_avx512, WK_OTHER, CPU_AVX512, kern_matmul_ref, true},
 #endif
@@ -802,6 +815,7 @@ Test(kernels, q8_gemm_avx2) { run_path("q8_gemm_avx2"); }
 Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
+Test(kernels, bf16_gemm_avx2) { run_path("bf16_gemm_avx2"); }
 Test(kernels, bf16_gemm_avx512) { run_path("bf16_gemm_avx512"); }
 Test(kernels, ref_gemm_avx512) { run_path("ref_gemm_avx512"); }
 #endif
@@ -980,8 +994,7 @@ Test(kernels, init_tables)
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
         cr_assert(t.qdot == kern_qdot_avx2 && t.qgemm == kern_qgemm_avx2 && t.qgemm_modes == 1u << QM_AFFINE &&
-                  !t.bf16gemm && !t.refgemm &&
-                  t.matvec_bf16 == kern_matvec_bf16_avx2);
+                  t.bf16gemm == kern_bf16gemm_avx2 && !t.refgemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");
     }

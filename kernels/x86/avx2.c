@@ -911,3 +911,82 @@ AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n,
     for (int64_t t0 = 0; t0 < n; t0 += 2)
         bf16rows256(w, x, t0, n - t0 < 2 ? 1 : 2, y, row0, row1);
 }
+
+/* ---- kern_matvec_bf16_ref as a blocked GEMM: avx512.c's on 8 lanes ----
+ *
+ * The tile's rows are converted once into floats (zeros up to a whole 32
+ * columns); then, for each panel of GEMM_TP tokens and each chunk of
+ * BGEMM_KC columns, R rows × T tokens at a time, one quarter of their two
+ * chains (chain o / 16, lanes o % 16 .. + 7: columns j + o of every 32) in
+ * registers and in the workspace (kern_bf16gemm_ws_bytes, avx512.c's
+ * layout) between quarters and chunks. Every (row, token) goes through the
+ * FMAs of bf16rows256 in the same order. */
+#define BGEMM_KC 512 /* columns of a chunk */
+
+/* Columns [j0, j1) (whole 32s) for R rows (q: the first row's floats, qs
+ * apart) and T tokens (x: the first token's input, xs apart); the chains of
+ * row i, token u at acc + (i·GEMM_TP + u)·32. */
+AVX2 INLINE void bgemm_piece256(const float *q, int64_t qs, const float *x, int64_t xs, int64_t j0, int64_t j1,
+                                float *acc, const int R, const int T)
+{
+    for (int o = 0; o < 32; o += 8) {
+        __m256 c[12]; /* row i, token u at c[i·T + u] */
+#pragma GCC unroll 12
+        for (int k = 0; k < R * T; k++)
+            c[k] = _mm256_load_ps(acc + (k / T * GEMM_TP + k % T) * 32 + o);
+        for (int64_t j = j0 + o; j < j1; j += 32) {
+            __m256 qv[3];
+#pragma GCC unroll 3
+            for (int i = 0; i < R; i++)
+                qv[i] = _mm256_load_ps(q + i * qs + j);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                const __m256 xv = _mm256_loadu_ps(x + u * xs + j);
+#pragma GCC unroll 3
+                for (int i = 0; i < R; i++)
+                    c[i * T + u] = _mm256_fmadd_ps(xv, qv[i], c[i * T + u]);
+            }
+        }
+#pragma GCC unroll 12
+        for (int k = 0; k < R * T; k++)
+            _mm256_store_ps(acc + (k / T * GEMM_TP + k % T) * 32 + o, c[k]);
+    }
+}
+
+#define BGEMM_PIECE256(R, T) bgemm_piece256(qr, cols32, xr, cols, j0, j1, ar, R, T)
+
+AVX2 void kern_bf16gemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                             void *ws)
+{
+    const int64_t rows = row1 - row0, cols = w->cols, cols32 = (cols + 31) / 32 * 32, full = cols / 32 * 32;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    float *qf = ws, *acc = qf + rows * cols32;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *src = w->w + (size_t)(row0 + r) * w->row_stride;
+        float *dst = qf + r * cols32;
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8)
+            _mm256_store_ps(dst + j, f32x8(DT_BF16, src + 2 * j));
+        for (; j < cols32; j++)
+            dst[j] = j < cols ? bf16_to_f32(rd_u16le(src + 2 * j)) : 0.0f;
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
+        BGEMM_CHUNKS(BGEMM_KC, BGEMM_PIECE256)
+        for (int64_t r = 0; r < rows; r++) /* the columns past the last 32, then the chains added and summed */
+            for (int64_t u = 0; u < tp; u++) {
+                float *a = acc + (r * GEMM_TP + u) * 32;
+                const float *xu = x + (t0 + u) * cols, *qr = qf + r * cols32;
+                __m256 c[2][2] = {{_mm256_load_ps(a), _mm256_load_ps(a + 8)}, {_mm256_load_ps(a + 16), _mm256_load_ps(a + 24)}};
+                for (int64_t j = full; j < cols; j += 8) {
+                    const int64_t left = cols - j < 8 ? cols - j : 8;
+                    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), lane);
+                    __m256 *ch = &c[(j - full) / 16][(j - full) / 8 % 2];
+                    *ch = _mm256_fmadd_ps(_mm256_maskload_ps(xu + j, m), _mm256_load_ps(qr + j), *ch);
+                }
+                y[(t0 + u) * w->rows + row0 + r] = hsum256(_mm256_add_ps(_mm256_add_ps(c[0][0], c[1][0]),
+                                                                         _mm256_add_ps(c[0][1], c[1][1])));
+            }
+    }
+}

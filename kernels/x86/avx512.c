@@ -1093,7 +1093,9 @@ __attribute__((noinline)) AVX512 static void bgemm_3x4(const float *q, int64_t q
     bgemm_piece512(q, qs, x, xs, j0, j1, acc, 3, 4);
 }
 
-#define BGEMM_PIECE(R, T) bgemm_piece512(qr, cols32, xr, cols, j0, j1, ar, R, T)
+#define BGEMM_PIECE(R, T)                                                                                              \
+    ((R) * 4 + (T) == 16 ? bgemm_3x4(qr, cols32, xr, cols, j0, j1, ar)                                                 \
+                         : bgemm_piece512(qr, cols32, xr, cols, j0, j1, ar, R, T))
 
 AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
                                  int64_t row1, void *ws)
@@ -1107,29 +1109,7 @@ AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
-        for (int64_t j0 = 0; j0 < full; j0 += GEMM_KC) {
-            const int64_t j1 = j0 + GEMM_KC < full ? j0 + GEMM_KC : full;
-            for (int64_t r = 0; r < rows; r += 3)
-                for (int64_t u = 0; u < tp; u += 4) {
-                    const float *qr = qf + r * cols32, *xr = x + (t0 + u) * cols;
-                    float *ar = acc + (r * GEMM_TP + u) * 32;
-                    const int left = tp - u >= 4 ? 4 : (int)(tp - u), R = rows - r >= 3 ? 3 : (int)(rows - r);
-                    switch (R * 4 + left) {
-                    case 16: bgemm_3x4(qr, cols32, xr, cols, j0, j1, ar); break;
-                    case 15: BGEMM_PIECE(3, 3); break;
-                    case 14: BGEMM_PIECE(3, 2); break;
-                    case 13: BGEMM_PIECE(3, 1); break;
-                    case 12: BGEMM_PIECE(2, 4); break;
-                    case 11: BGEMM_PIECE(2, 3); break;
-                    case 10: BGEMM_PIECE(2, 2); break;
-                    case 9: BGEMM_PIECE(2, 1); break;
-                    case 8: BGEMM_PIECE(1, 4); break;
-                    case 7: BGEMM_PIECE(1, 3); break;
-                    case 6: BGEMM_PIECE(1, 2); break;
-                    default: BGEMM_PIECE(1, 1); break;
-                    }
-                }
-        }
+        BGEMM_CHUNKS(GEMM_KC, BGEMM_PIECE)
         for (int64_t r = 0; r < rows; r++) /* the columns past the last 32, then the chains added and summed */
             for (int64_t u = 0; u < tp; u++) {
                 float *a = acc + (r * GEMM_TP + u) * 32;

@@ -29,6 +29,8 @@ void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64
                        int64_t row1, void *ws);
 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                      int64_t row1, void *ws); /* affine 4/8-bit only (avx2.c) */
+void kern_bf16gemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                        void *ws);
 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                           void *ws);
 void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
