@@ -64,7 +64,8 @@ static const struct {
     {CPU_AVX2, {.name = "avx2", .qdot = kern_qdot_avx2, .matvec_bf16 = kern_matvec_bf16_avx2, .dot = kern_dot_avx2,
                 .dots = kern_dots_avx2, .axpy = kern_axpy_avx2, .gelu_mul = kern_gelu_mul_avx2,
                 .softcap = kern_softcap_avx2, .softmax = kern_softmax_avx2, .qgemm = kern_qgemm_avx2,
-                .qgemm_modes = 1u << QM_AFFINE, .bf16gemm = kern_bf16gemm_avx2}},
+                .qgemm_modes = 1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8,
+                .bf16gemm = kern_bf16gemm_avx2}},
 #elif GP_ARM64
     {CPU_NEON, {.name = "neon", .qdot = kern_qdot_neon, .matvec_bf16 = kern_matvec_bf16_neon, .dot = kern_dot_neon,
                 .dots = kern_dots_neon, .axpy = kern_axpy_neon, .gelu_mul = kern_gelu_mul_ref,

@@ -510,6 +510,7 @@ static const struct path paths[] = {
     {"q8_gemm_avx2", kern_matmul_q_gemm_avx2, WK_Q8, CPU_AVX2, kern_matvec_q_def, true},
     {"q4_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q4, CPU_AVX512, kern_matvec_q_def, true},
     {"q8_gemm_avx512", kern_matmul_q_gemm_avx512, WK_Q8, CPU_AVX512, kern_matvec_q_def, true},
+    {"mx_gemm_avx2", kern_matmul_q_gemm_avx2, WK_MX, CPU_AVX2, kern_matvec_q_def, true},
     {"mx_gemm_avx512", kern_matmul_q_gemm_avx512, WK_MX, CPU_AVX512, kern_matvec_q_def, true},
     {"bf16_gemm_avx2", kern_matmul_bf16_gemm_avx2, WK_BF16, CPU_AVX2, kern_matvec_bf16_ref, true},
     {"bf16_gemm_avx512", kern_matmul_bf16_gemm_avx512, WK_BF16, CPU_AVX512, kern_matvec_bf16_ref, true},
@@ -814,6 +815,7 @@ Test(kernels, q4_gemm_avx2) { run_path("q4_gemm_avx2"); }
 Test(kernels, q8_gemm_avx2) { run_path("q8_gemm_avx2"); }
 Test(kernels, q4_gemm_avx512) { run_path("q4_gemm_avx512"); }
 Test(kernels, q8_gemm_avx512) { run_path("q8_gemm_avx512"); }
+Test(kernels, mx_gemm_avx2) { run_path("mx_gemm_avx2"); }
 Test(kernels, mx_gemm_avx512) { run_path("mx_gemm_avx512"); }
 Test(kernels, bf16_gemm_avx2) { run_path("bf16_gemm_avx2"); }
 Test(kernels, bf16_gemm_avx512) { run_path("bf16_gemm_avx512"); }
@@ -993,7 +995,8 @@ Test(kernels, init_tables)
                   t.bf16gemm == kern_bf16gemm_avx512 && t.refgemm == kern_refgemm_avx512);
     } else if (cpu_has(CPU_AVX2)) {
         cr_assert_str_eq(t.name, "avx2");
-        cr_assert(t.qdot == kern_qdot_avx2 && t.qgemm == kern_qgemm_avx2 && t.qgemm_modes == 1u << QM_AFFINE &&
+        cr_assert(t.qdot == kern_qdot_avx2 && t.qgemm == kern_qgemm_avx2 &&
+                  t.qgemm_modes == (1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8) &&
                   t.bf16gemm == kern_bf16gemm_avx2 && !t.refgemm && t.matvec_bf16 == kern_matvec_bf16_avx2);
     } else {
         cr_assert_str_eq(t.name, "scalar");

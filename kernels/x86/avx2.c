@@ -857,10 +857,138 @@ AVX2 static void agemm_finish256(const struct wmat *w, const struct kern_qinput 
 
 static const struct kern_agemm_isa agemm_b4_256 = {agemm_decode_b4_256, agemm_block_b4_256, agemm_finish256, 1},
                                    agemm_b8_256 = {agemm_decode_b8_256, agemm_block_b8_256, agemm_finish256, 1};
+
+/* ---- microscaling as a blocked GEMM: qgemm512m of avx512.c on two halves of 8 lanes ----
+ *
+ * The same workspace (kern_qgemm_ws_bytes): a row's codes decoded once into
+ * floats, rows in pairs (code k of a block's 16 words, lanes 0-15, row i of
+ * the pair at slot 2k + i), the lane scales beside them; the input prepared
+ * for the GEMM (tokens in fours). For each panel of GEMM_TP tokens and chunk
+ * of MGEMM_KC columns, 2 rows × 2 tokens × one half at a time (their 8
+ * chains in registers, the A lanes in the workspace). Every (row, token)
+ * goes through the operations of qrows256m in the same order. */
+#define MGEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
+
+/* Row r's codes into its pair's tile (qp: the pair's first float, the row's
+ * slot i) and its lane scales (sv[blocks·16]); sc: scratch of ng16 + 16 floats. */
+AVX2 INLINE void mgemm_decode256(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
+                                 float *sc, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
+    const uint8_t *codes = w->w + (size_t)r * w->row_stride, *sr = w->s + (size_t)r * w->srow_bytes;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i gidx[2] = {_mm256_setr_epi32(GROUP_OF_LANE(0), GROUP_OF_LANE(1), GROUP_OF_LANE(2), GROUP_OF_LANE(3),
+                                               GROUP_OF_LANE(4), GROUP_OF_LANE(5), GROUP_OF_LANE(6), GROUP_OF_LANE(7)),
+                             _mm256_setr_epi32(GROUP_OF_LANE(8), GROUP_OF_LANE(9), GROUP_OF_LANE(10), GROUP_OF_LANE(11),
+                                               GROUP_OF_LANE(12), GROUP_OF_LANE(13), GROUP_OF_LANE(14), GROUP_OF_LANE(15))};
+    memset(sc, 0, (size_t)(ng16 + 16) * sizeof *sc);
+    kern_mx_scales((enum qmode)mode, sr, sc, ng);
+    for (int64_t b = 0; b * blk < stride; b++) {
+        const __m256 s8 = _mm256_loadu_ps(sc + b * blk / gs); /* zero past ng: the lanes past the row's words */
+        for (int h = 0; h < 2; h++) {
+            const int64_t left = words - 16 * b - 8 * h;
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? left : 8)), lane);
+            const __m256i v = _mm256_maskload_epi32((const int *)(const void *)(codes + (b * blk + 8 * h * per_word) * bits / 8), m);
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k++)
+                _mm256_store_ps(qp + 2 * b * blk + (2 * k + i) * 16 + 8 * h, code256(v, k, bits, mode));
+            _mm256_store_ps(sv + 16 * b + 8 * h, _mm256_permutevar8x32_ps(s8, gidx[h]));
+        }
+    }
+}
+
+/* Blocks [b0, b1) for R rows of a pair (qp: the pair's tile) and T tokens of
+ * a four (xp: the four's copy, token u at slot u), lanes 8h .. 8h + 7: per
+ * block the definition's two chains, then its step into the A lanes (row i,
+ * token u at acc + i·accstride + 16u). */
+AVX2 INLINE void mgemm_piece256(const float *qp, const float *sv, int64_t svstride, const float *xp, int64_t b0,
+                                int64_t b1, float *acc, int64_t accstride, const int R, const int T, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    for (int h = 0; h < 16; h += 8)
+        for (int64_t b = b0; b < b1; b++) {
+            const float *q = qp + 2 * b * blk + h, *x = xp + 4 * b * blk + h;
+            __m256 p0[2][2], p1[2][2]; /* the definition's two chains: even and odd codes */
+#pragma GCC unroll 8
+            for (int k = 0; k < per_word; k += 2) {
+                __m256 q0[2], q1[2];
+#pragma GCC unroll 2
+                for (int i = 0; i < R; i++) {
+                    q0[i] = _mm256_load_ps(q + (2 * k + i) * 16);
+                    q1[i] = _mm256_load_ps(q + (2 * k + 2 + i) * 16);
+                }
+#pragma GCC unroll 2
+                for (int u = 0; u < T; u++) {
+                    const __m256 x0 = _mm256_load_ps(x + (4 * k + u) * 16), x1 = _mm256_load_ps(x + (4 * k + 4 + u) * 16);
+#pragma GCC unroll 2
+                    for (int i = 0; i < R; i++) {
+                        p0[i][u] = k == 0 ? _mm256_mul_ps(x0, q0[i]) : _mm256_fmadd_ps(x0, q0[i], p0[i][u]);
+                        p1[i][u] = k == 0 ? _mm256_mul_ps(x1, q1[i]) : _mm256_fmadd_ps(x1, q1[i], p1[i][u]);
+                    }
+                }
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++) {
+                const __m256 s = _mm256_load_ps(sv + i * svstride + 16 * b + h);
+#pragma GCC unroll 2
+                for (int u = 0; u < T; u++) {
+                    float *a = acc + i * accstride + 16 * u + h;
+                    _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_add_ps(p0[i][u], p1[i][u]), s, _mm256_load_ps(a)));
+                }
+            }
+        }
+}
+
+#define MGEMM_PIECE256(R, T) mgemm_piece256(qp, svr, svs, xq, b0, b1, ar, GEMM_TP * 16, R, T, bits)
+
+AVX2 INLINE void qgemm256m(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                           int64_t row1, float *ws, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
+    float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *acc = sv + rows * svs;
+    float *sc = acc + rows * GEMM_TP * 16;
+    for (int64_t r = 0; r < rows; r++)
+        mgemm_decode256(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, sc, gs, bits, mode);
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
+        for (int64_t b0 = 0; b0 < blocks; b0 += MGEMM_KC / blk) {
+            const int64_t b1 = b0 + MGEMM_KC / blk < blocks ? b0 + MGEMM_KC / blk : blocks;
+            for (int64_t r = 0; r < rows; r += 2)
+                for (int64_t u = 0; u < tp; u += 2) { /* a four's tokens 0-1, then 2-3 */
+                    const float *qp = qf + r * stride, *svr = sv + r * svs;
+                    const float *xq = in->xd + (t0 + u) / 4 * 4 * stride + (t0 + u) % 4 * 16;
+                    float *ar = acc + (r * GEMM_TP + u) * 16;
+                    switch ((rows - r >= 2 ? 2 : 1) * 2 + (tp - u >= 2 ? 2 : 1)) {
+                    case 6: MGEMM_PIECE256(2, 2); break;
+                    case 5: MGEMM_PIECE256(2, 1); break;
+                    case 4: MGEMM_PIECE256(1, 2); break;
+                    default: MGEMM_PIECE256(1, 1); break;
+                    }
+                }
+        }
+        const __m256 zero = _mm256_setzero_ps(); /* + 0: kern_qdot_ref's bias lanes */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t u = 0; u < tp; u++) {
+                const float *a = acc + (r * GEMM_TP + u) * 16;
+                y[(t0 + u) * w->rows + row0 + r] =
+                    hsum256(_mm256_add_ps(_mm256_add_ps(_mm256_load_ps(a), zero), _mm256_add_ps(_mm256_load_ps(a + 8), zero)));
+            }
+    }
+}
+
 AVX2 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                           int64_t row1, void *ws)
 {
-    kern_agemm_tile(w->bits == 4 ? &agemm_b4_256 : &agemm_b8_256, w, in, n, y, row0, row1, ws);
+    switch (w->mode == QM_AFFINE ? w->bits : -(int)w->mode) {
+    case 4: kern_agemm_tile(&agemm_b4_256, w, in, n, y, row0, row1, ws); break;
+    case 8: kern_agemm_tile(&agemm_b8_256, w, in, n, y, row0, row1, ws); break;
+    case -QM_MXFP4: qgemm256m(w, in, n, y, row0, row1, ws, 32, 4, QM_MXFP4); break;
+    case -QM_NVFP4: qgemm256m(w, in, n, y, row0, row1, ws, 16, 4, QM_NVFP4); break;
+    default: qgemm256m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;
+    }
 }
 
 /* Columns [j, j + 16) of each token into chain c (lanes 0-7 in acc[u][c][0]):

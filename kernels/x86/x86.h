@@ -22,13 +22,13 @@ void kern_gq8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int
 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
 
-/* The blocked GEMMs (avx512.c; avx2.c the affine one): kern_qdot_ref's (input: kern_qinput's `gemm`),
+/* The blocked GEMMs (avx512.c, avx2.c): kern_qdot_ref's (input: kern_qinput's `gemm`),
  * kern_matvec_bf16_ref's and kern_matmul_ref's bits for many tokens, a tile
  * decoded once into floats in ws, then register blocks of rows × tokens. */
 void kern_qgemm_avx512(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                        int64_t row1, void *ws);
 void kern_qgemm_avx2(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
-                     int64_t row1, void *ws); /* affine 4/8-bit only (avx2.c) */
+                     int64_t row1, void *ws);
 void kern_bf16gemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                         void *ws);
 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
