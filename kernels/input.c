@@ -160,7 +160,7 @@ void kern_agemm_tile(const struct kern_agemm_isa *isa, const struct wmat *w, con
 }
 
 /* The blocked GEMM's workspace for a tile of `rows` rows (floats): affine,
- * as kern_agemm_tile carves it; MX, as qgemm512m does: decoded codes [rows rounded
+ * as kern_agemm_tile carves it; MX, as qgemm512m and qgemm256m do: decoded codes [rows rounded
  * up to pairs, stride], lane scales [rows, blocks, 16], the A lanes [rows,
  * GEMM_TP, 16] and a row's scales [groups rounded up to 16, + 16]. */
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)

@@ -364,7 +364,7 @@ static inline float kern_lanes_sum16(float lane[16])
     return lane[0];
 }
 
-/* Tokens of a panel of the blocked GEMM (x86/avx512.c; its workspace: input.c). */
+/* Tokens of a panel of the bf16 and MX blocked GEMMs (x86/avx512.c, x86/avx2.c; their workspace: input.c). */
 #define GEMM_TP 16
 
 /* Tokens of a panel of the affine GEMM (kern_agemm_tile, input.c; its

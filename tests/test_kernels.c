@@ -613,7 +613,7 @@ static void check_tmat(const struct path *p, const struct tmat *t, int64_t n, ui
 static const int64_t rows_grid[] = {1, 3, 7, 65, 130};
 static const int gs_grid[] = {32, 64, 128};
 static const enum dtype sdt_grid[] = {DT_BF16, DT_F32, DT_F16};
-static const int64_t bf16_cols[] = {1, 7, 33, 257, 16, 64, 1079}; /* 1079: two GEMM chunks, 32, then 16 + 7 */
+static const int64_t bf16_cols[] = {1, 7, 33, 257, 16, 64, 1079, 1087}; /* 1079: two GEMM chunks, 32, then 16 + 7; 1087: 31 past them */
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Every (gs, cols, rows, scales dtype, n) of the grid for affine `bits`. */
@@ -701,8 +701,8 @@ static void float_grid(const struct path *p, enum dtype dt)
                      (long long)bf16_cols[c]);
             check_tmat(p, &t, 1, seed++, what);
             check_tmat(p, &t, 5, seed++, what);
-            if (p && p->many)
-                check_tmat(p, &t, 37, seed++, what);
+            for (int64_t n = 37; p && p->many && n <= 39; n++) /* the last panel's 5, 6, 7 tokens: pieces of 1, 2, 3 */
+                check_tmat(p, &t, n, seed++, what);
             tmat_free(&t);
         }
 }
@@ -1051,8 +1051,8 @@ static size_t tables(struct kern_table *t, const char **label)
                                      .dot = kern_dot_avx2, .dots = kern_dots_avx2, .axpy = kern_axpy_avx2,
                                      .gelu_mul = kern_gelu_mul_avx2,
                                      .softcap = kern_softcap_avx2, .softmax = kern_softmax_avx2,
-                                     .qgemm = kern_qgemm_avx2,
-                                     .qgemm_modes = 1u << QM_AFFINE,
+                                     .qgemm = kern_qgemm_avx2, .bf16gemm = kern_bf16gemm_avx2,
+                                     .qgemm_modes = 1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8,
                                      .ws = calloc(POOL_MAX_THREADS, sizeof(struct kern_ws)),
                                      .scratch = calloc(KERN_MANY, sizeof(struct kern_ws))};
     }
@@ -1085,11 +1085,13 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= (w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS) && t->qgemm == kern_qgemm_avx512 &&
         w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx512;
-    if (n >= KERN_AGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_avx2 && w->quantized && w->mode == QM_AFFINE &&
-        (w->bits == 4 || w->bits == 8))
+    if (n >= (w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS) && t->qgemm == kern_qgemm_avx2 &&
+        w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_avx2;
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx512 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx512;
+    if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx2 && !w->quantized && w->dtype == DT_BF16)
+        return kern_matmul_bf16_gemm_avx2;
 #elif GP_ARM64
     if (n >= KERN_AGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_neon && w->quantized && w->mode == QM_AFFINE &&
         (w->bits == 4 || w->bits == 8))
