@@ -864,11 +864,9 @@ static const struct kern_agemm_isa agemm_b4_256 = {agemm_decode_b4_256, agemm_bl
  * floats, rows in pairs (code k of a block's 16 words, lanes 0-15, row i of
  * the pair at slot 2k + i), the lane scales beside them; the input prepared
  * for the GEMM (tokens in fours). For each panel of GEMM_TP tokens and chunk
- * of MGEMM_KC columns, 2 rows × 2 tokens × one half at a time (their 8
+ * of GEMM_KC columns, 2 rows × 2 tokens × one half at a time (their 8
  * chains in registers, the A lanes in the workspace). Every (row, token)
  * goes through the operations of qrows256m in the same order. */
-#define MGEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
-
 /* Row r's codes into its pair's tile (qp: the pair's first float, the row's
  * slot i) and its lane scales (sv[blocks·16]); sc: scratch of ng16 + 16 floats. */
 AVX2 INLINE void mgemm_decode256(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
@@ -954,8 +952,8 @@ AVX2 INLINE void qgemm256m(const struct wmat *w, const struct kern_qinput *in, i
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
-        for (int64_t b0 = 0; b0 < blocks; b0 += MGEMM_KC / blk) {
-            const int64_t b1 = b0 + MGEMM_KC / blk < blocks ? b0 + MGEMM_KC / blk : blocks;
+        for (int64_t b0 = 0; b0 < blocks; b0 += GEMM_KC / blk) {
+            const int64_t b1 = b0 + GEMM_KC / blk < blocks ? b0 + GEMM_KC / blk : blocks;
             for (int64_t r = 0; r < rows; r += 2)
                 for (int64_t u = 0; u < tp; u += 2) { /* a four's tokens 0-1, then 2-3 */
                     const float *qp = qf + r * stride, *svr = sv + r * svs;
@@ -1044,13 +1042,11 @@ AVX2 void kern_matvec_bf16_avx2(const struct wmat *w, const float *x, int64_t n,
  *
  * The tile's rows are converted once into floats (zeros up to a whole 32
  * columns); then, for each panel of GEMM_TP tokens and each chunk of
- * BGEMM_KC columns, R rows × T tokens at a time, one quarter of their two
+ * GEMM_KC columns, R rows × T tokens at a time, one quarter of their two
  * chains (chain o / 16, lanes o % 16 .. + 7: columns j + o of every 32) in
  * registers and in the workspace (kern_bf16gemm_ws_bytes, avx512.c's
  * layout) between quarters and chunks. Every (row, token) goes through the
  * FMAs of bf16rows256 in the same order. */
-#define BGEMM_KC 512 /* columns of a chunk */
-
 /* Columns [j0, j1) (whole 32s) for R rows (q: the first row's floats, qs
  * apart) and T tokens (x: the first token's input, xs apart); the chains of
  * row i, token u at acc + (i·GEMM_TP + u)·32. */
@@ -1101,7 +1097,7 @@ AVX2 void kern_bf16gemm_avx2(const struct wmat *w, const float *x, int64_t n, fl
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
-        BGEMM_CHUNKS(BGEMM_KC, BGEMM_PIECE256)
+        BGEMM_CHUNKS(BGEMM_PIECE256)
         for (int64_t r = 0; r < rows; r++) /* the columns past the last 32, then the chains added and summed */
             for (int64_t u = 0; u < tp; u++) {
                 float *a = acc + (r * GEMM_TP + u) * 32;

@@ -911,8 +911,6 @@ AVX512 void kern_matvec_bf16_avx512(const struct wmat *w, const float *x, int64_
  * of GEMM_KC columns (the panel's chunk stays in L1). Every (row, token)
  * goes through the same IEEE operations in the same order as in
  * kern_qdot_avx512. */
-#define GEMM_KC 512 /* columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
-
 /* Row r's codes decoded into its pair's tile (qp: the pair's first float,
  * the row's slot i) and its lane scales (sv[blocks·16]) as qrows512m reads
  * them; sc: scratch of ng16 + 16 floats. */
@@ -1109,7 +1107,7 @@ AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
-        BGEMM_CHUNKS(GEMM_KC, BGEMM_PIECE)
+        BGEMM_CHUNKS(BGEMM_PIECE)
         for (int64_t r = 0; r < rows; r++) /* the columns past the last 32, then the chains added and summed */
             for (int64_t u = 0; u < tp; u++) {
                 float *a = acc + (r * GEMM_TP + u) * 32;

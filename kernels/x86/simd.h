@@ -114,13 +114,15 @@ INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_by
     default: fn(w, in, ws, t0, tb, y, row0, row1, 128, 8); break;                                                    \
     }
 
+#define GEMM_KC 512 /* the bf16 and MX GEMMs' columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
+
 /* The bf16 GEMMs' panel of tp tokens from t0 over the tile's rows (floats qf,
- * cols32 apart; chains in acc): chunks of KC columns up to `full`, in each
+ * cols32 apart; chains in acc): chunks of GEMM_KC columns up to `full`, in each
  * pieces of R <= 3 rows × T <= 4 tokens, each shape its own instantiation of
  * piece(R, T) over qr, xr, ar and j0 .. j1. */
-#define BGEMM_CHUNKS(KC, piece)                                                                                        \
-    for (int64_t j0 = 0; j0 < full; j0 += (KC)) {                                                                      \
-        const int64_t j1 = j0 + (KC) < full ? j0 + (KC) : full;                                                        \
+#define BGEMM_CHUNKS(piece)                                                                                            \
+    for (int64_t j0 = 0; j0 < full; j0 += GEMM_KC) {                                                                   \
+        const int64_t j1 = j0 + GEMM_KC < full ? j0 + GEMM_KC : full;                                                  \
         for (int64_t r = 0; r < rows; r += 3)                                                                          \
             for (int64_t u = 0; u < tp; u += 4) {                                                                      \
                 const float *qr = qf + r * cols32, *xr = x + (t0 + u) * cols;                                          \
