@@ -281,7 +281,7 @@ size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
     return (size_t)(rows * ((w->cols + 31) / 32 * 32 + GEMM_TP * 32)) * sizeof(float);
 }
 
-/* kern_refgemm_avx512's workspace (any tile, any n): 16 rows column-major
+/* kern_refgemm_avx512's, _avx2's and _neon's workspace (any tile, any n): 16 rows column-major
  * [cols, 16], then by rows [16, cols]. */
 size_t kern_refgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n)
 {

@@ -142,6 +142,35 @@ void *kern_ws_reserve(struct kern_ws *ws, size_t bytes);
 size_t kern_qgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
 size_t kern_bf16gemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
 size_t kern_refgemm_ws_bytes(const struct wmat *w, int64_t rows, int64_t n);
+/* Whether rows [r0, r0 + nr) of w are one whole block of its blocked layout
+ * (the refgemms' path that decodes a block's lines straight into the lanes). */
+static inline bool kern_whole_block(const struct wmat *w, int64_t r0, int64_t nr)
+{
+    return w->blocked && r0 % KERN_BLOCK_ROWS == 0 && nr == KERN_BLOCK_ROWS;
+}
+/* BLOCK(B) for an affine width B (2, 3, 4, 5, 6, 8: KERN_AFFINE_WIDTHS, the
+ * widths kern_blockable takes) as a constant. */
+#define KERN_AFFINE_WIDTHS (1u << 2 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 8)
+#define KERN_BY_BITS(bits, BLOCK)                                                                                      \
+    switch (bits) {                                                                                                    \
+    case 2: BLOCK(2); break;                                                                                           \
+    case 3: BLOCK(3); break;                                                                                           \
+    case 4: BLOCK(4); break;                                                                                           \
+    case 5: BLOCK(5); break;                                                                                           \
+    case 6: BLOCK(6); break;                                                                                           \
+    default: BLOCK(8); break;                                                                                          \
+    }
+/* BLOCK(T) for T = min(left, 6) as a constant, so that a register block of T
+ * tokens unrolls (the AVX2 and NEON refgemms' last step). */
+#define KERN_TOKENS6(left, BLOCK)                                                                                      \
+    switch ((left) < 6 ? (left) : 6) {                                                                                 \
+    case 1: BLOCK(1); break;                                                                                           \
+    case 2: BLOCK(2); break;                                                                                           \
+    case 3: BLOCK(3); break;                                                                                           \
+    case 4: BLOCK(4); break;                                                                                           \
+    case 5: BLOCK(5); break;                                                                                           \
+    default: BLOCK(6); break;                                                                                          \
+    }
 
 /* ---- int8 activations (KERN_Q8: opt-in, approximate) ----
  *

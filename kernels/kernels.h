@@ -40,7 +40,7 @@ struct wmat kern_wmat_expert(const struct wmat *w, int64_t e);
  * sgemm tiles); bit-identical to dequant_affine_row / dtype_to_f32 on every path. */
 void kern_row_f32(const struct wmat *w, int64_t r, float *out);
 
-/* The blocked layout of 4/8-bit affine matrices, read by every kernel with
+/* The blocked layout of affine matrices (any width), read by every kernel with
  * the same bits (kernels/internal.h): kern_blockable, whether w may take it;
  * kern_blocked_bytes, w's size (one expert), the same as by rows;
  * kern_block_rows writes blocks [b0, b1) of w (by rows; one expert) into dst,

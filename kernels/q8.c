@@ -14,7 +14,9 @@ bool kern_q8_supports(const struct wmat *w)
 
 bool kern_blockable(const struct wmat *w)
 {
-    return kern_q8_supports(w) && w->rows > 0 && w->cols > 0 && w->rows % KERN_BLOCK_ROWS == 0 &&
+    return w->quantized && w->mode == QM_AFFINE && (1u << w->bits & KERN_AFFINE_WIDTHS) &&
+           (w->gs == 32 || w->gs == 64 || w->gs == 128) &&
+           w->cols % w->gs == 0 && w->rows > 0 && w->cols > 0 && w->rows % KERN_BLOCK_ROWS == 0 &&
            w->row_stride == w->row_bytes;
 }
 

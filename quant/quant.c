@@ -154,6 +154,10 @@ void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void 
         quant_dequant_row_avx512(row_bytes, scales, biases, sdt, (int64_t)k, gs, bits, out);
         return;
     }
+    if (cpu_has(CPU_AVX2)) {
+        quant_dequant_row_avx2(row_bytes, scales, biases, sdt, (int64_t)k, gs, bits, out);
+        return;
+    }
 #endif
     dequant_affine_row(row_bytes, scales, biases, sdt, k, gs, bits, out);
 }
@@ -163,6 +167,10 @@ void quant_to_f32(enum dtype t, const uint8_t *src, float *dst, size_t n)
 #if GP_X86
     if (cpu_has(CPU_AVX512)) {
         quant_to_f32_avx512(t, src, dst, (int64_t)n);
+        return;
+    }
+    if (cpu_has(CPU_AVX2)) {
+        quant_to_f32_avx2(t, src, dst, (int64_t)n);
         return;
     }
 #endif

@@ -58,7 +58,7 @@ void dequant_affine_row(const uint8_t *row_bytes, const void *scales, const void
 /* quant_affine_row. */
 void quant_row(const float *w, size_t k, int gs, int bits, enum dtype sdt, uint32_t *words, void *scales,
                void *biases);
-/* dequant_affine_row (with AVX-512: every width in vectors). */
+/* dequant_affine_row (with AVX-512 or AVX2: every width in vectors). */
 void quant_dequant_row(const uint8_t *row_bytes, const void *scales, const void *biases, enum dtype sdt, size_t k,
                        int gs, int bits, float *out);
 /* dtype_to_f32 (core/dtype.h). */
@@ -69,6 +69,9 @@ void quant_affine_row_avx512(const float *w, size_t k, int gs, int bits, enum dt
 void quant_dequant_row_avx512(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt, int64_t k,
                               int gs, int bits, float *out);
 void quant_to_f32_avx512(enum dtype t, const uint8_t *src, float *dst, int64_t n);
+void quant_dequant_row_avx2(const uint8_t *row, const void *scales, const void *biases, enum dtype sdt, int64_t k,
+                            int gs, int bits, float *out);
+void quant_to_f32_avx2(enum dtype t, const uint8_t *src, float *dst, int64_t n);
 
 /* ---- MLX microscaling modes (INPUTS.md §2.7) ----
  *

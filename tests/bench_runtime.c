@@ -350,7 +350,7 @@ static int decode(int bits, const char *path, int T, const int *thread_list, int
                 return 1;
             }
             t_load = now() - t_load;
-            printf("decode, %s: %.0f MB of weights read per token, copied to anonymous memory (4/8-bit affine in "
+            printf("decode, %s: %.0f MB of weights read per token, copied to anonymous memory (affine in "
                    "blocks of rows) in %.2f s (run's default)\n", pack, (double)m.weight_bytes / 1e6, t_load);
         }
         struct runner r;

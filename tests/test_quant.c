@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cpu.h"
@@ -519,13 +520,22 @@ Test(quant, affine_row_avx512_bit_exact)
 }
 
 
-/* quant_dequant_row_avx512 gives dequant_affine_row's bits (NaN scales only
- * need to stay NaN) for 2/3/4/5/6/8 bits, every group size and scale dtype, on
- * random codes and on scale/bias bytes that include NaN, inf and subnormals. */
-Test(quant, dequant_row_avx512_matches_reference)
+/* The AVX-512 and AVX2 twins of dequant_affine_row and dtype_to_f32. */
+static const struct {
+    const char *name;
+    enum cpu_feature need;
+    void (*dequant)(const uint8_t *, const void *, const void *, enum dtype, int64_t, int, int, float *);
+    void (*to_f32)(enum dtype, const uint8_t *, float *, int64_t);
+} twins[] = {
+    {"avx512", CPU_AVX512, quant_dequant_row_avx512, quant_to_f32_avx512},
+    {"avx2", CPU_AVX2, quant_dequant_row_avx2, quant_to_f32_avx2},
+};
+
+/* Each twin of dequant_affine_row gives its bits (NaN scales only need to
+ * stay NaN) for 2/3/4/5/6/8 bits, every group size and scale dtype, on random
+ * codes and on scale/bias bytes that include NaN, inf and subnormals. */
+Test(quant, dequant_row_twins_match_reference)
 {
-    if (!cpu_has(CPU_AVX512))
-        cr_skip_test("no AVX-512 on this CPU");
     static const int bitss[] = {2, 3, 4, 5, 6, 8}, gss[] = {32, 64, 128};
     static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     enum { K = 384 };
@@ -536,47 +546,68 @@ Test(quant, dequant_row_avx512_matches_reference)
     for (int h = 0; h < 2; h++)
         for (size_t i = 0; i < sizeof sb[h]; i++)
             sb[h][i] = (uint8_t)th_rng_next(&s);
-    for (size_t b = 0; b < LEN(bitss); b++)
-        for (size_t g = 0; g < LEN(gss); g++)
-            for (size_t d = 0; d < LEN(dts); d++) {
-                float a[K + 1], v[K + 1];
-                memset(v, 0x5A, sizeof v);
-                dequant_affine_row(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], a);
-                quant_dequant_row_avx512(codes, sb[0], sb[1], dts[d], K, gss[g], bitss[b], v);
-                for (int i = 0; i < K; i++)
-                    cr_assert(memcmp(&a[i], &v[i], 4) == 0 || (isnan(a[i]) && isnan(v[i])),
-                              "%d-bit group %d %s: value %d: %a vs %a", bitss[b], gss[g], dtype_name(dts[d]), i,
-                              (double)a[i], (double)v[i]);
-                uint32_t guard;
-                memcpy(&guard, &v[K], 4);
-                cr_assert_eq(guard, 0x5A5A5A5Au, "wrote past the end");
-            }
+    int ran = 0;
+    for (size_t t = 0; t < LEN(twins); t++) {
+        if (!cpu_has(twins[t].need))
+            continue;
+        ran++;
+        for (size_t b = 0; b < LEN(bitss); b++)
+            for (size_t g = 0; g < LEN(gss); g++)
+                for (size_t d = 0; d < LEN(dts); d++) {
+                    float a[K + 1], v[K + 1];
+                    memset(v, 0x5A, sizeof v);
+                    const size_t bytes = (size_t)K * (size_t)bitss[b] / 8; /* the row ends its buffer (ASan) */
+                    uint8_t *row = malloc(bytes);
+                    cr_assert(row);
+                    memcpy(row, codes, bytes);
+                    dequant_affine_row(row, sb[0], sb[1], dts[d], K, gss[g], bitss[b], a);
+                    twins[t].dequant(row, sb[0], sb[1], dts[d], K, gss[g], bitss[b], v);
+                    free(row);
+                    for (int i = 0; i < K; i++)
+                        cr_assert(memcmp(&a[i], &v[i], 4) == 0 || (isnan(a[i]) && isnan(v[i])),
+                                  "%s %d-bit group %d %s: value %d: %a vs %a", twins[t].name, bitss[b], gss[g],
+                                  dtype_name(dts[d]), i, (double)a[i], (double)v[i]);
+                    uint32_t guard;
+                    memcpy(&guard, &v[K], 4);
+                    cr_assert_eq(guard, 0x5A5A5A5Au, "%s: wrote past the end", twins[t].name);
+                }
+    }
+    if (!ran)
+        cr_skip_test("neither AVX-512 nor AVX2 on this CPU");
 }
 
-/* quant_to_f32_avx512 widens like dtype_to_f32 (bitwise; NaNs only need to
- * stay NaNs) for every length around the 16-lane steps. */
-Test(quant, to_f32_avx512_matches_dtype_to_f32)
+/* Each twin of dtype_to_f32 widens like it (bitwise; NaNs only need to stay
+ * NaNs) for every length around the 8- and 16-lane steps. */
+Test(quant, to_f32_twins_match_dtype_to_f32)
 {
-    if (!cpu_has(CPU_AVX512))
-        cr_skip_test("no AVX-512 on this CPU");
     static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     uint8_t src[4 * 64];
     uint64_t s = 5;
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = (uint8_t)th_rng_next(&s);
-    for (size_t d = 0; d < LEN(dts); d++)
-        for (int64_t n = 0; n <= 40; n++) {
-            float a[64], b[64];
-            memset(b, 0x5A, sizeof b);
-            dtype_to_f32(dts[d], src, a, (size_t)n);
-            quant_to_f32_avx512(dts[d], src, b, n);
-            for (int64_t i = 0; i < n; i++)
-                cr_assert(memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i])), "%s n %lld: value %lld",
-                          dtype_name(dts[d]), (long long)n, (long long)i);
-            uint32_t guard;
-            memcpy(&guard, &b[n], 4);
-            cr_assert_eq(guard, 0x5A5A5A5Au, "%s n %lld: wrote past the end", dtype_name(dts[d]), (long long)n);
-        }
+    int ran = 0;
+    for (size_t t = 0; t < LEN(twins); t++) {
+        if (!cpu_has(twins[t].need))
+            continue;
+        ran++;
+        for (size_t d = 0; d < LEN(dts); d++)
+            for (int64_t n = 0; n <= 40; n++) {
+                float a[64], b[64];
+                memset(b, 0x5A, sizeof b);
+                dtype_to_f32(dts[d], src, a, (size_t)n);
+                twins[t].to_f32(dts[d], src, b, n);
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert(memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i])),
+                              "%s %s n %lld: value %lld", twins[t].name, dtype_name(dts[d]), (long long)n,
+                              (long long)i);
+                uint32_t guard;
+                memcpy(&guard, &b[n], 4);
+                cr_assert_eq(guard, 0x5A5A5A5Au, "%s %s n %lld: wrote past the end", twins[t].name,
+                             dtype_name(dts[d]), (long long)n);
+            }
+    }
+    if (!ran)
+        cr_skip_test("neither AVX-512 nor AVX2 on this CPU");
 }
 
 #endif

@@ -466,13 +466,14 @@ static bool in_arena(const struct model *m, const uint8_t *p, size_t n)
 static void loaded_weights(const char *variant, int quant, bool to_pack, enum kern_level level)
 {
     char *tmp = th_mkdtemp();
-    struct fixture_opts o = {.variant = variant, .layout = quant ? FX_MLX : FX_HF, .quant_bits = quant};
+    const bool mlx = quant == 4 || quant == 8; /* other widths: the bf16 fixture quantized by convert */
+    struct fixture_opts o = {.variant = variant, .layout = mlx ? FX_MLX : FX_HF, .quant_bits = mlx ? quant : 0};
     char *dir = th_fixture(tmp, "ckpt", o);
     char path[4200];
     struct err e = {0};
     snprintf(path, sizeof path, "%s", dir);
     if (to_pack) {
-        struct convert_opts co = {.align = 64, .plan = {.group_size = 64}};
+        struct convert_opts co = {.align = 64, .plan = {.bits = mlx ? 0 : quant, .group_size = 64}};
         snprintf(path, sizeof path, "%s/model.gpk", tmp);
         co.out = path;
         struct convert_report rep;
@@ -527,6 +528,7 @@ static void loaded_weights(const char *variant, int quant, bool to_pack, enum ke
 Test(runner, loaded_weights_26b_fused_experts_dir) { loaded_weights("26b-a4b", 0, false, KERN_BEST); }
 Test(runner, loaded_weights_e2b_q4_pack) { loaded_weights("e2b", 4, true, KERN_BEST); }
 Test(runner, loaded_weights_blocked_e2b_q4_pack_q8) { loaded_weights("e2b", 4, true, KERN_Q8); }
+Test(runner, loaded_weights_blocked_e2b_q6_pack) { loaded_weights("e2b", 6, true, KERN_BEST); }
 Test(runner, loaded_weights_blocked_26b_q8_dir_q8) { loaded_weights("26b-a4b", 8, false, KERN_Q8); }
 
 /* --kernels blas: sgemm for steps of >= KERN_GEMM_MIN_TOKENS tokens. Close to
@@ -693,8 +695,8 @@ Test(runner, gemm_workspace_reserved)
 Test(runner, gemm_prefill_bitwise_e2b_q4, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("e2b", 4, KERN_BEST); }
 Test(runner, gemm_prefill_bitwise_e2b_bf16, .timeout = TH_TIMEOUT(120)) { gemm_prefill_bitwise("e2b", 0, KERN_BEST); }
 /* 6-bit weights have no fused kernel: the default runs kern_matmul_ref's
- * sums 16 rows at a time (kern_refgemm_avx512 where there is AVX-512): the
- * scalar reference's bits, in one step, in chunks and on any thread count. */
+ * sums 16 rows at a time (the AVX-512, AVX2 or NEON refgemm): the scalar
+ * reference's bits, in one step, in chunks and on any thread count. */
 Test(runner, q6_best_equals_scalar, .timeout = TH_TIMEOUT(120))
 {
     char *tmp = th_mkdtemp();

@@ -11,6 +11,8 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
 void kern_qgemm_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                      int64_t row1, void *ws);
 void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+/* kern_matmul_ref's bits for every other weight type (kern_refgemm_ws_bytes of workspace). */
+void kern_refgemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1, void *ws);
 float kern_dot_neon(const float *a, const float *b, int64_t n);
 void kern_dots_neon(const float *q, int nh, const float *const *b, int m, int64_t n, float *out, int64_t ld);
 void kern_axpy_neon(float *y, int64_t ld, int nh, const float *w, int64_t wld, const float *const *x, int m,

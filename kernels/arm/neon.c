@@ -841,3 +841,84 @@ DOTPROD void kern_q8dot_neon(const struct wmat *w, const struct kern_q8input *in
     }
 }
 #endif
+
+/* ---- kern_matmul_ref for every other weight type (the scheme of x86/avx512.c's kern_refgemm_avx512) ----
+ *
+ * Lane i of the four quarters holds row r0 + i: the 16 rows converted once
+ * per call into a column-major block (a blocked matrix's whole blocks by
+ * refgemm_block_neon, other rows by kern_row_f32), then per column each
+ * token's product rounded, then added (vmulq_f32, vaddq_f32: never fused),
+ * in column order. 4 quarters × 6 tokens = 24 chains of the 32 registers. */
+#define REF_TOKENS_NEON 6 /* KERN_TOKENS6 */
+
+INLINE void refgemm_rows_neon(const float *wt, const float *x, int64_t cols, int64_t t0, const int T, float *y,
+                              int64_t ldy, int64_t r0, int64_t nr)
+{
+    float32x4_t acc[REF_TOKENS_NEON][4];
+    for (int u = 0; u < T; u++)
+        for (int q = 0; q < 4; q++)
+            acc[u][q] = vdupq_n_f32(0.0f);
+    for (int64_t j = 0; j < cols; j++) {
+        float32x4_t wv[4];
+        for (int q = 0; q < 4; q++)
+            wv[q] = vld1q_f32(wt + 16 * j + 4 * q);
+        for (int u = 0; u < T; u++) {
+            const float32x4_t xv = vld1q_dup_f32(x + (t0 + u) * cols + j);
+            for (int q = 0; q < 4; q++)
+                acc[u][q] = vaddq_f32(acc[u][q], vmulq_f32(xv, wv[q]));
+        }
+    }
+    for (int u = 0; u < T; u++) {
+        float out[16];
+        for (int q = 0; q < 4; q++)
+            vst1q_f32(out + 4 * q, acc[u][q]);
+        memcpy(y + (t0 + u) * ldy + r0, out, (size_t)nr * sizeof *out);
+    }
+}
+
+/* x86/avx512.c's refgemm_block512 on four quarters of a word's 64-byte line. */
+INLINE void refgemm_block_neon(const struct wmat *w, int64_t r0, float *wt)
+{
+    const int bits = w->bits;
+    const uint32x4_t mask = vdupq_n_u32((1u << bits) - 1);
+    for (int64_t g = 0; g < w->cols / w->gs; g++) {
+        const uint8_t *rec = w->w + kern_block_off(w, r0 / KERN_BLOCK_ROWS, g);
+        float sc[16], bi[16];
+        kern_params16(w, w->s, r0, g, 0xFFFF, sc);
+        kern_params16(w, w->b, r0, g, 0xFFFF, bi);
+        for (int c = 0; c < w->gs; c++) {
+            const int k = c * bits / 32, sh = c * bits % 32;
+            for (int q = 0; q < 4; q++) {
+                const uint8_t *line = rec + 64 * k + 16 * q;
+                uint32x4_t v = vshlq_u32(vld1q_u32((const uint32_t *)(const void *)line), vdupq_n_s32(-sh));
+                if (sh + bits > 32)
+                    v = vorrq_u32(v, vshlq_u32(vld1q_u32((const uint32_t *)(const void *)(line + 64)), vdupq_n_s32(32 - sh)));
+                const float32x4_t qf = vcvtq_f32_u32(vandq_u32(v, mask));
+                vst1q_f32(wt + 16 * (g * w->gs + c) + 4 * q,
+                          vaddq_f32(vmulq_f32(vld1q_f32(sc + 4 * q), qf), vld1q_f32(bi + 4 * q)));
+            }
+        }
+    }
+}
+
+void kern_refgemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1, void *ws)
+{
+    const int64_t cols = w->cols;
+    float *wt = ws, *rows = wt + 16 * cols; /* [cols, 16], [16, cols] (kern_refgemm_ws_bytes) */
+    for (int64_t r0 = row0; r0 < row1; r0 += 16) {
+        const int64_t nr = row1 - r0 < 16 ? row1 - r0 : 16;
+        if (kern_whole_block(w, r0, nr)) {
+            refgemm_block_neon(w, r0, wt);
+        } else {
+            for (int64_t i = 0; i < nr; i++)
+                kern_row_f32(w, r0 + i, rows + i * cols);
+            for (int64_t j = 0; j < cols; j++) /* the rows absent read as zeros */
+                for (int64_t i = 0; i < 16; i++)
+                    wt[16 * j + i] = i < nr ? rows[i * cols + j] : 0.0f;
+        }
+#define REF_BLOCK_NEON(T) refgemm_rows_neon(wt, x, cols, t0, T, y, w->rows, r0, nr)
+        for (int64_t t0 = 0; t0 < n; t0 += REF_TOKENS_NEON)
+            KERN_TOKENS6(n - t0, REF_BLOCK_NEON)
+#undef REF_BLOCK_NEON
+    }
+}

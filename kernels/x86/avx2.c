@@ -1114,3 +1114,114 @@ AVX2 void kern_bf16gemm_avx2(const struct wmat *w, const float *x, int64_t n, fl
             }
     }
 }
+
+/* ---- kern_matmul_ref for every other weight type (kern_refgemm_avx512's scheme) ----
+ *
+ * Lane i of the two halves (lo: rows r0..r0 + 7, hi: r0 + 8..r0 + 15) holds
+ * row r0 + i; per column each token's product rounded, then added, in column
+ * order: kern_matmul_ref's bits. 2 halves × 6 tokens = 12 chains of AVX2's
+ * 16 registers. */
+#define REF_TOKENS256 6 /* KERN_TOKENS6 */
+
+AVX2 INLINE void refgemm_rows256(const float *wt, const float *x, int64_t cols, int64_t t0, const int T, float *y,
+                                 int64_t ldy, int64_t r0, int64_t nr)
+{
+    __m256 lo[REF_TOKENS256], hi[REF_TOKENS256];
+#pragma GCC unroll 6
+    for (int u = 0; u < T; u++)
+        lo[u] = hi[u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < cols; j++) {
+        const __m256 wl = _mm256_load_ps(wt + 16 * j), wh = _mm256_load_ps(wt + 16 * j + 8);
+#pragma GCC unroll 6
+        for (int u = 0; u < T; u++) {
+            const __m256 xv = _mm256_broadcast_ss(x + (t0 + u) * cols + j);
+            lo[u] = _mm256_add_ps(lo[u], _mm256_mul_ps(xv, wl));
+            hi[u] = _mm256_add_ps(hi[u], _mm256_mul_ps(xv, wh));
+        }
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i ml = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr), lane);
+    const __m256i mh = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr - 8), lane);
+#pragma GCC unroll 6
+    for (int u = 0; u < T; u++) {
+        _mm256_maskstore_ps(y + (t0 + u) * ldy + r0, ml, lo[u]);
+        _mm256_maskstore_ps(y + (t0 + u) * ldy + r0 + 8, mh, hi[u]);
+    }
+}
+
+/* refgemm_block512 of avx512.c on two halves: rows 0-7 of a word's line, then 8-15. */
+AVX2 INLINE void refgemm_block256(const struct wmat *w, int64_t r0, float *wt, const float *x, float *y, const int bits,
+                                  const bool one)
+{
+    const __m256i mask = _mm256_set1_epi32((int)((1u << bits) - 1));
+    const size_t rec_bytes = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes) / (size_t)(w->cols / w->gs);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t g = 0; g < w->cols / w->gs; g++) {
+        const uint8_t *rec = w->w + kern_block_off(w, r0 / KERN_BLOCK_ROWS, g);
+        for (size_t o = 0; o < rec_bytes; o += 64)
+            _mm_prefetch((const char *)(rec + PREFETCH + o), _MM_HINT_T0);
+        const float *pl = (const float *)(const void *)rec; /* not read: blocked (GCC cannot tell, and warns of NULL) */
+        const __m256 sc[2] = {params8(w, w->s, rec, pl, r0, g, 0xFFFF, 0), params8(w, w->s, rec, pl, r0, g, 0xFFFF, 1)};
+        const __m256 bi[2] = {params8(w, w->b, rec, pl, r0, g, 0xFFFF, 0), params8(w, w->b, rec, pl, r0, g, 0xFFFF, 1)};
+        for (int p = 0; p < w->gs / 32; p++) {
+            const uint8_t *words = rec + 64 * bits * p;
+            const int64_t j = g * w->gs + 32 * p;
+#pragma GCC unroll 32
+            for (int c = 0; c < 32; c++) {
+                const int k = c * bits / 32, sh = c * bits % 32;
+                for (int h = 0; h < 2; h++) {
+                    const __m256i *line = (const __m256i *)(const void *)(words + 64 * k + 32 * h);
+                    __m256i v = _mm256_srli_epi32(_mm256_loadu_si256(line), sh);
+                    if (sh + bits > 32)
+                        v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_loadu_si256(line + 2), 32 - sh));
+                    const __m256 wv =
+                        _mm256_add_ps(_mm256_mul_ps(sc[h], _mm256_cvtepi32_ps(_mm256_and_si256(v, mask))), bi[h]);
+                    if (one)
+                        acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_set1_ps(x[j + c]), wv));
+                    else
+                        _mm256_store_ps(wt + 16 * (j + c) + 8 * h, wv);
+                }
+            }
+        }
+    }
+    if (one) {
+        _mm256_storeu_ps(y + r0, acc[0]);
+        _mm256_storeu_ps(y + r0 + 8, acc[1]);
+    }
+}
+#define REF_BLOCK256(B) refgemm_block256(w, r0, wt, x, y, B, false)
+#define REF_ONE256(B) refgemm_block256(w, r0, wt, x, y, B, true)
+
+AVX2 void kern_refgemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                            void *ws)
+{
+    const int64_t cols = w->cols;
+    float *wt = ws, *rows = wt + 16 * cols; /* [cols, 16], [16, cols] (kern_refgemm_ws_bytes) */
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)cols));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t r0 = row0; r0 < row1; r0 += 16) {
+        const int64_t nr = row1 - r0 < 16 ? row1 - r0 : 16;
+        const bool whole = kern_whole_block(w, r0, nr);
+        if (whole && n == 1) {
+            KERN_BY_BITS(w->bits, REF_ONE256)
+            continue;
+        }
+        if (whole) {
+            KERN_BY_BITS(w->bits, REF_BLOCK256)
+        } else {
+            const __m256 ml = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr), lane));
+            const __m256 mh = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr - 8), lane));
+            for (int64_t i = 0; i < nr; i++)
+                kern_row_f32(w, r0 + i, rows + i * cols);
+            for (int64_t j = 0; j < cols; j++) { /* the rows absent read as zeros */
+                _mm256_store_ps(wt + 16 * j, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), rows + j, idx, ml, 4));
+                _mm256_store_ps(wt + 16 * j + 8,
+                                _mm256_mask_i32gather_ps(_mm256_setzero_ps(), rows + 8 * cols + j, idx, mh, 4));
+            }
+        }
+#define REF_ROWS256(T) refgemm_rows256(wt, x, cols, t0, T, y, w->rows, r0, nr)
+        for (int64_t t0 = 0; t0 < n; t0 += REF_TOKENS256)
+            KERN_TOKENS6(n - t0, REF_ROWS256)
+#undef REF_ROWS256
+    }
+}

@@ -1129,9 +1129,10 @@ AVX512 void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n
  * 2/3/5/6-bit affine and f16/f32 weights have no fused kernel: their
  * definition is kern_matmul_ref's, per row and token one sum over the
  * columns in order of the product rounded, then added. Here lane i holds row
- * r0 + i: the 16 rows are converted once per call (kern_row_f32, the
- * reference's values) into a column-major block, then for up to 8 tokens at
- * a time each column's products and sums run in every lane. */
+ * r0 + i: the 16 rows are converted once per call into a column-major block
+ * (a blocked matrix's whole blocks by refgemm_block512, other rows by
+ * kern_row_f32 and gathers: the reference's values), then for up to 8 tokens
+ * at a time each column's products and sums run in every lane. */
 #define REF_TOKENS 8
 
 AVX512 INLINE void refgemm_rows512(const float *wt, const float *x, int64_t cols, int64_t t0, const int T, float *y,
@@ -1152,6 +1153,48 @@ AVX512 INLINE void refgemm_rows512(const float *wt, const float *x, int64_t cols
         _mm512_mask_storeu_ps(y + (t0 + u) * ldy + r0, m, acc[u]);
 }
 
+/* Block r0 / 16 of a blocked affine matrix of `bits` bits column-major into
+ * wt: a group's word k of its 16 rows is one 64-byte line of the record, code
+ * c of every row bits c·bits.. of its words (across two words where it
+ * straddles them), then scale·q + bias as dequant_affine_row rounds. 32 codes
+ * fill `bits` words: each such period unrolled, its shifts constants. The
+ * records are prefetched PREFETCH bytes ahead. One token (`one`): each
+ * column's values go straight into the token's chains, x times them, and
+ * the sums to y (no wt). */
+AVX512 INLINE void refgemm_block512(const struct wmat *w, int64_t r0, float *wt, const float *x, float *y, const int bits,
+                                    const bool one)
+{
+    const __m512i mask = _mm512_set1_epi32((int)((1u << bits) - 1));
+    const size_t rec_bytes = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes) / (size_t)(w->cols / w->gs);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g = 0; g < w->cols / w->gs; g++) {
+        const uint8_t *rec = w->w + kern_block_off(w, r0 / KERN_BLOCK_ROWS, g);
+        for (size_t o = 0; o < rec_bytes; o += 64)
+            _mm_prefetch((const char *)(rec + PREFETCH + o), _MM_HINT_T0);
+        const __m512 sc = params16(w, w->s, rec, r0, g, 0xFFFF), bi = params16(w, w->b, rec, r0, g, 0xFFFF);
+        for (int p = 0; p < w->gs / 32; p++) {
+            const uint8_t *words = rec + 64 * bits * p;
+            const int64_t j = g * w->gs + 32 * p;
+#pragma GCC unroll 32
+            for (int c = 0; c < 32; c++) {
+                const int k = c * bits / 32, sh = c * bits % 32;
+                __m512i v = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * k), sh);
+                if (sh + bits > 32)
+                    v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_loadu_si512(words + 64 * (k + 1)), 32 - sh));
+                const __m512 wv = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_and_si512(v, mask))), bi);
+                if (one)
+                    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(x[j + c]), wv));
+                else
+                    _mm512_store_ps(wt + 16 * (j + c), wv);
+            }
+        }
+    }
+    if (one)
+        _mm512_storeu_ps(y + r0, acc);
+}
+#define REF_BLOCK512(B) refgemm_block512(w, r0, wt, x, y, B, false)
+#define REF_ONE512(B) refgemm_block512(w, r0, wt, x, y, B, true)
+
 AVX512 void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0,
                                 int64_t row1, void *ws)
 {
@@ -1161,10 +1204,19 @@ AVX512 void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n,
                                            _mm512_set1_epi32((int)cols));
     for (int64_t r0 = row0; r0 < row1; r0 += 16) {
         const int64_t nr = row1 - r0 < 16 ? row1 - r0 : 16;
-        for (int64_t i = 0; i < nr; i++)
-            kern_row_f32(w, r0 + i, rows + i * cols);
-        for (int64_t j = 0; j < cols; j++) /* the rows absent read as zeros */
-            _mm512_store_ps(wt + 16 * j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask16(nr), idx, rows + j, 4));
+        const bool whole = kern_whole_block(w, r0, nr);
+        if (whole && n == 1) {
+            KERN_BY_BITS(w->bits, REF_ONE512)
+            continue;
+        }
+        if (whole) {
+            KERN_BY_BITS(w->bits, REF_BLOCK512)
+        } else {
+            for (int64_t i = 0; i < nr; i++)
+                kern_row_f32(w, r0 + i, rows + i * cols);
+            for (int64_t j = 0; j < cols; j++) /* the rows absent read as zeros */
+                _mm512_store_ps(wt + 16 * j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask16(nr), idx, rows + j, 4));
+        }
         for (int64_t t0 = 0; t0 < n; t0 += REF_TOKENS) {
             switch (n - t0 < REF_TOKENS ? n - t0 : REF_TOKENS) {
             case 1: refgemm_rows512(wt, x, cols, t0, 1, y, w->rows, r0, mask16(nr)); break;

@@ -35,6 +35,8 @@ void kern_bf16gemm_avx512(const struct wmat *w, const float *x, int64_t n, float
                           void *ws);
 void kern_refgemm_avx512(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
                          void *ws);
+void kern_refgemm_avx2(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                       void *ws);
 
 /* kern_q8input_part, kern_q8dot_ref (q8_avx512.c, q8_avx2.c) */
 void kern_q8input_part_avx512(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
