@@ -70,7 +70,8 @@ static const struct {
     {CPU_NEON, {.name = "neon", .qdot = kern_qdot_neon, .matvec_bf16 = kern_matvec_bf16_neon, .dot = kern_dot_neon,
                 .dots = kern_dots_neon, .axpy = kern_axpy_neon, .gelu_mul = kern_gelu_mul_ref,
                 .softcap = kern_softcap_ref, .softmax = kern_softmax, .qgemm = kern_qgemm_neon,
-                .qgemm_modes = 1u << QM_AFFINE, .refgemm = kern_refgemm_neon}},
+                .qgemm_modes = 1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8,
+                .bf16gemm = kern_bf16gemm_neon, .refgemm = kern_refgemm_neon}},
 #endif
     {0, {.name = "scalar", .qdot = kern_qdot_ref, .matvec_bf16 = kern_matvec_bf16_ref, .dot = kern_dot_ref,
          .dots = kern_dots_ref, .axpy = kern_axpy_ref, .gelu_mul = kern_gelu_mul_ref, .softcap = kern_softcap_ref,

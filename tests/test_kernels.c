@@ -491,6 +491,12 @@ static void kern_matmul_ref_gemm_neon(const struct wmat *w, const float *x, int6
 {
     gemm_alone(kern_refgemm_neon, kern_refgemm_ws_bytes, w, x, n, y, r0, r1);
 }
+
+static void kern_matmul_bf16_gemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0,
+                                       int64_t r1)
+{
+    gemm_alone(kern_bf16gemm_neon, kern_bf16gemm_ws_bytes, w, x, n, y, r0, r1);
+}
 #endif
 
 static void kern_matmul_blas(const struct wmat *w, const float *x, int64_t n, float *y, int64_t r0, int64_t r1)
@@ -536,6 +542,8 @@ static const struct path paths[] = {
     {"ggml_neon", kern_matvec_q_neon, WK_GGML, CPU_NEON, kern_matvec_q_def, false},
     {"q4_gemm_neon", kern_matmul_q_gemm_neon, WK_Q4, CPU_NEON, kern_matvec_q_def, true},
     {"q8_gemm_neon", kern_matmul_q_gemm_neon, WK_Q8, CPU_NEON, kern_matvec_q_def, true},
+    {"mx_gemm_neon", kern_matmul_q_gemm_neon, WK_MX, CPU_NEON, kern_matvec_q_def, true},
+    {"bf16_gemm_neon", kern_matmul_bf16_gemm_neon, WK_BF16, CPU_NEON, kern_matvec_bf16_ref, true},
     {"ref_gemm_neon", kern_matmul_ref_gemm_neon, WK_OTHER, CPU_NEON, kern_matmul_ref, true},
 #endif
     {"blas", kern_matmul_blas, WK_ANY, NEED_BLAS, NULL, false},
@@ -845,6 +853,8 @@ Test(kernels, mx_neon) { run_path("mx_neon"); }
 Test(kernels, ggml_neon) { run_path("ggml_neon"); }
 Test(kernels, q4_gemm_neon) { run_path("q4_gemm_neon"); }
 Test(kernels, q8_gemm_neon) { run_path("q8_gemm_neon"); }
+Test(kernels, mx_gemm_neon) { run_path("mx_gemm_neon"); }
+Test(kernels, bf16_gemm_neon) { run_path("bf16_gemm_neon"); }
 Test(kernels, ref_gemm_neon) { run_path("ref_gemm_neon"); }
 #endif
 /* 25 s under qemu-user on an idle 2-core machine (tests/arm64.sh): room for a loaded one */
@@ -1020,8 +1030,10 @@ Test(kernels, init_tables)
     }
 #elif GP_ARM64
     cr_assert_str_eq(t.name, "neon");
-    cr_assert(t.qdot == kern_qdot_neon && t.qgemm == kern_qgemm_neon && t.qgemm_modes == 1u << QM_AFFINE &&
-              t.matvec_bf16 == kern_matvec_bf16_neon && t.refgemm == kern_refgemm_neon);
+    cr_assert(t.qdot == kern_qdot_neon && t.qgemm == kern_qgemm_neon &&
+              t.qgemm_modes == (1u << QM_AFFINE | 1u << QM_MXFP4 | 1u << QM_NVFP4 | 1u << QM_MXFP8) &&
+              t.matvec_bf16 == kern_matvec_bf16_neon && t.bf16gemm == kern_bf16gemm_neon &&
+              t.refgemm == kern_refgemm_neon);
 #endif
     cr_assert(!t.blas, "KERN_BEST keeps the fused kernels for prefill too");
     struct kern_table tb;
@@ -1111,9 +1123,11 @@ static matmul_fn expected_fn(const struct kern_table *t, const struct wmat *w, i
     if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_avx2 && !w->quantized && w->dtype == DT_BF16)
         return kern_matmul_bf16_gemm_avx2;
 #elif GP_ARM64
-    if (n >= KERN_AGEMM_MIN_TOKENS && t->qgemm == kern_qgemm_neon && w->quantized && w->mode == QM_AFFINE &&
-        (w->bits == 4 || w->bits == 8))
+    if (n >= (w->mode == QM_AFFINE ? KERN_AGEMM_MIN_TOKENS : KERN_QGEMM_MIN_TOKENS) && t->qgemm == kern_qgemm_neon &&
+        w->quantized && (w->bits == 4 || w->bits == 8))
         return kern_matmul_q_gemm_neon;
+    if (n >= KERN_QGEMM_MIN_TOKENS && t->bf16gemm == kern_bf16gemm_neon && !w->quantized && w->dtype == DT_BF16)
+        return kern_matmul_bf16_gemm_neon;
 #endif
     /* the fused kernel over input prepared once per call; its standalone entry
      * points prepare the same input themselves */

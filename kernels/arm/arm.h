@@ -7,10 +7,13 @@
 
 void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                     int64_t row1);
-/* Affine 4/8-bit as a blocked GEMM (kern_qgemm_ws_bytes of workspace). */
+/* Affine 4/8-bit and microscaling as a blocked GEMM (kern_qgemm_ws_bytes of workspace). */
 void kern_qgemm_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                      int64_t row1, void *ws);
 void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1);
+/* kern_matvec_bf16_ref as a blocked GEMM (kern_bf16gemm_ws_bytes of workspace). */
+void kern_bf16gemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                        void *ws);
 /* kern_matmul_ref's bits for every other weight type (kern_refgemm_ws_bytes of workspace). */
 void kern_refgemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1, void *ws);
 float kern_dot_neon(const float *a, const float *b, int64_t n);

@@ -587,10 +587,144 @@ static void agemm_finish_neon(const struct wmat *w, const struct kern_qinput *in
 static const struct kern_agemm_isa agemm_b4_neon = {agemm_decode_b4_neon, agemm_block_b4_neon, agemm_finish_neon, 1},
                                    agemm_b8_neon = {agemm_decode_b8_neon, agemm_block_b8_neon, agemm_finish_neon, 1};
 
+/* ---- microscaling as a blocked GEMM: x86/avx2.c's qgemm256m on 4 lanes ----
+ *
+ * The same workspace (kern_qgemm_ws_bytes): a row's codes decoded once into
+ * floats, rows in pairs (code k of a block's 16 words, lanes 0-15, row i of
+ * the pair at slot 2k + i), the lane scales beside them; the input prepared
+ * for the GEMM (tokens in fours). For each panel of GEMM_TP tokens and chunk
+ * of GEMM_KC columns, 2 rows × 2 tokens × one quarter of the lanes at a time
+ * (their 8 chains in registers, the A lanes in the workspace; 2 × 4 tokens
+ * spilled registers in GCC 12's code). Every (row, token) goes through the
+ * operations of kern_qdot_ref in the same order. */
+/* Row r's codes into its pair's tile (qp: the pair's first float, the row's
+ * slot i) through lut (each code's value), and its lane scales (sv[blocks·16]);
+ * sc: scratch of ng16 + 16 floats. Lanes past the row's words get code 0 and
+ * scale 0, as the AVX2 twin's masked loads give them. */
+INLINE void mgemm_decode_neon(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
+                              float *sc, const float *lut, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const uint32_t mask = (1u << bits) - 1;
+    const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
+    const uint8_t *codes = w->w + (size_t)r * w->row_stride, *sr = w->s + (size_t)r * w->srow_bytes;
+    memset(sc, 0, (size_t)(ng16 + 16) * sizeof *sc);
+    kern_mx_scales((enum qmode)mode, sr, sc, ng);
+    for (int64_t b = 0; b * blk < stride; b++)
+        for (int l = 0; l < 16; l++) {
+            const int64_t wd = 16 * b + l;
+            const uint32_t v = wd < words ? rd_u32le(codes + 4 * wd) : 0;
+            for (int k = 0; k < per_word; k++)
+                qp[2 * b * blk + (2 * k + i) * 16 + l] = lut[v >> bits * k & mask];
+            sv[16 * b + l] = sc[wd * per_word / gs];
+        }
+}
+
+/* Codes k and k + 1 of R rows (q: the block's tile, lanes h ..) × T tokens
+ * (x: the block's input) into the definition's two chains: the first
+ * products (k = 0) multiplied, the later ones fused. */
+INLINE void mgemm_codes_neon(const float *q, const float *x, int k, float32x4_t (*p0)[2], float32x4_t (*p1)[2],
+                             const int R, const int T, const bool first)
+{
+    float32x4_t q0[2], q1[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < R; i++) {
+        q0[i] = vld1q_f32(q + (2 * k + i) * 16);
+        q1[i] = vld1q_f32(q + (2 * k + 2 + i) * 16);
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < T; u++) {
+        const float32x4_t x0 = vld1q_f32(x + (4 * k + u) * 16), x1 = vld1q_f32(x + (4 * k + 4 + u) * 16);
+#pragma GCC unroll 2
+        for (int i = 0; i < R; i++) {
+            p0[i][u] = first ? vmulq_f32(x0, q0[i]) : vfmaq_f32(p0[i][u], x0, q0[i]);
+            p1[i][u] = first ? vmulq_f32(x1, q1[i]) : vfmaq_f32(p1[i][u], x1, q1[i]);
+        }
+    }
+}
+
+/* Blocks [b0, b1) for R rows of a pair (qp: the pair's tile) and T tokens of
+ * a four (xp: the four's copy, token u at slot u), a quarter of the lanes at
+ * a time: per block the definition's two chains, then its step into the A
+ * lanes (row i, token u at acc + i·accstride + 16u). */
+INLINE void mgemm_piece_neon(const float *qp, const float *sv, int64_t svstride, const float *xp, int64_t b0,
+                             int64_t b1, float *acc, int64_t accstride, const int R, const int T, const int bits)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    for (int h = 0; h < 16; h += 4)
+        for (int64_t b = b0; b < b1; b++) {
+            const float *q = qp + 2 * b * blk + h, *x = xp + 4 * b * blk + h;
+            float32x4_t p0[2][2], p1[2][2]; /* the definition's two chains: even and odd codes */
+            mgemm_codes_neon(q, x, 0, p0, p1, R, T, true);
+#pragma GCC unroll 3
+            for (int k = 2; k < per_word; k += 2)
+                mgemm_codes_neon(q, x, k, p0, p1, R, T, false);
+#pragma GCC unroll 2
+            for (int i = 0; i < R; i++) {
+                const float32x4_t s = vld1q_f32(sv + i * svstride + 16 * b + h);
+#pragma GCC unroll 2
+                for (int u = 0; u < T; u++) {
+                    float *a = acc + i * accstride + 16 * u + h;
+                    vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vaddq_f32(p0[i][u], p1[i][u]), s));
+                }
+            }
+        }
+}
+
+#define MGEMM_PIECE_NEON(R, T) mgemm_piece_neon(qp, svr, svs, xq, b0, b1, ar, GEMM_TP * 16, R, T, bits)
+
+INLINE void qgemm_neon_m(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
+                         int64_t row1, float *ws, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
+    float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *acc = sv + rows * svs;
+    float *sc = acc + rows * GEMM_TP * 16, lut[256];
+    for (unsigned c = 0; c < 1u << bits; c++)
+        lut[c] = mx_code_value((enum qmode)mode, c);
+    for (int64_t r = 0; r < rows; r++)
+        mgemm_decode_neon(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, sc, lut, gs,
+                          bits, mode);
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
+        for (int64_t b0 = 0; b0 < blocks; b0 += GEMM_KC / blk) {
+            const int64_t b1 = b0 + GEMM_KC / blk < blocks ? b0 + GEMM_KC / blk : blocks;
+            for (int64_t r = 0; r < rows; r += 2)
+                for (int64_t u = 0; u < tp; u += 2) { /* a four's tokens 0-1, then 2-3 */
+                    const float *qp = qf + r * stride, *svr = sv + r * svs;
+                    const float *xq = in->xd + (t0 + u) / 4 * 4 * stride + (t0 + u) % 4 * 16;
+                    float *ar = acc + (r * GEMM_TP + u) * 16;
+                    switch ((rows - r >= 2 ? 2 : 1) * 2 + (tp - u >= 2 ? 2 : 1)) {
+                    case 6: MGEMM_PIECE_NEON(2, 2); break;
+                    case 5: MGEMM_PIECE_NEON(2, 1); break;
+                    case 4: MGEMM_PIECE_NEON(1, 2); break;
+                    default: MGEMM_PIECE_NEON(1, 1); break;
+                    }
+                }
+        }
+        const float32x4_t zero = vdupq_n_f32(0.0f); /* + 0: kern_qdot_ref's bias lanes */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t u = 0; u < tp; u++) {
+                const float *a = acc + (r * GEMM_TP + u) * 16;
+                float32x4_t s[4];
+                for (int j = 0; j < 4; j++)
+                    s[j] = vaddq_f32(vld1q_f32(a + 4 * j), zero);
+                y[(t0 + u) * w->rows + row0 + r] = sum16(s);
+            }
+    }
+}
+
 void kern_qgemm_neon(const struct wmat *w, const struct kern_qinput *in, int64_t n, float *y, int64_t row0,
                      int64_t row1, void *ws)
 {
-    kern_agemm_tile(w->bits == 4 ? &agemm_b4_neon : &agemm_b8_neon, w, in, n, y, row0, row1, ws);
+    switch (w->mode == QM_AFFINE ? w->bits : -(int)w->mode) {
+    case 4: kern_agemm_tile(&agemm_b4_neon, w, in, n, y, row0, row1, ws); break;
+    case 8: kern_agemm_tile(&agemm_b8_neon, w, in, n, y, row0, row1, ws); break;
+    case -QM_MXFP4: qgemm_neon_m(w, in, n, y, row0, row1, ws, 32, 4, QM_MXFP4); break;
+    case -QM_NVFP4: qgemm_neon_m(w, in, n, y, row0, row1, ws, 16, 4, QM_NVFP4); break;
+    default: qgemm_neon_m(w, in, n, y, row0, row1, ws, 32, 8, QM_MXFP8); break;
+    }
 }
 
 /* ---- bf16: kern_matvec_bf16_ref ---- */
@@ -647,6 +781,79 @@ void kern_matvec_bf16_neon(const struct wmat *w, const float *x, int64_t n, floa
             bf16rows_neon(w, x, t0, 2, y, row0, row1);
         else
             bf16rows_neon(w, x, t0, 1, y, row0, row1);
+    }
+}
+
+/* ---- kern_matvec_bf16_ref as a blocked GEMM: x86/avx2.c's on 4 lanes ----
+ *
+ * The tile's rows are converted once into floats (zeros up to a whole 32
+ * columns); then, for each panel of GEMM_TP tokens and each chunk of
+ * GEMM_KC columns, R rows × T tokens at a time (BGEMM_CHUNKS), one eighth of
+ * their two chains (chain o / 16, lanes o % 16 .. + 3: columns j + o of
+ * every 32) in registers and in the workspace (kern_bf16gemm_ws_bytes)
+ * between eighths and chunks. Every (row, token) goes through the FMAs of
+ * bf16rows_neon in the same order. */
+/* Columns [j0, j1) (whole 32s) for R rows (q: the first row's floats, qs
+ * apart) and T tokens (x: the first token's input, xs apart); the chains of
+ * row i, token u at acc + (i·GEMM_TP + u)·32. */
+INLINE void bgemm_piece_neon(const float *q, int64_t qs, const float *x, int64_t xs, int64_t j0, int64_t j1,
+                             float *acc, const int R, const int T)
+{
+    for (int o = 0; o < 32; o += 4) {
+        float32x4_t c[12]; /* row i, token u at c[i·T + u] */
+#pragma GCC unroll 12
+        for (int k = 0; k < R * T; k++)
+            c[k] = vld1q_f32(acc + (k / T * GEMM_TP + k % T) * 32 + o);
+        for (int64_t j = j0 + o; j < j1; j += 32) {
+            float32x4_t qv[3];
+#pragma GCC unroll 3
+            for (int i = 0; i < R; i++)
+                qv[i] = vld1q_f32(q + i * qs + j);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                const float32x4_t xv = vld1q_f32(x + u * xs + j);
+#pragma GCC unroll 3
+                for (int i = 0; i < R; i++)
+                    c[i * T + u] = vfmaq_f32(c[i * T + u], xv, qv[i]);
+            }
+        }
+#pragma GCC unroll 12
+        for (int k = 0; k < R * T; k++)
+            vst1q_f32(acc + (k / T * GEMM_TP + k % T) * 32 + o, c[k]);
+    }
+}
+
+#define BGEMM_PIECE_NEON(R, T) bgemm_piece_neon(qr, cols32, xr, cols, j0, j1, ar, R, T)
+
+void kern_bf16gemm_neon(const struct wmat *w, const float *x, int64_t n, float *y, int64_t row0, int64_t row1,
+                        void *ws)
+{
+    const int64_t rows = row1 - row0, cols = w->cols, cols32 = (cols + 31) / 32 * 32, full = cols / 32 * 32;
+    float *qf = ws, *acc = qf + rows * cols32;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *src = w->w + (size_t)(row0 + r) * w->row_stride;
+        float *dst = qf + r * cols32;
+        int64_t j = 0;
+        for (; j + 4 <= cols; j += 4)
+            vst1q_f32(dst + j, vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8(src + 2 * j)), 16)));
+        for (; j < cols32; j++)
+            dst[j] = j < cols ? bf16_to_f32(rd_u16le(src + 2 * j)) : 0.0f;
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
+        const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
+        memset(acc, 0, (size_t)(rows * GEMM_TP * 32) * sizeof *acc);
+        BGEMM_CHUNKS(BGEMM_PIECE_NEON)
+        for (int64_t r = 0; r < rows; r++) /* the columns past the last 32 (column j in lane j − full), then the sum */
+            for (int64_t u = 0; u < tp; u++) {
+                float *a = acc + (r * GEMM_TP + u) * 32;
+                const float *xu = x + (t0 + u) * cols, *qr = qf + r * cols32;
+                for (int64_t j = full; j < cols; j++)
+                    a[j - full] = fmaf(xu[j], qr[j], a[j - full]);
+                float32x4_t s[4];
+                for (int j = 0; j < 4; j++)
+                    s[j] = vaddq_f32(vld1q_f32(a + 4 * j), vld1q_f32(a + 16 + 4 * j));
+                y[(t0 + u) * w->rows + row0 + r] = sum16(s);
+            }
     }
 }
 

@@ -114,40 +114,6 @@ INLINE void params_prefetch(const uint8_t *sr, const uint8_t *br, size_t srow_by
     default: fn(w, in, ws, t0, tb, y, row0, row1, 128, 8); break;                                                    \
     }
 
-#define GEMM_KC 512 /* the bf16 and MX GEMMs' columns of a chunk: whole blocks at 4 and 8 bits (128, 64) */
-
-/* The bf16 GEMMs' panel of tp tokens from t0 over the tile's rows (floats qf,
- * cols32 apart; chains in acc): chunks of GEMM_KC columns up to `full`, in each
- * pieces of R <= 3 rows × T <= 4 tokens, each shape its own instantiation of
- * piece(R, T) over qr, xr, ar and j0 .. j1. */
-#define BGEMM_CHUNKS(piece)                                                                                            \
-    for (int64_t j0 = 0; j0 < full; j0 += GEMM_KC) {                                                                   \
-        const int64_t j1 = j0 + GEMM_KC < full ? j0 + GEMM_KC : full;                                                  \
-        for (int64_t r = 0; r < rows; r += 3)                                                                          \
-            for (int64_t u = 0; u < tp; u += 4) {                                                                      \
-                const float *qr = qf + r * cols32, *xr = x + (t0 + u) * cols;                                          \
-                float *ar = acc + (r * GEMM_TP + u) * 32;                                                              \
-                const int left = tp - u >= 4 ? 4 : (int)(tp - u), R = rows - r >= 3 ? 3 : (int)(rows - r);             \
-                BGEMM_SHAPES(R, left, piece)                                                                           \
-            }                                                                                                          \
-    }
-
-#define BGEMM_SHAPES(R, T, piece)                                                                                      \
-    switch ((R) * 4 + (T)) {                                                                                           \
-    case 16: piece(3, 4); break;                                                                                       \
-    case 15: piece(3, 3); break;                                                                                       \
-    case 14: piece(3, 2); break;                                                                                       \
-    case 13: piece(3, 1); break;                                                                                       \
-    case 12: piece(2, 4); break;                                                                                       \
-    case 11: piece(2, 3); break;                                                                                       \
-    case 10: piece(2, 2); break;                                                                                       \
-    case 9: piece(2, 1); break;                                                                                        \
-    case 8: piece(1, 4); break;                                                                                        \
-    case 7: piece(1, 3); break;                                                                                        \
-    case 6: piece(1, 2); break;                                                                                        \
-    default: piece(1, 1); break;                                                                                       \
-    }
-
 /* The MX modes' instantiations (fn takes the mode after bits), and tokens TB
  * at a time as TOKENS_DISPATCH. */
 #define MX_DISPATCH(fn, tb)                                                                                          \
