@@ -262,7 +262,87 @@ INLINE void arange_neon(const struct wmat *w, const struct kern_qinput *in, int6
         arows_neon(w, in, t0, y, r, kern_rows_mask(r, row0, row1), 1, T, bits);
 }
 
-/* The MX modes take the scalar definition on arm64 (the same bits, slower). */
+/* ---- microscaling (mxfp4, nvfp4, mxfp8): kern_qdot_ref (avx2.c's qrows256m on 4 lanes) ---- */
+
+#define MX_PARAMS 256 /* group scales of a row converted at once */
+
+/* Code k of each word of v as its value: E2M1's three magnitude bits at the
+ * top of a float's mantissa times 2^126, E4M3's seven from bit 20 times
+ * 2^120 (exact, subnormals included: the values of avx2.c's code256), the
+ * sign or'ed in. */
+INLINE float32x4_t mcode_neon(uint32x4_t v, const int k, const int bits, const int mode)
+{
+    const uint32x4_t c = vandq_u32(vshlq_u32(v, vdupq_n_s32(-bits * k)), vdupq_n_u32((1u << bits) - 1));
+    const bool fp8 = mode == QM_MXFP8;
+    const uint32x4_t m = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x7F : 7)), fp8 ? 20 : 22);
+    const float32x4_t mag = vmulq_f32(vreinterpretq_f32_u32(m), vdupq_n_f32(fp8 ? 0x1p120f : 0x1p126f));
+    const uint32x4_t sign = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x80 : 8)), fp8 ? 24 : 28);
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mag), sign));
+}
+
+/* Rows [row0, row1) for tokens t0 .. t0+T-1 (T, gs, bits and mode constants
+ * once inlined): per block of 16 words, a quarter (4 words, one per lane) at
+ * a time, the q·x products in two chains, summed, times each lane's group
+ * scale into A. A quarter with no words of the row is skipped: its lanes
+ * stay +0, as they do in the definition. */
+INLINE void mrows_neon(const struct wmat *w, const struct kern_qinput *in, int64_t t0, const int T, float *y,
+                       int64_t row0, int64_t row1, const int gs, const int bits, const int mode)
+{
+    const int per_word = 32 / bits, blk = 16 * per_word;
+    const int64_t ng = w->cols / gs, stride = in->stride;
+    float sc[MX_PARAMS + 16]; /* zero past the chunk's groups, read by absent lanes */
+    for (int64_t r = row0; r < row1; r++) {
+        const uint8_t *codes = w->w + (size_t)r * w->row_stride, *sr = w->s + (size_t)r * w->srow_bytes;
+        float32x4_t acc[NTB][4];
+        for (int u = 0; u < T; u++)
+            for (int h = 0; h < 4; h++)
+                acc[u][h] = vdupq_n_f32(0.0f);
+        for (int64_t g0 = 0; g0 < ng; g0 += MX_PARAMS) {
+            const int64_t nb = ng - g0 < MX_PARAMS ? ng - g0 : MX_PARAMS, j0 = g0 * gs, j1 = (g0 + nb) * gs;
+            kern_mx_scales((enum qmode)mode, sr + g0, sc, nb);
+            memset(sc + nb, 0, 16 * sizeof *sc);
+            const float *xb = in->xd + t0 * stride;
+            for (int64_t j = j0; j < j1; j += blk) {
+                const int64_t words = (j1 - j) / per_word; /* of the row from j: 16 or more but in its last block */
+                for (int h = 0; h < 4 && 4 * h < words; h++) {
+                    uint32_t part[4] = {0};
+                    const uint8_t *c = codes + j * bits / 8 + 16 * h;
+                    const uint32x4_t v = words >= 4 * h + 4 ? vreinterpretq_u32_u8(vld1q_u8(c))
+                                                            : vld1q_u32(memcpy(part, c, (size_t)(4 * (words - 4 * h))));
+                    float sv[4];
+                    for (int l = 0; l < 4; l++)
+                        sv[l] = sc[(j - j0) / gs + (4 * h + l) * per_word / gs];
+                    float32x4_t p[NTB][2];
+#pragma GCC unroll 8
+                    for (int k = 0; k < per_word; k++) {
+                        const float32x4_t q = mcode_neon(v, k, bits, mode);
+                        for (int u = 0; u < T; u++) {
+                            const float32x4_t xv = vld1q_f32(xb + u * stride + j + 16 * k + 4 * h);
+                            p[u][k & 1] = k < 2 ? vmulq_f32(xv, q) : vfmaq_f32(p[u][k & 1], xv, q);
+                        }
+                    }
+                    for (int u = 0; u < T; u++)
+                        acc[u][h] = vfmaq_f32(acc[u][h], vaddq_f32(p[u][0], p[u][1]), vld1q_f32(sv));
+                }
+            }
+        }
+        const float32x4_t zero = vdupq_n_f32(0.0f); /* + 0: kern_qdot_ref's bias lanes */
+        for (int u = 0; u < T; u++) {
+            float32x4_t s[4];
+            for (int h = 0; h < 4; h++)
+                s[h] = vaddq_f32(acc[u][h], zero);
+            y[(t0 + u) * w->rows + r] = sum16(s);
+        }
+    }
+}
+
+#define MROWS_NEON(T)                                                                                                  \
+    switch (w->mode) {                                                                                                 \
+    case QM_MXFP4: mrows_neon(w, in, t0, T, y, row0, row1, 32, 4, QM_MXFP4); break;                                    \
+    case QM_NVFP4: mrows_neon(w, in, t0, T, y, row0, row1, 16, 4, QM_NVFP4); break;                                    \
+    default: mrows_neon(w, in, t0, T, y, row0, row1, 32, 8, QM_MXFP8); break;                                          \
+    }
+
 /* ---- ggml's block types (kern_gdot_ref): a block's codes decoded into the
  * scalar decoders' bytes, then the definition's lanes, up to 4 tokens a pass. */
 
@@ -421,13 +501,13 @@ void kern_qdot_neon(const struct wmat *w, const struct kern_qinput *in, int64_t 
         gdot_neon(w, in, n, y, row0, row1);
         return;
     }
-    if (w->mode != QM_AFFINE) {
-        kern_qdot_ref(w, in, n, y, row0, row1);
-        return;
-    }
     for (int64_t t0 = 0; t0 < n; t0 += NTB) {
         const int T = n - t0 >= 2 ? 2 : 1;
-        if (w->bits == 4)
+        if (w->mode != QM_AFFINE && T == 2) {
+            MROWS_NEON(2)
+        } else if (w->mode != QM_AFFINE) {
+            MROWS_NEON(1)
+        } else if (w->bits == 4)
             T == 2 ? arange_neon(w, in, t0, y, row0, row1, 2, 4) : arange_neon(w, in, t0, y, row0, row1, 1, 4);
         else
             T == 2 ? arange_neon(w, in, t0, y, row0, row1, 2, 8) : arange_neon(w, in, t0, y, row0, row1, 1, 8);
