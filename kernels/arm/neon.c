@@ -274,9 +274,9 @@ INLINE float32x4_t mcode_neon(uint32x4_t v, const int k, const int bits, const i
 {
     const uint32x4_t c = vandq_u32(vshlq_u32(v, vdupq_n_s32(-bits * k)), vdupq_n_u32((1u << bits) - 1));
     const bool fp8 = mode == QM_MXFP8;
-    const uint32x4_t m = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x7F : 7)), fp8 ? 20 : 22);
+    const uint32x4_t m = vshlq_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x7F : 7)), vdupq_n_s32(fp8 ? 20 : 22));
     const float32x4_t mag = vmulq_f32(vreinterpretq_f32_u32(m), vdupq_n_f32(fp8 ? 0x1p120f : 0x1p126f));
-    const uint32x4_t sign = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x80 : 8)), fp8 ? 24 : 28);
+    const uint32x4_t sign = vshlq_u32(vandq_u32(c, vdupq_n_u32(fp8 ? 0x80 : 8)), vdupq_n_s32(fp8 ? 24 : 28));
     return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mag), sign));
 }
 
@@ -678,25 +678,29 @@ static const struct kern_agemm_isa agemm_b4_neon = {agemm_decode_b4_neon, agemm_
  * spilled registers in GCC 12's code). Every (row, token) goes through the
  * operations of kern_qdot_ref in the same order. */
 /* Row r's codes into its pair's tile (qp: the pair's first float, the row's
- * slot i) through lut (each code's value), and its lane scales (sv[blocks·16]);
- * sc: scratch of ng16 + 16 floats. Lanes past the row's words get code 0 and
- * scale 0, as the AVX2 twin's masked loads give them. */
+ * slot i) and its lane scales (sv[blocks·16]); sc: scratch of ng16 + 16
+ * floats. Lanes past the row's words get code 0 and scale 0, as the AVX2
+ * twin's masked loads give them. */
 INLINE void mgemm_decode_neon(const struct wmat *w, int64_t r, int64_t stride, float *qp, int i, float *sv,
-                              float *sc, const float *lut, const int gs, const int bits, const int mode)
+                              float *sc, const int gs, const int bits, const int mode)
 {
     const int per_word = 32 / bits, blk = 16 * per_word;
-    const uint32_t mask = (1u << bits) - 1;
     const int64_t ng = w->cols / gs, words = w->cols / per_word, ng16 = (ng + 15) / 16 * 16;
     const uint8_t *codes = w->w + (size_t)r * w->row_stride, *sr = w->s + (size_t)r * w->srow_bytes;
     memset(sc, 0, (size_t)(ng16 + 16) * sizeof *sc);
     kern_mx_scales((enum qmode)mode, sr, sc, ng);
     for (int64_t b = 0; b * blk < stride; b++)
-        for (int l = 0; l < 16; l++) {
-            const int64_t wd = 16 * b + l;
-            const uint32_t v = wd < words ? rd_u32le(codes + 4 * wd) : 0;
+        for (int h = 0; h < 16; h += 4) {
+            const int64_t left = words - 16 * b - h; /* of the row's words from lane h */
+            uint32_t part[4] = {0};
+            const uint8_t *c = codes + 4 * (16 * b + h);
+            const uint32x4_t v = left >= 4 ? vreinterpretq_u32_u8(vld1q_u8(c))
+                                           : vld1q_u32(left > 0 ? memcpy(part, c, (size_t)(4 * left)) : part);
+#pragma GCC unroll 8
             for (int k = 0; k < per_word; k++)
-                qp[2 * b * blk + (2 * k + i) * 16 + l] = lut[v >> bits * k & mask];
-            sv[16 * b + l] = sc[wd * per_word / gs];
+                vst1q_f32(qp + 2 * b * blk + (2 * k + i) * 16 + h, mcode_neon(v, k, bits, mode));
+            for (int l = 0; l < 4; l++)
+                sv[16 * b + h + l] = sc[(16 * b + h + l) * per_word / gs];
         }
 }
 
@@ -759,12 +763,10 @@ INLINE void qgemm_neon_m(const struct wmat *w, const struct kern_qinput *in, int
     const int per_word = 32 / bits, blk = 16 * per_word;
     const int64_t rows = row1 - row0, stride = in->stride, blocks = stride / blk, svs = 16 * blocks;
     float *qf = ws, *sv = qf + (rows + 1) / 2 * 2 * stride, *acc = sv + rows * svs;
-    float *sc = acc + rows * GEMM_TP * 16, lut[256];
-    for (unsigned c = 0; c < 1u << bits; c++)
-        lut[c] = mx_code_value((enum qmode)mode, c);
+    float *sc = acc + rows * GEMM_TP * 16;
     for (int64_t r = 0; r < rows; r++)
-        mgemm_decode_neon(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, sc, lut, gs,
-                          bits, mode);
+        mgemm_decode_neon(w, row0 + r, stride, qf + r / 2 * 2 * stride, (int)(r % 2), sv + r * svs, sc, gs, bits,
+                          mode);
     for (int64_t t0 = 0; t0 < n; t0 += GEMM_TP) {
         const int64_t tp = n - t0 < GEMM_TP ? n - t0 : GEMM_TP;
         memset(acc, 0, (size_t)(rows * GEMM_TP * 16) * sizeof *acc);
