@@ -280,6 +280,17 @@ INLINE float32x4_t mcode_neon(uint32x4_t v, const int k, const int bits, const i
     return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mag), sign));
 }
 
+/* Four code words from c, of which `left` are the row's (none past them: zeros). */
+INLINE uint32x4_t mwords_neon(const uint8_t *c, int64_t left)
+{
+    uint32_t part[4] = {0};
+    if (left >= 4)
+        return vreinterpretq_u32_u8(vld1q_u8(c));
+    if (left > 0)
+        memcpy(part, c, (size_t)(4 * left));
+    return vld1q_u32(part);
+}
+
 /* Rows [row0, row1) for tokens t0 .. t0+T-1 (T, gs, bits and mode constants
  * once inlined): per block of 16 words, a quarter (4 words, one per lane) at
  * a time, the q·x products in two chains, summed, times each lane's group
@@ -305,10 +316,7 @@ INLINE void mrows_neon(const struct wmat *w, const struct kern_qinput *in, int64
             for (int64_t j = j0; j < j1; j += blk) {
                 const int64_t words = (j1 - j) / per_word; /* of the row from j: 16 or more but in its last block */
                 for (int h = 0; h < 4 && 4 * h < words; h++) {
-                    uint32_t part[4] = {0};
-                    const uint8_t *c = codes + j * bits / 8 + 16 * h;
-                    const uint32x4_t v = words >= 4 * h + 4 ? vreinterpretq_u32_u8(vld1q_u8(c))
-                                                            : vld1q_u32(memcpy(part, c, (size_t)(4 * (words - 4 * h))));
+                    const uint32x4_t v = mwords_neon(codes + j * bits / 8 + 16 * h, words - 4 * h);
                     float sv[4];
                     for (int l = 0; l < 4; l++)
                         sv[l] = sc[(j - j0) / gs + (4 * h + l) * per_word / gs];
@@ -691,11 +699,7 @@ INLINE void mgemm_decode_neon(const struct wmat *w, int64_t r, int64_t stride, f
     kern_mx_scales((enum qmode)mode, sr, sc, ng);
     for (int64_t b = 0; b * blk < stride; b++)
         for (int h = 0; h < 16; h += 4) {
-            const int64_t left = words - 16 * b - h; /* of the row's words from lane h */
-            uint32_t part[4] = {0};
-            const uint8_t *c = codes + 4 * (16 * b + h);
-            const uint32x4_t v = left >= 4 ? vreinterpretq_u32_u8(vld1q_u8(c))
-                                           : vld1q_u32(left > 0 ? memcpy(part, c, (size_t)(4 * left)) : part);
+            const uint32x4_t v = mwords_neon(codes + 4 * (16 * b + h), words - 16 * b - h);
 #pragma GCC unroll 8
             for (int k = 0; k < per_word; k++)
                 vst1q_f32(qp + 2 * b * blk + (2 * k + i) * 16 + h, mcode_neon(v, k, bits, mode));
