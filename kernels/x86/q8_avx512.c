@@ -262,6 +262,9 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
     const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block, urec = (size_t)B * 16 * gs; /* u's bytes a group */
     const uint8_t *c = bits == 8 ? w->w + off : u, *sb = w->s + off, *bb = w->b + off;
     __m512 acc[16][16]; /* lane l of (token, block) i: acc[i][l], set by its first group */
+    for (int i = 0; i < T * B; i++)
+        for (int64_t l = ng; l < 16; l++)
+            acc[i][l] = _mm512_setzero_ps(); /* the lanes no group reaches: the definition's zeros */
     for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++)
             _mm_prefetch((const char *)(y + (t0 + t) * w->rows + r + KERN_BLOCK_ROWS * b), _MM_HINT_ET0);
@@ -273,7 +276,7 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
             __m512 a[16];
 #pragma GCC unroll 16
             for (int l = 0; l < 16; l++)
-                a[l] = l < ng ? acc[t * B + b][l] : _mm512_setzero_ps();
+                a[l] = acc[t * B + b][l];
 #pragma GCC unroll 4
             for (int h = 8; h >= 1; h /= 2)
 #pragma GCC unroll 8
