@@ -155,14 +155,23 @@ ATTR INLINE void F(q8fold_)(__m256 *a, int64_t g, __m256i S, const struct kern_q
     *a = _mm256_fmadd_ps(bi, _mm256_set1_ps(in->xsum[k]), _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), ds, a0));
 }
 
-/* Half h of a tile's token: its 16 lanes (lanes[l][h]; those of no group, l
- * >= ng, zero) summed in the definition's order into out[0..7]. */
-ATTR INLINE void F(q8lanes_)(__m256 (*lanes)[2], int h, int64_t ng, float *out)
+/* The lanes of a tile's n tokens that no group reaches (l >= ng): the
+ * definition's zeros, set before the groups. */
+ATTR INLINE void F(q8zero_)(__m256 (*acc)[16][2], int n, int64_t ng)
+{
+    for (int u = 0; u < n; u++)
+        for (int64_t l = ng; l < 16; l++)
+            acc[u][l][0] = acc[u][l][1] = _mm256_setzero_ps();
+}
+
+/* Half h of a tile's token: its 16 lanes (lanes[l][h]; those of no group
+ * zero, q8zero_) summed in the definition's order into out[0..7]. */
+ATTR INLINE void F(q8lanes_)(__m256 (*lanes)[2], int h, float *out)
 {
     __m256 a[16];
 #pragma GCC unroll 16
     for (int l = 0; l < 16; l++)
-        a[l] = l < ng ? lanes[l][h] : _mm256_setzero_ps();
+        a[l] = lanes[l][h];
 #pragma GCC unroll 4
     for (int s = 8; s >= 1; s /= 2)
 #pragma GCC unroll 8
@@ -191,6 +200,7 @@ ATTR INLINE void F(q8tile_)(const struct wmat *w, const struct kern_q8input *in,
     const __m256i nib = _mm256_set1_epi8(0x0F);
     const int8_t *xq[Q8_TILE];
     __m256 acc[Q8_TILE][16][2];
+    F(q8zero_)(acc, Q8_TILE, ng);
     for (int u = 0; u < Q8_TILE; u++) {
         xq[u] = in->xq + (t0 + u) * in->stride;
         _mm_prefetch((const char *)(y + (t0 + u) * w->rows + r), _MM_HINT_ET0);
@@ -232,7 +242,7 @@ ATTR INLINE void F(q8tile_)(const struct wmat *w, const struct kern_q8input *in,
     }
     for (int u = 0; u < Q8_TILE; u++)
         for (int h = 0; h < 2; h++)
-            F(q8lanes_)(acc[u], h, ng, y + (t0 + u) * w->rows + r + 8 * h);
+            F(q8lanes_)(acc[u], h, y + (t0 + u) * w->rows + r + 8 * h);
 }
 
 #if TILE8
@@ -254,6 +264,7 @@ ATTR INLINE void F(q8tile8_)(const struct wmat *w, const struct kern_q8input *in
     const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi16(1);
     const int8_t *xq[TILE8];
     __m256 acc[TILE8][16][2];
+    F(q8zero_)(acc, TILE8, ng);
     for (int u = 0; u < TILE8; u++) {
         xq[u] = in->xq + (t0 + u) * in->stride;
         _mm_prefetch((const char *)(y + (t0 + u) * w->rows + r), _MM_HINT_ET0);
@@ -300,7 +311,7 @@ ATTR INLINE void F(q8tile8_)(const struct wmat *w, const struct kern_q8input *in
     }
     for (int u = 0; u < TILE8; u++)
         for (int h = 0; h < 2; h++)
-            F(q8lanes_)(acc[u], h, ng, y + (t0 + u) * w->rows + r + 8 * h);
+            F(q8lanes_)(acc[u], h, y + (t0 + u) * w->rows + r + 8 * h);
 }
 #endif
 
