@@ -420,7 +420,8 @@ int cli_main(const struct command *commands, size_t n_commands, int argc, char *
         return 0;
     }
     if (!cpu_isa_valid()) {
-        fprintf(stderr, "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, neon or dotprod\n",
+        fprintf(stderr,
+                "gempack: GEMPACK_ISA=%s: expected scalar, avx2, avx-vnni, avx512, avx512-vnni, neon or dotprod\n",
                 getenv("GEMPACK_ISA"));
         return EXIT_ERROR;
     }

@@ -7,11 +7,29 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__) && !defined(GP_PORTABLE)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+/* Whether this process may use the AMX tile registers: Linux grants their
+ * state on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+ * for every thread of the process. */
+static bool amx_granted(void)
+{
+#if defined(__x86_64__) && defined(__linux__)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return false;
+#endif
+}
 #endif
 
 static bool detected(enum cpu_feature f)
@@ -21,6 +39,7 @@ static bool detected(enum cpu_feature f)
     unsigned a, b, c, d;
     bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
     bool avxvnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+    bool amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1); /* AMX-TILE, AMX-INT8 */
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -30,6 +49,7 @@ static bool detected(enum cpu_feature f)
     case CPU_AVX_VNNI: return avx2 && avxvnni;
     case CPU_AVX512: return avx512;
     case CPU_AVX512_VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
+    case CPU_AMX_INT8: return avx512 && __builtin_cpu_supports("avx512vnni") && amx && amx_granted();
     default: return false;
     }
 #elif defined(__aarch64__)
@@ -57,6 +77,7 @@ static const struct {
     {"avx2", 1u << CPU_AVX2},
     {"avx-vnni", 1u << CPU_AVX2 | 1u << CPU_AVX_VNNI},
     {"avx512", 1u << CPU_AVX2 | 1u << CPU_AVX512},
+    {"avx512-vnni", 1u << CPU_AVX2 | 1u << CPU_AVX512 | 1u << CPU_AVX512_VNNI},
     {"neon", 1u << CPU_NEON},
     {"dotprod", 1u << CPU_NEON | 1u << CPU_DOTPROD},
 };
@@ -80,8 +101,8 @@ static void ask(void)
 {
     int i = cap_index();
     valid = i != -2;
-    for (int f = CPU_AVX2; f <= CPU_DOTPROD; f++)
-        if (detected((enum cpu_feature)f) && (i == -1 || (i >= 0 && (caps[i].allowed >> f & 1))))
+    for (int f = 0; f < CPU_FEATURES; f++) /* asked only when allowed: AMX's grant is a system call */
+        if ((i == -1 || (i >= 0 && (caps[i].allowed >> f & 1))) && detected((enum cpu_feature)f))
             features |= 1u << f;
 }
 

@@ -3,8 +3,8 @@
  * GEMPACK_ISA=<name> in the environment limits the kernels to a subset of
  * what the CPU has, to run or measure another machine's paths on this one:
  * scalar (none), avx2, avx-vnni (AVX2 with AVX-VNNI), avx512 (AVX-512 F/BW/VL
- * without VNNI), neon, dotprod (NEON with the dot-product instructions).
- * Unset: everything detected. */
+ * without VNNI), avx512-vnni (with VNNI, without AMX), neon, dotprod (NEON
+ * with the dot-product instructions). Unset: everything detected. */
 #ifndef GP_CPU_H
 #define GP_CPU_H
 
@@ -29,6 +29,8 @@ enum cpu_feature {
     CPU_AVX512_VNNI, /* and AVX-512 VNNI */
     CPU_NEON,        /* arm64 Advanced SIMD */
     CPU_DOTPROD,     /* arm64 SDOT/UDOT (FEAT_DotProd) */
+    CPU_AMX_INT8,    /* AMX-TILE and AMX-INT8 with AVX-512 VNNI, the tile data granted by the OS (Linux) */
+    CPU_FEATURES
 };
 
 bool cpu_has(enum cpu_feature f);

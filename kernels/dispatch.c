@@ -14,6 +14,7 @@ static const struct {
     const char *name;
 } q8_kernels[] = {
 #if GP_X86
+    {CPU_AMX_INT8, kern_q8dot_amx, "amx-int8"},
     {CPU_AVX512_VNNI, kern_q8dot_avx512, "avx512-vnni"},
     {CPU_AVX_VNNI, kern_q8dot_avxvnni, "avx-vnni"},
     {CPU_AVX2, kern_q8dot_avx2, "avx2"},

@@ -374,7 +374,7 @@ assert (a.argmax(-1) == b.argmax(-1)).all()
 # one definition per kernel: the kernels of every ISA give the same bits (GEMPACK_ISA limits them to a
 # subset of this CPU's; a name this CPU lacks leaves fewer, which must not matter either)
 expect 0 "run the bf16 pack, exact kernels" -- "$G" run "$T/e2b.gpk" --tokens-file "$E/tokens.json" --dump-logits "$T/bf16-exact.npz"
-for isa in scalar avx2 avx-vnni avx512 neon dotprod; do
+for isa in scalar avx2 avx-vnni avx512 avx512-vnni neon dotprod; do
     expect 0 "GEMPACK_ISA=$isa: run the 4-bit pack" -- env GEMPACK_ISA=$isa "$G" run "$T/e2b-q4.gpk" --tokens-file "$E/tokens.json" --dump-logits "$T/isa.npz"
     ok "GEMPACK_ISA=$isa: the default kernels' bytes (4-bit)" -- cmp -s "$T/q4-exact.npz" "$T/isa.npz"
     expect 0 "GEMPACK_ISA=$isa: run the bf16 pack" -- env GEMPACK_ISA=$isa "$G" run "$T/e2b.gpk" --tokens-file "$E/tokens.json" --dump-logits "$T/isa.npz"

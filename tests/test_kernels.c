@@ -1052,7 +1052,8 @@ Test(kernels, init_tables)
     cr_assert_eq(tq.q8dot != NULL, kern_has_q8());
     cr_assert_eq(tq.q8name != NULL, kern_has_q8());
 #if GP_X86
-    q8dot_fn want = cpu_has(CPU_AVX512_VNNI) ? kern_q8dot_avx512
+    q8dot_fn want = cpu_has(CPU_AMX_INT8)      ? kern_q8dot_amx
+                    : cpu_has(CPU_AVX512_VNNI) ? kern_q8dot_avx512
                     : cpu_has(CPU_AVX_VNNI)  ? kern_q8dot_avxvnni
                     : cpu_has(CPU_AVX2)      ? kern_q8dot_avx2
                                              : NULL;
@@ -1835,6 +1836,7 @@ static const struct q8twin {
     enum cpu_feature need;
 } q8twins[] = {
 #if GP_X86
+    {"amx-int8", kern_q8dot_amx, CPU_AMX_INT8},
     {"avx512-vnni", kern_q8dot_avx512, CPU_AVX512_VNNI},
     {"avx-vnni", kern_q8dot_avxvnni, CPU_AVX_VNNI},
     {"avx2", kern_q8dot_avx2, CPU_AVX2},
@@ -2014,9 +2016,13 @@ Test(kernels_q8, blocked_bitwise_equal_rows, .timeout = TH_TIMEOUT(120))
                             kern_row_f32(&b, r, rb);
                             cr_assert_eq(memcmp(ra, rb, (size_t)cols * sizeof *ra), 0, "row %lld looked up", (long long)r);
                         }
-                        static const int64_t ns[] = {1, 5, 13}; /* 13: eight tokens at once, four, one */
+                        /* 13: eight tokens at once, four, one; 61: AMX's 16 first (x86, the int8 kernels; one
+                         * group and 17: lanes reached twice) */
+                        static const int64_t ns[] = {1, 5, 13, 61};
                         for (size_t ni = 0; ni < LEN(ns); ni++) {
                             const int64_t n = ns[ni];
+                            if (n == 61 && !(GP_X86 && q8able && (bgroups[ci] == 1 || bgroups[ci] == 17)))
+                                continue;
                             uint64_t seed = (uint64_t)(6000 + cases);
                             float *x = rand_vec(&seed, (size_t)(n * cols)), *want = nan_vec((size_t)(n * rows));
                             float *y = nan_vec((size_t)(n * rows));

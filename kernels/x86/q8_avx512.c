@@ -286,6 +286,119 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
         }
 }
 
+/* ---- AMX-INT8: q8tile512's sums 16 tokens at a time ---- */
+
+/* The tile registers of q8amx16: C of block b (16 tokens × 16 rows, int32) in
+ * tile b, the 16 tokens' xq (16 × K bytes) in tile 2, block b's codes (K / 4
+ * words of 16 rows × 4 codes: the blocked layout's) in tile 3 + b. */
+AMX static void amx_config(const int K)
+{
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) c = {.palette = 1};
+    for (int i = 0; i < 5; i++) {
+        c.rows[i] = (uint8_t)(i >= 3 ? K / 4 : 16);
+        c.colsb[i] = (uint16_t)(i == 2 ? K : 64);
+    }
+    __asm__ volatile("" : : "r"(&c) : "memory"); /* GCC 12's _tile_loadconfig names 8 of the 64 bytes it reads */
+    _tile_loadconfig(&c);
+}
+
+/* Tokens t..t+15 of the B blocks from row r (at 4 bits their codes in u,
+ * from q8unpack), q8tile512's result for T = 16: each group's S_g of every
+ * (token, row) by tdpbsud (xq signed, codes unsigned; integer sums, exact in
+ * any order) in passes of K bytes (8 bits: the group's words in order; 4 bits:
+ * the even weights' xq against the low nibbles, then the odd ones' against
+ * the high), stored, then q8tileT's two steps into lane g % 16 of each
+ * (token, block) and q8tile512's tree. */
+AMX INLINE void q8amx16(const struct wmat *w, const struct kern_q8input *in, const uint8_t *u, int64_t t, float *y,
+                        int64_t r, const int B, const int gs, const int bits)
+{
+    const int64_t ng = w->cols / gs, S = in->stride;
+    const int words = gs * bits / 32, K = bits == 4 ? gs / 2 : gs < 64 ? gs : 64, P = bits == 4 ? 2 : gs / K;
+    const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
+    const size_t off = (size_t)(r / KERN_BLOCK_ROWS) * block, urec = (size_t)B * 16 * gs; /* u's bytes a group */
+    const size_t cstride = bits == 8 ? 64 : 128, cblock = bits == 8 ? block : (size_t)words * 128;
+    const uint8_t *sb = w->s + off, *bb = w->b + off;
+    int32_t cs[2][16][16] __attribute__((aligned(64))); /* C of block b, token m: cs[b][m] */
+    __m512 acc[32][16]; /* lane l of (token m, block b): acc[m·B + b][l], set by its first group */
+    for (int i = 0; i < 16 * B; i++)
+        for (int64_t l = ng; l < 16; l++)
+            acc[i][l] = _mm512_setzero_ps(); /* the lanes no group reaches: the definition's zeros */
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t wd0 = g * words; /* the group's first word */
+        const int8_t *x = in->xq + t * S + (bits == 8 ? 4 * wd0 : 128 * (wd0 / 16) + 4 * (wd0 % 16));
+        const uint8_t *c = bits == 8 ? w->w + off + (size_t)g * rec : u + (size_t)g * urec;
+        _tile_zero(0);
+        if (B == 2)
+            _tile_zero(1);
+        for (int p = 0; p < P; p++) {
+            const size_t step = bits == 8 ? (size_t)1024 * p : (size_t)64 * p; /* 8 bits: 16 words a pass */
+            _tile_loadd(2, x + 64 * p, S);
+            _tile_loadd(3, c + step, cstride);
+            _tile_dpbsud(0, 2, 3);
+            if (B == 2) {
+                _tile_loadd(4, c + cblock + step, cstride);
+                _tile_dpbsud(1, 2, 4);
+            }
+        }
+        _tile_stored(0, cs[0], 64);
+        if (B == 2)
+            _tile_stored(1, cs[1], 64);
+        __asm__ volatile("" : : "r"(cs) : "memory"); /* the tile stores wrote cs */
+        __m512 sc[2], bi[2];
+        for (int b = 0; b < B; b++) {
+            sc[b] = params16(w->dtype, sb + (size_t)g * rec + b * block, 16);
+            bi[b] = params16(w->dtype, bb + (size_t)g * rec + b * block, 16);
+        }
+        for (int m = 0; m < 16; m++) {
+            const __m512 d = _mm512_set1_ps(in->d[(t + m) * ng + g]), xs = _mm512_set1_ps(in->xsum[(t + m) * ng + g]);
+            for (int b = 0; b < B; b++) {
+                __m512 *a = &acc[m * B + b][g % 16];
+                const __m512 a0 = g < 16 ? _mm512_setzero_ps() : *a; /* a lane's first group starts from zero */
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b][m])), _mm512_mul_ps(d, sc[b]), a0);
+                *a = _mm512_fmadd_ps(bi[b], xs, *a);
+            }
+        }
+    }
+    for (int m = 0; m < 16; m++)
+        for (int b = 0; b < B; b++) {
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int l = 0; l < 16; l++)
+                a[l] = acc[m * B + b][l];
+#pragma GCC unroll 4
+            for (int h = 8; h >= 1; h /= 2)
+#pragma GCC unroll 8
+                for (int l = 0; l < h; l++)
+                    a[l] = _mm512_add_ps(a[l], a[l + h]);
+            _mm512_storeu_ps(y + (t + m) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
+        }
+}
+
+/* Tokens [t, t1) of the B blocks from row r, 16 at a time, through q8amx16
+ * (its tiles configured first, released after); returns the first token
+ * left (fewer than 16). */
+__attribute__((noinline)) AMX static int64_t q8amx(const struct wmat *w, const struct kern_q8input *in,
+                                                  const uint8_t *u, int64_t t, int64_t t1, float *y, int64_t r,
+                                                  const int B)
+{
+    const int gs = (int)w->gs, bits = w->bits;
+    amx_config(bits == 4 ? gs / 2 : gs < 64 ? gs : 64);
+    for (; t + 16 <= t1; t += 16)
+        switch (gs * 16 + bits + 4096 * B) {
+#define Q8AMX(B_, gs_, bits_)                                                                                          \
+    case (gs_) * 16 + (bits_) + 4096 * (B_): q8amx16(w, in, u, t, y, r, B_, gs_, bits_); break;
+            Q8AMX(1, 32, 4) Q8AMX(1, 64, 4) Q8AMX(1, 128, 4) Q8AMX(1, 32, 8) Q8AMX(1, 64, 8) Q8AMX(1, 128, 8)
+            Q8AMX(2, 32, 4) Q8AMX(2, 64, 4) Q8AMX(2, 128, 4) Q8AMX(2, 32, 8) Q8AMX(2, 64, 8) Q8AMX(2, 128, 8)
+#undef Q8AMX
+        }
+    _tile_release();
+    return t;
+}
+
 /* Rows [row0, row1) of a blocked matrix (whole blocks), two blocks at a time
  * (the last one alone when their count is odd): eight (then four) tokens at a
  * time through q8tile512 (at 4 bits the two blocks' codes unpacked once into
@@ -294,7 +407,8 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
  * bytes are read once per token or group of tokens (from cache after the
  * first), front to back. */
 AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8input *in, void *ws, int64_t t0,
-                                   int64_t n, float *y, int64_t row0, int64_t row1, const int gs, const int bits)
+                                   int64_t n, float *y, int64_t row0, int64_t row1, const int gs, const int bits,
+                                   const bool amx)
 {
     const int64_t ng = w->cols / gs;
     const size_t block = kern_block_off(w, 1, 0), rec = kern_block_off(w, 0, 1);
@@ -303,6 +417,8 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
         int64_t t = t0;
         if (bits == 4 && n >= 4) /* once per strip: B need not be a constant */
             q8unpack(w, r, B, gs, ws);
+        if (amx && n >= 16) /* prefill on AMX: 16 tokens a tile */
+            t = q8amx(w, in, ws, t, t0 + n, y, r, B);
         for (; t + 8 <= t0 + n; t += 8) /* prefill: 8 tokens share each load of the blocks' words */
             if (B == 2)
                 q8tile512(w, in, ws, t, y, r, 8, 2, gs, bits);
@@ -340,8 +456,20 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
     }
 }
 
-AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
-                                  int64_t row0, int64_t row1, void *ws)
+/* q8blocks512 without and with AMX, in QROWS_DISPATCH's arguments */
+#define Q8BLOCKS(amx)                                                                                                  \
+    AVX512VNNI INLINE void q8blocks512_##amx(const struct wmat *w, const struct kern_q8input *in, void *ws,            \
+                                             int64_t t0, int64_t n, float *y, int64_t row0, int64_t row1,            \
+                                             const int gs, const int bits)                                           \
+    {                                                                                                                  \
+        q8blocks512(w, in, ws, t0, n, y, row0, row1, gs, bits, amx);                                                  \
+    }
+Q8BLOCKS(false)
+Q8BLOCKS(true)
+#undef Q8BLOCKS
+
+AVX512VNNI INLINE void q8dot512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                int64_t row0, int64_t row1, void *ws, const bool amx)
 {
     if (kern_gtype_of(w->mode)) {
         kern_gq8dot_avx512(w, in, n, y, row0, row1);
@@ -349,10 +477,26 @@ AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8inpu
     }
     if (w->blocked) {
         const int64_t t0 = 0; /* all n tokens, one after the other */
-        QROWS_DISPATCH(q8blocks512, n)
+        if (amx) {
+            QROWS_DISPATCH(q8blocks512_true, n)
+        } else {
+            QROWS_DISPATCH(q8blocks512_false, n)
+        }
     } else {
         TOKENS_DISPATCH(q8rows512)
     }
+}
+
+AVX512VNNI void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y,
+                                  int64_t row0, int64_t row1, void *ws)
+{
+    q8dot512(w, in, n, y, row0, row1, ws, false);
+}
+
+AVX512VNNI void kern_q8dot_amx(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                               int64_t row1, void *ws)
+{
+    q8dot512(w, in, n, y, row0, row1, ws, true);
 }
 
 /* rint(v/d) clamped to ±127 as int8, 16 lanes: one IEEE division, rounding

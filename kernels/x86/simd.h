@@ -14,6 +14,7 @@
 #define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
 
 /* exp_clamp and exp_parts of ref.c on a vector, step for step (one
  * definition per width: P is _mm512 or _mm256): returns P = e^r − 1, sets

@@ -43,6 +43,9 @@ void kern_q8input_part_avx512(const struct wmat *w, const float *x, int64_t n, v
 void kern_q8input_part_avx2(const struct wmat *w, const float *x, int64_t n, void *buf, int64_t part);
 void kern_q8dot_avx512(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                        int64_t row1, void *ws);
+/* kern_q8dot_avx512 with its blocked prefill's tokens 16 at a time through AMX-INT8 */
+void kern_q8dot_amx(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
+                    int64_t row1, void *ws);
 void kern_q8dot_avxvnni(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
                         int64_t row1, void *ws);
 void kern_q8dot_avx2(const struct wmat *w, const struct kern_q8input *in, int64_t n, float *y, int64_t row0,
