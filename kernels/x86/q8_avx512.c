@@ -176,6 +176,31 @@ AVX512VNNI INLINE void q8unpack(const struct wmat *w, int64_t r, const int B, co
             }
 }
 
+/* The definition's two steps for group g of one (token, block) into its lane
+ * g % 16: S_g·(d·s) + lane (zero before the lane's first group), then b·xs. */
+AVX512VNNI INLINE void q8step(__m512 *lane, __m512i s, __m512 d, __m512 sc, __m512 bi, __m512 xs, int64_t g)
+{
+    const __m512 a0 = g < 16 ? _mm512_setzero_ps() : *lane;
+    *lane = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, sc), a0);
+    *lane = _mm512_fmadd_ps(bi, xs, *lane);
+}
+
+/* The 16 lanes of one (token, block) summed in the definition's order (a
+ * binary tree) into its 16 outputs. */
+AVX512VNNI INLINE void q8lanes512(const __m512 *lane, float *out)
+{
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; l++)
+        a[l] = lane[l];
+#pragma GCC unroll 4
+    for (int h = 8; h >= 1; h /= 2)
+#pragma GCC unroll 8
+        for (int l = 0; l < h; l++)
+            a[l] = _mm512_add_ps(a[l], a[l + h]);
+    _mm512_storeu_ps(out, a[0]);
+}
+
 /* Group g of B adjacent 16-row blocks for T tokens (8 or 4: prefill) from the
  * same loaded words: c, the group's codes (8 bits: the first block's words,
  * `block` bytes apart; 4 bits: its bytes from q8unpack), sb, bb: the first
@@ -242,12 +267,8 @@ AVX512VNNI INLINE void q8tileT(const uint8_t *c, const uint8_t *sb, const uint8_
 #pragma GCC unroll 8
     for (int u = 0; u < T; u++) {
         const __m512 d = _mm512_set1_ps(in->d[(t0 + u) * ng + g]), xs = _mm512_set1_ps(in->xsum[(t0 + u) * ng + g]);
-        for (int b = 0; b < B; b++) {
-            __m512 *a = &acc[u * B + b][g % 16];
-            const __m512 a0 = g < 16 ? _mm512_setzero_ps() : *a; /* a lane's first group starts from zero */
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[u][b]), _mm512_mul_ps(d, sc[b]), a0);
-            *a = _mm512_fmadd_ps(bi[b], xs, *a);
-        }
+        for (int b = 0; b < B; b++)
+            q8step(&acc[u * B + b][g % 16], s[u][b], d, sc[b], bi[b], xs, g);
     }
 }
 
@@ -272,18 +293,8 @@ AVX512VNNI INLINE void q8tile512(const struct wmat *w, const struct kern_q8input
         q8tileT(c + (size_t)g * (bits == 8 ? rec : urec), sb + (size_t)g * rec, bb + (size_t)g * rec, block, w->dtype,
                 in, t0, ng, g, acc, T, B, gs, bits);
     for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++) {
-            __m512 a[16];
-#pragma GCC unroll 16
-            for (int l = 0; l < 16; l++)
-                a[l] = acc[t * B + b][l];
-#pragma GCC unroll 4
-            for (int h = 8; h >= 1; h /= 2)
-#pragma GCC unroll 8
-                for (int l = 0; l < h; l++)
-                    a[l] = _mm512_add_ps(a[l], a[l + h]);
-            _mm512_storeu_ps(y + (t0 + t) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
-        }
+        for (int b = 0; b < B; b++)
+            q8lanes512(acc[t * B + b], y + (t0 + t) * w->rows + r + KERN_BLOCK_ROWS * b);
 }
 
 /* ---- AMX-INT8: q8tile512's sums 16 tokens at a time ---- */
@@ -355,32 +366,18 @@ AMX INLINE void q8amx16(const struct wmat *w, const struct kern_q8input *in, con
         }
         for (int m = 0; m < 16; m++) {
             const __m512 d = _mm512_set1_ps(in->d[(t + m) * ng + g]), xs = _mm512_set1_ps(in->xsum[(t + m) * ng + g]);
-            for (int b = 0; b < B; b++) {
-                __m512 *a = &acc[m * B + b][g % 16];
-                const __m512 a0 = g < 16 ? _mm512_setzero_ps() : *a; /* a lane's first group starts from zero */
-                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[b][m])), _mm512_mul_ps(d, sc[b]), a0);
-                *a = _mm512_fmadd_ps(bi[b], xs, *a);
-            }
+            for (int b = 0; b < B; b++)
+                q8step(&acc[m * B + b][g % 16], _mm512_load_si512(cs[b][m]), d, sc[b], bi[b], xs, g);
         }
     }
     for (int m = 0; m < 16; m++)
-        for (int b = 0; b < B; b++) {
-            __m512 a[16];
-#pragma GCC unroll 16
-            for (int l = 0; l < 16; l++)
-                a[l] = acc[m * B + b][l];
-#pragma GCC unroll 4
-            for (int h = 8; h >= 1; h /= 2)
-#pragma GCC unroll 8
-                for (int l = 0; l < h; l++)
-                    a[l] = _mm512_add_ps(a[l], a[l + h]);
-            _mm512_storeu_ps(y + (t + m) * w->rows + r + KERN_BLOCK_ROWS * b, a[0]);
-        }
+        for (int b = 0; b < B; b++)
+            q8lanes512(acc[m * B + b], y + (t + m) * w->rows + r + KERN_BLOCK_ROWS * b);
 }
 
 /* Tokens [t, t1) of the B blocks from row r, 16 at a time, through q8amx16
- * (its tiles configured first, released after); returns the first token
- * left (fewer than 16). */
+ * (its tiles configured first, released after); returns the first token left
+ * (fewer than 16). */
 __attribute__((noinline)) AMX static int64_t q8amx(const struct wmat *w, const struct kern_q8input *in,
                                                   const uint8_t *u, int64_t t, int64_t t1, float *y, int64_t r,
                                                   const int B)
