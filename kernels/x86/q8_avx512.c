@@ -443,10 +443,7 @@ AVX512VNNI INLINE void q8blocks512(const struct wmat *w, const struct kern_q8inp
                             acc[l] = q8group16(c + gr, sb + gr, bb + gr, w->dtype, xq, g0 + l, d[g0 + l], xs[g0 + l],
                                                acc[l], gs, bits);
                         }
-                for (int h = 8; h >= 1; h /= 2)
-                    for (int l = 0; l < h; l++)
-                        acc[l] = _mm512_add_ps(acc[l], acc[l + h]);
-                _mm512_storeu_ps(y + u * w->rows + rb, acc[0]);
+                q8lanes512(acc, y + u * w->rows + rb);
             }
         }
         r += B * KERN_BLOCK_ROWS;
