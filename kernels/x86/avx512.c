@@ -602,6 +602,21 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
                                   _mm512_add_ps(_mm512_load_ps(A[b * T + u]), _mm512_load_ps(B[b * T + u])));
 }
 
+/* Word i of one blocked set's group (c: its record) for one token (x: the
+ * group's input) into chain *p, the chain's first word (`first`) starting
+ * it; the stream prefetched PREFETCH ahead. */
+AVX512 INLINE void aword1_512(const uint8_t *c, int i, const float *x, __m512 *p, const bool first, const int bits)
+{
+    const int per_word = 32 / bits;
+    _mm_prefetch((const char *)c + 64 * i + PREFETCH, _MM_HINT_T0);
+    const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * i));
+#pragma GCC unroll 8
+    for (int k = 0; k < per_word; k++) {
+        const __m512 q = code512(v, k, bits, QM_AFFINE), xb = _mm512_set1_ps(x[i * per_word + k]);
+        *p = first && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, *p);
+    }
+}
+
 /* Token t, one blocked set of 16 rows at r0 (m: the rows stored): per
  * group the even and the odd words' chains, A and B in registers, one
  * stream prefetched PREFETCH ahead. arows512's operations (NB = 1). The
@@ -609,11 +624,14 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
  * process: 4-bit E (Zen 4) 1.17-1.23x at 1-2 threads, a 16-core Xeon
  * 0.97-1.19x at 1-4; 8-bit E 1.15-1.48x at 1 thread (1.03x at 2, its
  * bound), the Xeon 0.89-0.94x: 4-bit only. Two sets (two streams) or two
- * groups of one set side by side: 0.7-0.8x of this on E. */
+ * groups of one set side by side: 0.6-0.8x of this on E. The chains' first
+ * words come before the loop: started inside it (a branch on the word), GCC
+ * kept them in memory, a store and a load in each chain's every word (E2B
+ * decode on E, alternated: 1.07-1.11x at 1 thread, 1.10-1.35x at 2). */
 AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, int64_t t, float *y, int64_t r0,
                            __mmask16 m, const int bits)
 {
-    const int per_word = 32 / bits, wpg = w->gs * bits / 32;
+    const int wpg = w->gs * bits / 32;
     const int64_t ng = w->cols / w->gs;
     const size_t block = KERN_BLOCK_ROWS * (w->row_bytes + 2 * w->srow_bytes), rec = block / (size_t)ng;
     const uint8_t *c = w->w + (size_t)(r0 / 16) * block;
@@ -621,20 +639,13 @@ AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, i
     __m512 A = _mm512_setzero_ps(), B = A;
     for (int64_t g = 0; g < ng; g++, c += rec) {
         const float *x = in->xd + t * in->stride + g * w->gs;
-        __m512 p[2]; /* the chains of the even and the odd words */
-        int i = 0;
-        do /* wpg ≥ 2 */
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                _mm_prefetch((const char *)c + 64 * (i + h) + PREFETCH, _MM_HINT_T0);
-                const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * (i + h)));
-#pragma GCC unroll 8
-                for (int k = 0; k < per_word; k++) {
-                    const __m512 q = code512(v, k, bits, QM_AFFINE), xb = _mm512_set1_ps(x[(i + h) * per_word + k]);
-                    p[h] = i == 0 && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, p[h]);
-                }
-            }
-        while ((i += 2) < wpg);
+        __m512 p[2]; /* the chains of the even and the odd words (wpg ≥ 2) */
+        aword1_512(c, 0, x, &p[0], true, bits);
+        aword1_512(c, 1, x, &p[1], true, bits);
+        for (int i = 2; i < wpg; i += 2) {
+            aword1_512(c, i, x, &p[0], false, bits);
+            aword1_512(c, i + 1, x, &p[1], false, bits);
+        }
         const __m512 sc = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + so));
         const __m512 bi = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + bo));
         A = _mm512_fmadd_ps(_mm512_add_ps(p[0], p[1]), sc, A);
