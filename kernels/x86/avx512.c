@@ -532,15 +532,16 @@ __attribute__((noinline)) AVX512 static void rows_group512(const struct wmat *w,
 
 /* Word i of a group for NB sets (base: each set's group in the blocked
  * layout) and T tokens (x: the group's input of the first): its codes into
- * the chains p, the chain's first word (`first`) starting them. */
+ * the chains p, the chain's first word (`first`) starting them; blocked,
+ * each set's stream prefetched `ahead` bytes ahead. */
 AVX512 INLINE void aword512(const struct wmat *w, const uint8_t *const *base, int i, const float *x, int64_t stride,
-                            __m512 *p, const bool first, const int NB, const int T, const int bits)
+                            __m512 *p, const bool first, const int NB, const int T, const int bits, const int ahead)
 {
     const int per_word = 32 / bits;
 #pragma GCC unroll 8
     for (int b = 0; b < NB; b++) {
         if (w->blocked) /* each set one stream: codes, scales, biases */
-            _mm_prefetch((const char *)base[b] + 64 * i + APREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)base[b] + 64 * i + ahead, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512((const void *)(base[b] + 64 * i));
 #pragma GCC unroll 8
         for (int k = 0; k < per_word; k++) {
@@ -578,11 +579,11 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
         for (int b = 0; b < NB; b++)
             words[b] = w->blocked ? base[b] : (const uint8_t *)(lanes + 512 * b);
         __m512 p[2][8]; /* the chains of the even and the odd words */
-        aword512(w, words, 0, x, stride, p[0], true, NB, T, bits);
-        aword512(w, words, 1, x, stride, p[1], true, NB, T, bits);
+        aword512(w, words, 0, x, stride, p[0], true, NB, T, bits, APREFETCH);
+        aword512(w, words, 1, x, stride, p[1], true, NB, T, bits, APREFETCH);
         for (int i = 2; i < wpg; i += 2) {
-            aword512(w, words, i, x, stride, p[0], false, NB, T, bits);
-            aword512(w, words, i + 1, x, stride, p[1], false, NB, T, bits);
+            aword512(w, words, i, x, stride, p[0], false, NB, T, bits, APREFETCH);
+            aword512(w, words, i + 1, x, stride, p[1], false, NB, T, bits, APREFETCH);
         }
         for (int b = 0; b < NB; b++) {
             const __m512 sc = w->blocked ? params16(w, w->s, base[b], r0 + 16 * b, g, m) : _mm512_load_ps(pl[b][0][g % 16]);
@@ -600,21 +601,6 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
         for (int u = 0; u < T; u++)
             _mm512_mask_storeu_ps(y + (t0 + u) * w->rows + r0 + 16 * b, m,
                                   _mm512_add_ps(_mm512_load_ps(A[b * T + u]), _mm512_load_ps(B[b * T + u])));
-}
-
-/* Word i of one blocked set's group (c: its record) for one token (x: the
- * group's input) into chain *p, the chain's first word (`first`) starting
- * it; the stream prefetched PREFETCH ahead. */
-AVX512 INLINE void aword1_512(const uint8_t *c, int i, const float *x, __m512 *p, const bool first, const int bits)
-{
-    const int per_word = 32 / bits;
-    _mm_prefetch((const char *)c + 64 * i + PREFETCH, _MM_HINT_T0);
-    const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * i));
-#pragma GCC unroll 8
-    for (int k = 0; k < per_word; k++) {
-        const __m512 q = code512(v, k, bits, QM_AFFINE), xb = _mm512_set1_ps(x[i * per_word + k]);
-        *p = first && k == 0 ? _mm512_mul_ps(xb, q) : _mm512_fmadd_ps(xb, q, *p);
-    }
 }
 
 /* Token t, one blocked set of 16 rows at r0 (m: the rows stored): per
@@ -641,11 +627,11 @@ AVX512 INLINE void aset512(const struct wmat *w, const struct kern_qinput *in, i
     for (int64_t g = 0; g < ng; g++, c += rec) {
         const float *x = in->xd + t * in->stride + g * w->gs;
         __m512 p[2]; /* the chains of the even and the odd words (wpg ≥ 2) */
-        aword1_512(c, 0, x, &p[0], true, bits);
-        aword1_512(c, 1, x, &p[1], true, bits);
+        aword512(w, &c, 0, x, 0, &p[0], true, 1, 1, bits, PREFETCH);
+        aword512(w, &c, 1, x, 0, &p[1], true, 1, 1, bits, PREFETCH);
         for (int i = 2; i < wpg; i += 2) {
-            aword1_512(c, i, x, &p[0], false, bits);
-            aword1_512(c, i + 1, x, &p[1], false, bits);
+            aword512(w, &c, i, x, 0, &p[0], false, 1, 1, bits, PREFETCH);
+            aword512(w, &c, i + 1, x, 0, &p[1], false, 1, 1, bits, PREFETCH);
         }
         const __m512 sc = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + so));
         const __m512 bi = _mm512_maskz_mov_ps(m, f32x16(w->dtype, c + bo));
