@@ -610,7 +610,7 @@ AVX512 INLINE void arows512(const struct wmat *w, const struct kern_qinput *in, 
  * process: 4-bit E (Zen 4) 1.17-1.23x at 1-2 threads, a 16-core Xeon
  * 0.97-1.19x at 1-4; 8-bit E 1.15-1.48x at 1 thread (1.03x at 2, its
  * bound), the Xeon 0.89-0.94x: 4-bit only. Two sets (two streams) or two
- * groups of one set side by side: 0.5-0.8x of this on E (two groups also
+ * groups of one set side by side: 0.3-0.8x of this on E (two groups also
  * with their stream prefetched 8192 ahead). The chains' first words come
  * before the loop: started inside it (a branch on the word), GCC kept them
  * in memory, a store and a load in each chain's every word (E2B decode on
