@@ -2,8 +2,9 @@
  * (meson test --benchmark; one mode per benchmark entry):
  *
  *   limits    read bandwidth (a STREAM-like read of 1 GiB, 1 and 2 threads),
- *             OpenBLAS sgemm GFLOP/s and the int8 dot-product peak (AVX-512
- *             VNNI; 1 and 2 threads)
+ *             OpenBLAS sgemm GFLOP/s, the int8 dot-product peak (AVX-512
+ *             VNNI) and the exact 4-bit decode kernels' op mix (AVX-512,
+ *             AVX2) against the read bandwidth; 1 and 2 threads
  *   decode B  decode tokens/s of an E2B-shaped B-bit pack (fixture --variant e2b
  *             --full-size --layout mlx --quant B, converted), 1 and 2 threads,
  *             bytes of weights read per token, % of the bandwidth bound: five
@@ -178,11 +179,32 @@ static double sgemm_gflops(int threads)
     return 2.0 * M * N * K / best / 1e9;
 }
 
+/* Best of 3 wall times of `loop` on `threads` threads at once (each its own
+ * int32 or float result, kept so the loop is not removed). */
+static double best_parallel(void *(*loop)(void *), int threads)
+{
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t th[2];
+        union {
+            int32_t i;
+            float f;
+        } out[2];
+        double t0 = now();
+        for (int t = 0; t < threads; t++)
+            pthread_create(&th[t], NULL, loop, &out[t]);
+        for (int t = 0; t < threads; t++)
+            pthread_join(th[t], NULL);
+        best = fmin(best, now() - t0);
+    }
+    return best;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
 /* The int8 dot-product peak (the bound of --kernels q8's arithmetic): twelve
  * independent chains of AVX-512 VNNI vpdpbusd on every thread, 64 products
  * (128 operations) each; 0 without AVX-512 VNNI. */
-#if defined(__x86_64__)
-#include <immintrin.h>
 #define VNNI_ITERS 20000000
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *vnni_loop(void *arg)
 {
@@ -197,7 +219,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void *vnni_loop(vo
     __m512i sum = a[0];
     for (int i = 1; i < 12; i++)
         sum = _mm512_add_epi32(sum, a[i]);
-    *(int32_t *)arg = _mm512_reduce_add_epi32(sum); /* kept, so the loop is not removed */
+    *(int32_t *)arg = _mm512_reduce_add_epi32(sum);
     return NULL;
 }
 
@@ -205,23 +227,101 @@ static double int8_gops(int threads)
 {
     if (!__builtin_cpu_supports("avx512vnni"))
         return 0.0;
-    double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        pthread_t th[2];
-        int32_t out[2];
-        double t0 = now();
-        for (int t = 0; t < threads; t++)
-            pthread_create(&th[t], NULL, vnni_loop, &out[t]);
-        for (int t = 0; t < threads; t++)
-            pthread_join(th[t], NULL);
-        best = fmin(best, now() - t0);
+    return (double)threads * (VNNI_ITERS / 12 * 12) * 128.0 / best_parallel(vnni_loop, threads) / 1e9;
+}
+
+/* The exact 4-bit one-token kernels' arithmetic at its best, the ceiling of
+ * aset512 / aset256 on a core whatever the memory does: per word of 8 codes
+ * one load, per code an and (the top code: a shift), a conversion to float
+ * and an FMA with the broadcast input (AVX2: one broadcast for a set's two
+ * halves), as code512 / acode256 and the chains have them, but 8 independent
+ * chains (the definition gives a set 2; AVX2's two halves 4), all in L1.
+ * Weights per ns. */
+#define MIX_ITERS 2000000
+#define MIX_CHAINS 8
+static uint32_t mix_words[32 * MIX_CHAINS * 16] __attribute__((aligned(64)));
+static float mix_x[32 * MIX_CHAINS * 8] __attribute__((aligned(64)));
+
+__attribute__((target("avx512f"))) static void *mix512_loop(void *arg)
+{
+    __m512 p[MIX_CHAINS];
+#pragma GCC unroll 8
+    for (int j = 0; j < MIX_CHAINS; j++)
+        p[j] = _mm512_setzero_ps();
+    for (int64_t it = 0; it < MIX_ITERS; it++) {
+        const uint32_t *w = mix_words + (it & 31) * 16 * MIX_CHAINS;
+        const float *x = mix_x + (it & 31) * 8 * MIX_CHAINS;
+#pragma GCC unroll 8
+        for (int j = 0; j < MIX_CHAINS; j++) {
+            const __m512i v = _mm512_load_si512((const void *)(w + 16 * j));
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i c = k == 7 ? _mm512_srli_epi32(v, 28) : _mm512_and_si512(v, _mm512_set1_epi32(0xF << 4 * k));
+                p[j] = _mm512_fmadd_ps(_mm512_set1_ps(x[8 * j + k]), _mm512_cvtepi32_ps(c), p[j]);
+            }
+        }
     }
-    return (double)threads * (VNNI_ITERS / 12 * 12) * 128.0 / best / 1e9;
+    for (int j = 1; j < MIX_CHAINS; j++)
+        p[0] = _mm512_add_ps(p[0], p[j]);
+    *(float *)arg = _mm512_reduce_add_ps(p[0]);
+    return NULL;
+}
+
+__attribute__((target("avx2,fma"))) static void *mix256_loop(void *arg)
+{
+    __m256 p[MIX_CHAINS];
+#pragma GCC unroll 8
+    for (int j = 0; j < MIX_CHAINS; j++)
+        p[j] = _mm256_setzero_ps();
+    for (int64_t it = 0; it < MIX_ITERS; it++) {
+        const uint32_t *w = mix_words + (it & 31) * 8 * MIX_CHAINS;
+        const float *x = mix_x + (it & 31) * 8 * MIX_CHAINS;
+#pragma GCC unroll 4
+        for (int j = 0; j < MIX_CHAINS; j += 2) { /* two halves of 16 rows: one broadcast, two FMAs */
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(const void *)(w + 8 * j));
+            const __m256i v1 = _mm256_load_si256((const __m256i *)(const void *)(w + 8 * j + 8));
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i mk = _mm256_set1_epi32(0xF << 4 * k);
+                const __m256 xb = _mm256_broadcast_ss(x + 8 * j + k);
+                const __m256i c0 = k == 7 ? _mm256_srli_epi32(v0, 28) : _mm256_and_si256(v0, mk);
+                const __m256i c1 = k == 7 ? _mm256_srli_epi32(v1, 28) : _mm256_and_si256(v1, mk);
+                p[j] = _mm256_fmadd_ps(xb, _mm256_cvtepi32_ps(c0), p[j]);
+                p[j + 1] = _mm256_fmadd_ps(xb, _mm256_cvtepi32_ps(c1), p[j + 1]);
+            }
+        }
+    }
+    float o[8];
+    for (int j = 1; j < MIX_CHAINS; j++)
+        p[0] = _mm256_add_ps(p[0], p[j]);
+    _mm256_storeu_ps(o, p[0]);
+    *(float *)arg = o[0] + o[7];
+    return NULL;
+}
+
+/* Weights per ns of the op mix on `threads` threads (AVX-512 or AVX2); 0 if
+ * the CPU lacks it. */
+static double op_mix(int threads, bool avx512)
+{
+    if (!(avx512 ? __builtin_cpu_supports("avx512f") : __builtin_cpu_supports("avx2")) || !__builtin_cpu_supports("fma"))
+        return 0.0;
+    for (size_t i = 0; i < sizeof mix_words / sizeof *mix_words; i++)
+        mix_words[i] = (uint32_t)(i * 2654435761u) & 0x77777777u; /* codes 0-7: the chains stay finite */
+    for (size_t i = 0; i < sizeof mix_x / sizeof *mix_x; i++)
+        mix_x[i] = 1e-3f * (float)(i % 7);
+    return (double)threads * MIX_ITERS * MIX_CHAINS * 8 * (avx512 ? 16 : 8) /
+           best_parallel(avx512 ? mix512_loop : mix256_loop, threads) / 1e9;
 }
 #else
 static double int8_gops(int threads)
 {
     (void)threads;
+    return 0.0;
+}
+
+static double op_mix(int threads, bool avx512)
+{
+    (void)threads, (void)avx512;
     return 0.0;
 }
 #endif
@@ -912,6 +1012,15 @@ int main(int argc, char **argv)
             printf("OpenBLAS sgemm 512x1536x1536, %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", sgemm_gflops(t));
         for (int t = 1; t <= 2; t++)
             printf("int8 dot products (AVX-512 VNNI), %d thread%s: %.1f GOP/s\n", t, t == 1 ? "" : "s", int8_gops(t));
+        for (int t = 1; t <= 2; t++) { /* 4-bit g64 with bf16 scales and biases: 4.5 bits a weight */
+            const double bw = read_bandwidth(t);
+            for (int k = 0; k < 2; k++) {
+                const double wns = op_mix(t, k == 0);
+                printf("exact 4-bit decode's op mix (%s: and, convert, FMA a code; 8 chains in L1), %d thread%s: %.1f "
+                       "weights/ns = %.1f GB/s of 4-bit g64 weights, %.1f %% of the read bandwidth (%.2f GB/s)\n",
+                       k ? "AVX2" : "AVX-512", t, t == 1 ? "" : "s", wns, wns * 0.5625, 100.0 * wns * 0.5625 / bw, bw);
+            }
+        }
         return 0;
     }
     if (!strcmp(mode, "decode") || !strcmp(mode, "attn")) { /* decode B|MODEL [PROMPT [THREADS,...]]; attn PROMPT [..] */
