@@ -179,6 +179,8 @@ static double sgemm_gflops(int threads)
     return 2.0 * M * N * K / best / 1e9;
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
 /* Best of 3 wall times of `loop` on `threads` threads at once (each its own
  * int32 or float result, kept so the loop is not removed). */
 static double best_parallel(void *(*loop)(void *), int threads)
@@ -200,8 +202,6 @@ static double best_parallel(void *(*loop)(void *), int threads)
     return best;
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
 /* The int8 dot-product peak (the bound of --kernels q8's arithmetic): twelve
  * independent chains of AVX-512 VNNI vpdpbusd on every thread, 64 products
  * (128 operations) each; 0 without AVX-512 VNNI. */
