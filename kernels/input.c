@@ -89,13 +89,18 @@ void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm
         return;
     }
     if (w->mode == QM_AFFINE) { /* in column order, each code's place value divided out (the top code's is 1) */
-        float unit[8];
-        for (int k = 0; k < per_word; k++)
-            unit[k] = k == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * k);
+        float unit[8];            /* column j's at j % 8 (4 or 8 codes a word) */
+        for (int k = 0; k < 8; k++)
+            unit[k] = k % per_word == per_word - 1 ? 1.0f : ldexpf(1.0f, -w->bits * (k % per_word));
         for (int64_t t = t0; t < t1 && !gemm; t++) {
             float *dst = xd + t * stride;
-            for (int64_t j = 0; j < cols; j++)
-                dst[j] = x[t * cols + j] * unit[j % per_word];
+            const float *xt = x + t * cols;
+            int64_t j = 0;
+            for (; j + 8 <= cols; j += 8) /* in vector steps: no modulo a column */
+                for (int k = 0; k < 8; k++)
+                    dst[j + k] = xt[j + k] * unit[k];
+            for (; j < cols; j++)
+                dst[j] = xt[j] * unit[j % 8];
             memset(dst + cols, 0, (size_t)(stride - cols) * sizeof *dst);
         }
         for (int64_t p0 = t0; p0 < t1 && gemm; p0 += AGEMM_T) { /* the GEMM's in panels, [panel, column, AGEMM_T] */
@@ -105,10 +110,10 @@ void kern_qinput_part(const struct wmat *w, const float *x, int64_t n, bool gemm
             for (int64_t j = 0; j < cols && m == AGEMM_T; j++) /* a column's 12 values stored side by side */
 #pragma GCC unroll 12
                 for (int64_t u = 0; u < AGEMM_T; u++)
-                    dst[j * AGEMM_T + u] = xp[u * cols + j] * unit[j % per_word];
+                    dst[j * AGEMM_T + u] = xp[u * cols + j] * unit[j % 8];
             for (int64_t j = 0; j < cols && m < AGEMM_T; j++)
                 for (int64_t u = 0; u < AGEMM_T; u++)
-                    dst[j * AGEMM_T + u] = u < m ? xp[u * cols + j] * unit[j % per_word] : 0.0f;
+                    dst[j * AGEMM_T + u] = u < m ? xp[u * cols + j] * unit[j % 8] : 0.0f;
             memset(dst + cols * AGEMM_T, 0, (size_t)((stride - cols) * AGEMM_T) * sizeof *dst);
         }
         return;
