@@ -179,19 +179,21 @@ static double sgemm_gflops(int threads)
     return 2.0 * M * N * K / best / 1e9;
 }
 
+#define LIMIT_THREADS 4 /* limits' op mix and kernel's matvec from RAM: 1, 2, 4 threads, as many as the CPUs */
+
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* Best of 3 wall times of `loop` on `threads` (at most 4) threads at once (each its own
- * int32 or float result, kept so the loop is not removed). */
+/* Best of 3 wall times of `loop` on `threads` (at most LIMIT_THREADS) threads
+ * at once (each its own int32 or float result, kept so the loop is not removed). */
 static double best_parallel(void *(*loop)(void *), int threads)
 {
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
-        pthread_t th[4];
+        pthread_t th[LIMIT_THREADS];
         union {
             int32_t i;
             float f;
-        } out[4];
+        } out[LIMIT_THREADS];
         double t0 = now();
         for (int t = 0; t < threads; t++)
             pthread_create(&th[t], NULL, loop, &out[t]);
@@ -904,7 +906,7 @@ static int kernel_bench_level(enum kern_level level, bool blocked)
             printf("  in L2 (%d rows, %.0f KB), 1 thread: %.2f GB/s, %.1f weights/ns\n", (int)rows[k], bytes / 1e3,
                    bytes / dt / 1e9, (double)rows[k] * 1536.0 / dt / 1e9);
         } else {
-            for (int threads = 1; threads <= 4 && threads <= pool_default_threads(); threads *= 2) {
+            for (int threads = 1; threads <= LIMIT_THREADS && threads <= pool_default_threads(); threads *= 2) {
                 double bw = read_bandwidth(threads), dt = time_matvec(&t, &m.w, x, y, threads, 5);
                 printf("  from RAM (%.0f MB), %d thread%s: %.2f GB/s = %.1f %% of the read bandwidth (%.2f GB/s)\n",
                        bytes / 1e6, threads, threads == 1 ? " " : "s", bytes / dt / 1e9, 100.0 * bytes / dt / 1e9 / bw,
@@ -1012,7 +1014,7 @@ int main(int argc, char **argv)
             printf("OpenBLAS sgemm 512x1536x1536, %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", sgemm_gflops(t));
         for (int t = 1; t <= 2; t++)
             printf("int8 dot products (AVX-512 VNNI), %d thread%s: %.1f GOP/s\n", t, t == 1 ? "" : "s", int8_gops(t));
-        for (int t = 1; t <= 4 && t <= pool_default_threads(); t *= 2) { /* 4-bit g64, bf16 parameters: 4.5 bits */
+        for (int t = 1; t <= LIMIT_THREADS && t <= pool_default_threads(); t *= 2) { /* g64, bf16 params: 4.5 bits */
             const double bw = read_bandwidth(t);
             for (int k = 0; k < 2; k++) {
                 const double wns = op_mix(t, k == 0);
