@@ -478,7 +478,7 @@ static int decode(int bits, const char *path, int T, const int *thread_list, int
             fprintf(stderr, "bench: %s\n", e.msg);
             return 1;
         }
-        r.o.threads = threads;
+        r.o.threads = threads < r.o.threads ? threads : r.o.threads; /* as runner_init clamps it */
         /* The read bandwidth of this VM moves by ±30 % within minutes, so each
          * round measures it right before its decode steps; the rounds' ratios
          * are sorted and the median is the figure. Each round's first step is
